@@ -1,0 +1,1 @@
+# bench/: see Makefile.am; this fragment is included by it.

@@ -1,0 +1,1 @@
+# ckpt/: see Makefile.am; this fragment is included by it.

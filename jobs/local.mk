@@ -1,0 +1,1 @@
+# jobs/: see Makefile.am; this fragment is included by it.

@@ -1,0 +1,1 @@
+# kernels/: see Makefile.am; this fragment is included by it.

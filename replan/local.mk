@@ -1,0 +1,1 @@
+# replan/: see Makefile.am; this fragment is included by it.

@@ -1,0 +1,86 @@
+/* Error codes, per-thread error messages, logging and small utilities. */
+#include "mal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int mal_log_level = MAL_LOG_INFO;
+
+static _Thread_local char errbuf[1024];
+
+const char *mal_strerror(int err)
+{
+    switch (err) {
+    case MAL_OK: return "success";
+    case MAL_EINVAL: return "invalid argument";
+    case MAL_ENOMEM: return "out of memory";
+    case MAL_EIO: return "I/O error";
+    case MAL_EFORMAT: return "malformed input";
+    case MAL_ENOENT: return "not found";
+    case MAL_ECORRUPT: return "corrupt or incomplete data";
+    case MAL_EMPI: return "MPI error";
+    case MAL_ELP: return "lp_solve error";
+    case MAL_EDEVICE: return "device error";
+    case MAL_ENOTSUP: return "not supported by this build";
+    case MAL_EMISMATCH: return "mismatch";
+    default: return "unknown error";
+    }
+}
+
+int mal_seterr_at(const char *file, int line, int err, const char *fmt, ...)
+{
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    int n = snprintf(errbuf, sizeof errbuf, "%s:%d: ", base, line);
+    if (n < 0 || (size_t)n >= sizeof errbuf) n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf + n, sizeof errbuf - (size_t)n, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *mal_errmsg(void) { return errbuf; }
+
+void mal_clearerr(void) { errbuf[0] = '\0'; }
+
+void mal_log_at(int level, const char *fmt, ...)
+{
+    static const char *tag[] = {"error", "warning", "info", "debug"};
+    FILE *f = level <= MAL_LOG_WARN ? stderr : stdout;
+    if (level <= MAL_LOG_WARN) fprintf(f, "malleus: %s: ", tag[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fflush(f);
+}
+
+double mal_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CRC-32C (Castagnoli), reflected polynomial 0x82F63B78, table driven. */
+uint32_t mal_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+    static uint32_t table[256];
+    static int ready;
+    if (!ready) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            table[i] = c;
+        }
+        ready = 1;
+    }
+    const unsigned char *p = buf;
+    crc = ~crc;
+    while (len--) crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}

@@ -1,0 +1,64 @@
+/* Malleus common definitions: error codes, error messages, logging, small
+ * helpers shared by every module.
+ *
+ * Library functions return 0 on success or a negative MAL_E* code.  When they
+ * fail they also record a human-readable message (with the file:line where the
+ * failure was detected) that the caller can fetch with mal_errmsg(); mains
+ * print it.  Library code never calls exit().
+ */
+#ifndef MAL_H
+#define MAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error codes.  Keep mal_strerror() in error.c in sync. */
+enum {
+    MAL_OK = 0,
+    MAL_EINVAL = -1,   /* invalid argument or configuration (a user mistake) */
+    MAL_ENOMEM = -2,   /* out of memory */
+    MAL_EIO = -3,      /* file or HDF5 I/O failure */
+    MAL_EFORMAT = -4,  /* malformed input file (data, config, snapshot, plan) */
+    MAL_ENOENT = -5,   /* a file or snapshot that should exist does not */
+    MAL_ECORRUPT = -6, /* checksum mismatch or incomplete snapshot */
+    MAL_EMPI = -7,     /* MPI reported an error */
+    MAL_ELP = -8,      /* lp_solve failed or found no solution */
+    MAL_EDEVICE = -9,  /* CUDA / NCCL / accelerator failure */
+    MAL_ENOTSUP = -10, /* feature not available in this build */
+    MAL_EMISMATCH = -11, /* two things that must agree do not (config, plan) */
+};
+
+const char *mal_strerror(int err);
+
+/* Record an error message for the calling thread and return `err`, so that
+ * a failing function can `return mal_seterr(MAL_EINVAL, ...)`.  The message
+ * is prefixed with file:line by the MAL_ERR macro. */
+int mal_seterr_at(const char *file, int line, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define MAL_ERR(err, ...) mal_seterr_at(__FILE__, __LINE__, (err), __VA_ARGS__)
+
+/* The last message recorded by MAL_ERR on this thread ("" if none). */
+const char *mal_errmsg(void);
+void mal_clearerr(void);
+
+/* Logging.  Level is checked before formatting. */
+enum { MAL_LOG_ERROR = 0, MAL_LOG_WARN = 1, MAL_LOG_INFO = 2, MAL_LOG_DEBUG = 3 };
+extern int mal_log_level;
+void mal_log_at(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define mal_log(level, ...)                                                    \
+    do {                                                                       \
+        if ((level) <= mal_log_level) mal_log_at((level), __VA_ARGS__);        \
+    } while (0)
+
+/* Monotonic wall clock in seconds. */
+double mal_now(void);
+
+/* CRC-32C style checksum (software) of a byte range; used for snapshot
+ * shards.  `crc` is the running value (start with 0). */
+uint32_t mal_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#define MAL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MAL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif /* MAL_H */
