@@ -1,0 +1,1 @@
+# src/data.mk: data files, sampling, default corpus, malleus-tokenize.

@@ -1,0 +1,1 @@
+# src/plan.mk: plan files (schema, validation, uniform plans).
