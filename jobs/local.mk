@@ -1,1 +1,2 @@
-# jobs/: see Makefile.am; this fragment is included by it.
+# jobs/: sbatch scripts users submit.
+EXTRA_DIST += jobs/train-single.sbatch

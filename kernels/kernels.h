@@ -133,118 +133,118 @@ void mal_kernels_cpu_set_threads(int n);
  * handle rather than `k->f(...)` everywhere. */
 typedef const mal_kernels_ops *mal_kern;
 
-static inline void *mal_kern_alloc(mal_kern k, size_t bytes) { return k->alloc(bytes); }
-static inline void mal_kern_free(mal_kern k, void *p) { k->free(p); }
-static inline int mal_kern_sync(mal_kern k) { return k->sync(); }
+static inline void *mal_kern_alloc(mal_kern kern, size_t bytes) { return kern->alloc(bytes); }
+static inline void mal_kern_free(mal_kern kern, void *p) { kern->free(p); }
+static inline int mal_kern_sync(mal_kern kern) { return kern->sync(); }
 
-static inline void mal_kern_zero(mal_kern k, float *x, size_t n)
+static inline void mal_kern_zero(mal_kern kern, float *x, size_t n)
 {
-    k->zero(x, n);
+    kern->zero(x, n);
 }
 
-static inline void mal_kern_copy(mal_kern k, float *dst, const float *src, size_t n)
+static inline void mal_kern_copy(mal_kern kern, float *dst, const float *src, size_t n)
 {
-    k->copy(dst, src, n);
+    kern->copy(dst, src, n);
 }
 
-static inline void mal_kern_to_host(mal_kern k, void *host_dst, const void *dev_src, size_t bytes)
+static inline void mal_kern_to_host(mal_kern kern, void *host_dst, const void *dev_src, size_t bytes)
 {
-    k->to_host(host_dst, dev_src, bytes);
+    kern->to_host(host_dst, dev_src, bytes);
 }
 
-static inline void mal_kern_from_host(mal_kern k, void *dev_dst, const void *host_src, size_t bytes)
+static inline void mal_kern_from_host(mal_kern kern, void *dev_dst, const void *host_src, size_t bytes)
 {
-    k->from_host(dev_dst, host_src, bytes);
+    kern->from_host(dev_dst, host_src, bytes);
 }
 
-static inline void mal_kern_matmul_fwd(mal_kern k, float *out, const float *inp, const float *weight, int N, int C, int OC, int accumulate)
+static inline void mal_kern_matmul_fwd(mal_kern kern, float *out, const float *inp, const float *weight, int N, int C, int OC, int accumulate)
 {
-    k->matmul_fwd(out, inp, weight, N, C, OC, accumulate);
+    kern->matmul_fwd(out, inp, weight, N, C, OC, accumulate);
 }
 
-static inline void mal_kern_matmul_bwd(mal_kern k, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int N, int C, int OC)
+static inline void mal_kern_matmul_bwd(mal_kern kern, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int N, int C, int OC)
 {
-    k->matmul_bwd(dinp, dweight, dout, inp, weight, N, C, OC);
+    kern->matmul_bwd(dinp, dweight, dout, inp, weight, N, C, OC);
 }
 
-static inline void mal_kern_rmsnorm_fwd(mal_kern k, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)
+static inline void mal_kern_rmsnorm_fwd(mal_kern kern, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)
 {
-    k->rmsnorm_fwd(out, rstd, inp, weight, N, C, eps);
+    kern->rmsnorm_fwd(out, rstd, inp, weight, N, C, eps);
 }
 
-static inline void mal_kern_rmsnorm_bwd(mal_kern k, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, const float *rstd, int N, int C)
+static inline void mal_kern_rmsnorm_bwd(mal_kern kern, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, const float *rstd, int N, int C)
 {
-    k->rmsnorm_bwd(dinp, dweight, dout, inp, weight, rstd, N, C);
+    kern->rmsnorm_bwd(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
-static inline void mal_kern_rope_fwd(mal_kern k, float *x, int B, int T, int H, int hd, float theta)
+static inline void mal_kern_rope_fwd(mal_kern kern, float *x, int B, int T, int H, int hd, float theta)
 {
-    k->rope_fwd(x, B, T, H, hd, theta);
+    kern->rope_fwd(x, B, T, H, hd, theta);
 }
 
-static inline void mal_kern_rope_bwd(mal_kern k, float *dx, int B, int T, int H, int hd, float theta)
+static inline void mal_kern_rope_bwd(mal_kern kern, float *dx, int B, int T, int H, int hd, float theta)
 {
-    k->rope_bwd(dx, B, T, H, hd, theta);
+    kern->rope_bwd(dx, B, T, H, hd, theta);
 }
 
-static inline void mal_kern_attention_fwd(mal_kern k, float *out, float *att, const float *q, const float *k, const float *v, int B, int T, int H, int hd)
+static inline void mal_kern_attention_fwd(mal_kern kern, float *out, float *att, const float *q, const float *k, const float *v, int B, int T, int H, int hd)
 {
-    k->attention_fwd(out, att, q, k, v, B, T, H, hd);
+    kern->attention_fwd(out, att, q, k, v, B, T, H, hd);
 }
 
-static inline void mal_kern_attention_bwd(mal_kern k, float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *att, int B, int T, int H, int hd)
+static inline void mal_kern_attention_bwd(mal_kern kern, float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *att, int B, int T, int H, int hd)
 {
-    k->attention_bwd(dq, dk, dv, scratch, dout, q, k, v, att, B, T, H, hd);
+    kern->attention_bwd(dq, dk, dv, scratch, dout, q, k, v, att, B, T, H, hd);
 }
 
-static inline void mal_kern_swiglu_fwd(mal_kern k, float *out, const float *gate, const float *up, size_t n)
+static inline void mal_kern_swiglu_fwd(mal_kern kern, float *out, const float *gate, const float *up, size_t n)
 {
-    k->swiglu_fwd(out, gate, up, n);
+    kern->swiglu_fwd(out, gate, up, n);
 }
 
-static inline void mal_kern_swiglu_bwd(mal_kern k, float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n)
+static inline void mal_kern_swiglu_bwd(mal_kern kern, float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n)
 {
-    k->swiglu_bwd(dgate, dup, dout, gate, up, n);
+    kern->swiglu_bwd(dgate, dup, dout, gate, up, n);
 }
 
-static inline void mal_kern_add(mal_kern k, float *out, const float *a, const float *b, size_t n)
+static inline void mal_kern_add(mal_kern kern, float *out, const float *a, const float *b, size_t n)
 {
-    k->add(out, a, b, n);
+    kern->add(out, a, b, n);
 }
 
-static inline void mal_kern_accumulate(mal_kern k, float *y, const float *x, size_t n)
+static inline void mal_kern_accumulate(mal_kern kern, float *y, const float *x, size_t n)
 {
-    k->accumulate(y, x, n);
+    kern->accumulate(y, x, n);
 }
 
-static inline void mal_kern_scale(mal_kern k, float *x, size_t n, float s)
+static inline void mal_kern_scale(mal_kern kern, float *x, size_t n, float s)
 {
-    k->scale(x, n, s);
+    kern->scale(x, n, s);
 }
 
-static inline double mal_kern_sumsq(mal_kern k, const float *x, size_t n)
+static inline double mal_kern_sumsq(mal_kern kern, const float *x, size_t n)
 {
-    return k->sumsq(x, n);
+    return kern->sumsq(x, n);
 }
 
-static inline void mal_kern_embedding_fwd(mal_kern k, float *out, const int *tokens, const float *wte, int N, int C)
+static inline void mal_kern_embedding_fwd(mal_kern kern, float *out, const int *tokens, const float *wte, int N, int C)
 {
-    k->embedding_fwd(out, tokens, wte, N, C);
+    kern->embedding_fwd(out, tokens, wte, N, C);
 }
 
-static inline void mal_kern_embedding_bwd(mal_kern k, float *dwte, const float *dout, const int *tokens, int N, int C)
+static inline void mal_kern_embedding_bwd(mal_kern kern, float *dwte, const float *dout, const int *tokens, int N, int C)
 {
-    k->embedding_bwd(dwte, dout, tokens, N, C);
+    kern->embedding_bwd(dwte, dout, tokens, N, C);
 }
 
-static inline void mal_kern_xent_fwd_bwd(mal_kern k, float *losses, float *dlogits, const float *logits, const int *targets, int N, int V, float dscale)
+static inline void mal_kern_xent_fwd_bwd(mal_kern kern, float *losses, float *dlogits, const float *logits, const int *targets, int N, int V, float dscale)
 {
-    k->xent_fwd_bwd(losses, dlogits, logits, targets, N, V, dscale);
+    kern->xent_fwd_bwd(losses, dlogits, logits, targets, N, V, dscale);
 }
 
-static inline void mal_kern_adamw(mal_kern k, float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t)
+static inline void mal_kern_adamw(mal_kern kern, float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t)
 {
-    k->adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    kern->adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
 #endif /* MAL_KERNELS_H */

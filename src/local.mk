@@ -1,4 +1,11 @@
-# src/: runtime library sources (common, config, data, model, optimizer,
-# trainer) and the program mains (thin shells over the library).
+# src/: runtime library sources (common, config, model, optimizer, trainer)
+# and the program mains (thin shells over the library).
 
-libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h
+libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h \
+	src/config.h src/config.c \
+	src/model.h src/model.c \
+	src/optim.h src/optim.c \
+	src/train.h src/train.c
+
+bin_PROGRAMS += malleus-train
+malleus_train_SOURCES = src/train_main.c

@@ -1,0 +1,507 @@
+/* Token data files (llm.c and headerless uint16), the built-in corpus as a
+ * token stream, deterministic window sampling, atomic token-file writes and
+ * the byte-level tokenizer.  See data.h for the contracts. */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "mal.h"
+#include "rng.h"
+
+struct mal_data {
+    char *name;
+    uint16_t *tokens;
+    size_t n_tokens;
+    int max_token;
+};
+
+static const char default_name[] = "built-in corpus";
+
+/* ---- little-endian helpers ------------------------------------------- */
+
+static int32_t get_le32(const unsigned char *p)
+{
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+static void put_le32(unsigned char *p, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)u;
+    p[1] = (unsigned char)(u >> 8);
+    p[2] = (unsigned char)(u >> 16);
+    p[3] = (unsigned char)(u >> 24);
+}
+
+static int host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Token files are little endian; on a big-endian host swap in place. */
+static void tokens_from_le(uint16_t *t, size_t n)
+{
+    if (host_is_little_endian()) return;
+    for (size_t i = 0; i < n; i++)
+        t[i] = (uint16_t)(t[i] >> 8 | t[i] << 8);
+}
+
+/* ---- whole-file reading ----------------------------------------------- */
+
+/* Read all of `path` into a malloc'ed buffer (*buf, *len; one spare byte so
+ * an empty file still gives a non-NULL buffer).  `what` names the kind of
+ * file in messages ("token file", "text file"). */
+static int read_whole_file(const char *path, const char *what, unsigned char **buf, size_t *len)
+{
+    int rc = 0;
+    unsigned char *data = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return MAL_ERR(MAL_ENOENT, "%s %s does not exist: check the path", what, path);
+        return MAL_ERR(MAL_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = MAL_ERR(MAL_EIO, "cannot stat %s %s: %s", what, path, strerror(errno));
+        goto fail_close;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = MAL_ERR(MAL_EIO, "%s %s is a directory, not a file", what, path);
+        goto fail_close;
+    }
+    /* Regular files are read in one allocation of their size; anything else
+     * (a pipe) grows the buffer as data arrives. */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 65536;
+    size_t n = 0;
+    data = malloc(cap);
+    if (!data) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s %s (%zu bytes)", what, path, cap);
+        goto fail_close;
+    }
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = cap * 2;
+            unsigned char *p = realloc(data, ncap);
+            if (!p) {
+                rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s %s (%zu bytes)", what, path,
+                             ncap);
+                goto fail_free;
+            }
+            data = p;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, data + n, cap - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            rc = MAL_ERR(MAL_EIO, "cannot read %s %s: %s", what, path, strerror(errno));
+            goto fail_free;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    *buf = data;
+    *len = n;
+    return 0;
+
+fail_free:
+    free(data);
+fail_close:
+    close(fd);
+    return rc;
+}
+
+/* ---- formats ---------------------------------------------------------- */
+
+int mal_data_parse_format(const char *name, int *format)
+{
+    if (name && strcmp(name, "auto") == 0)
+        *format = MAL_DATA_AUTO;
+    else if (name && strcmp(name, "llmc") == 0)
+        *format = MAL_DATA_LLMC;
+    else if (name && strcmp(name, "raw16") == 0)
+        *format = MAL_DATA_RAW16;
+    else
+        return MAL_ERR(MAL_EINVAL, "unknown token file format '%s': use llmc, raw16 or auto",
+                       name ? name : "(null)");
+    return 0;
+}
+
+const char *mal_data_format_name(int format)
+{
+    switch (format) {
+    case MAL_DATA_AUTO:
+        return "auto";
+    case MAL_DATA_LLMC:
+        return "llmc";
+    case MAL_DATA_RAW16:
+        return "raw16";
+    default:
+        return "unknown";
+    }
+}
+
+/* ---- opening ---------------------------------------------------------- */
+
+/* Take ownership of `tokens` (n >= 1) and `name` into a new object. */
+static int data_create(mal_data **out, char *name, uint16_t *tokens, size_t n)
+{
+    mal_data *d = calloc(1, sizeof *d);
+    if (!d) return MAL_ERR(MAL_ENOMEM, "out of memory creating the data set %s", name);
+    int mx = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] > mx) mx = tokens[i];
+    d->name = name;
+    d->tokens = tokens;
+    d->n_tokens = n;
+    d->max_token = mx;
+    *out = d;
+    return 0;
+}
+
+/* Check a loaded file image and return where its tokens start and how many
+ * there are.  `len` >= 1. */
+static int validate_image(const char *path, int format, const unsigned char *buf, size_t len,
+                          size_t *start, size_t *n)
+{
+    if (format == MAL_DATA_AUTO)
+        format = len >= 4 && get_le32(buf) == MAL_DATA_LLMC_MAGIC ? MAL_DATA_LLMC : MAL_DATA_RAW16;
+
+    if (format == MAL_DATA_RAW16) {
+        if (len % 2 != 0)
+            return MAL_ERR(MAL_EFORMAT,
+                           "raw uint16 token file %s has an odd size (%zu bytes): it is not a "
+                           "headerless uint16 file, or it was truncated",
+                           path, len);
+        *start = 0;
+        *n = len / 2;
+        return 0;
+    }
+
+    /* LLMC */
+    if (len < MAL_DATA_LLMC_HEADER_BYTES)
+        return MAL_ERR(MAL_EFORMAT,
+                       "token file %s is too short (%zu bytes) for an llm.c header (%d bytes); "
+                       "if it is headerless uint16 use format raw16",
+                       path, len, MAL_DATA_LLMC_HEADER_BYTES);
+    int32_t magic = get_le32(buf), version = get_le32(buf + 4), count = get_le32(buf + 8);
+    if (magic != MAL_DATA_LLMC_MAGIC)
+        return MAL_ERR(MAL_EFORMAT,
+                       "token file %s is not in llm.c format (magic %d, expected %d); if it is "
+                       "headerless uint16 use format raw16",
+                       path, (int)magic, MAL_DATA_LLMC_MAGIC);
+    if (version != MAL_DATA_LLMC_VERSION)
+        return MAL_ERR(MAL_EFORMAT,
+                       "token file %s has llm.c version %d; only version %d (uint16 tokens) is "
+                       "supported%s",
+                       path, (int)version, MAL_DATA_LLMC_VERSION,
+                       version == 2 ? " (version 2 holds uint32 tokens: re-tokenize with a "
+                                      "vocabulary below 65536)"
+                                    : "");
+    if (count <= 0)
+        return MAL_ERR(MAL_EFORMAT, "token file %s declares %d tokens in its header: %s", path,
+                       (int)count, count == 0 ? "it holds no data" : "the header is corrupt");
+    size_t have = (len - MAL_DATA_LLMC_HEADER_BYTES) / 2;
+    size_t want = (size_t)count;
+    if ((len - MAL_DATA_LLMC_HEADER_BYTES) % 2 != 0 || have > want)
+        return MAL_ERR(MAL_EFORMAT,
+                       "token file %s has %zu bytes after its header but the header declares "
+                       "%zu tokens (%zu bytes): trailing data, the file is malformed",
+                       path, len - MAL_DATA_LLMC_HEADER_BYTES, want, 2 * want);
+    if (have < want)
+        return MAL_ERR(MAL_ECORRUPT,
+                       "token file %s is truncated: the header declares %zu tokens but only %zu "
+                       "are present; regenerate or re-download it",
+                       path, want, have);
+    *start = MAL_DATA_LLMC_HEADER_BYTES;
+    *n = want;
+    return 0;
+}
+
+int mal_data_open(mal_data **out, const char *path, int format)
+{
+    int rc;
+    unsigned char *buf = NULL;
+    size_t len = 0, start = 0, n = 0;
+    uint16_t *tokens = NULL;
+    char *name = NULL;
+
+    *out = NULL;
+    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
+        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
+    rc = read_whole_file(path, "token file", &buf, &len);
+    if (rc) return rc;
+    if (len == 0) {
+        rc = MAL_ERR(MAL_EFORMAT, "token file %s is empty", path);
+        goto cleanup;
+    }
+    rc = validate_image(path, format, buf, len, &start, &n);
+    if (rc) goto cleanup;
+
+    /* For raw files the image is the token array already; for llm.c files
+     * copy the tokens out so the 1 KiB header is not kept. */
+    if (start == 0) {
+        tokens = (uint16_t *)buf;
+        buf = NULL;
+    } else {
+        tokens = malloc(n * sizeof *tokens);
+        if (!tokens) {
+            rc = MAL_ERR(MAL_ENOMEM, "out of memory loading %zu tokens from %s", n, path);
+            goto cleanup;
+        }
+        memcpy(tokens, buf + start, n * sizeof *tokens);
+    }
+    tokens_from_le(tokens, n);
+    name = strdup(path);
+    if (!name) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory loading %s", path);
+        goto cleanup;
+    }
+    rc = data_create(out, name, tokens, n);
+    if (rc) goto cleanup;
+    tokens = NULL;
+    name = NULL;
+
+cleanup:
+    free(name);
+    free(tokens);
+    free(buf);
+    return rc;
+}
+
+int mal_data_open_default(mal_data **out)
+{
+    char *text = NULL, *name = NULL;
+    size_t len = 0;
+    uint16_t *tokens = NULL;
+
+    *out = NULL;
+    int rc = mal_corpus_generate(&text, &len);
+    if (rc) return rc;
+    tokens = malloc(len * sizeof *tokens);
+    name = strdup(default_name);
+    if (!tokens || !name) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the built-in corpus (%zu tokens)", len);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < len; i++)
+        tokens[i] = (unsigned char)text[i];
+    rc = data_create(out, name, tokens, len);
+    if (rc) goto cleanup;
+    tokens = NULL;
+    name = NULL;
+
+cleanup:
+    free(name);
+    free(tokens);
+    free(text);
+    return rc;
+}
+
+void mal_data_destroy(mal_data *d)
+{
+    if (!d) return;
+    free(d->tokens);
+    free(d->name);
+    free(d);
+}
+
+size_t mal_data_n_tokens(const mal_data *d)
+{
+    return d->n_tokens;
+}
+int mal_data_max_token(const mal_data *d)
+{
+    return d->max_token;
+}
+const char *mal_data_name(const mal_data *d)
+{
+    return d->name;
+}
+const uint16_t *mal_data_tokens(const mal_data *d)
+{
+    return d->tokens;
+}
+
+/* ---- sampling --------------------------------------------------------- */
+
+int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos, int T, int *inputs,
+                    int *targets)
+{
+    if (T < 1) return MAL_ERR(MAL_EINVAL, "sequence length %d must be at least 1", T);
+    if (step < 0 || pos < 0)
+        return MAL_ERR(MAL_EINVAL, "negative step (%lld) or batch position (%lld) for sampling",
+                       (long long)step, (long long)pos);
+    if (d->n_tokens < (size_t)T + 1)
+        return MAL_ERR(MAL_EINVAL,
+                       "data set %s has %zu tokens, fewer than sequence length + 1 = %lld: use a "
+                       "larger token file or a shorter sequence length",
+                       d->name, d->n_tokens, (long long)T + 1);
+    uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos,
+                                 (uint64_t)(d->n_tokens - (size_t)T));
+    const uint16_t *w = d->tokens + off;
+    for (int i = 0; i < T; i++) {
+        inputs[i] = w[i];
+        targets[i] = w[i + 1];
+    }
+    return 0;
+}
+
+/* ---- atomic writing --------------------------------------------------- */
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync the directory that holds `path`, so the rename itself is durable.
+ * Some file systems cannot fsync directories (EINVAL): that is not an error
+ * we can do anything about, so it is ignored. */
+static int fsync_parent_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return MAL_ERR(MAL_ENOMEM, "out of memory syncing the directory of %s", path);
+    int rc = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        rc =
+            MAL_ERR(MAL_EIO, "cannot open directory %s to sync %s: %s", dir, path, strerror(errno));
+    } else {
+        if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)
+            rc = MAL_ERR(MAL_EIO, "cannot sync directory %s after writing %s: %s", dir, path,
+                         strerror(errno));
+        close(fd);
+    }
+    free(dir);
+    return rc;
+}
+
+int mal_data_write(const char *path, int format, const uint16_t *tokens, size_t n)
+{
+    int rc = 0, fd = -1;
+    char *tmp = NULL;
+    uint16_t *swapped = NULL;
+
+    if (format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
+        return MAL_ERR(MAL_EINVAL, "cannot write %s: format must be llmc or raw16, not %s", path,
+                       mal_data_format_name(format));
+    if (n == 0) return MAL_ERR(MAL_EINVAL, "refusing to write %s with no tokens", path);
+    if (format == MAL_DATA_LLMC && n > INT32_MAX)
+        return MAL_ERR(MAL_EINVAL,
+                       "cannot write %s: %zu tokens exceed the llm.c header's int32 count; use "
+                       "format raw16 or split the file",
+                       path, n);
+
+    /* The temporary name is unique per process and attempt; O_EXCL makes a
+     * collision fail instead of clobbering.  (Not mkstemp: it forces mode
+     * 0600, and the output should get the usual 0666 & ~umask.) */
+    size_t tlen = strlen(path) + 64;
+    tmp = malloc(tlen);
+    if (!tmp) return MAL_ERR(MAL_ENOMEM, "out of memory writing %s", path);
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(tmp, tlen, "%s.tmp.%ld.%d.%llx", path, (long)getpid(), attempt,
+                 (unsigned long long)(mal_now() * 1e9));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        rc = MAL_ERR(MAL_EIO, "cannot create a temporary file next to %s: %s", path,
+                     strerror(errno));
+        free(tmp);
+        return rc;
+    }
+
+    if (format == MAL_DATA_LLMC) {
+        unsigned char header[MAL_DATA_LLMC_HEADER_BYTES] = {0};
+        put_le32(header, MAL_DATA_LLMC_MAGIC);
+        put_le32(header + 4, MAL_DATA_LLMC_VERSION);
+        put_le32(header + 8, (int32_t)n);
+        if (write_all(fd, header, sizeof header) != 0) goto io_error;
+    }
+    const uint16_t *src = tokens;
+    if (!host_is_little_endian()) {
+        swapped = malloc(n * sizeof *swapped);
+        if (!swapped) {
+            rc = MAL_ERR(MAL_ENOMEM, "out of memory writing %s", path);
+            goto cleanup;
+        }
+        for (size_t i = 0; i < n; i++)
+            swapped[i] = (uint16_t)(tokens[i] >> 8 | tokens[i] << 8);
+        src = swapped;
+    }
+    if (write_all(fd, src, n * sizeof *src) != 0) goto io_error;
+    if (fsync(fd) != 0) goto io_error;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto io_error;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        rc = MAL_ERR(MAL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto cleanup;
+    }
+    /* Committed: from here on the temporary name no longer exists. */
+    tmp[0] = '\0';
+    rc = fsync_parent_dir(path);
+    goto cleanup;
+
+io_error:
+    rc = MAL_ERR(MAL_EIO, "cannot write %s (via %s): %s", path, tmp, strerror(errno));
+cleanup:
+    if (fd >= 0) close(fd);
+    if (tmp[0]) unlink(tmp);
+    free(tmp);
+    free(swapped);
+    return rc;
+}
+
+/* ---- byte-level tokenizer --------------------------------------------- */
+
+int mal_data_tokenize_bytes(const char *text_path, uint16_t **tokens, size_t *n)
+{
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    *tokens = NULL;
+    *n = 0;
+    int rc = read_whole_file(text_path, "text file", &buf, &len);
+    if (rc) return rc;
+    if (len == 0) {
+        free(buf);
+        return MAL_ERR(MAL_EFORMAT, "text file %s is empty: nothing to tokenize", text_path);
+    }
+    uint16_t *t = malloc(len * sizeof *t);
+    if (!t) {
+        free(buf);
+        return MAL_ERR(MAL_ENOMEM, "out of memory tokenizing %s (%zu bytes)", text_path, len);
+    }
+    for (size_t i = 0; i < len; i++)
+        t[i] = buf[i];
+    free(buf);
+    *tokens = t;
+    *n = len;
+    return 0;
+}

@@ -1,0 +1,468 @@
+/* Transformer parameter layout, initialisation, forward and backward.
+ * See model.h for the part/shard model and buffer ownership. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal.h"
+#include "rng.h"
+
+mal_model_part mal_model_part_full(const mal_model_config *cfg)
+{
+    mal_model_part p = {0, cfg->n_layers, 1, 1, 1, 0};
+    return p;
+}
+
+/* FNV-1a of the global tensor name: the RNG stream of its initial values. */
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static int add_tensor(mal_model *m, int *cap, const char *name, int64_t rows, int64_t cols,
+                      int split_dim, int decay, float std)
+{
+    if (m->n_tensors == *cap) {
+        *cap = *cap ? 2 * *cap : 32;
+        mal_tensor_info *nt = realloc(m->tensors, (size_t)*cap * sizeof *nt);
+        if (!nt) return MAL_ERR(MAL_ENOMEM, "model: out of memory for tensor table");
+        m->tensors = nt;
+    }
+    mal_tensor_info *t = &m->tensors[m->n_tensors++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->split_dim = m->part.tp_size > 1 ? split_dim : -1;
+    t->local_shape[0] = rows;
+    t->local_shape[1] = cols;
+    if (t->split_dim >= 0) {
+        int64_t len = t->shape[t->split_dim] / m->part.tp_size;
+        t->split_off = len * m->part.tp_rank;
+        t->split_len = len;
+        t->local_shape[t->split_dim] = len;
+    } else {
+        t->split_off = 0;
+        t->split_len = t->shape[split_dim >= 0 ? split_dim : 0];
+    }
+    t->n = (size_t)t->local_shape[0] * (size_t)(cols ? t->local_shape[1] : 1);
+    /* Keep every tensor 16-float aligned so vector loads never straddle. */
+    t->offset = (m->n_params + 15) & ~(size_t)15;
+    m->n_params = t->offset + t->n;
+    t->decay = decay;
+    t->init_std = std;
+    return 0;
+}
+
+/* Build the tensor table of the part.  Order is the order of use. */
+static int build_layout(mal_model *m)
+{
+    const mal_model_config *c = &m->cfg;
+    int cap = 0, rc;
+    char nm[48];
+    const float std = 0.02f;
+    /* Residual-output projections scaled down with depth (GPT-2 / LLaMA
+     * practice) so the residual stream's variance does not grow with L. */
+    const float std_out = 0.02f / sqrtf(2.0f * (float)c->n_layers);
+    if (m->part.has_embed &&
+        (rc = add_tensor(m, &cap, "tok_embedding", c->vocab, c->d_model, -1, 1, std)))
+        return rc;
+    for (int l = m->part.layer_begin; l < m->part.layer_end; l++) {
+#define T(suffix, r, cc, split, decay, s)                                      \
+    snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                        \
+    if ((rc = add_tensor(m, &cap, nm, r, cc, split, decay, s))) return rc;
+        T("attn_norm", c->d_model, 0, -1, 0, 0.0f);
+        T("wq", c->d_model, c->d_model, 0, 1, std);
+        T("wk", c->d_model, c->d_model, 0, 1, std);
+        T("wv", c->d_model, c->d_model, 0, 1, std);
+        T("wo", c->d_model, c->d_model, 1, 1, std_out);
+        T("mlp_norm", c->d_model, 0, -1, 0, 0.0f);
+        T("w1", c->ffn_hidden, c->d_model, 0, 1, std);
+        T("w3", c->ffn_hidden, c->d_model, 0, 1, std);
+        T("w2", c->d_model, c->ffn_hidden, 1, 1, std_out);
+#undef T
+    }
+    if (m->part.has_head) {
+        if ((rc = add_tensor(m, &cap, "final_norm", c->d_model, 0, -1, 0, 0.0f))) return rc;
+        if ((rc = add_tensor(m, &cap, "lm_head", c->vocab, c->d_model, -1, 1, std))) return rc;
+    }
+    return 0;
+}
+
+static void make_views(mal_model *m, float *base, mal_model_views *v)
+{
+    int i = 0;
+    v->tok_embedding = m->part.has_embed ? base + m->tensors[i++].offset : NULL;
+    for (int l = 0; l < m->n_local_layers; l++) {
+        mal_layer_views *lv = &v->layer[l];
+        lv->attn_norm = base + m->tensors[i++].offset;
+        lv->wq = base + m->tensors[i++].offset;
+        lv->wk = base + m->tensors[i++].offset;
+        lv->wv = base + m->tensors[i++].offset;
+        lv->wo = base + m->tensors[i++].offset;
+        lv->mlp_norm = base + m->tensors[i++].offset;
+        lv->w1 = base + m->tensors[i++].offset;
+        lv->w3 = base + m->tensors[i++].offset;
+        lv->w2 = base + m->tensors[i++].offset;
+    }
+    v->final_norm = m->part.has_head ? base + m->tensors[i++].offset : NULL;
+    v->lm_head = m->part.has_head ? base + m->tensors[i++].offset : NULL;
+}
+
+int mal_model_init_params(mal_model *m, uint64_t seed)
+{
+    float *host = malloc(m->n_params * sizeof(float));
+    if (!host) return MAL_ERR(MAL_ENOMEM, "model: out of memory initialising parameters");
+    memset(host, 0, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const mal_tensor_info *t = &m->tensors[i];
+        float *dst = host + t->offset;
+        if (t->init_std == 0.0f) {
+            for (size_t j = 0; j < t->n; j++) dst[j] = 1.0f;
+            continue;
+        }
+        uint64_t stream = name_hash(t->name);
+        int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
+        int64_t gcols = t->ndim == 2 ? t->shape[1] : 1;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t gr = t->split_dim == 0 ? r + t->split_off : r;
+            int64_t c0 = t->split_dim == 1 ? t->split_off : 0;
+            for (int64_t c = 0; c < cols; c++) {
+                uint64_t gidx = (uint64_t)(gr * gcols + c0 + c);
+                dst[r * cols + c] = (float)(t->init_std * mal_rng_normal(seed, stream, gidx));
+            }
+        }
+    }
+    m->k->from_host(m->params, host, m->n_params * sizeof(float));
+    free(host);
+    return mal_kern_sync(m->k);
+}
+
+int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
+                     int max_B, mal_kern k, uint64_t seed)
+{
+    int rc = mal_config_validate(cfg);
+    if (rc) return rc;
+    if (part->layer_begin < 0 || part->layer_end > cfg->n_layers ||
+        part->layer_begin > part->layer_end)
+        return MAL_ERR(MAL_EINVAL, "model part: layers [%d, %d) outside [0, %d)", part->layer_begin,
+                       part->layer_end, cfg->n_layers);
+    if (part->tp_size < 1 || (part->tp_size & (part->tp_size - 1)) ||
+        cfg->n_heads % part->tp_size || cfg->ffn_hidden % part->tp_size)
+        return MAL_ERR(MAL_EINVAL,
+                       "model part: TP size %d must be a power of two dividing n_heads %d and "
+                       "ffn_hidden %d",
+                       part->tp_size, cfg->n_heads, cfg->ffn_hidden);
+    if (part->tp_rank < 0 || part->tp_rank >= part->tp_size)
+        return MAL_ERR(MAL_EINVAL, "model part: TP rank %d outside [0, %d)", part->tp_rank,
+                       part->tp_size);
+    if (max_B < 1) return MAL_ERR(MAL_EINVAL, "model: micro-batch size must be >= 1");
+
+    mal_model *m = calloc(1, sizeof *m);
+    if (!m) return MAL_ERR(MAL_ENOMEM, "model: out of memory");
+    m->cfg = *cfg;
+    m->part = *part;
+    m->k = k;
+    m->max_B = max_B;
+    m->n_local_layers = part->layer_end - part->layer_begin;
+    m->n_heads_local = cfg->n_heads / part->tp_size;
+    m->head_dim = cfg->d_model / cfg->n_heads;
+    m->ffn_local = cfg->ffn_hidden / part->tp_size;
+
+    if ((rc = build_layout(m))) goto fail;
+    m->p.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->p.layer);
+    m->g.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->g.layer);
+    if (!m->p.layer || !m->g.layer) {
+        rc = MAL_ERR(MAL_ENOMEM, "model: out of memory");
+        goto fail;
+    }
+    size_t bytes = (m->n_params ? m->n_params : 1) * sizeof(float);
+    m->params = mal_kern_alloc(k, bytes);
+    m->grads = mal_kern_alloc(k, bytes);
+    m->adam_m = mal_kern_alloc(k, bytes);
+    m->adam_v = mal_kern_alloc(k, bytes);
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v) {
+        rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate %zu bytes x4 for parameters and state",
+                     bytes);
+        goto fail;
+    }
+    make_views(m, m->params, &m->p);
+    make_views(m, m->grads, &m->g);
+
+    size_t N = (size_t)max_B * (size_t)cfg->seq_len, C = (size_t)cfg->d_model;
+    size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
+    size_t TT = (size_t)max_B * m->n_heads_local * (size_t)cfg->seq_len * (size_t)cfg->seq_len;
+    float **bufs[] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
+                      &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
+    size_t sizes[] = {N * C, N * C, N * C, N * A, N * A, N * A, N * A, TT, N * F, N * F, N * F};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++) {
+        *bufs[i] = mal_kern_alloc(k, sizes[i] * sizeof(float));
+        if (!*bufs[i]) {
+            rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate backward scratch");
+            goto fail;
+        }
+    }
+    if ((rc = mal_model_init_params(m, seed))) goto fail;
+    *out = m;
+    return 0;
+fail:
+    mal_model_destroy(m);
+    return rc;
+}
+
+void mal_model_destroy(mal_model *m)
+{
+    if (!m) return;
+    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->d_res0, m->d_res1,
+                     m->d_h,    m->d_q,   m->d_k,    m->d_v,    m->d_ao,   m->d_att,
+                     m->d_g,    m->d_u,   m->d_s};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        if (bufs[i]) mal_kern_free(m->k, bufs[i]);
+    free(m->p.layer);
+    free(m->g.layer);
+    free(m->tensors);
+    free(m);
+}
+
+const mal_tensor_info *mal_model_find(const mal_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+void mal_model_zero_grad(mal_model *m) { mal_kern_zero(m->k, m->grads, m->n_params); }
+
+/* ---- activations ---------------------------------------------------- */
+
+/* Per-layer activation arrays, in the order they are carved from the block. */
+enum { A_H1, A_RSTD1, A_Q, A_K, A_V, A_ATT, A_AO, A_MID, A_H2, A_RSTD2, A_G, A_U, A_S, A_NARR };
+
+static void layer_sizes(const mal_model *m, int B, size_t sz[A_NARR])
+{
+    size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
+    size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
+    size_t T = (size_t)m->cfg.seq_len;
+    size_t s[A_NARR] = {N * C, N, N * A, N * A, N * A, (size_t)B * m->n_heads_local * T * T,
+                        N * A, N * C, N * C, N,     N * F, N * F, N * F};
+    memcpy(sz, s, sizeof s);
+}
+
+static size_t pad16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+size_t mal_acts_bytes(const mal_model *m, int B)
+{
+    size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
+    size_t V = (size_t)m->cfg.vocab, sz[A_NARR], total = 0;
+    layer_sizes(m, B, sz);
+    for (int i = 0; i < A_NARR; i++) total += pad16(sz[i]) * (size_t)m->n_local_layers;
+    total += pad16(N * C) * (size_t)(m->n_local_layers + 1); /* residual stream */
+    if (m->part.has_head) total += pad16(N * C) + pad16(N) + pad16(N * V) + pad16(N);
+    return total * sizeof(float) + 2 * pad16(N) * sizeof(int);
+}
+
+int mal_acts_create(mal_acts **out, const mal_model *m, int B)
+{
+    if (B < 1 || B > m->max_B)
+        return MAL_ERR(MAL_EINVAL, "activations: micro-batch %d outside [1, %d]", B, m->max_B);
+    mal_acts *a = calloc(1, sizeof *a);
+    int L = m->n_local_layers;
+    if (!a) return MAL_ERR(MAL_ENOMEM, "activations: out of memory");
+    a->B = B;
+    a->T = m->cfg.seq_len;
+    float ***arrs[A_NARR] = {&a->h1, &a->rstd1, &a->q,   &a->k,     &a->v, &a->att, &a->ao,
+                             &a->mid, &a->h2,   &a->rstd2, &a->g, &a->u, &a->s};
+    a->res = calloc((size_t)L + 1, sizeof(float *));
+    int ok = a->res != NULL;
+    for (int i = 0; i < A_NARR; i++) ok = ok && (*arrs[i] = calloc((size_t)L + 1, sizeof(float *)));
+    size_t bytes = mal_acts_bytes(m, B);
+    if (ok) a->block = mal_kern_alloc(m->k, bytes);
+    if (!ok || !a->block) {
+        mal_acts_destroy(m, a);
+        return MAL_ERR(MAL_ENOMEM, "activations: cannot allocate %zu bytes", bytes);
+    }
+    size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
+    size_t sz[A_NARR];
+    layer_sizes(m, B, sz);
+    float *p = a->block;
+    for (int l = 0; l <= L; l++, p += pad16(N * C)) a->res[l] = p;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < A_NARR; i++) {
+            (*arrs[i])[l] = p;
+            p += pad16(sz[i]);
+        }
+    if (m->part.has_head) {
+        a->hf = p, p += pad16(N * C);
+        a->rstdf = p, p += pad16(N);
+        a->logits = p, p += pad16(N * (size_t)m->cfg.vocab);
+        a->losses = p, p += pad16(N);
+    }
+    a->tokens = (int *)p;
+    a->targets = a->tokens + pad16(N);
+    *out = a;
+    return 0;
+}
+
+void mal_acts_destroy(const mal_model *m, mal_acts *a)
+{
+    if (!a) return;
+    if (a->block) mal_kern_free(m->k, a->block);
+    float **arrs[A_NARR] = {a->h1, a->rstd1, a->q,     a->k, a->v, a->att, a->ao,
+                            a->mid, a->h2,   a->rstd2, a->g, a->u, a->s};
+    for (int i = 0; i < A_NARR; i++) free(arrs[i]);
+    free(a->res);
+    free(a);
+}
+
+void mal_acts_set_batch(const mal_model *m, mal_acts *a, const int *inputs, const int *targets)
+{
+    size_t N = (size_t)a->B * (size_t)a->T;
+    m->k->from_host(a->tokens, inputs, N * sizeof(int));
+    m->k->from_host(a->targets, targets, N * sizeof(int));
+}
+
+double mal_acts_loss_sum(const mal_model *m, const mal_acts *a)
+{
+    size_t N = (size_t)a->B * (size_t)a->T;
+    float *h = malloc(N * sizeof(float));
+    if (!h) return NAN;
+    m->k->to_host(h, a->losses, N * sizeof(float));
+    double s = 0;
+    for (size_t i = 0; i < N; i++) s += h[i];
+    free(h);
+    return s;
+}
+
+/* ---- forward / backward ---------------------------------------------- */
+
+static int tp_reduce(mal_model *m, float *x, size_t n)
+{
+    if (m->part.tp_size == 1) return 0;
+    if (!m->tp_allreduce)
+        return MAL_ERR(MAL_EINVAL, "model: TP size %d but no TP all-reduce installed",
+                       m->part.tp_size);
+    return m->tp_allreduce(m->tp_ctx, x, n);
+}
+
+int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_scale)
+{
+    mal_kern k = m->k;
+    const mal_model_config *c = &m->cfg;
+    const int B = a->B, T = a->T, N = B * T, C = c->d_model, V = c->vocab;
+    const int Hl = m->n_heads_local, hd = m->head_dim, A = Hl * hd, F = m->ffn_local;
+    int rc;
+
+    if (m->part.has_embed)
+        mal_kern_embedding_fwd(k, a->res[0], a->tokens, m->p.tok_embedding, N, C);
+    else
+        mal_kern_copy(k, a->res[0], inp, (size_t)N * C);
+
+    for (int l = 0; l < m->n_local_layers; l++) {
+        const mal_layer_views *w = &m->p.layer[l];
+        float *x = a->res[l];
+        mal_kern_rmsnorm_fwd(k, a->h1[l], a->rstd1[l], x, w->attn_norm, N, C, c->norm_eps);
+        mal_kern_matmul_fwd(k, a->q[l], a->h1[l], w->wq, N, C, A, 0);
+        mal_kern_matmul_fwd(k, a->k[l], a->h1[l], w->wk, N, C, A, 0);
+        mal_kern_matmul_fwd(k, a->v[l], a->h1[l], w->wv, N, C, A, 0);
+        mal_kern_rope_fwd(k, a->q[l], B, T, Hl, hd, c->rope_theta);
+        mal_kern_rope_fwd(k, a->k[l], B, T, Hl, hd, c->rope_theta);
+        mal_kern_attention_fwd(k, a->ao[l], a->att[l], a->q[l], a->k[l], a->v[l], B, T, Hl, hd);
+        /* Row-parallel output projection: partial sums over the TP group are
+         * reduced before the residual is added, so it is added once. */
+        mal_kern_matmul_fwd(k, a->mid[l], a->ao[l], w->wo, N, A, C, 0);
+        if ((rc = tp_reduce(m, a->mid[l], (size_t)N * C))) return rc;
+        mal_kern_add(k, a->mid[l], a->mid[l], x, (size_t)N * C);
+
+        mal_kern_rmsnorm_fwd(k, a->h2[l], a->rstd2[l], a->mid[l], w->mlp_norm, N, C, c->norm_eps);
+        mal_kern_matmul_fwd(k, a->g[l], a->h2[l], w->w1, N, C, F, 0);
+        mal_kern_matmul_fwd(k, a->u[l], a->h2[l], w->w3, N, C, F, 0);
+        mal_kern_swiglu_fwd(k, a->s[l], a->g[l], a->u[l], (size_t)N * F);
+        float *y = a->res[l + 1];
+        mal_kern_matmul_fwd(k, y, a->s[l], w->w2, N, F, C, 0);
+        if ((rc = tp_reduce(m, y, (size_t)N * C))) return rc;
+        mal_kern_add(k, y, y, a->mid[l], (size_t)N * C);
+    }
+
+    if (m->part.has_head) {
+        float *x = a->res[m->n_local_layers];
+        mal_kern_rmsnorm_fwd(k, a->hf, a->rstdf, x, m->p.final_norm, N, C, c->norm_eps);
+        mal_kern_matmul_fwd(k, a->logits, a->hf, m->p.lm_head, N, C, V, 0);
+        mal_kern_xent_fwd_bwd(k, a->losses, dloss_scale != 0.0f ? a->logits : NULL, a->logits,
+                              a->targets, N, V, dloss_scale);
+    }
+    return 0;
+}
+
+int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **dinp)
+{
+    mal_kern k = m->k;
+    const mal_model_config *c = &m->cfg;
+    const int B = a->B, T = a->T, N = B * T, C = c->d_model, V = c->vocab;
+    const int Hl = m->n_heads_local, hd = m->head_dim, A = Hl * hd, F = m->ffn_local;
+    const size_t NC = (size_t)N * C;
+    int rc;
+    /* d0: gradient of the residual stream leaving the current layer;
+     * d1: gradient of the mid-layer residual. */
+    float *d0 = m->d_res0, *d1 = m->d_res1;
+
+    if (m->part.has_head) {
+        float *x = a->res[m->n_local_layers];
+        mal_kern_zero(k, m->d_h, NC);
+        mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->p.lm_head, N, C, V);
+        mal_kern_zero(k, d0, NC);
+        mal_kern_rmsnorm_bwd(k, d0, m->g.final_norm, m->d_h, x, m->p.final_norm, a->rstdf, N, C);
+    } else {
+        mal_kern_copy(k, d0, dout, NC);
+    }
+
+    for (int l = m->n_local_layers - 1; l >= 0; l--) {
+        const mal_layer_views *w = &m->p.layer[l];
+        mal_layer_views *gw = &m->g.layer[l];
+        /* MLP block: y = mid + swiglu(h2 W1^T, h2 W3^T) W2^T */
+        mal_kern_copy(k, d1, d0, NC);
+        mal_kern_zero(k, m->d_s, (size_t)N * F);
+        mal_kern_matmul_bwd(k, m->d_s, gw->w2, d0, a->s[l], w->w2, N, F, C);
+        mal_kern_zero(k, m->d_g, (size_t)N * F);
+        mal_kern_zero(k, m->d_u, (size_t)N * F);
+        mal_kern_swiglu_bwd(k, m->d_g, m->d_u, m->d_s, a->g[l], a->u[l], (size_t)N * F);
+        mal_kern_zero(k, m->d_h, NC);
+        mal_kern_matmul_bwd(k, m->d_h, gw->w1, m->d_g, a->h2[l], w->w1, N, C, F);
+        mal_kern_matmul_bwd(k, m->d_h, gw->w3, m->d_u, a->h2[l], w->w3, N, C, F);
+        /* Column-parallel input: each TP rank saw only its FFN columns. */
+        if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
+        mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, a->mid[l], w->mlp_norm, a->rstd2[l], N, C);
+
+        /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T */
+        mal_kern_zero(k, m->d_ao, (size_t)N * A);
+        mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, a->ao[l], w->wo, N, A, C);
+        mal_kern_zero(k, m->d_q, (size_t)N * A);
+        mal_kern_zero(k, m->d_k, (size_t)N * A);
+        mal_kern_zero(k, m->d_v, (size_t)N * A);
+        mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->q[l], a->k[l],
+                               a->v[l], a->att[l], B, T, Hl, hd);
+        mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, c->rope_theta);
+        mal_kern_rope_bwd(k, m->d_k, B, T, Hl, hd, c->rope_theta);
+        mal_kern_zero(k, m->d_h, NC);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wq, m->d_q, a->h1[l], w->wq, N, C, A);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wk, m->d_k, a->h1[l], w->wk, N, C, A);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wv, m->d_v, a->h1[l], w->wv, N, C, A);
+        if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
+        mal_kern_copy(k, d0, d1, NC);
+        mal_kern_rmsnorm_bwd(k, d0, gw->attn_norm, m->d_h, a->res[l], w->attn_norm, a->rstd1[l], N,
+                             C);
+    }
+
+    if (m->part.has_embed) {
+        mal_kern_embedding_bwd(k, m->g.tok_embedding, d0, a->tokens, N, C);
+        if (dinp) *dinp = NULL;
+    } else if (dinp) {
+        *dinp = d0;
+    }
+    return 0;
+}

@@ -1,0 +1,160 @@
+/* The LLaMA-style transformer: parameter layout, initialisation, forward and
+ * backward of the part of the model that one rank holds.
+ *
+ * A rank holds a *part*: a contiguous range of transformer layers, plus the
+ * token embedding if it is a pipeline's first stage and the final norm,
+ * output projection and loss if it is the last, with every matrix split
+ * Megatron-style over the ranks of its tensor-parallel group (wq, wk, wv, w1,
+ * w3 by rows = heads / FFN columns; wo, w2 by columns).  One process holding
+ * everything is the part {0, n_layers, embed, head, tp 1}.
+ *
+ * Parameters, gradients and both Adam moments each live in one contiguous
+ * device allocation with identical layout; every tensor is a view at the same
+ * offset in all four (mal_tensor_info).  Activations live in a mal_acts per
+ * micro-batch in flight, so a pipeline schedule can keep several.
+ *
+ * Shapes in comments: B micro-batch, T sequence, N = B*T, C d_model,
+ * Hl local heads, hd head dim, Fl local FFN hidden, V vocab.
+ */
+#ifndef MAL_MODEL_H
+#define MAL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kernels.h"
+
+typedef struct {
+    int layer_begin, layer_end; /* [begin, end) transformer layers */
+    int has_embed;              /* token embedding (first stage) */
+    int has_head;               /* final norm + output projection + loss (last stage) */
+    int tp_size, tp_rank;       /* tensor-parallel group size and position */
+} mal_model_part;
+
+/* The part that holds the whole model in one process. */
+mal_model_part mal_model_part_full(const mal_model_config *cfg);
+
+/* One tensor of the part: its global identity and where its local shard
+ * lives in the flat buffers. */
+typedef struct {
+    char name[48];       /* global name, e.g. "layers.3.wq", "tok_embedding" */
+    int ndim;            /* 1 or 2 */
+    int64_t shape[2];    /* global shape (rows, cols) */
+    int split_dim;       /* -1 replicated, 0 split by rows, 1 split by columns */
+    int64_t split_off;   /* first global row/column held (along split_dim) */
+    int64_t split_len;   /* rows/columns held (along split_dim) */
+    int64_t local_shape[2];
+    size_t offset;       /* float offset into params / grads / m / v */
+    size_t n;            /* local element count */
+    int decay;           /* AdamW weight decay applies (matrices, not norms) */
+    float init_std;      /* normal(0, init_std); 0 means "ones" (norm weights) */
+} mal_tensor_info;
+
+/* Tensor-parallel all-reduce (sum, in place) over the part's TP group; the
+ * runtime supplies it when tp_size > 1. */
+typedef int (*mal_tp_allreduce_fn)(void *ctx, float *x, size_t n);
+
+typedef struct mal_layer_views {
+    float *attn_norm; /* (C) */
+    float *wq, *wk, *wv; /* (Hl*hd, C) each */
+    float *wo;        /* (C, Hl*hd) */
+    float *mlp_norm;  /* (C) */
+    float *w1, *w3;   /* (Fl, C) gate, up */
+    float *w2;        /* (C, Fl) down */
+} mal_layer_views;
+
+typedef struct mal_model_views {
+    float *tok_embedding;  /* (V, C) or NULL */
+    mal_layer_views *layer; /* [n_local_layers] */
+    float *final_norm;     /* (C) or NULL */
+    float *lm_head;        /* (V, C) or NULL */
+} mal_model_views;
+
+typedef struct mal_model {
+    mal_model_config cfg;
+    mal_model_part part;
+    mal_kern k;
+    int n_local_layers;
+    int n_heads_local, head_dim, ffn_local;
+
+    int n_tensors;
+    mal_tensor_info *tensors;
+    size_t n_params; /* local floats */
+
+    float *params, *grads, *adam_m, *adam_v; /* device, n_params each */
+    mal_model_views p, g;                    /* views into params and grads */
+
+    /* backward scratch shared by all micro-batches (device) */
+    float *d_res0, *d_res1, *d_h;         /* (N,C) */
+    float *d_q, *d_k, *d_v, *d_ao;        /* (N,Hl*hd) */
+    float *d_att;                         /* (B,Hl,T,T) */
+    float *d_g, *d_u, *d_s;               /* (N,Fl) */
+    int max_B;
+
+    mal_tp_allreduce_fn tp_allreduce;
+    void *tp_ctx;
+} mal_model;
+
+/* Local.  Create the part of the model described by `part`, for micro-batches
+ * of up to `max_B` sequences, on kernel backend `k`.  Parameters are
+ * initialised from `seed` (see mal_model_init_params); gradients and Adam
+ * moments are zero.  The model owns all its buffers. */
+int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
+                     int max_B, mal_kern k, uint64_t seed);
+void mal_model_destroy(mal_model *m);
+
+/* Local.  (Re)initialise parameters: element i (global row-major index) of a
+ * tensor is normal(0, std) drawn from (seed, hash of the tensor's global
+ * name, i), so every rank of every plan initialises its shard to exactly the
+ * values one process would. */
+int mal_model_init_params(mal_model *m, uint64_t seed);
+
+/* Local.  Look up a tensor by global name; NULL if this part lacks it. */
+const mal_tensor_info *mal_model_find(const mal_model *m, const char *name);
+
+/* Activations of one micro-batch in flight (device buffers). */
+typedef struct mal_acts {
+    int B, T;
+    int *tokens, *targets; /* (N) */
+    float **res;           /* [n_local_layers+1] (N,C): residual stream entering each layer; last = output */
+    float **h1, **rstd1, **q, **k, **v, **att, **ao, **mid, **h2, **rstd2, **g, **u, **s;
+    float *hf, *rstdf;     /* final norm (N,C), (N) */
+    float *logits;         /* (N,V); overwritten by dlogits when training */
+    float *losses;         /* (N) */
+    void *block;           /* the single allocation behind all of the above */
+} mal_acts;
+
+/* Local.  Activations for micro-batches of B sequences of the model's T. */
+int mal_acts_create(mal_acts **out, const mal_model *m, int B);
+void mal_acts_destroy(const mal_model *m, mal_acts *a);
+
+/* Local.  Copy a batch's tokens and targets (host, B*T int32 each) in. */
+void mal_acts_set_batch(const mal_model *m, mal_acts *a, const int *inputs, const int *targets);
+
+/* Local (collective over the TP group when tp_size > 1).  Forward pass of
+ * the part on one micro-batch.  If the part has no embedding, `inp` (N,C)
+ * is the activation received from the previous stage (copied in).  If it has
+ * the head, the per-token losses end in a->losses and, when dloss_scale != 0,
+ * a->logits is overwritten by dL/dlogits for L = dloss_scale * sum(losses)
+ * (fused, so that backward can follow).  The output activation of a part
+ * without head is a->res[n_local_layers]. */
+int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_scale);
+
+/* Local (collective over the TP group when tp_size > 1).  Backward pass;
+ * accumulates parameter gradients into m->grads.  For a part without head,
+ * `dout` (N,C) is the gradient of its output.  For a part without
+ * embedding, *dinp receives a model-owned (N,C) buffer holding the gradient
+ * of its input, valid until the next backward. */
+int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **dinp);
+
+/* Local.  Sum of a->losses (double, synchronises). */
+double mal_acts_loss_sum(const mal_model *m, const mal_acts *a);
+
+/* Local.  Zero all gradients. */
+void mal_model_zero_grad(mal_model *m);
+
+/* Bytes of activations one micro-batch of B sequences needs on this part. */
+size_t mal_acts_bytes(const mal_model *m, int B);
+
+#endif /* MAL_MODEL_H */

@@ -1,0 +1,49 @@
+/* AdamW, gradient clipping and the learning-rate schedule. */
+#include "optim.h"
+
+#include <math.h>
+
+mal_optim_config mal_optim_defaults(void)
+{
+    mal_optim_config oc = {1e-3f, 0.1f, 10, 100, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    return oc;
+}
+
+float mal_optim_lr(const mal_optim_config *oc, int64_t step)
+{
+    if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;
+    double span = (double)(oc->total_steps - oc->warmup_steps);
+    double p = span > 0 ? (double)(step - oc->warmup_steps) / span : 1.0;
+    if (p > 1.0) p = 1.0;
+    double min_lr = (double)oc->lr * oc->min_lr_ratio;
+    return (float)(min_lr + 0.5 * ((double)oc->lr - min_lr) * (1.0 + cos(M_PI * p)));
+}
+
+double mal_optim_grad_sumsq(const mal_model *m, int (*filter)(const mal_tensor_info *, void *),
+                            void *ctx)
+{
+    double s = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const mal_tensor_info *t = &m->tensors[i];
+        if (filter && !filter(t, ctx)) continue;
+        s += mal_kern_sumsq(m->k, m->grads + t->offset, t->n);
+    }
+    return s;
+}
+
+float mal_optim_clip_scale(const mal_optim_config *oc, double grad_norm)
+{
+    if (oc->grad_clip <= 0 || !(grad_norm > oc->grad_clip)) return 1.0f;
+    return (float)(oc->grad_clip / grad_norm);
+}
+
+void mal_optim_update(mal_model *m, const mal_optim_config *oc, int64_t step, float lr,
+                      float grad_scale)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const mal_tensor_info *t = &m->tensors[i];
+        mal_kern_adamw(m->k, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
+                       m->adam_v + t->offset, t->n, lr, oc->beta1, oc->beta2, oc->eps,
+                       t->decay ? oc->weight_decay : 0.0f, grad_scale, (int)(step + 1));
+    }
+}

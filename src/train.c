@@ -1,0 +1,421 @@
+/* The single-process training loop: set-up, steps, snapshots, metrics. */
+#include "train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "kernels.h"
+#include "mal.h"
+#include "model.h"
+#include "snapshot.h"
+
+struct mal_trainer {
+    mal_train_options o;
+    mal_data *data;
+    mal_model *model;
+    mal_acts *acts;
+    int64_t step; /* steps completed */
+    int64_t saved_step; /* step of the newest snapshot written or loaded (-1: none) */
+    int *inputs, *targets; /* host staging for one micro-batch */
+    FILE *metrics;
+};
+
+mal_train_options mal_train_defaults(void)
+{
+    mal_train_options o;
+    memset(&o, 0, sizeof o);
+    o.optim = mal_optim_defaults();
+    o.seed = 1234;
+    o.steps = 100;
+    o.global_batch = 16;
+    o.micro_batch = 4;
+    o.data_format = MAL_DATA_AUTO;
+    o.log_every = 1;
+    return o;
+}
+
+/* Training settings that define the loss curve; stored in snapshots. */
+static char *train_json(const mal_train_options *o)
+{
+    json_t *j = json_pack("{s:I, s:i, s:i, s:f, s:f, s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "seed",
+                          (json_int_t)o->seed, "global_batch", o->global_batch, "micro_batch",
+                          o->micro_batch, "lr", (double)o->optim.lr, "min_lr_ratio",
+                          (double)o->optim.min_lr_ratio, "warmup_steps", o->optim.warmup_steps,
+                          "total_steps", o->optim.total_steps, "beta1", (double)o->optim.beta1,
+                          "beta2", (double)o->optim.beta2, "eps", (double)o->optim.eps,
+                          "weight_decay", (double)o->optim.weight_decay, "grad_clip",
+                          (double)o->optim.grad_clip);
+    if (!j) return NULL;
+    char *s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    json_decref(j);
+    return s;
+}
+
+/* The snapshot tensors of the model: parameters and both Adam moments. */
+static const char *const state_groups[] = {"param", "adam_m", "adam_v"};
+
+static float *state_buffer(mal_model *m, int g)
+{
+    return g == 0 ? m->params : g == 1 ? m->adam_m : m->adam_v;
+}
+
+static int restore(mal_trainer *tr)
+{
+    char path[4096];
+    int rc = mal_snapshot_find_latest(tr->o.snapshot_dir, path, sizeof path);
+    if (rc) return rc;
+    mal_snapshot *s = NULL;
+    if ((rc = mal_snapshot_open(&s, path))) return rc;
+    const mal_snap_meta *meta = mal_snapshot_meta(s);
+    mal_model *m = tr->model;
+    float *host = NULL;
+    json_t *tj = NULL;
+    mal_model_config saved;
+    if (!meta->config_json || (rc = mal_config_from_json(&saved, meta->config_json, path))) {
+        if (!rc) rc = MAL_ERR(MAL_EFORMAT, "snapshot %s has no model config", path);
+        goto out;
+    }
+    if (!mal_config_equal(&saved, &m->cfg)) {
+        rc = MAL_ERR(MAL_EMISMATCH,
+                     "snapshot %s was written for another model (%s: d_model %d, %d layers, vocab "
+                     "%d) than the one requested (%s: d_model %d, %d layers, vocab %d)",
+                     path, saved.name, saved.d_model, saved.n_layers, saved.vocab, m->cfg.name,
+                     m->cfg.d_model, m->cfg.n_layers, m->cfg.vocab);
+        goto out;
+    }
+    json_error_t jerr;
+    tj = meta->train_json ? json_loads(meta->train_json, 0, &jerr) : NULL;
+    if (!tj) {
+        rc = MAL_ERR(MAL_EFORMAT, "snapshot %s: missing or malformed training settings", path);
+        goto out;
+    }
+    json_int_t gb = json_integer_value(json_object_get(tj, "global_batch"));
+    if (meta->seed != tr->o.seed || gb != tr->o.global_batch) {
+        rc = MAL_ERR(MAL_EMISMATCH,
+                     "snapshot %s was written with seed %llu and global batch %lld; this run asks "
+                     "for seed %llu and global batch %d (they define the data order: pass the "
+                     "snapshot's values)",
+                     path, (unsigned long long)meta->seed, (long long)gb,
+                     (unsigned long long)tr->o.seed, tr->o.global_batch);
+        goto out;
+    }
+    host = malloc(m->n_params * sizeof(float));
+    if (!host) {
+        rc = MAL_ERR(MAL_ENOMEM, "resume: out of memory");
+        goto out;
+    }
+    for (int g = 0; g < 3; g++) {
+        memset(host, 0, m->n_params * sizeof(float));
+        for (int i = 0; i < m->n_tensors; i++) {
+            const mal_tensor_info *t = &m->tensors[i];
+            char name[96];
+            snprintf(name, sizeof name, "%s/%s", state_groups[g], t->name);
+            if ((rc = mal_snapshot_read(s, name, t->ndim, t->shape, host + t->offset, t->n)))
+                goto out;
+        }
+        m->k->from_host(state_buffer(m, g), host, m->n_params * sizeof(float));
+    }
+    if ((rc = mal_kern_sync(m->k))) goto out;
+    tr->step = meta->step;
+    tr->saved_step = meta->step;
+    if (meta->consumed_samples != meta->step * (int64_t)tr->o.global_batch) {
+        rc = MAL_ERR(MAL_EFORMAT, "snapshot %s: consumed samples %lld inconsistent with step %lld",
+                     path, (long long)meta->consumed_samples, (long long)meta->step);
+        goto out;
+    }
+    mal_log(MAL_LOG_INFO, "resumed from %s at step %lld (%lld samples consumed)", path,
+            (long long)meta->step, (long long)meta->consumed_samples);
+out:
+    json_decref(tj);
+    free(host);
+    mal_snapshot_close(s);
+    return rc;
+}
+
+int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
+{
+    const mal_train_options *o = opts;
+    int rc;
+    if ((rc = mal_config_validate(&o->model))) return rc;
+    if (o->steps < 0) return MAL_ERR(MAL_EINVAL, "--steps must be >= 0");
+    if (o->global_batch < 1 || o->micro_batch < 1)
+        return MAL_ERR(MAL_EINVAL, "--global-batch and --micro-batch must be >= 1");
+    if (o->global_batch % o->micro_batch)
+        return MAL_ERR(MAL_EINVAL,
+                       "--global-batch %d is not a multiple of --micro-batch %d (every step "
+                       "processes whole micro-batches)",
+                       o->global_batch, o->micro_batch);
+    if (!(o->optim.lr > 0) || !isfinite(o->optim.lr))
+        return MAL_ERR(MAL_EINVAL, "--lr must be a positive number");
+    if (o->optim.warmup_steps < 0) return MAL_ERR(MAL_EINVAL, "--warmup must be >= 0");
+    if (o->resume && !o->snapshot_dir)
+        return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
+
+    mal_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    tr->o = *o;
+    tr->saved_step = -1;
+    if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
+    if (tr->o.optim.total_steps <= 0) tr->o.optim.total_steps = (int)o->steps;
+
+    if (o->threads > 0) mal_kernels_cpu_set_threads(o->threads);
+    rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
+                      : mal_data_open_default(&tr->data);
+    if (rc) goto fail;
+    if (mal_data_max_token(tr->data) >= o->model.vocab) {
+        rc = MAL_ERR(MAL_EINVAL,
+                     "data %s holds token id %d but model %s has a vocabulary of %d: use a model "
+                     "config with a larger vocab",
+                     mal_data_name(tr->data), mal_data_max_token(tr->data), o->model.name,
+                     o->model.vocab);
+        goto fail;
+    }
+    if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1) {
+        rc = MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
+                     mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
+        goto fail;
+    }
+    mal_model_part part = mal_model_part_full(&o->model);
+    if ((rc = mal_model_create(&tr->model, &o->model, &part, o->micro_batch, &mal_kernels_cpu,
+                               o->seed)))
+        goto fail;
+    if ((rc = mal_acts_create(&tr->acts, tr->model, o->micro_batch))) goto fail;
+    size_t N = (size_t)o->micro_batch * (size_t)o->model.seq_len;
+    tr->inputs = malloc(N * sizeof(int));
+    tr->targets = malloc(N * sizeof(int));
+    if (!tr->inputs || !tr->targets) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (o->resume && (rc = restore(tr))) goto fail;
+    *out = tr;
+    return 0;
+fail:
+    mal_trainer_destroy(tr);
+    return rc;
+}
+
+void mal_trainer_destroy(mal_trainer *tr)
+{
+    if (!tr) return;
+    if (tr->metrics) fclose(tr->metrics);
+    if (tr->acts) mal_acts_destroy(tr->model, tr->acts);
+    mal_model_destroy(tr->model);
+    mal_data_destroy(tr->data);
+    free(tr->inputs);
+    free(tr->targets);
+    free(tr);
+}
+
+int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
+mal_model *mal_trainer_model(mal_trainer *tr) { return tr->model; }
+
+/* Load micro-batch `mb` of step `step` into the activations. */
+static int load_micro_batch(mal_trainer *tr, int64_t step, int mb)
+{
+    const int B = tr->o.micro_batch, T = tr->o.model.seq_len;
+    for (int i = 0; i < B; i++) {
+        int64_t pos = (int64_t)mb * B + i;
+        int rc = mal_data_sample(tr->data, tr->o.seed, step, pos, T, tr->inputs + (size_t)i * T,
+                                 tr->targets + (size_t)i * T);
+        if (rc) return rc;
+    }
+    mal_acts_set_batch(tr->model, tr->acts, tr->inputs, tr->targets);
+    return 0;
+}
+
+int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss)
+{
+    const int n_micro = tr->o.global_batch / tr->o.micro_batch;
+    double sum = 0;
+    int rc;
+    for (int mb = 0; mb < n_micro; mb++) {
+        if ((rc = load_micro_batch(tr, step, mb))) return rc;
+        if ((rc = mal_model_forward(tr->model, tr->acts, NULL, 0.0f))) return rc;
+        sum += mal_acts_loss_sum(tr->model, tr->acts);
+    }
+    *loss = sum / ((double)tr->o.global_batch * tr->o.model.seq_len);
+    return mal_kern_sync(tr->model->k);
+}
+
+int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
+{
+    mal_model *m = tr->model;
+    const int n_micro = tr->o.global_batch / tr->o.micro_batch;
+    const double tokens = (double)tr->o.global_batch * tr->o.model.seq_len;
+    /* Every token of the global batch weighs 1/tokens in the loss, whichever
+     * micro-batch (and, in parallel runs, whichever pipeline) computes it. */
+    const float dscale = (float)(1.0 / tokens);
+    const int64_t step = tr->step;
+    double t0 = mal_now(), loss_sum = 0, compute = 0;
+    int rc;
+
+    mal_model_zero_grad(m);
+    for (int mb = 0; mb < n_micro; mb++) {
+        if ((rc = load_micro_batch(tr, step, mb))) return rc;
+        double c0 = mal_now();
+        if ((rc = mal_model_forward(m, tr->acts, NULL, dscale))) return rc;
+        if ((rc = mal_model_backward(m, tr->acts, NULL, NULL))) return rc;
+        loss_sum += mal_acts_loss_sum(m, tr->acts);
+        if ((rc = mal_kern_sync(m->k))) return rc;
+        compute += mal_now() - c0;
+    }
+    double c0 = mal_now();
+    double norm = sqrt(mal_optim_grad_sumsq(m, NULL, NULL));
+    float lr = mal_optim_lr(&tr->o.optim, step);
+    float scale = mal_optim_clip_scale(&tr->o.optim, norm);
+    mal_optim_update(m, &tr->o.optim, step, lr, scale);
+    if ((rc = mal_kern_sync(m->k))) return rc;
+    compute += mal_now() - c0;
+    tr->step++;
+
+    if (st) {
+        st->step = tr->step;
+        st->loss = loss_sum / tokens;
+        st->lr = lr;
+        st->grad_norm = norm;
+        st->step_s = mal_now() - t0;
+        st->compute_s = compute;
+        st->tokens_per_s = tokens / st->step_s;
+    }
+    if (!isfinite(loss_sum))
+        return MAL_ERR(MAL_EINVAL, "loss became %f at step %lld: lower --lr", loss_sum,
+                       (long long)step + 1);
+    return 0;
+}
+
+int mal_trainer_save(mal_trainer *tr)
+{
+    if (!tr->o.snapshot_dir) return MAL_ERR(MAL_EINVAL, "no --snapshot-dir to save into");
+    mal_model *m = tr->model;
+    int nt = 3 * m->n_tensors, rc = 0;
+    mal_snap_tensor *ts = calloc((size_t)nt, sizeof *ts);
+    char (*names)[96] = calloc((size_t)nt, sizeof *names);
+    float *host = malloc(3 * m->n_params * sizeof(float));
+    char *cfg = mal_config_to_json(&m->cfg), *trj = train_json(&tr->o);
+    if (!ts || !names || !host || !cfg || !trj) {
+        rc = MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
+        goto out;
+    }
+    for (int g = 0; g < 3; g++) {
+        float *h = host + (size_t)g * m->n_params;
+        m->k->to_host(h, state_buffer(m, g), m->n_params * sizeof(float));
+        for (int i = 0; i < m->n_tensors; i++) {
+            const mal_tensor_info *t = &m->tensors[i];
+            mal_snap_tensor *s = &ts[g * m->n_tensors + i];
+            snprintf(names[g * m->n_tensors + i], sizeof names[0], "%s/%s", state_groups[g],
+                     t->name);
+            s->name = names[g * m->n_tensors + i];
+            s->ndim = t->ndim;
+            for (int d = 0; d < t->ndim; d++) {
+                s->shape[d] = t->shape[d];
+                s->offset[d] = (d == t->split_dim) ? t->split_off : 0;
+                s->extent[d] = t->local_shape[d];
+            }
+            s->data = h + t->offset;
+        }
+    }
+    if ((rc = mal_kern_sync(m->k))) goto out;
+    mal_snap_meta meta = {tr->step, tr->step * (int64_t)tr->o.global_batch, tr->o.seed, 0, cfg,
+                          trj, NULL};
+    char path[4096];
+    if ((rc = mal_snapshot_write(tr->o.snapshot_dir, &meta, ts, nt, tr->o.keep_snapshots, path,
+                                 sizeof path)))
+        goto out;
+    tr->saved_step = tr->step;
+    mal_log(MAL_LOG_INFO, "snapshot written: %s", path);
+out:
+    free(cfg);
+    free(trj);
+    free(host);
+    free(names);
+    free(ts);
+    return rc;
+}
+
+void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
+{
+    const mal_model_config *c = &tr->o.model;
+    const mal_model *m = tr->model;
+    int64_t np = mal_config_n_params(c);
+    double state_mb = 4.0 * (double)m->n_params * 4 / 1048576.0;
+    double acts_mb = (double)mal_acts_bytes(m, tr->o.micro_batch) / 1048576.0;
+    fprintf(f, "malleus-train %s\n", PACKAGE_VERSION);
+    fprintf(f, "+----------------------+------------------------------------------+\n");
+    fprintf(f, "| model                | %-40s |\n", c->name);
+    fprintf(f, "| parameters           | %-40lld |\n", (long long)np);
+    fprintf(f, "| vocab / d_model      | %6d / %-31d |\n", c->vocab, c->d_model);
+    fprintf(f, "| layers / heads / ffn | %4d / %4d / %-27d |\n", c->n_layers, c->n_heads,
+            c->ffn_hidden);
+    fprintf(f, "| seq_len / rope theta | %6d / %-31g |\n", c->seq_len, (double)c->rope_theta);
+    fprintf(f, "| state (p+g+m+v)      | %-37.1f MiB |\n", state_mb);
+    fprintf(f, "| activations/micro    | %-37.1f MiB |\n", acts_mb);
+    fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
+    fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
+    fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch, tr->o.micro_batch);
+    fprintf(f, "| steps / seed         | %6lld / %-31llu |\n", (long long)tr->o.steps,
+            (unsigned long long)tr->o.seed);
+    fprintf(f, "| lr / warmup / wd     | %-10g / %5d / %-19g |\n", (double)tr->o.optim.lr,
+            tr->o.optim.warmup_steps, (double)tr->o.optim.weight_decay);
+    fprintf(f, "| kernels              | %-40s |\n", m->k->name);
+    fprintf(f, "| build: CUDA / NCCL   | %-18s / %-19s |\n",
+#ifdef HAVE_CUDA
+            "compiled in",
+#else
+            "not built",
+#endif
+#ifdef HAVE_NCCL
+            "compiled in"
+#else
+            "not built"
+#endif
+    );
+    fprintf(f, "+----------------------+------------------------------------------+\n");
+    fflush(f);
+}
+
+static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
+{
+    if (!tr->metrics) return 0;
+    fprintf(tr->metrics,
+            "{\"step\": %lld, \"loss\": %.7g, \"lr\": %.7g, \"grad_norm\": %.7g, "
+            "\"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"compute_ms\": %.3f, "
+            "\"consumed_samples\": %lld}\n",
+            (long long)st->step, st->loss, (double)st->lr, st->grad_norm, st->tokens_per_s,
+            1e3 * st->step_s, 1e3 * st->compute_s, (long long)st->step * tr->o.global_batch);
+    if (fflush(tr->metrics) != 0)
+        return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
+    return 0;
+}
+
+int mal_trainer_run(mal_trainer *tr)
+{
+    int rc;
+    if (tr->o.metrics_path && !tr->metrics) {
+        /* A resumed run appends so the file holds the whole curve. */
+        tr->metrics = fopen(tr->o.metrics_path, tr->o.resume ? "a" : "w");
+        if (!tr->metrics)
+            return MAL_ERR(MAL_EIO, "cannot open metrics file %s: %s", tr->o.metrics_path,
+                           strerror(errno));
+    }
+    const int width = snprintf(NULL, 0, "%lld", (long long)tr->o.steps);
+    while (tr->step < tr->o.steps) {
+        mal_step_stats st;
+        if ((rc = mal_trainer_step(tr, &st))) return rc;
+        if ((rc = write_metrics(tr, &st))) return rc;
+        if (tr->o.log_every > 0 && (st.step % tr->o.log_every == 0 || st.step == tr->o.steps))
+            mal_log(MAL_LOG_INFO,
+                    "step %*lld/%lld | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %8.1f ms",
+                    width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
+                    st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
+        if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
+            st.step != tr->o.steps && (rc = mal_trainer_save(tr)))
+            return rc;
+    }
+    if (tr->o.snapshot_dir && tr->saved_step != tr->step && (rc = mal_trainer_save(tr))) return rc;
+    return 0;
+}

@@ -1,0 +1,78 @@
+/* The training loop as a library: options, set-up (fresh or resumed from a
+ * snapshot), one optimizer step at a time, snapshots, metrics and the
+ * human-readable log.  malleus-train is a thin shell over this; tests drive
+ * it directly.
+ *
+ * The mathematics follows DESIGN.md's invariant: the global batch of step t
+ * is the set of samples (seed, t, position 0..global_batch-1) whatever the
+ * micro-batching; the loss and gradient are means over all its tokens. */
+#ifndef MAL_TRAIN_H
+#define MAL_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "optim.h"
+
+typedef struct {
+    mal_model_config model;
+    mal_optim_config optim;
+    uint64_t seed;
+    int64_t steps;          /* train until this many steps are done */
+    int global_batch;       /* sequences per optimizer step */
+    int micro_batch;        /* sequences per forward/backward */
+    const char *data_path;  /* NULL: the built-in corpus */
+    int data_format;        /* MAL_DATA_AUTO / LLMC / RAW16 */
+    const char *snapshot_dir;  /* NULL: no snapshots */
+    int snapshot_every;     /* steps between snapshots (0: only at the end) */
+    int keep_snapshots;     /* retention: newest N kept (0: all) */
+    int resume;             /* continue from the latest snapshot in snapshot_dir */
+    const char *metrics_path;  /* JSON lines, one per step; NULL: none */
+    int threads;            /* BLAS threads (0: leave the default) */
+    int log_every;          /* print a step line every N steps (0: never) */
+} mal_train_options;
+
+/* Defaults for everything but the model (which the caller loads). */
+mal_train_options mal_train_defaults(void);
+
+typedef struct mal_trainer mal_trainer;
+
+typedef struct {
+    int64_t step;      /* steps completed after this one (1-based) */
+    double loss;       /* mean loss over the global batch */
+    float lr;
+    double grad_norm;  /* before clipping */
+    double step_s;     /* wall time of the step */
+    double compute_s;  /* time in kernels (synchronised) */
+    double tokens_per_s;
+} mal_step_stats;
+
+/* Local.  Validate options, load data, build the model; with opts->resume,
+ * restore the full state from the newest snapshot in opts->snapshot_dir
+ * (refusing one written for another model, seed or global batch).  Nothing
+ * on disk is written or truncated here. */
+int mal_trainer_create(mal_trainer **out, const mal_train_options *opts);
+void mal_trainer_destroy(mal_trainer *tr);
+
+/* Local.  One optimizer step over the global batch. */
+int mal_trainer_step(mal_trainer *tr, mal_step_stats *st);
+
+/* Local.  Write a snapshot of the full state now (needs snapshot_dir). */
+int mal_trainer_save(mal_trainer *tr);
+
+/* Local.  Print the start-up table to `f`. */
+void mal_trainer_print_summary(const mal_trainer *tr, FILE *f);
+
+/* Local.  Train until opts->steps: log lines, metrics, periodic and final
+ * snapshots. */
+int mal_trainer_run(mal_trainer *tr);
+
+int64_t mal_trainer_steps_done(const mal_trainer *tr);
+struct mal_model *mal_trainer_model(mal_trainer *tr);
+
+/* Local.  Mean loss of the global batch of step `step` without updating
+ * anything (evaluation; used by tests). */
+int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss);
+
+#endif /* MAL_TRAIN_H */

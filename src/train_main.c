@@ -1,0 +1,233 @@
+/* malleus-train: command-line shell over the training library (train.h).
+ * Parses flags, loads the model config, runs, and turns library errors into
+ * messages and exit codes: 0 done, 1 failure, 2 usage error. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "mal.h"
+#include "train.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: malleus-train [OPTIONS]\n"
+            "Train a LLaMA-style transformer language model.\n"
+            "\n"
+            "Model and data:\n"
+            "  --model PRESET|FILE    model config: tiny, small, 32b, 70b, 110b, or a JSON file\n"
+            "                         with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
+            "                         seq_len [, rope_theta, norm_eps]   (default: tiny)\n"
+            "  --data FILE            token file (llm.c format or headerless uint16);\n"
+            "                         default: the built-in corpus (byte-level, vocab 256)\n"
+            "  --data-format F        auto, llmc or raw16 (default: auto)\n"
+            "\n"
+            "Training:\n"
+            "  --steps N              train until N optimizer steps are done (default: 100)\n"
+            "  --seed S               seed of initialisation and data order (default: 1234)\n"
+            "  --global-batch N       sequences per step (default: 16)\n"
+            "  --micro-batch N        sequences per forward/backward (default: 4)\n"
+            "  --lr X                 peak learning rate (default: 1e-3)\n"
+            "  --min-lr-ratio X       cosine floor as a fraction of --lr (default: 0.1)\n"
+            "  --warmup N             linear warmup steps (default: 10)\n"
+            "  --decay-steps N        length of the schedule (default: --steps)\n"
+            "  --weight-decay X       AdamW decoupled weight decay on matrices (default: 0.1)\n"
+            "  --beta1 X, --beta2 X   Adam moments (default: 0.9, 0.95)\n"
+            "  --adam-eps X           Adam epsilon (default: 1e-8)\n"
+            "  --clip X               global gradient-norm clip, 0 = off (default: 1.0)\n"
+            "  --threads N            BLAS threads (default: OpenBLAS's choice)\n"
+            "\n"
+            "Snapshots and output:\n"
+            "  --snapshot-dir DIR     where snapshots go (a final one is written at the end)\n"
+            "  --snapshot-every N     also snapshot every N steps (default: 0 = end only)\n"
+            "  --keep N               keep the newest N snapshots (default: 0 = all)\n"
+            "  --resume               continue from the newest snapshot in --snapshot-dir\n"
+            "  --metrics FILE         one JSON object per step (appended to when resuming)\n"
+            "  --log-every N          print a step line every N steps (default: 1)\n"
+            "  --quiet                no start-up table or step lines\n"
+            "  -h, --help             this text\n"
+            "  --version              print the version\n"
+            "\n"
+            "Example:\n"
+            "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n");
+}
+
+static int bad(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "malleus-train: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\nTry 'malleus-train --help'.\n");
+    return 2;
+}
+
+/* Strict integer parse: the whole argument, within [lo, hi]. */
+static int parse_long(const char *flag, const char *arg, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(arg, &end, 10);
+    if (errno || end == arg || *end || v < lo || v > hi) {
+        char range[96];
+        snprintf(range, sizeof range, "an integer in [%lld, %lld]", lo, hi);
+        fprintf(stderr, "malleus-train: %s expects %s, got '%s'\nTry 'malleus-train --help'.\n",
+                flag, range, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *arg, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (errno || end == arg || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr,
+                "malleus-train: %s expects a number in [%g, %g], got '%s'\nTry 'malleus-train "
+                "--help'.\n",
+                flag, lo, hi, arg);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+enum {
+    O_MODEL = 256, O_DATA, O_DATA_FORMAT, O_STEPS, O_SEED, O_GB, O_MB, O_LR, O_MINLR, O_WARMUP,
+    O_DECAY, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_THREADS, O_SNAPDIR, O_SNAPEVERY, O_KEEP,
+    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION
+};
+
+static const struct option longopts[] = {
+    {"model", required_argument, 0, O_MODEL},
+    {"data", required_argument, 0, O_DATA},
+    {"data-format", required_argument, 0, O_DATA_FORMAT},
+    {"steps", required_argument, 0, O_STEPS},
+    {"seed", required_argument, 0, O_SEED},
+    {"global-batch", required_argument, 0, O_GB},
+    {"micro-batch", required_argument, 0, O_MB},
+    {"lr", required_argument, 0, O_LR},
+    {"min-lr-ratio", required_argument, 0, O_MINLR},
+    {"warmup", required_argument, 0, O_WARMUP},
+    {"decay-steps", required_argument, 0, O_DECAY},
+    {"weight-decay", required_argument, 0, O_WD},
+    {"beta1", required_argument, 0, O_B1},
+    {"beta2", required_argument, 0, O_B2},
+    {"adam-eps", required_argument, 0, O_EPS},
+    {"clip", required_argument, 0, O_CLIP},
+    {"threads", required_argument, 0, O_THREADS},
+    {"snapshot-dir", required_argument, 0, O_SNAPDIR},
+    {"snapshot-every", required_argument, 0, O_SNAPEVERY},
+    {"keep", required_argument, 0, O_KEEP},
+    {"resume", no_argument, 0, O_RESUME},
+    {"metrics", required_argument, 0, O_METRICS},
+    {"log-every", required_argument, 0, O_LOGEVERY},
+    {"quiet", no_argument, 0, O_QUIET},
+    {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, O_VERSION},
+    {0, 0, 0, 0},
+};
+
+/* Parse argv into opts; returns -1 to continue, else an exit code. */
+static int parse_args(int argc, char **argv, mal_train_options *o, const char **model, int *quiet)
+{
+    long long v;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: *model = optarg; break;
+        case O_DATA: o->data_path = optarg; break;
+        case O_DATA_FORMAT:
+            if (!strcmp(optarg, "auto")) o->data_format = MAL_DATA_AUTO;
+            else if (!strcmp(optarg, "llmc")) o->data_format = MAL_DATA_LLMC;
+            else if (!strcmp(optarg, "raw16")) o->data_format = MAL_DATA_RAW16;
+            else return bad("--data-format must be auto, llmc or raw16, got '%s'%s", optarg, "");
+            break;
+#define INT(flag, field, lo, hi)                                                \
+    if (parse_long(flag, optarg, lo, hi, &v)) return 2;                          \
+    field = v;                                                                  \
+    break
+        case O_STEPS: INT("--steps", o->steps, 0, LLONG_MAX / 65536);
+        case O_SEED: INT("--seed", o->seed, 0, LLONG_MAX);
+        case O_GB: INT("--global-batch", o->global_batch, 1, 1 << 20);
+        case O_MB: INT("--micro-batch", o->micro_batch, 1, 1 << 20);
+        case O_WARMUP: INT("--warmup", o->optim.warmup_steps, 0, INT_MAX);
+        case O_DECAY: INT("--decay-steps", o->optim.total_steps, 1, INT_MAX);
+        case O_THREADS: INT("--threads", o->threads, 1, 1024);
+        case O_SNAPEVERY: INT("--snapshot-every", o->snapshot_every, 0, INT_MAX);
+        case O_KEEP: INT("--keep", o->keep_snapshots, 0, INT_MAX);
+        case O_LOGEVERY: INT("--log-every", o->log_every, 0, INT_MAX);
+#undef INT
+        case O_LR: if (parse_float("--lr", optarg, 1e-12, 10, &o->optim.lr)) return 2; break;
+        case O_MINLR:
+            if (parse_float("--min-lr-ratio", optarg, 0, 1, &o->optim.min_lr_ratio)) return 2;
+            break;
+        case O_WD:
+            if (parse_float("--weight-decay", optarg, 0, 10, &o->optim.weight_decay)) return 2;
+            break;
+        case O_B1: if (parse_float("--beta1", optarg, 0, 0.999999, &o->optim.beta1)) return 2; break;
+        case O_B2: if (parse_float("--beta2", optarg, 0, 0.999999, &o->optim.beta2)) return 2; break;
+        case O_EPS: if (parse_float("--adam-eps", optarg, 1e-30, 1, &o->optim.eps)) return 2; break;
+        case O_CLIP: if (parse_float("--clip", optarg, 0, 1e30, &o->optim.grad_clip)) return 2; break;
+        case O_SNAPDIR: o->snapshot_dir = optarg; break;
+        case O_RESUME: o->resume = 1; break;
+        case O_METRICS: o->metrics_path = optarg; break;
+        case O_QUIET: *quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        case O_VERSION: printf("malleus-train %s\n", PACKAGE_VERSION); return 0;
+        case ':': return bad("option '%s' needs a value%s", argv[optind - 1], "");
+        default: return bad("unknown option '%s'%s", argv[optind - 1], "");
+        }
+    }
+    if (optind < argc) return bad("unexpected argument '%s'%s", argv[optind], "");
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    mal_train_options o = mal_train_defaults();
+    const char *model = "tiny";
+    int quiet = 0, status = 1;
+    int rc = parse_args(argc, argv, &o, &model, &quiet);
+    if (rc >= 0) return rc;
+
+    MPI_Init(&argc, &argv);
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    mal_trainer *tr = NULL;
+    if (world != 1) {
+        fprintf(stderr,
+                "malleus-train: started with %d ranks, but this version trains in one process "
+                "only; run it without mpiexec/srun\n",
+                world);
+        goto out;
+    }
+    if ((rc = mal_config_load(&o.model, model))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = 2;
+        goto out;
+    }
+    if (quiet) mal_log_level = MAL_LOG_WARN;
+    if ((rc = mal_trainer_create(&tr, &o))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = rc == MAL_EINVAL ? 2 : 1;
+        goto out;
+    }
+    if (!quiet) mal_trainer_print_summary(tr, stdout);
+    if ((rc = mal_trainer_run(tr))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        goto out;
+    }
+    status = 0;
+out:
+    mal_trainer_destroy(tr);
+    MPI_Finalize();
+    return status;
+}

@@ -1,0 +1,83 @@
+#!/bin/sh
+# malleus-train's command line: a short good run writes the metrics it
+# promises; every bad input (flags, model config, data, snapshot) gives a
+# message naming the problem, a nonzero exit, and overwrites nothing.
+set -u
+TRAIN="${top_builddir:-.}/malleus-train"
+W=$(mktemp -d /tmp/malleus-test-cli-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+fails=0
+
+# expect CODE PATTERN -- ARGS...: exit status CODE ("nz" = any nonzero) and
+# PATTERN (grep -E) in stderr.
+expect() {
+    code=$1 pat=$2; shift 3
+    "$TRAIN" "$@" >"$W/out" 2>"$W/err"; rc=$?
+    ok=1
+    if [ "$code" = nz ]; then [ $rc -ne 0 ] || ok=0; else [ $rc -eq "$code" ] || ok=0; fi
+    grep -Eq -- "$pat" "$W/err" || ok=0
+    if [ $ok = 1 ]; then
+        echo "ok: $* -> $rc: $(head -1 "$W/err")"
+    else
+        echo "FAIL: $* -> exit $rc, wanted $code and /$pat/; stderr:"; cat "$W/err"
+        fails=$((fails + 1))
+    fi
+}
+
+# A good short run.
+"$TRAIN" --model tiny --steps 3 --global-batch 4 --micro-batch 2 --metrics "$W/m.jsonl" \
+    --snapshot-dir "$W/snap" >"$W/out" 2>&1 || { cat "$W/out"; echo "FAIL: good run"; exit 1; }
+grep -q 'step 3/3' "$W/out" || { echo "FAIL: no step line"; fails=$((fails + 1)); }
+grep -q 'parameters' "$W/out" || { echo "FAIL: no start-up table"; fails=$((fails + 1)); }
+[ "$(wc -l <"$W/m.jsonl")" -eq 3 ] || { echo "FAIL: metrics lines"; fails=$((fails + 1)); }
+for k in step loss lr tokens_per_s step_ms; do
+    grep -q "\"$k\":" "$W/m.jsonl" || { echo "FAIL: metrics lack $k"; fails=$((fails + 1)); }
+done
+"$TRAIN" --help >"$W/out" 2>&1 && grep -q -- '--snapshot-dir' "$W/out" ||
+    { echo "FAIL: --help"; fails=$((fails + 1)); }
+
+printf '{"vocab": 256, "d_model": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32,}' >"$W/badjson.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32, "dmodel": 3}' >"$W/unknown.json"
+printf '{"vocab": 256, "d_model": 60, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/indiv.json"
+printf '{"vocab": 100, "d_model": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/v100.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 3, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/l3.json"
+printf 'not a token file at all, just some text.....' >"$W/bad.bin"
+
+expect 2 "unknown option '--frobnicate'" -- --frobnicate
+expect 2 "--steps expects an integer" -- --steps abc
+expect 2 "--lr expects a number" -- --lr -1
+expect 2 "needs a value" -- --model
+expect 2 "neither a preset" -- --model nosuch
+expect 2 "invalid JSON" -- --model "$W/badjson.json"
+expect 2 'unknown field "dmodel"' -- --model "$W/unknown.json"
+expect 2 "not divisible by n_heads" -- --model "$W/indiv.json"
+expect nz "$W/missing.bin" -- --data "$W/missing.bin" --steps 1
+expect nz "$W/bad.bin" -- --data "$W/bad.bin" --data-format llmc --steps 1
+expect 2 "not a multiple of --micro-batch" -- --global-batch 6 --micro-batch 4
+expect 2 "vocabulary of 100" -- --model "$W/v100.json" --steps 1
+expect 2 "--resume needs --snapshot-dir" -- --resume
+mkdir -p "$W/empty"
+expect nz "$W/empty" -- --resume --snapshot-dir "$W/empty" --steps 5
+
+# Resume refusals must leave the metrics file and snapshots untouched.
+cp "$W/m.jsonl" "$W/m.before"
+ls -R "$W/snap" >"$W/snap.before"
+expect nz "another model" -- --model "$W/l3.json" --resume --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --steps 5
+expect nz "seed" -- --seed 99 --resume --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --steps 5
+cmp -s "$W/m.jsonl" "$W/m.before" || { echo "FAIL: metrics file changed by a refused run"; fails=$((fails + 1)); }
+ls -R "$W/snap" | cmp -s - "$W/snap.before" || { echo "FAIL: snapshot dir changed by a refused run"; fails=$((fails + 1)); }
+
+# An incomplete snapshot (no completion marker) is never loaded.
+latest="$W/snap/$(cat "$W/snap/latest")"
+rm -f "$latest/COMPLETE"
+expect nz "COMPLETE|incomplete" -- --resume --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap" --steps 5
+
+# Resuming the good run continues where it stopped and appends to the metrics.
+cp -r "$W/snap" "$W/snap2"
+"$TRAIN" --steps 3 --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap3" --metrics "$W/r.jsonl" >/dev/null 2>&1
+"$TRAIN" --steps 5 --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap3" --metrics "$W/r.jsonl" --resume >"$W/out" 2>&1 ||
+    { cat "$W/out"; echo "FAIL: resume"; fails=$((fails + 1)); }
+[ "$(wc -l <"$W/r.jsonl")" -eq 5 ] || { echo "FAIL: resumed metrics should hold 5 lines"; fails=$((fails + 1)); }
+
+echo "$fails failure(s)"
+[ $fails -eq 0 ]

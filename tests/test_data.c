@@ -1,0 +1,520 @@
+/* Tests for src/data.c and src/corpus.c: token file round trips in both
+ * formats, format detection, every malformed-file error, the purity and
+ * uniformity of window sampling, and the built-in corpus. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "data.h"
+#include "mal.h"
+#include "mal_test.h"
+#include "rng.h"
+
+static char dir[64];
+
+static char *path_in(const char *name)
+{
+    static char buf[8][256];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, 256, "%s/%s", dir, name);
+    return p;
+}
+
+/* Write raw bytes with stdio: an independent writer for the reader tests. */
+static void write_bytes(const char *path, const void *buf, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(len == 0 || fwrite(buf, 1, len, f) == len);
+    CHECK(fclose(f) == 0);
+}
+
+static unsigned char *read_bytes(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    CHECK(fseek(f, 0, SEEK_END) == 0);
+    long n = ftell(f);
+    CHECK(n >= 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)n + 1);
+    CHECK(b != NULL);
+    CHECK(fread(b, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* An llm.c image built byte by byte: header {magic, version, count}, then
+ * `n_tok` little-endian tokens tok(i) = (i * 7919) & 0xffff. */
+static unsigned char *llmc_image(int32_t magic, int32_t version, int32_t count, size_t n_tok,
+                                 size_t *len)
+{
+    *len = 1024 + 2 * n_tok;
+    unsigned char *b = calloc(1, *len);
+    CHECK(b != NULL);
+    int32_t h[3] = {magic, version, count};
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 4; j++)
+            b[4 * k + j] = (unsigned char)((uint32_t)h[k] >> (8 * j));
+    for (size_t i = 0; i < n_tok; i++) {
+        unsigned v = (unsigned)((i * 7919) & 0xffff);
+        b[1024 + 2 * i] = (unsigned char)v;
+        b[1024 + 2 * i + 1] = (unsigned char)(v >> 8);
+    }
+    return b;
+}
+
+/* open must fail with `want` and a message naming the path. */
+static void expect_open_error(const char *path, int format, int want)
+{
+    mal_data *d = (mal_data *)0x1;
+    mal_clearerr();
+    int rc = mal_data_open(&d, path, format);
+    if (rc != want || strstr(mal_errmsg(), path) == NULL) {
+        fprintf(stderr, "open %s (format %d): rc %d (%s), want %d; message: %s\n", path, format, rc,
+                mal_strerror(rc), want, mal_errmsg());
+        exit(1);
+    }
+    CHECK(d == NULL);
+}
+
+static void test_round_trip(void)
+{
+    enum { N = 5000 };
+    uint16_t *tok = malloc(N * sizeof *tok);
+    CHECK(tok != NULL);
+    for (size_t i = 0; i < N; i++)
+        tok[i] = (uint16_t)(mal_rng_u64(1, 2, i) & 0xffff);
+    tok[1234] = 65535; /* the largest id must survive and be reported */
+    int formats[2] = {MAL_DATA_LLMC, MAL_DATA_RAW16};
+    for (int f = 0; f < 2; f++) {
+        const char *p = path_in(formats[f] == MAL_DATA_LLMC ? "rt.llmc" : "rt.raw16");
+        CHECK_OK(mal_data_write(p, formats[f], tok, N));
+
+        /* Independent check of the bytes on disk. */
+        size_t len;
+        unsigned char *b = read_bytes(p, &len);
+        size_t hdr = formats[f] == MAL_DATA_LLMC ? 1024 : 0;
+        CHECK_EQ_INT(len, hdr + 2 * N);
+        if (hdr) {
+            size_t elen;
+            unsigned char *e = llmc_image(20240520, 1, N, 0, &elen);
+            CHECK(memcmp(b, e, 1024) == 0);
+            free(e);
+        }
+        for (size_t i = 0; i < N; i++)
+            CHECK_EQ_INT(b[hdr + 2 * i] | b[hdr + 2 * i + 1] << 8, tok[i]);
+        free(b);
+
+        /* Read back with the explicit format and with AUTO. */
+        int how[2] = {formats[f], MAL_DATA_AUTO};
+        for (int h = 0; h < 2; h++) {
+            mal_data *d;
+            CHECK_OK(mal_data_open(&d, p, how[h]));
+            CHECK_EQ_INT(mal_data_n_tokens(d), N);
+            CHECK(memcmp(mal_data_tokens(d), tok, N * sizeof *tok) == 0);
+            CHECK_EQ_INT(mal_data_max_token(d), 65535);
+            CHECK(strcmp(mal_data_name(d), p) == 0);
+            mal_data_destroy(d);
+        }
+        /* An llm.c file read as raw16 is a valid (different) stream that
+         * includes the header; AUTO must not do that. */
+        if (formats[f] == MAL_DATA_LLMC) {
+            mal_data *d;
+            CHECK_OK(mal_data_open(&d, p, MAL_DATA_RAW16));
+            CHECK_EQ_INT(mal_data_n_tokens(d), 512 + N);
+            mal_data_destroy(d);
+        }
+    }
+    /* No temporary file is left behind; overwriting works. */
+    CHECK_OK(mal_data_write(path_in("rt.raw16"), MAL_DATA_RAW16, tok, 10));
+    mal_data *d;
+    CHECK_OK(mal_data_open(&d, path_in("rt.raw16"), MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_n_tokens(d), 10);
+    mal_data_destroy(d);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp > /dev/null", dir);
+    CHECK(system(cmd) != 0); /* grep finds nothing: exit status 1 */
+
+    /* Write errors leave nothing behind. */
+    CHECK_EQ_INT(mal_data_write(path_in("nodir/x.bin"), MAL_DATA_LLMC, tok, N), MAL_EIO);
+    CHECK(strstr(mal_errmsg(), "nodir/x.bin") != NULL);
+    CHECK_EQ_INT(mal_data_write(path_in("w.bin"), MAL_DATA_AUTO, tok, N), MAL_EINVAL);
+    CHECK_EQ_INT(mal_data_write(path_in("w.bin"), MAL_DATA_LLMC, tok, 0), MAL_EINVAL);
+    CHECK(access(path_in("w.bin"), F_OK) != 0);
+    free(tok);
+}
+
+static void test_detection_of_raw_lookalike(void)
+{
+    /* A raw16 file whose first tokens are not the magic stays raw under
+     * AUTO even when it is exactly header-sized. */
+    uint16_t tok[512];
+    for (int i = 0; i < 512; i++)
+        tok[i] = (uint16_t)i;
+    const char *p = path_in("raw512.bin");
+    write_bytes(p, tok, sizeof tok);
+    mal_data *d;
+    CHECK_OK(mal_data_open(&d, p, MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_n_tokens(d), 512);
+    CHECK_EQ_INT(mal_data_max_token(d), 511);
+    mal_data_destroy(d);
+    /* ...and a 2-byte file (shorter than a magic) is one raw token. */
+    p = path_in("two.bin");
+    write_bytes(p, "\x05\x01", 2);
+    CHECK_OK(mal_data_open(&d, p, MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_n_tokens(d), 1);
+    CHECK_EQ_INT(mal_data_tokens(d)[0], 0x0105);
+    mal_data_destroy(d);
+}
+
+static void test_bad_files(void)
+{
+    size_t len;
+    unsigned char *b;
+
+    expect_open_error(path_in("missing.bin"), MAL_DATA_AUTO, MAL_ENOENT);
+    expect_open_error(dir, MAL_DATA_AUTO, MAL_EIO); /* a directory */
+
+    const char *p = path_in("empty.bin");
+    write_bytes(p, "", 0);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+    expect_open_error(p, MAL_DATA_LLMC, MAL_EFORMAT);
+    expect_open_error(p, MAL_DATA_RAW16, MAL_EFORMAT);
+
+    /* Wrong magic, read as llm.c. */
+    p = path_in("magic.bin");
+    b = llmc_image(20240521, 1, 100, 100, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_LLMC, MAL_EFORMAT);
+
+    /* Wrong version (2 = uint32 tokens in llm.c) and version 0. */
+    p = path_in("version.bin");
+    b = llmc_image(20240520, 2, 100, 100, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+    expect_open_error(p, MAL_DATA_LLMC, MAL_EFORMAT);
+    b = llmc_image(20240520, 0, 100, 100, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+
+    /* Count larger than the file holds: truncated. */
+    p = path_in("truncated.bin");
+    b = llmc_image(20240520, 1, 101, 100, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_ECORRUPT);
+    /* Header alone, claiming tokens. */
+    b = llmc_image(20240520, 1, 5, 0, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_ECORRUPT);
+
+    /* Count smaller than the file holds: trailing data. */
+    p = path_in("trailing.bin");
+    b = llmc_image(20240520, 1, 99, 100, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+    /* One stray byte after the tokens. */
+    b = llmc_image(20240520, 1, 100, 101, &len);
+    write_bytes(p, b, len - 1);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+
+    /* Zero and negative counts. */
+    p = path_in("count.bin");
+    b = llmc_image(20240520, 1, 0, 0, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+    b = llmc_image(20240520, 1, -3, 0, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+
+    /* Header shorter than 1024 bytes but starting with the magic. */
+    p = path_in("short.bin");
+    b = llmc_image(20240520, 1, 1, 0, &len);
+    write_bytes(p, b, 100);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+
+    /* Odd-sized raw file. */
+    p = path_in("odd.bin");
+    write_bytes(p, "abcde", 5);
+    expect_open_error(p, MAL_DATA_RAW16, MAL_EFORMAT);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+
+    /* Unknown format constant. */
+    expect_open_error(p, 7, MAL_EINVAL);
+
+    /* Unreadable file: only meaningful when permissions are enforced (not
+     * as root). */
+    p = path_in("noperm.bin");
+    write_bytes(p, "abcd", 4);
+    CHECK(chmod(p, 0) == 0);
+    int fd = open(p, O_RDONLY);
+    if (fd < 0)
+        expect_open_error(p, MAL_DATA_AUTO, MAL_EIO);
+    else
+        close(fd);
+    chmod(p, 0600);
+}
+
+/* A file whose token at position i is i (n <= 65536): the first input of a
+ * window is its offset. */
+static mal_data *open_identity(const char *name, size_t n)
+{
+    uint16_t *tok = malloc(n * sizeof *tok);
+    CHECK(tok != NULL);
+    for (size_t i = 0; i < n; i++)
+        tok[i] = (uint16_t)i;
+    const char *p = path_in(name);
+    CHECK_OK(mal_data_write(p, MAL_DATA_LLMC, tok, n));
+    free(tok);
+    mal_data *d;
+    CHECK_OK(mal_data_open(&d, p, MAL_DATA_AUTO));
+    return d;
+}
+
+static void test_sampling(void)
+{
+    enum { N = 60000, T = 32, STEPS = 50, POS = 40 };
+    mal_data *a = open_identity("id_a.bin", N);
+    mal_data *b = open_identity("id_b.bin", N);
+    int in[T], tg[T], in2[T], tg2[T];
+    static int off[STEPS][POS];
+
+    /* Forward order on copy a; windows are contiguous; targets are inputs
+     * shifted by one; the offset matches the documented formula. */
+    for (int s = 0; s < STEPS; s++)
+        for (int p = 0; p < POS; p++) {
+            CHECK_OK(mal_data_sample(a, 42, s, p, T, in, tg));
+            for (int i = 0; i < T; i++) {
+                CHECK_EQ_INT(in[i], in[0] + i);
+                CHECK_EQ_INT(tg[i], in[0] + i + 1);
+                if (i + 1 < T) CHECK_EQ_INT(tg[i], in[i + 1]);
+            }
+            CHECK(in[0] >= 0 && in[0] <= N - T - 1);
+            CHECK_EQ_INT(in[0], mal_rng_below(42 ^ MAL_DATA_SALT, (uint64_t)s, (uint64_t)p, N - T));
+            off[s][p] = in[0];
+        }
+    /* Reverse order, interleaved with other seeds, on copy b: same windows. */
+    for (int s = STEPS - 1; s >= 0; s--)
+        for (int p = POS - 1; p >= 0; p--) {
+            CHECK_OK(mal_data_sample(b, 7, s, p, T, in2, tg2));
+            CHECK_OK(mal_data_sample(b, 42, s, p, T, in, tg));
+            CHECK_EQ_INT(in[0], off[s][p]);
+            CHECK_EQ_INT(tg[T - 1], off[s][p] + T);
+        }
+
+    /* Different step, position or seed: different windows almost always
+     * (two of N - T offsets collide with probability ~1/60000). */
+    int same_step = 0, same_pos = 0, same_seed = 0;
+    for (int s = 0; s + 1 < STEPS; s++)
+        for (int p = 0; p + 1 < POS; p++) {
+            same_step += off[s][p] == off[s + 1][p];
+            same_pos += off[s][p] == off[s][p + 1];
+            CHECK_OK(mal_data_sample(a, 43, s, p, T, in, tg));
+            same_seed += in[0] == off[s][p];
+        }
+    CHECK(same_step <= 2 && same_pos <= 2 && same_seed <= 2);
+
+    /* Uniform coverage: 20 equal buckets over [0, N - T), 20000 draws;
+     * expected 1000 per bucket (sd ~31).  A constant offset, a mapping that
+     * ignores pos or step, or one that reaches only part of the file fails. */
+    enum { NB = 20, DRAWS = 20000 };
+    int bucket[NB] = {0};
+    int lo = N, hi = -1;
+    for (int k = 0; k < DRAWS; k++) {
+        CHECK_OK(mal_data_sample(a, 1234, k / 100, k % 100, T, in, tg));
+        bucket[(int64_t)in[0] * NB / (N - T)]++;
+        lo = MAL_MIN(lo, in[0]);
+        hi = MAL_MAX(hi, in[0]);
+    }
+    for (int k = 0; k < NB; k++)
+        if (bucket[k] < 800 || bucket[k] > 1200) {
+            fprintf(stderr, "bucket %d of %d holds %d of %d samples\n", k, NB, bucket[k], DRAWS);
+            exit(1);
+        }
+    CHECK(lo < 50 && hi > N - T - 50);
+
+    /* The last possible window (off = N - T - 1) ends at the last token. */
+    CHECK(hi <= N - T - 1);
+
+    /* Bad arguments. */
+    CHECK_EQ_INT(mal_data_sample(a, 1, 0, 0, 0, in, tg), MAL_EINVAL);
+    CHECK_EQ_INT(mal_data_sample(a, 1, -1, 0, T, in, tg), MAL_EINVAL);
+    CHECK_EQ_INT(mal_data_sample(a, 1, 0, -1, T, in, tg), MAL_EINVAL);
+    mal_data_destroy(a);
+    mal_data_destroy(b);
+
+    /* Too short: exactly T tokens fails, T + 1 tokens gives the one window. */
+    mal_data *s = open_identity("short_t.bin", T);
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_sample(s, 1, 0, 0, T, in, tg), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), path_in("short_t.bin")) != NULL);
+    mal_data_destroy(s);
+    s = open_identity("exact_t.bin", T + 1);
+    for (int k = 0; k < 10; k++) {
+        CHECK_OK(mal_data_sample(s, 99, k, 3 * k, T, in, tg));
+        CHECK_EQ_INT(in[0], 0);
+        CHECK_EQ_INT(tg[T - 1], T);
+    }
+    mal_data_destroy(s);
+}
+
+static void test_tokenize_bytes(void)
+{
+    unsigned char text[300];
+    for (int i = 0; i < 300; i++)
+        text[i] = (unsigned char)(255 - i % 256);
+    const char *p = path_in("text.txt");
+    write_bytes(p, text, sizeof text);
+    uint16_t *t;
+    size_t n;
+    CHECK_OK(mal_data_tokenize_bytes(p, &t, &n));
+    CHECK_EQ_INT(n, 300);
+    for (int i = 0; i < 300; i++)
+        CHECK_EQ_INT(t[i], text[i]); /* 255 stays 255 */
+    free(t);
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_tokenize_bytes(path_in("nope.txt"), &t, &n), MAL_ENOENT);
+    CHECK(strstr(mal_errmsg(), "nope.txt") != NULL);
+    write_bytes(path_in("empty.txt"), "", 0);
+    CHECK_EQ_INT(mal_data_tokenize_bytes(path_in("empty.txt"), &t, &n), MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "empty.txt") != NULL);
+
+    int f;
+    CHECK_OK(mal_data_parse_format("raw16", &f));
+    CHECK_EQ_INT(f, MAL_DATA_RAW16);
+    CHECK_OK(mal_data_parse_format("llmc", &f));
+    CHECK_EQ_INT(f, MAL_DATA_LLMC);
+    CHECK_EQ_INT(mal_data_parse_format("gpt2", &f), MAL_EINVAL);
+}
+
+/* Independent spelling of 0..99 for checking the corpus arithmetic. */
+static void number_words(int v, char *out)
+{
+    static const char *const small[20] = {
+        "zero",     "one",     "two",     "three",     "four",     "five",    "six",
+        "seven",    "eight",   "nine",    "ten",       "eleven",   "twelve",  "thirteen",
+        "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
+    static const char *const decade[10] = {"",      "",      "twenty",  "thirty", "forty",
+                                           "fifty", "sixty", "seventy", "eighty", "ninety"};
+    if (v < 20)
+        strcpy(out, small[v]);
+    else if (v % 10 == 0)
+        strcpy(out, decade[v / 10]);
+    else
+        sprintf(out, "%s-%s", decade[v / 10], small[v % 10]);
+}
+
+static void test_default_corpus(void)
+{
+    char *t1, *t2;
+    size_t n1, n2;
+    double t0 = mal_now();
+    CHECK_OK(mal_corpus_generate(&t1, &n1));
+    double dt = mal_now() - t0;
+    CHECK_OK(mal_corpus_generate(&t2, &n2));
+    printf("default corpus: %zu bytes in %.3f s\n", n1, dt);
+    CHECK(dt < 1.0); /* the target is well under 0.2 s; loose for a loaded machine */
+    CHECK_EQ_INT(n1, n2);
+    CHECK(memcmp(t1, t2, n1) == 0);
+    CHECK(n1 >= 1000000 && n1 <= 2000000);
+    CHECK(t1[n1] == '\0' && strlen(t1) == n1);
+
+    /* Printable ASCII and newlines only; several letters of variety. */
+    size_t hist[256] = {0};
+    for (size_t i = 0; i < n1; i++)
+        hist[(unsigned char)t1[i]]++;
+    int distinct = 0;
+    for (int c = 0; c < 256; c++) {
+        if (!hist[c]) continue;
+        distinct++;
+        CHECK(c == '\n' || (c >= 32 && c < 127));
+    }
+    CHECK(distinct >= 30);
+    /* Each kind of paragraph is present and correct where checkable. */
+    CHECK(strstr(t1, " plus ") && strstr(t1, " minus ") && strstr(t1, " times "));
+    CHECK(strstr(t1, "Seven plus five is twelve.") || strstr(t1, "seven plus five is twelve."));
+    CHECK(strstr(t1, "q: what is ") && strstr(t1, "\n\n") && strstr(t1, "name: "));
+    CHECK(strstr(t1, "counting: ") && strstr(t1, "The sky is blue."));
+    CHECK(strstr(t1, "The cats chase") || strstr(t1, "The cats see"));
+    /* No agreement errors from the templates. */
+    CHECK(!strstr(t1, "cat chase ") && !strstr(t1, "cats chases ") && !strstr(t1, " one cats"));
+    /* Arithmetic in words is right: for every operand pair, the first
+     * statement "X op Y is " in the text (capitalised, as a sentence start)
+     * must go on with the right result. */
+    static const char *const ops[3] = {"plus", "minus", "times"};
+    int found = 0;
+    for (int op = 0; op < 3; op++)
+        for (int x = 0; x <= 20; x++)
+            for (int y = 0; y <= 20; y++) {
+                char s[96], want[48], got[48];
+                number_words(x, s);
+                s[0] = (char)(s[0] - 'a' + 'A');
+                size_t k = strlen(s);
+                snprintf(s + k, sizeof s - k, " %s ", ops[op]);
+                k = strlen(s);
+                number_words(y, s + k);
+                strcat(s, " is ");
+                const char *hit = strstr(t1, s);
+                if (!hit) continue;
+                found++;
+                int r = op == 0 ? x + y : op == 1 ? x - y : x * y;
+                CHECK(r >= 0 && r < 100);
+                number_words(r, want);
+                strcat(want, ".");
+                snprintf(got, sizeof got, "%.*s", (int)strlen(want), hit + strlen(s));
+                if (strcmp(got, want) != 0) {
+                    fprintf(stderr, "corpus says '%s%s', want '%s'\n", s, got, want);
+                    exit(1);
+                }
+            }
+    CHECK(found >= 300); /* 169 sums + 231 differences + 100 products possible */
+    free(t1);
+    free(t2);
+
+    mal_data *d;
+    CHECK_OK(mal_data_open_default(&d));
+    CHECK_EQ_INT(mal_data_n_tokens(d), n1);
+    CHECK(mal_data_max_token(d) < 256);
+    CHECK(strcmp(mal_data_name(d), "built-in corpus") == 0);
+    int in[64], tg[64];
+    CHECK_OK(mal_data_sample(d, 5, 0, 0, 64, in, tg));
+    mal_data_destroy(d);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "test_data.XXXXXX");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "cannot create a temporary directory: %s\n", strerror(errno));
+        return MAL_TEST_ERROR;
+    }
+    test_round_trip();
+    test_detection_of_raw_lookalike();
+    test_bad_files();
+    test_sampling();
+    test_tokenize_bytes();
+    test_default_corpus();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) return MAL_TEST_ERROR;
+    printf("test_data: ok\n");
+    return 0;
+}
