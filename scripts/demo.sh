@@ -9,7 +9,7 @@ MALLEUS_NO_TORCH=1 sh scripts/install-deps.sh
 [ -f Makefile ] || ./configure
 make -j"$(nproc)"
 rm -rf demo-run && mkdir -p demo-run
-./malleus-train --model tiny --steps 200 --global-batch 16 --micro-batch 8 --lr 3e-3 \
-    --warmup 20 --log-every 10 --snapshot-dir demo-run --snapshot-every 100 \
+./malleus-train --model tiny --steps 300 --global-batch 16 --micro-batch 8 --lr 3e-3 \
+    --warmup 20 --log-every 20 --snapshot-dir demo-run --snapshot-every 100 \
     --metrics demo-run/metrics.jsonl
 echo "demo: metrics in demo-run/metrics.jsonl, snapshots in demo-run/"

@@ -5,7 +5,8 @@
 
 mal_optim_config mal_optim_defaults(void)
 {
-    mal_optim_config oc = {1e-3f, 0.1f, 10, 100, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    /* total_steps 0: the trainer substitutes the run length */
+    mal_optim_config oc = {1e-3f, 0.1f, 10, 0, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     return oc;
 }
 
