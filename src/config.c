@@ -16,7 +16,7 @@ const char *const mal_config_presets[] = {"tiny", "small", "32b", "70b", "110b",
  * for tests (fast, TP sizes up to 8 divide its heads and FFN), `small`
  * (~26 M parameters) for benchmarks; both use the byte-level vocabulary. */
 static const mal_model_config presets[] = {
-    {"tiny", 256, 64, 2, 8, 128, 32, 10000.0f, 1e-5f},
+    {"tiny", 256, 64, 4, 8, 128, 32, 10000.0f, 1e-5f},
     {"small", 256, 512, 8, 8, 1408, 256, 10000.0f, 1e-5f},
     {"32b", 32000, 6656, 60, 64, 17920, 4096, 10000.0f, 1e-5f},
     {"70b", 32000, 8192, 80, 64, 28672, 4096, 10000.0f, 1e-5f},

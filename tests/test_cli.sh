@@ -36,10 +36,10 @@ done
 "$TRAIN" --help >"$W/out" 2>&1 && grep -q -- '--snapshot-dir' "$W/out" ||
     { echo "FAIL: --help"; fails=$((fails + 1)); }
 
-printf '{"vocab": 256, "d_model": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32,}' >"$W/badjson.json"
-printf '{"vocab": 256, "d_model": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32, "dmodel": 3}' >"$W/unknown.json"
-printf '{"vocab": 256, "d_model": 60, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/indiv.json"
-printf '{"vocab": 100, "d_model": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/v100.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32,}' >"$W/badjson.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32, "dmodel": 3}' >"$W/unknown.json"
+printf '{"vocab": 256, "d_model": 60, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/indiv.json"
+printf '{"vocab": 100, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/v100.json"
 printf '{"vocab": 256, "d_model": 64, "n_layers": 3, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/l3.json"
 printf 'not a token file at all, just some text.....' >"$W/bad.bin"
 
