@@ -5,7 +5,12 @@ libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h \
 	src/config.h src/config.c \
 	src/model.h src/model.c \
 	src/optim.h src/optim.c \
-	src/train.h src/train.c
+	src/train.h src/train.c src/train_internal.h \
+	src/pipeline.c src/gradsync.c
 
 bin_PROGRAMS += malleus-train
 malleus_train_SOURCES = src/train_main.c
+
+libmalleus_a_SOURCES += src/slices.h src/slices.c
+check_PROGRAMS += tests/test_slices
+TESTS += tests/test_slices

@@ -24,8 +24,8 @@ static uint64_t name_hash(const char *s)
     return h;
 }
 
-static int add_tensor(mal_model *m, int *cap, const char *name, int64_t rows, int64_t cols,
-                      int split_dim, int decay, float std)
+static int add_tensor(mal_model *m, int *cap, int layer, const char *name, int64_t rows,
+                      int64_t cols, int split_dim, int decay, float std)
 {
     if (m->n_tensors == *cap) {
         *cap = *cap ? 2 * *cap : 32;
@@ -40,6 +40,9 @@ static int add_tensor(mal_model *m, int *cap, const char *name, int64_t rows, in
     t->shape[0] = rows;
     t->shape[1] = cols;
     t->split_dim = m->part.tp_size > 1 ? split_dim : -1;
+    t->axis = split_dim >= 0 ? split_dim : 0;
+    t->tp_splittable = split_dim >= 0;
+    t->layer = layer;
     t->local_shape[0] = rows;
     t->local_shape[1] = cols;
     if (t->split_dim >= 0) {
@@ -71,12 +74,12 @@ static int build_layout(mal_model *m)
      * practice) so the residual stream's variance does not grow with L. */
     const float std_out = 0.02f / sqrtf(2.0f * (float)c->n_layers);
     if (m->part.has_embed &&
-        (rc = add_tensor(m, &cap, "tok_embedding", c->vocab, c->d_model, -1, 1, std)))
+        (rc = add_tensor(m, &cap, -1, "tok_embedding", c->vocab, c->d_model, -1, 1, std)))
         return rc;
     for (int l = m->part.layer_begin; l < m->part.layer_end; l++) {
 #define T(suffix, r, cc, split, decay, s)                                      \
     snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                        \
-    if ((rc = add_tensor(m, &cap, nm, r, cc, split, decay, s))) return rc;
+    if ((rc = add_tensor(m, &cap, l, nm, r, cc, split, decay, s))) return rc;
         T("attn_norm", c->d_model, 0, -1, 0, 0.0f);
         T("wq", c->d_model, c->d_model, 0, 1, std);
         T("wk", c->d_model, c->d_model, 0, 1, std);
@@ -89,8 +92,8 @@ static int build_layout(mal_model *m)
 #undef T
     }
     if (m->part.has_head) {
-        if ((rc = add_tensor(m, &cap, "final_norm", c->d_model, 0, -1, 0, 0.0f))) return rc;
-        if ((rc = add_tensor(m, &cap, "lm_head", c->vocab, c->d_model, -1, 1, std))) return rc;
+        if ((rc = add_tensor(m, &cap, c->n_layers, "final_norm", c->d_model, 0, -1, 0, 0.0f))) return rc;
+        if ((rc = add_tensor(m, &cap, c->n_layers, "lm_head", c->vocab, c->d_model, -1, 1, std))) return rc;
     }
     return 0;
 }
@@ -360,7 +363,7 @@ int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_s
 
     if (m->part.has_embed)
         mal_kern_embedding_fwd(k, a->res[0], a->tokens, m->p.tok_embedding, N, C);
-    else
+    else if (inp != a->res[0])
         mal_kern_copy(k, a->res[0], inp, (size_t)N * C);
 
     for (int l = 0; l < m->n_local_layers; l++) {

@@ -41,7 +41,13 @@ typedef struct {
     char name[48];       /* global name, e.g. "layers.3.wq", "tok_embedding" */
     int ndim;            /* 1 or 2 */
     int64_t shape[2];    /* global shape (rows, cols) */
-    int split_dim;       /* -1 replicated, 0 split by rows, 1 split by columns */
+    int split_dim;       /* this part: -1 whole, 0 split by rows, 1 split by columns */
+    int axis;            /* the axis TP splits this tensor along when it does
+                          * (0 rows, 1 columns; 0 for tensors never split):
+                          * shards of different plans are compared along it */
+    int tp_splittable;   /* 1 if TP groups split it, 0 if every TP rank holds all */
+    int layer;           /* transformer layer, -1 for the embedding, n_layers
+                          * for the final norm and output projection */
     int64_t split_off;   /* first global row/column held (along split_dim) */
     int64_t split_len;   /* rows/columns held (along split_dim) */
     int64_t local_shape[2];
@@ -134,7 +140,8 @@ void mal_acts_set_batch(const mal_model *m, mal_acts *a, const int *inputs, cons
 
 /* Local (collective over the TP group when tp_size > 1).  Forward pass of
  * the part on one micro-batch.  If the part has no embedding, `inp` (N,C)
- * is the activation received from the previous stage (copied in).  If it has
+ * is the activation received from the previous stage (copied in, unless it
+ * already is a->res[0]).  If it has
  * the head, the per-token losses end in a->losses and, when dloss_scale != 0,
  * a->logits is overwritten by dL/dlogits for L = dloss_scale * sum(losses)
  * (fused, so that backward can follow).  The output activation of a part

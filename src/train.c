@@ -1,4 +1,7 @@
-/* The single-process training loop: set-up, steps, snapshots, metrics. */
+/* The training loop for any plan: set-up (layout, model part, communicators),
+ * one step (pipeline schedule, data-parallel gradient sum, global norm and
+ * loss, AdamW), snapshots, metrics and the log.  A one-process run is the
+ * plan with one pipeline of one stage of TP size 1. */
 #include "train.h"
 
 #include <errno.h>
@@ -12,17 +15,7 @@
 #include "mal.h"
 #include "model.h"
 #include "snapshot.h"
-
-struct mal_trainer {
-    mal_train_options o;
-    mal_data *data;
-    mal_model *model;
-    mal_acts *acts;
-    int64_t step; /* steps completed */
-    int64_t saved_step; /* step of the newest snapshot written or loaded (-1: none) */
-    int *inputs, *targets; /* host staging for one micro-batch */
-    FILE *metrics;
-};
+#include "train_internal.h"
 
 mal_train_options mal_train_defaults(void)
 {
@@ -136,6 +129,88 @@ out:
     return rc;
 }
 
+/* The plan in force: the given one, or the uniform dp x tp x pp layout. */
+static int make_plan(mal_trainer *tr)
+{
+    const mal_train_options *o = &tr->o;
+    int rc;
+    if (o->plan) {
+        if ((rc = mal_plan_copy(&tr->plan, o->plan))) return rc;
+    } else {
+        int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
+        if (dp * tp * pp != tr->world_size)
+            return MAL_ERR(MAL_EINVAL,
+                           "--dp %d x --tp %d x --pp %d = %d ranks, but the job has %d: make "
+                           "the product equal the number of ranks or give --plan",
+                           dp, tp, pp, dp * tp * pp, tr->world_size);
+        if ((rc = mal_plan_uniform(dp, tp, pp, o->model.n_layers, o->micro_batch, o->global_batch,
+                                   &tr->plan)))
+            return rc;
+    }
+    if ((rc = mal_plan_validate(&tr->plan, tr->world_size, o->model.n_layers, o->model.n_heads,
+                                o->model.ffn_hidden, o->global_batch)))
+        return rc;
+    if (mal_plan_world_size(&tr->plan) != tr->world_size)
+        return MAL_ERR(MAL_EINVAL, "the plan is for %d ranks but the job has %d",
+                       mal_plan_world_size(&tr->plan), tr->world_size);
+    tr->o.micro_batch = tr->plan.micro_batch_size;
+    return mal_plan_locate(&tr->plan, tr->world_rank, &tr->loc);
+}
+
+static int tp_allreduce(void *ctx, float *x, size_t n)
+{
+    mal_trainer *tr = ctx;
+    double t0 = mal_now();
+    int rc = mal_comm_allreduce_f32(tr->tp, x, n);
+    tr->times.tp += mal_now() - t0;
+    return rc;
+}
+
+/* Build this rank's share of the run: model part, TP group, pipeline
+ * buffers, gradient-sync groups.  Collective over the world. */
+static int setup_layout(mal_trainer *tr)
+{
+    int rc;
+    const mal_model_config *c = &tr->o.model;
+    if (tr->loc.pipeline >= 0) {
+        const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->loc.pipeline];
+        const mal_plan_stage *st = &pl->stages[tr->loc.stage];
+        mal_model_part part = {st->layer_begin, st->layer_end, tr->loc.stage == 0,
+                               tr->loc.stage == pl->n_stages - 1, st->n_ranks, tr->loc.tp_rank};
+        if ((rc = mal_model_create(&tr->model, c, &part, tr->plan.micro_batch_size,
+                                   &mal_kernels_cpu, tr->o.seed)))
+            return rc;
+        if (st->n_ranks > 1) {
+            if (!tr->world)
+                return MAL_ERR(MAL_EINVAL, "a TP group of %d ranks needs MPI", st->n_ranks);
+            if ((rc = mal_comm_create_group(tr->world, st->ranks, st->n_ranks, &tr->tp)))
+                return rc;
+            tr->model->tp_allreduce = tp_allreduce;
+            tr->model->tp_ctx = tr;
+        }
+        if ((rc = mal_pipeline_setup(tr))) return rc;
+        size_t N = (size_t)tr->plan.micro_batch_size * (size_t)c->seq_len;
+        tr->inputs = malloc(N * sizeof(int));
+        tr->targets = malloc(N * sizeof(int));
+        if (!tr->inputs || !tr->targets) return MAL_ERR(MAL_ENOMEM, "out of memory");
+        if (tr->world && (rc = mal_gradsync_setup(tr))) return rc;
+        if (!tr->world) { /* one rank: it counts every gradient in the norm */
+            tr->norm = calloc((size_t)tr->model->n_tensors, sizeof *tr->norm);
+            if (!tr->norm) return MAL_ERR(MAL_ENOMEM, "out of memory");
+            for (int i = 0; i < tr->model->n_tensors; i++) {
+                const mal_tensor_info *t = &tr->model->tensors[i];
+                tr->norm[i] = (mal_norm_range){i, 0, t->shape[t->axis]};
+            }
+            tr->n_norm = tr->model->n_tensors;
+        }
+    }
+    if (tr->world_rank == 0) {
+        tr->rank_times = calloc((size_t)tr->world_size, sizeof *tr->rank_times);
+        if (!tr->rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
 {
     const mal_train_options *o = opts;
@@ -144,7 +219,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (o->steps < 0) return MAL_ERR(MAL_EINVAL, "--steps must be >= 0");
     if (o->global_batch < 1 || o->micro_batch < 1)
         return MAL_ERR(MAL_EINVAL, "--global-batch and --micro-batch must be >= 1");
-    if (o->global_batch % o->micro_batch)
+    if (!o->plan && o->global_batch % o->micro_batch)
         return MAL_ERR(MAL_EINVAL,
                        "--global-batch %d is not a multiple of --micro-batch %d (every step "
                        "processes whole micro-batches)",
@@ -154,15 +229,25 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (o->optim.warmup_steps < 0) return MAL_ERR(MAL_EINVAL, "--warmup must be >= 0");
     if (o->resume && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
+    int world_size = o->world ? o->world->size : 1;
+    if (world_size > 1 && (o->snapshot_dir || o->resume))
+        return MAL_ERR(MAL_ENOTSUP,
+                       "snapshots of multi-rank runs are not implemented yet (sharded snapshots "
+                       "are a later milestone); run without --snapshot-dir/--resume");
 
     mal_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    mal_plan_init(&tr->plan);
     tr->o = *o;
     tr->saved_step = -1;
+    tr->world = o->world;
+    tr->world_rank = o->world ? o->world->rank : 0;
+    tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
     if (tr->o.optim.total_steps <= 0) tr->o.optim.total_steps = (int)o->steps;
 
     if (o->threads > 0) mal_kernels_cpu_set_threads(o->threads);
+    if ((rc = make_plan(tr))) goto fail;
     rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
                       : mal_data_open_default(&tr->data);
     if (rc) goto fail;
@@ -179,18 +264,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
                      mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
         goto fail;
     }
-    mal_model_part part = mal_model_part_full(&o->model);
-    if ((rc = mal_model_create(&tr->model, &o->model, &part, o->micro_batch, &mal_kernels_cpu,
-                               o->seed)))
-        goto fail;
-    if ((rc = mal_acts_create(&tr->acts, tr->model, o->micro_batch))) goto fail;
-    size_t N = (size_t)o->micro_batch * (size_t)o->model.seq_len;
-    tr->inputs = malloc(N * sizeof(int));
-    tr->targets = malloc(N * sizeof(int));
-    if (!tr->inputs || !tr->targets) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory");
-        goto fail;
-    }
+    if ((rc = setup_layout(tr))) goto fail;
     if (o->resume && (rc = restore(tr))) goto fail;
     *out = tr;
     return 0;
@@ -203,87 +277,113 @@ void mal_trainer_destroy(mal_trainer *tr)
 {
     if (!tr) return;
     if (tr->metrics) fclose(tr->metrics);
-    if (tr->acts) mal_acts_destroy(tr->model, tr->acts);
+    if (tr->model) {
+        mal_pipeline_teardown(tr);
+        mal_gradsync_teardown(tr);
+    }
+    mal_comm_destroy(tr->tp);
     mal_model_destroy(tr->model);
     mal_data_destroy(tr->data);
+    mal_plan_fini(&tr->plan);
     free(tr->inputs);
     free(tr->targets);
+    free(tr->rank_times);
     free(tr);
 }
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
 mal_model *mal_trainer_model(mal_trainer *tr) { return tr->model; }
-
-/* Load micro-batch `mb` of step `step` into the activations. */
-static int load_micro_batch(mal_trainer *tr, int64_t step, int mb)
-{
-    const int B = tr->o.micro_batch, T = tr->o.model.seq_len;
-    for (int i = 0; i < B; i++) {
-        int64_t pos = (int64_t)mb * B + i;
-        int rc = mal_data_sample(tr->data, tr->o.seed, step, pos, T, tr->inputs + (size_t)i * T,
-                                 tr->targets + (size_t)i * T);
-        if (rc) return rc;
-    }
-    mal_acts_set_batch(tr->model, tr->acts, tr->inputs, tr->targets);
-    return 0;
-}
+const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
 
 int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss)
 {
-    const int n_micro = tr->o.global_batch / tr->o.micro_batch;
+    if (tr->world_size != 1)
+        return MAL_ERR(MAL_ENOTSUP, "evaluation is implemented for one-rank runs only");
+    const int B = tr->plan.micro_batch_size, T = tr->o.model.seq_len;
+    const int n_micro = tr->o.global_batch / B;
+    mal_acts *a = tr->acts[0];
     double sum = 0;
     int rc;
     for (int mb = 0; mb < n_micro; mb++) {
-        if ((rc = load_micro_batch(tr, step, mb))) return rc;
-        if ((rc = mal_model_forward(tr->model, tr->acts, NULL, 0.0f))) return rc;
-        sum += mal_acts_loss_sum(tr->model, tr->acts);
+        for (int i = 0; i < B; i++)
+            if ((rc = mal_data_sample(tr->data, tr->o.seed, step, (int64_t)mb * B + i, T,
+                                      tr->inputs + (size_t)i * T, tr->targets + (size_t)i * T)))
+                return rc;
+        mal_acts_set_batch(tr->model, a, tr->inputs, tr->targets);
+        if ((rc = mal_model_forward(tr->model, a, NULL, 0.0f))) return rc;
+        sum += mal_acts_loss_sum(tr->model, a);
     }
-    *loss = sum / ((double)tr->o.global_batch * tr->o.model.seq_len);
+    *loss = sum / ((double)tr->o.global_batch * T);
     return mal_kern_sync(tr->model->k);
 }
 
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
 {
     mal_model *m = tr->model;
-    const int n_micro = tr->o.global_batch / tr->o.micro_batch;
     const double tokens = (double)tr->o.global_batch * tr->o.model.seq_len;
     /* Every token of the global batch weighs 1/tokens in the loss, whichever
-     * micro-batch (and, in parallel runs, whichever pipeline) computes it. */
+     * micro-batch and whichever pipeline computes it. */
     const float dscale = (float)(1.0 / tokens);
     const int64_t step = tr->step;
-    double t0 = mal_now(), loss_sum = 0, compute = 0;
+    double t0 = mal_now();
     int rc;
 
-    mal_model_zero_grad(m);
-    for (int mb = 0; mb < n_micro; mb++) {
-        if ((rc = load_micro_batch(tr, step, mb))) return rc;
+    memset(&tr->times, 0, sizeof tr->times);
+    tr->loss_local = 0;
+    if (m) {
         double c0 = mal_now();
-        if ((rc = mal_model_forward(m, tr->acts, NULL, dscale))) return rc;
-        if ((rc = mal_model_backward(m, tr->acts, NULL, NULL))) return rc;
-        loss_sum += mal_acts_loss_sum(m, tr->acts);
-        if ((rc = mal_kern_sync(m->k))) return rc;
-        compute += mal_now() - c0;
+        mal_model_zero_grad(m);
+        tr->times.compute += mal_now() - c0;
+        if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
+        double d0 = mal_now();
+        if ((rc = mal_gradsync_run(tr))) return rc;
+        tr->times.dp += mal_now() - d0;
     }
+    /* Global loss and gradient norm: each loss is counted by TP rank 0 of
+     * its pipeline's last stage, each gradient element by one holder;
+     * suspended ranks add zeros. */
     double c0 = mal_now();
-    double norm = sqrt(mal_optim_grad_sumsq(m, NULL, NULL));
+    double red[2] = {m && m->part.has_head && tr->loc.tp_rank == 0 ? tr->loss_local : 0.0,
+                     m ? mal_gradsync_local_sumsq(tr) : 0.0};
+    tr->times.compute += mal_now() - c0;
+    double d0 = mal_now();
+    if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, red, 2))) return rc;
+    tr->times.dp += mal_now() - d0;
+    double norm = sqrt(red[1]);
     float lr = mal_optim_lr(&tr->o.optim, step);
-    float scale = mal_optim_clip_scale(&tr->o.optim, norm);
-    mal_optim_update(m, &tr->o.optim, step, lr, scale);
-    if ((rc = mal_kern_sync(m->k))) return rc;
-    compute += mal_now() - c0;
+    if (m) {
+        c0 = mal_now();
+        mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
+        if ((rc = mal_kern_sync(m->k))) return rc;
+        tr->times.compute += mal_now() - c0;
+    }
     tr->step++;
 
+    double step_s = mal_now() - t0;
+    mal_rank_times mine = {tr->times.compute, tr->times.tp, tr->times.pp, tr->times.dp, step_s};
+    if (tr->world) {
+        if ((rc = mal_comm_gather(tr->world, &mine, tr->rank_times, sizeof mine, 0))) return rc;
+    } else {
+        tr->rank_times[0] = mine;
+    }
     if (st) {
+        memset(st, 0, sizeof *st);
         st->step = tr->step;
-        st->loss = loss_sum / tokens;
+        st->loss = red[0] / tokens;
         st->lr = lr;
         st->grad_norm = norm;
-        st->step_s = mal_now() - t0;
-        st->compute_s = compute;
-        st->tokens_per_s = tokens / st->step_s;
+        st->step_s = step_s;
+        st->compute_s = tr->times.compute;
+        st->tokens_per_s = tokens / step_s;
+        if (tr->world_rank == 0) {
+            st->ranks = tr->rank_times;
+            for (int r = 1; r < tr->world_size; r++)
+                if (tr->rank_times[r].compute_s > tr->rank_times[st->slowest_rank].compute_s)
+                    st->slowest_rank = r;
+        }
     }
-    if (!isfinite(loss_sum))
-        return MAL_ERR(MAL_EINVAL, "loss became %f at step %lld: lower --lr", loss_sum,
+    if (!isfinite(red[0]))
+        return MAL_ERR(MAL_EINVAL, "loss became %f at step %lld: lower --lr", red[0],
                        (long long)step + 1);
     return 0;
 }
@@ -340,28 +440,44 @@ out:
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
 {
     const mal_model_config *c = &tr->o.model;
-    const mal_model *m = tr->model;
+    const mal_plan *pl = &tr->plan;
     int64_t np = mal_config_n_params(c);
-    double state_mb = 4.0 * (double)m->n_params * 4 / 1048576.0;
-    double acts_mb = (double)mal_acts_bytes(m, tr->o.micro_batch) / 1048576.0;
+    /* parameters, gradients, Adam m and v in fp32 */
+    double state_mb = 16.0 * (double)np / 1048576.0;
     fprintf(f, "malleus-train %s\n", PACKAGE_VERSION);
     fprintf(f, "+----------------------+------------------------------------------+\n");
-    fprintf(f, "| model                | %-40s |\n", c->name);
+    fprintf(f, "| model                | %-40.40s |\n", c->name);
     fprintf(f, "| parameters           | %-40lld |\n", (long long)np);
     fprintf(f, "| vocab / d_model      | %6d / %-31d |\n", c->vocab, c->d_model);
     fprintf(f, "| layers / heads / ffn | %4d / %4d / %-27d |\n", c->n_layers, c->n_heads,
             c->ffn_hidden);
     fprintf(f, "| seq_len / rope theta | %6d / %-31g |\n", c->seq_len, (double)c->rope_theta);
-    fprintf(f, "| state (p+g+m+v)      | %-37.1f MiB |\n", state_mb);
-    fprintf(f, "| activations/micro    | %-37.1f MiB |\n", acts_mb);
+    fprintf(f, "| state (p+g+m+v)      | %-36.1f MiB |\n", state_mb);
+    if (tr->model)
+        fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
+                (double)mal_acts_bytes(tr->model, pl->micro_batch_size) / 1048576.0);
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
     fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
-    fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch, tr->o.micro_batch);
+    fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch,
+            pl->micro_batch_size);
+    fprintf(f, "| ranks / pipelines    | %4d / %-33d |\n", tr->world_size, pl->n_pipelines);
+    for (int p = 0; p < pl->n_pipelines && p < 16; p++) {
+        char line[256];
+        int n = snprintf(line, sizeof line, "m=%d:", pl->pipelines[p].micro_batches);
+        for (int s = 0; s < pl->pipelines[p].n_stages && n < (int)sizeof line - 24; s++) {
+            const mal_plan_stage *st = &pl->pipelines[p].stages[s];
+            n += snprintf(line + n, sizeof line - (size_t)n, " [L%d-%d tp%d]", st->layer_begin,
+                          st->layer_end, st->n_ranks);
+        }
+        fprintf(f, "|   pipeline %-9d | %-40.40s |\n", p, line);
+    }
+    if (pl->n_suspended) fprintf(f, "| suspended ranks      | %-40d |\n", pl->n_suspended);
     fprintf(f, "| steps / seed         | %6lld / %-31llu |\n", (long long)tr->o.steps,
             (unsigned long long)tr->o.seed);
     fprintf(f, "| lr / warmup / wd     | %-10g / %5d / %-19g |\n", (double)tr->o.optim.lr,
             tr->o.optim.warmup_steps, (double)tr->o.optim.weight_decay);
-    fprintf(f, "| kernels              | %-40s |\n", m->k->name);
+    fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", mal_kernels_cpu.name,
+            tr->world ? tr->world->ops->name : "none");
     fprintf(f, "| build: CUDA / NCCL   | %-18s / %-19s |\n",
 #ifdef HAVE_CUDA
             "compiled in",
@@ -381,37 +497,69 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
 static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
 {
     if (!tr->metrics) return 0;
-    fprintf(tr->metrics,
+    FILE *f = tr->metrics;
+    fprintf(f,
             "{\"step\": %lld, \"loss\": %.7g, \"lr\": %.7g, \"grad_norm\": %.7g, "
             "\"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"compute_ms\": %.3f, "
-            "\"consumed_samples\": %lld}\n",
+            "\"consumed_samples\": %lld, \"slowest_rank\": %d, \"ranks\": [",
             (long long)st->step, st->loss, (double)st->lr, st->grad_norm, st->tokens_per_s,
-            1e3 * st->step_s, 1e3 * st->compute_s, (long long)st->step * tr->o.global_batch);
-    if (fflush(tr->metrics) != 0)
+            1e3 * st->step_s, 1e3 * st->compute_s, (long long)st->step * tr->o.global_batch,
+            st->slowest_rank);
+    for (int r = 0; r < tr->world_size; r++) {
+        const mal_rank_times *t = &tr->rank_times[r];
+        double idle = t->step_s - t->compute_s - t->tp_s - t->pp_s - t->dp_s;
+        fprintf(f,
+                "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
+                "\"dp_ms\": %.3f, \"idle_ms\": %.3f}",
+                r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
+                1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0));
+    }
+    fprintf(f, "]}\n");
+    if (fflush(f) != 0)
         return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
     return 0;
 }
 
 int mal_trainer_run(mal_trainer *tr)
 {
-    int rc;
-    if (tr->o.metrics_path && !tr->metrics) {
+    int rc = 0;
+    const int lead = tr->world_rank == 0;
+    if (lead && tr->o.metrics_path && !tr->metrics) {
         /* A resumed run appends so the file holds the whole curve. */
         tr->metrics = fopen(tr->o.metrics_path, tr->o.resume ? "a" : "w");
         if (!tr->metrics)
-            return MAL_ERR(MAL_EIO, "cannot open metrics file %s: %s", tr->o.metrics_path,
-                           strerror(errno));
+            rc = MAL_ERR(MAL_EIO, "cannot open metrics file %s: %s", tr->o.metrics_path,
+                         strerror(errno));
+    }
+    /* Every rank must learn about a failure on rank 0 before the first
+     * collective, or the others would wait for it forever. */
+    if (tr->world) {
+        double bad = rc != 0;
+        int rc2 = mal_comm_allreduce_f64(tr->world, &bad, 1);
+        if (rc2) return rc2;
+        if (bad != 0) return rc ? rc : MAL_ERR(MAL_EIO, "rank 0 could not open the metrics file");
+    } else if (rc) {
+        return rc;
     }
     const int width = snprintf(NULL, 0, "%lld", (long long)tr->o.steps);
     while (tr->step < tr->o.steps) {
         mal_step_stats st;
         if ((rc = mal_trainer_step(tr, &st))) return rc;
-        if ((rc = write_metrics(tr, &st))) return rc;
-        if (tr->o.log_every > 0 && (st.step % tr->o.log_every == 0 || st.step == tr->o.steps))
-            mal_log(MAL_LOG_INFO,
-                    "step %*lld/%lld | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %8.1f ms",
-                    width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
-                    st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
+        if (lead && (rc = write_metrics(tr, &st))) return rc;
+        if (lead && tr->o.log_every > 0 && (st.step % tr->o.log_every == 0 || st.step == tr->o.steps)) {
+            if (tr->world_size > 1)
+                mal_log(MAL_LOG_INFO,
+                        "step %*lld/%lld | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | "
+                        "%8.1f ms | slowest rank %d (%.1f ms compute)",
+                        width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
+                        st.grad_norm, st.tokens_per_s, 1e3 * st.step_s, st.slowest_rank,
+                        1e3 * st.ranks[st.slowest_rank].compute_s);
+            else
+                mal_log(MAL_LOG_INFO,
+                        "step %*lld/%lld | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %8.1f ms",
+                        width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
+                        st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
+        }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
             st.step != tr->o.steps && (rc = mal_trainer_save(tr)))
             return rc;

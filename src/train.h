@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm.h"
 #include "config.h"
 #include "optim.h"
+#include "plan.h"
 
 typedef struct {
     mal_model_config model;
@@ -21,7 +23,11 @@ typedef struct {
     uint64_t seed;
     int64_t steps;          /* train until this many steps are done */
     int global_batch;       /* sequences per optimizer step */
-    int micro_batch;        /* sequences per forward/backward */
+    int micro_batch;        /* sequences per forward/backward (a plan's own
+                             * micro_batch_size wins; see plan) */
+    const mal_plan *plan;   /* layout; NULL: uniform dp x tp x pp below */
+    int dp, tp, pp;         /* uniform layout when plan is NULL (0 means 1) */
+    mal_comm *world;        /* all ranks; NULL: one process without MPI */
     const char *data_path;  /* NULL: the built-in corpus */
     int data_format;        /* MAL_DATA_AUTO / LLMC / RAW16 */
     const char *snapshot_dir;  /* NULL: no snapshots */
@@ -39,23 +45,32 @@ mal_train_options mal_train_defaults(void);
 typedef struct mal_trainer mal_trainer;
 
 typedef struct {
+    double compute_s, tp_s, pp_s, dp_s, step_s;
+} mal_rank_times;
+
+typedef struct {
     int64_t step;      /* steps completed after this one (1-based) */
     double loss;       /* mean loss over the global batch */
     float lr;
     double grad_norm;  /* before clipping */
     double step_s;     /* wall time of the step */
-    double compute_s;  /* time in kernels (synchronised) */
+    double compute_s;  /* this rank's time in kernels (synchronised) */
     double tokens_per_s;
+    mal_rank_times *ranks; /* per-rank times (rank 0 only; else NULL), owned by the trainer */
+    int slowest_rank;      /* rank with the most compute time (rank 0 only) */
 } mal_step_stats;
 
-/* Local.  Validate options, load data, build the model; with opts->resume,
+/* Collective over opts->world.  Validate options and the plan, load data,
+ * build this rank's part of the model, its communicators, pipeline buffers
+ * and gradient-sync groups; with opts->resume,
  * restore the full state from the newest snapshot in opts->snapshot_dir
  * (refusing one written for another model, seed or global batch).  Nothing
  * on disk is written or truncated here. */
 int mal_trainer_create(mal_trainer **out, const mal_train_options *opts);
 void mal_trainer_destroy(mal_trainer *tr);
 
-/* Local.  One optimizer step over the global batch. */
+/* Collective over the world.  One optimizer step over the global batch;
+ * the loss and gradient norm in *st are global (same on every rank). */
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st);
 
 /* Local.  Write a snapshot of the full state now (needs snapshot_dir). */
@@ -64,15 +79,18 @@ int mal_trainer_save(mal_trainer *tr);
 /* Local.  Print the start-up table to `f`. */
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f);
 
-/* Local.  Train until opts->steps: log lines, metrics, periodic and final
- * snapshots. */
+/* Collective.  Train until opts->steps: log lines and metrics (rank 0),
+ * periodic and final snapshots. */
 int mal_trainer_run(mal_trainer *tr);
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr);
+/* This rank's part of the model (NULL on a suspended rank). */
 struct mal_model *mal_trainer_model(mal_trainer *tr);
+/* The plan in force. */
+const mal_plan *mal_trainer_plan(const mal_trainer *tr);
 
 /* Local.  Mean loss of the global batch of step `step` without updating
- * anything (evaluation; used by tests). */
+ * anything (evaluation; one-rank runs only). */
 int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss);
 
 #endif /* MAL_TRAIN_H */

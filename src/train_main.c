@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "data.h"
 #include "mal.h"
+#include "plan.h"
 #include "train.h"
 
 static void usage(FILE *f)
@@ -27,11 +29,17 @@ static void usage(FILE *f)
             "                         default: the built-in corpus (byte-level, vocab 256)\n"
             "  --data-format F        auto, llmc or raw16 (default: auto)\n"
             "\n"
+            "Parallel layout (run under mpiexec or srun, one rank per device):\n"
+            "  --plan FILE            a plan file (malleus-plan/1: pipelines, stages, TP groups,\n"
+            "                         micro-batches per pipeline, suspended ranks)\n"
+            "  --dp N --tp N --pp N   or the uniform Megatron-style layout (default: 1 1 1)\n"
+            "\n"
             "Training:\n"
             "  --steps N              train until N optimizer steps are done (default: 100)\n"
             "  --seed S               seed of initialisation and data order (default: 1234)\n"
             "  --global-batch N       sequences per step (default: 16)\n"
-            "  --micro-batch N        sequences per forward/backward (default: 4)\n"
+            "  --micro-batch N        sequences per forward/backward (default: 4; a --plan\n"
+            "                         sets its own micro_batch_size)\n"
             "  --lr X                 peak learning rate (default: 1e-3)\n"
             "  --min-lr-ratio X       cosine floor as a fraction of --lr (default: 0.1)\n"
             "  --warmup N             linear warmup steps (default: 10)\n"
@@ -53,8 +61,10 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "  --version              print the version\n"
             "\n"
-            "Example:\n"
-            "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n");
+            "Examples:\n"
+            "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n"
+            "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
+            "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -101,7 +111,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 enum {
     O_MODEL = 256, O_DATA, O_DATA_FORMAT, O_STEPS, O_SEED, O_GB, O_MB, O_LR, O_MINLR, O_WARMUP,
     O_DECAY, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_THREADS, O_SNAPDIR, O_SNAPEVERY, O_KEEP,
-    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION
+    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION, O_PLAN, O_DP, O_TP, O_PP
 };
 
 static const struct option longopts[] = {
@@ -131,11 +141,16 @@ static const struct option longopts[] = {
     {"quiet", no_argument, 0, O_QUIET},
     {"help", no_argument, 0, 'h'},
     {"version", no_argument, 0, O_VERSION},
+    {"plan", required_argument, 0, O_PLAN},
+    {"dp", required_argument, 0, O_DP},
+    {"tp", required_argument, 0, O_TP},
+    {"pp", required_argument, 0, O_PP},
     {0, 0, 0, 0},
 };
 
 /* Parse argv into opts; returns -1 to continue, else an exit code. */
-static int parse_args(int argc, char **argv, mal_train_options *o, const char **model, int *quiet)
+static int parse_args(int argc, char **argv, mal_train_options *o, const char **model, int *quiet,
+                      const char **plan, int *micro_given)
 {
     long long v;
     int c;
@@ -157,7 +172,10 @@ static int parse_args(int argc, char **argv, mal_train_options *o, const char **
         case O_STEPS: INT("--steps", o->steps, 0, LLONG_MAX / 65536);
         case O_SEED: INT("--seed", o->seed, 0, LLONG_MAX);
         case O_GB: INT("--global-batch", o->global_batch, 1, 1 << 20);
-        case O_MB: INT("--micro-batch", o->micro_batch, 1, 1 << 20);
+        case O_MB: *micro_given = 1; INT("--micro-batch", o->micro_batch, 1, 1 << 20);
+        case O_DP: INT("--dp", o->dp, 1, 1 << 20);
+        case O_TP: INT("--tp", o->tp, 1, 1 << 20);
+        case O_PP: INT("--pp", o->pp, 1, 1 << 20);
         case O_WARMUP: INT("--warmup", o->optim.warmup_steps, 0, INT_MAX);
         case O_DECAY: INT("--decay-steps", o->optim.total_steps, 1, INT_MAX);
         case O_THREADS: INT("--threads", o->threads, 1, 1024);
@@ -177,6 +195,7 @@ static int parse_args(int argc, char **argv, mal_train_options *o, const char **
         case O_EPS: if (parse_float("--adam-eps", optarg, 1e-30, 1, &o->optim.eps)) return 2; break;
         case O_CLIP: if (parse_float("--clip", optarg, 0, 1e30, &o->optim.grad_clip)) return 2; break;
         case O_SNAPDIR: o->snapshot_dir = optarg; break;
+        case O_PLAN: *plan = optarg; break;
         case O_RESUME: o->resume = 1; break;
         case O_METRICS: o->metrics_path = optarg; break;
         case O_QUIET: *quiet = 1; break;
@@ -187,47 +206,72 @@ static int parse_args(int argc, char **argv, mal_train_options *o, const char **
         }
     }
     if (optind < argc) return bad("unexpected argument '%s'%s", argv[optind], "");
+    if (*plan && (o->dp || o->tp || o->pp))
+        return bad("give either --plan or --dp/--tp/--pp, not both%s%s", "", "");
     return -1;
 }
 
 int main(int argc, char **argv)
 {
     mal_train_options o = mal_train_defaults();
-    const char *model = "tiny";
-    int quiet = 0, status = 1;
-    int rc = parse_args(argc, argv, &o, &model, &quiet);
+    const char *model = "tiny", *plan_path = NULL;
+    int quiet = 0, status = 1, micro_given = 0;
+    int rc = parse_args(argc, argv, &o, &model, &quiet, &plan_path, &micro_given);
     if (rc >= 0) return rc;
 
     MPI_Init(&argc, &argv);
-    int world;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    mal_comm *world = NULL;
     mal_trainer *tr = NULL;
-    if (world != 1) {
-        fprintf(stderr,
-                "malleus-train: started with %d ranks, but this version trains in one process "
-                "only; run it without mpiexec/srun\n",
-                world);
+    mal_plan plan;
+    mal_plan_init(&plan);
+    if ((rc = mal_comm_mpi_world(&world))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         goto out;
     }
+    const int lead = world->rank == 0;
+    /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
+    if (!lead) mal_log_level = MAL_LOG_ERROR;
     if ((rc = mal_config_load(&o.model, model))) {
-        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         status = 2;
         goto out;
     }
+    if (plan_path) {
+        if ((rc = mal_plan_read(&plan, plan_path))) {
+            if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+            status = 2;
+            goto out;
+        }
+        if (micro_given && o.micro_batch != plan.micro_batch_size) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --micro-batch %d disagrees with the plan's "
+                        "micro_batch_size %d; drop the flag\n",
+                        o.micro_batch, plan.micro_batch_size);
+            status = 2;
+            goto out;
+        }
+        o.plan = &plan;
+    }
+    o.world = world;
     if (quiet) mal_log_level = MAL_LOG_WARN;
     if ((rc = mal_trainer_create(&tr, &o))) {
-        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-        status = rc == MAL_EINVAL ? 2 : 1;
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = rc == MAL_EINVAL || rc == MAL_ENOTSUP ? 2 : 1;
         goto out;
     }
-    if (!quiet) mal_trainer_print_summary(tr, stdout);
+    if (!quiet && lead) mal_trainer_print_summary(tr, stdout);
     if ((rc = mal_trainer_run(tr))) {
-        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        fprintf(stderr, "malleus-train: rank %d: %s\n", world->rank, mal_errmsg());
+        /* Peers may be blocked waiting for this rank: take the job down. */
+        if (world->size > 1) mal_comm_abort(world, 1);
         goto out;
     }
     status = 0;
 out:
     mal_trainer_destroy(tr);
+    mal_plan_fini(&plan);
+    mal_comm_destroy(world);
     MPI_Finalize();
     return status;
 }

@@ -6,3 +6,10 @@ check_PROGRAMS += tests/test_model_grad tests/test_train
 TESTS += tests/test_model_grad tests/test_train
 dist_check_SCRIPTS += tests/test_cli.sh
 TESTS += tests/test_cli.sh
+
+# Parallel runtime: plans on 8 ranks against the one-process run.
+check_PROGRAMS += tests/test_parallel
+dist_check_SCRIPTS += tests/test_parallel.sh
+TESTS += tests/test_parallel.sh
+EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json \
+	tests/plans/mixed_tp.json tests/plans/uneven_stages.json tests/plans/suspended.json

@@ -1,0 +1,114 @@
+/* Communication behind one table of operations.
+ *
+ * A mal_comm is a group of ranks (a communicator).  Backends: MPI (CPU
+ * buffers) now; NCCL (device buffers, with MPI carrying the control plane)
+ * later, behind the same table.  Point-to-point peers and broadcast roots are
+ * ranks *within* the communicator.
+ *
+ * Waiting never busy-polls: on an oversubscribed machine MPICH's blocking
+ * calls spin and starve the very rank they wait for (ENVIRONMENT.md), so
+ * every wait tests the request and sleeps ~1 us between tests.
+ *
+ * Results of all-reduce are bitwise identical on every member (replicas and
+ * TP ranks must stay identical); the MPI backend guarantees that by reducing
+ * to one rank and broadcasting when the library's algorithm might not.
+ */
+#ifndef MAL_COMM_H
+#define MAL_COMM_H
+
+#include <stddef.h>
+
+typedef struct mal_comm mal_comm;
+typedef struct mal_comm_req mal_comm_req;
+typedef struct mal_comm_ops mal_comm_ops;
+
+struct mal_comm_ops {
+    const char *name; /* "mpi", "nccl" */
+    /* Collective over `parent`: ranks with the same color form a new
+     * communicator, ordered by key then parent rank.  color < 0: *out = NULL. */
+    int (*split)(mal_comm *parent, int color, int key, mal_comm **out);
+    /* Collective over the listed parent ranks only (others need not call):
+     * a communicator of exactly those ranks in that order. */
+    int (*create_group)(mal_comm *parent, const int *ranks, int n, mal_comm **out);
+    void (*destroy)(mal_comm *c);
+    /* Collective: in-place sum. */
+    int (*allreduce_f32)(mal_comm *c, float *buf, size_t n);
+    int (*allreduce_f64)(mal_comm *c, double *buf, size_t n);
+    /* Collective: max over doubles (in place). */
+    int (*allreduce_max_f64)(mal_comm *c, double *buf, size_t n);
+    /* Collective. */
+    int (*broadcast)(mal_comm *c, void *buf, size_t bytes, int root);
+    /* Collective: gather `bytes` from every rank into recv (rank order) at root. */
+    int (*gather)(mal_comm *c, const void *send, void *recv, size_t bytes, int root);
+    int (*barrier)(mal_comm *c);
+    /* Local: post a send / receive; the request is owned by the caller until
+     * waited on (wait frees it). */
+    int (*isend)(mal_comm *c, const void *buf, size_t bytes, int peer, int tag, mal_comm_req **req);
+    int (*irecv)(mal_comm *c, void *buf, size_t bytes, int peer, int tag, mal_comm_req **req);
+    int (*wait)(mal_comm_req *req);
+    /* Local: terminate every rank of the job (last resort after an error
+     * that leaves peers blocked). */
+    void (*abort)(mal_comm *c, int code);
+};
+
+struct mal_comm {
+    const mal_comm_ops *ops;
+    int rank, size;
+    int *world_ranks; /* [size]: world rank of each member */
+    void *impl;       /* backend state (e.g. the MPI_Comm) */
+};
+
+/* The MPI backend.  MPI must be initialised by the caller (the mains).
+ * Local: wrap MPI_COMM_WORLD (duplicated, so library traffic never matches
+ * the caller's). */
+extern const mal_comm_ops mal_comm_mpi_ops;
+int mal_comm_mpi_world(mal_comm **out);
+
+/* Call-site wrappers. */
+static inline int mal_comm_split(mal_comm *p, int color, int key, mal_comm **out)
+{
+    return p->ops->split(p, color, key, out);
+}
+static inline int mal_comm_create_group(mal_comm *p, const int *ranks, int n, mal_comm **out)
+{
+    return p->ops->create_group(p, ranks, n, out);
+}
+static inline void mal_comm_destroy(mal_comm *c)
+{
+    if (c) c->ops->destroy(c);
+}
+static inline int mal_comm_allreduce_f32(mal_comm *c, float *buf, size_t n)
+{
+    return c->ops->allreduce_f32(c, buf, n);
+}
+static inline int mal_comm_allreduce_f64(mal_comm *c, double *buf, size_t n)
+{
+    return c->ops->allreduce_f64(c, buf, n);
+}
+static inline int mal_comm_allreduce_max_f64(mal_comm *c, double *buf, size_t n)
+{
+    return c->ops->allreduce_max_f64(c, buf, n);
+}
+static inline int mal_comm_broadcast(mal_comm *c, void *buf, size_t bytes, int root)
+{
+    return c->ops->broadcast(c, buf, bytes, root);
+}
+static inline int mal_comm_gather(mal_comm *c, const void *send, void *recv, size_t bytes, int root)
+{
+    return c->ops->gather(c, send, recv, bytes, root);
+}
+static inline int mal_comm_barrier(mal_comm *c) { return c->ops->barrier(c); }
+static inline int mal_comm_isend(mal_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                                 mal_comm_req **req)
+{
+    return c->ops->isend(c, buf, bytes, peer, tag, req);
+}
+static inline int mal_comm_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag,
+                                 mal_comm_req **req)
+{
+    return c->ops->irecv(c, buf, bytes, peer, tag, req);
+}
+static inline int mal_comm_wait(mal_comm *c, mal_comm_req *req) { return c->ops->wait(req); }
+static inline void mal_comm_abort(mal_comm *c, int code) { c->ops->abort(c, code); }
+
+#endif /* MAL_COMM_H */

@@ -1,0 +1,308 @@
+/* Data-parallel gradient sum over replicas that may shard the same parameter
+ * differently (different TP sizes, different stage boundaries).
+ *
+ * For every tensor this rank holds, the holdings of all pipelines are
+ * computed from the plan (no communication), cut into the finest common
+ * partition (slices.h), and every piece held by two or more pipelines is
+ * summed over its holders: the first holder of each pipeline contributes its
+ * gradient (its pipeline's share), other TP ranks of the same pipeline that
+ * hold a replica of it contribute zeros, and every holder receives the sum.
+ * Pieces with the same holder set travel together: one communicator and one
+ * all-reduce per distinct set.
+ *
+ * The same pieces decide who counts which gradient element in the global
+ * norm: the first holder overall (pipeline 0's lowest rank).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal.h"
+#include "slices.h"
+#include "train_internal.h"
+
+size_t mal_tensor_range_floats(const mal_tensor_info *t, int64_t begin, int64_t end)
+{
+    int64_t other = t->ndim == 2 ? t->local_shape[1 - t->axis] : 1;
+    return (size_t)((end - begin) * other);
+}
+
+/* Local offset of the tensor's shard along its axis. */
+static int64_t local_axis_off(const mal_tensor_info *t)
+{
+    return t->split_dim == t->axis && t->split_dim >= 0 ? t->split_off : 0;
+}
+
+static void copy_range(const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
+                       float *packed, int to_packed)
+{
+    int64_t off = local_axis_off(t), b = begin - off, e = end - off;
+    float *x = base + t->offset;
+    if (t->ndim == 1 || t->axis == 0) {
+        int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1;
+        float *src = x + b * cols;
+        size_t n = (size_t)((e - b) * cols);
+        if (to_packed)
+            memcpy(packed, src, n * sizeof(float));
+        else
+            memcpy(src, packed, n * sizeof(float));
+        return;
+    }
+    int64_t rows = t->local_shape[0], cols = t->local_shape[1], w = e - b;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = x + r * cols + b;
+        if (to_packed)
+            memcpy(packed + r * w, row, (size_t)w * sizeof(float));
+        else
+            memcpy(row, packed + r * w, (size_t)w * sizeof(float));
+    }
+}
+
+/* These copy on the host: valid for the CPU backend, where device buffers
+ * are host memory.  A device backend must supply a strided copy kernel. */
+void mal_tensor_pack(const mal_tensor_info *t, const float *base, int64_t begin, int64_t end,
+                     float *dst)
+{
+    copy_range(t, (float *)base, begin, end, dst, 1);
+}
+
+void mal_tensor_unpack(const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
+                       const float *src)
+{
+    copy_range(t, base, begin, end, (float *)src, 0);
+}
+
+/* The stage of pipeline p that holds tensor t. */
+static const mal_plan_stage *holding_stage(const mal_plan_pipeline *pl, const mal_tensor_info *t)
+{
+    if (t->layer < 0) return &pl->stages[0];
+    for (int s = 0; s < pl->n_stages; s++)
+        if (t->layer >= pl->stages[s].layer_begin && t->layer < pl->stages[s].layer_end)
+            return &pl->stages[s];
+    return &pl->stages[pl->n_stages - 1]; /* head tensors: layer == n_layers */
+}
+
+typedef struct {
+    int n;
+    int *ranks; /* sorted */
+    int n_pieces, cap;
+    mal_sync_piece *pieces;
+} set_acc;
+
+static int set_add_piece(set_acc *s, mal_sync_piece p)
+{
+    if (s->n_pieces == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 8;
+        mal_sync_piece *np = realloc(s->pieces, sizeof *np * (size_t)s->cap);
+        if (!np) return MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+        s->pieces = np;
+    }
+    s->pieces[s->n_pieces++] = p;
+    return 0;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+int mal_gradsync_setup(struct mal_trainer *tr)
+{
+    mal_model *m = tr->model;
+    const mal_plan *plan = &tr->plan;
+    int rc = 0, n_sets = 0, cap_sets = 0, max_h = 0, cap_norm = 0;
+    set_acc *sets = NULL;
+    mal_slice_holding *h = NULL;
+    int *rk = NULL;
+    mal_slice_map map = {0};
+
+    for (int p = 0; p < plan->n_pipelines; p++)
+        for (int s = 0; s < plan->pipelines[p].n_stages; s++) max_h += plan->pipelines[p].stages[s].n_ranks;
+    h = malloc(sizeof *h * (size_t)(max_h + 1));
+    rk = malloc(sizeof *rk * (size_t)(max_h + 1));
+    if (!h || !rk) {
+        rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+        goto out;
+    }
+
+    for (int ti = 0; ti < m->n_tensors; ti++) {
+        const mal_tensor_info *t = &m->tensors[ti];
+        int64_t len = t->shape[t->axis];
+        int nh = 0;
+        for (int p = 0; p < plan->n_pipelines; p++) {
+            const mal_plan_stage *st = holding_stage(&plan->pipelines[p], t);
+            for (int r = 0; r < st->n_ranks; r++) {
+                int64_t b = 0, e = len;
+                if (t->tp_splittable && st->n_ranks > 1) {
+                    b = len / st->n_ranks * r;
+                    e = b + len / st->n_ranks;
+                }
+                h[nh++] = (mal_slice_holding){st->ranks[r], p, b, e};
+            }
+        }
+        if ((rc = mal_slices_partition(h, nh, len, &map))) goto out;
+        for (int pi = 0; pi < map.n_pieces; pi++) {
+            const mal_slice_piece *pc = &map.pieces[pi];
+            const int *hi = map.holders + pc->first;
+            int me = -1, n_groups = 0, contribute = 0;
+            for (int j = 0; j < pc->n_holders; j++) {
+                int first_of_group = j == 0 || h[hi[j]].group != h[hi[j - 1]].group;
+                n_groups += first_of_group;
+                if (h[hi[j]].rank == tr->world_rank) {
+                    me = j;
+                    contribute = first_of_group;
+                }
+            }
+            if (me < 0) continue;
+            if (me == 0) { /* first holder overall counts it in the norm */
+                if (tr->n_norm == cap_norm) {
+                    cap_norm = cap_norm ? 2 * cap_norm : 32;
+                    mal_norm_range *nn = realloc(tr->norm, sizeof *nn * (size_t)cap_norm);
+                    if (!nn) {
+                        rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+                        goto out;
+                    }
+                    tr->norm = nn;
+                }
+                tr->norm[tr->n_norm++] = (mal_norm_range){ti, pc->begin, pc->end};
+            }
+            if (n_groups < 2) continue; /* a single replica: nothing to sum */
+            for (int j = 0; j < pc->n_holders; j++) rk[j] = h[hi[j]].rank;
+            qsort(rk, (size_t)pc->n_holders, sizeof *rk, cmp_int);
+            int si;
+            for (si = 0; si < n_sets; si++)
+                if (sets[si].n == pc->n_holders &&
+                    !memcmp(sets[si].ranks, rk, sizeof *rk * (size_t)pc->n_holders))
+                    break;
+            if (si == n_sets) {
+                if (n_sets == cap_sets) {
+                    cap_sets = cap_sets ? 2 * cap_sets : 8;
+                    set_acc *ns = realloc(sets, sizeof *ns * (size_t)cap_sets);
+                    if (!ns) {
+                        rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+                        goto out;
+                    }
+                    sets = ns;
+                }
+                memset(&sets[si], 0, sizeof sets[si]);
+                sets[si].n = pc->n_holders;
+                sets[si].ranks = malloc(sizeof *rk * (size_t)pc->n_holders);
+                if (!sets[si].ranks) {
+                    rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+                    goto out;
+                }
+                memcpy(sets[si].ranks, rk, sizeof *rk * (size_t)pc->n_holders);
+                n_sets++;
+            }
+            if ((rc = set_add_piece(&sets[si], (mal_sync_piece){ti, pc->begin, pc->end, contribute})))
+                goto out;
+        }
+        mal_slices_fini(&map);
+    }
+
+    /* One communicator per holder set, created in the order the sets first
+     * appear in the global tensor order: every member sees the same order,
+     * so the collective creations cannot deadlock. */
+    tr->sync = calloc((size_t)(n_sets ? n_sets : 1), sizeof *tr->sync);
+    if (!tr->sync) {
+        rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+        goto out;
+    }
+    size_t max_floats = 0;
+    for (int si = 0; si < n_sets; si++) {
+        mal_sync_group *g = &tr->sync[si];
+        if ((rc = mal_comm_create_group(tr->world, sets[si].ranks, sets[si].n, &g->comm))) goto out;
+        tr->n_sync = si + 1;
+        g->pieces = sets[si].pieces;
+        g->n_pieces = sets[si].n_pieces;
+        sets[si].pieces = NULL;
+        for (int k = 0; k < g->n_pieces; k++)
+            g->n_floats += mal_tensor_range_floats(&m->tensors[g->pieces[k].tensor],
+                                                   g->pieces[k].begin, g->pieces[k].end);
+        if (g->n_floats > max_floats) max_floats = g->n_floats;
+    }
+    if (max_floats) {
+        tr->sync_buf = malloc(max_floats * sizeof(float));
+        if (!tr->sync_buf) {
+            rc = MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats", max_floats);
+            goto out;
+        }
+        tr->sync_buf_floats = max_floats;
+    }
+out:
+    mal_slices_fini(&map);
+    for (int si = 0; si < n_sets; si++) {
+        free(sets[si].ranks);
+        free(sets[si].pieces);
+    }
+    free(sets);
+    free(h);
+    free(rk);
+    return rc;
+}
+
+int mal_gradsync_run(struct mal_trainer *tr)
+{
+    mal_model *m = tr->model;
+    int rc;
+    for (int si = 0; si < tr->n_sync; si++) {
+        mal_sync_group *g = &tr->sync[si];
+        float *buf = tr->sync_buf;
+        for (int k = 0; k < g->n_pieces; k++) {
+            const mal_sync_piece *p = &g->pieces[k];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            size_t n = mal_tensor_range_floats(t, p->begin, p->end);
+            if (p->contribute)
+                mal_tensor_pack(t, m->grads, p->begin, p->end, buf);
+            else
+                memset(buf, 0, n * sizeof(float));
+            buf += n;
+        }
+        if ((rc = mal_comm_allreduce_f32(g->comm, tr->sync_buf, g->n_floats))) return rc;
+        buf = tr->sync_buf;
+        for (int k = 0; k < g->n_pieces; k++) {
+            const mal_sync_piece *p = &g->pieces[k];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            mal_tensor_unpack(t, m->grads, p->begin, p->end, buf);
+            buf += mal_tensor_range_floats(t, p->begin, p->end);
+        }
+    }
+    return 0;
+}
+
+double mal_gradsync_local_sumsq(struct mal_trainer *tr)
+{
+    mal_model *m = tr->model;
+    double s = 0;
+    for (int i = 0; i < tr->n_norm; i++) {
+        const mal_norm_range *r = &tr->norm[i];
+        const mal_tensor_info *t = &m->tensors[r->tensor];
+        int64_t off = local_axis_off(t);
+        if (t->ndim == 1 || t->axis == 0) {
+            int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1;
+            s += mal_kern_sumsq(m->k, m->grads + t->offset + (r->begin - off) * cols,
+                                (size_t)((r->end - r->begin) * cols));
+        } else {
+            for (int64_t row = 0; row < t->local_shape[0]; row++)
+                s += mal_kern_sumsq(m->k, m->grads + t->offset + row * t->local_shape[1] +
+                                              (r->begin - off),
+                                    (size_t)(r->end - r->begin));
+        }
+    }
+    return s;
+}
+
+void mal_gradsync_teardown(struct mal_trainer *tr)
+{
+    for (int si = 0; si < tr->n_sync; si++) {
+        mal_comm_destroy(tr->sync[si].comm);
+        free(tr->sync[si].pieces);
+    }
+    free(tr->sync);
+    tr->sync = NULL;
+    tr->n_sync = 0;
+    free(tr->sync_buf);
+    tr->sync_buf = NULL;
+    free(tr->norm);
+    tr->norm = NULL;
+    tr->n_norm = 0;
+}

@@ -1,0 +1,110 @@
+/* Internal state of the trainer shared by train.c (set-up, step, output),
+ * pipeline.c (the 1F1B schedule) and gradsync.c (data-parallel gradient
+ * sum over replicas that shard parameters differently).  Not installed. */
+#ifndef MAL_TRAIN_INTERNAL_H
+#define MAL_TRAIN_INTERNAL_H
+
+#include <stdio.h>
+
+#include "comm.h"
+#include "data.h"
+#include "model.h"
+#include "plan.h"
+#include "train.h"
+
+/* Time spent per category during one step, seconds. */
+typedef struct {
+    double compute; /* kernels (synchronised), excluding TP all-reduce inside them */
+    double tp;      /* tensor-parallel all-reduce */
+    double pp;      /* waiting for pipeline sends / receives */
+    double dp;      /* data-parallel gradient sync and step-wide reductions */
+} mal_step_times;
+
+/* One piece of a tensor that this rank sums with other replicas. */
+typedef struct {
+    int tensor;         /* index into model->tensors */
+    int64_t begin, end; /* along the tensor's axis, global coordinates */
+    int contribute;     /* 1: this rank's gradient is its replica's share; 0: send zeros */
+} mal_sync_piece;
+
+/* All pieces shared by one set of ranks: one communicator, one buffer. */
+typedef struct {
+    mal_comm *comm;
+    int n_pieces;
+    mal_sync_piece *pieces;
+    size_t n_floats;
+} mal_sync_group;
+
+/* A range of a tensor whose gradient this rank counts in the global norm
+ * (every element is counted by exactly one rank). */
+typedef struct {
+    int tensor;
+    int64_t begin, end;
+} mal_norm_range;
+
+struct mal_trainer {
+    mal_train_options o;
+    mal_data *data;
+
+    /* layout */
+    mal_plan plan;
+    mal_plan_loc loc;          /* where this rank sits; loc.pipeline < 0: suspended */
+    int world_rank, world_size;
+    mal_comm *world;           /* NULL only for a one-rank run without MPI */
+    mal_comm *tp;              /* this stage's TP group (NULL when tp_size 1) */
+    int n_stages, n_micro;     /* of this rank's pipeline */
+    int first_sample;          /* global batch position of the pipeline's first sample */
+    const int *prev_ranks, *next_ranks; /* neighbouring stages' TP groups (NULL at the ends) */
+    int n_prev, n_next;
+
+    /* model and activations (active ranks only) */
+    mal_model *model;
+    int n_slots;               /* micro-batches in flight on this stage */
+    mal_acts **acts;           /* [n_slots] */
+    float **act_send;          /* [n_slots] NULL: activations are sent from acts->res[L] */
+    float *grad_recv;          /* (N,C) gradient from the next stage */
+    float **grad_send;         /* [n_slots] (N,C) copies of input gradients in flight */
+    mal_comm_req ***send_reqs; /* [n_slots][max fan-out] pending activation sends */
+    mal_comm_req ***gsend_reqs;/* [n_slots][max fan-out] pending gradient sends */
+    int max_fanout;
+    int *inputs, *targets;     /* host staging for one micro-batch */
+
+    /* data-parallel sync */
+    int n_sync;
+    mal_sync_group *sync;
+    float *sync_buf;
+    size_t sync_buf_floats;
+    int n_norm;
+    mal_norm_range *norm;
+
+    /* progress and output */
+    int64_t step;
+    int64_t saved_step;
+    FILE *metrics;
+    mal_step_times times;
+    double loss_local;         /* sum of per-token losses computed here this step */
+    mal_rank_times *rank_times; /* [world_size] gathered at rank 0 each step */
+};
+
+/* pipeline.c: run this rank's part of the 1F1B schedule for step `step`.
+ * Collective over the pipeline (and TP groups). */
+int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale);
+int mal_pipeline_setup(struct mal_trainer *tr);
+void mal_pipeline_teardown(struct mal_trainer *tr);
+
+/* gradsync.c */
+int mal_gradsync_setup(struct mal_trainer *tr);    /* collective over the world */
+int mal_gradsync_run(struct mal_trainer *tr);      /* collective over the sync groups */
+double mal_gradsync_local_sumsq(struct mal_trainer *tr);
+void mal_gradsync_teardown(struct mal_trainer *tr);
+
+/* Copy between a local tensor shard and a packed buffer holding the
+ * elements of global axis range [begin, end) (all other coordinates whole),
+ * in row-major order.  Used by gradsync, resharding and migration. */
+void mal_tensor_pack(const mal_tensor_info *t, const float *base, int64_t begin, int64_t end,
+                     float *dst);
+void mal_tensor_unpack(const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
+                       const float *src);
+size_t mal_tensor_range_floats(const mal_tensor_info *t, int64_t begin, int64_t end);
+
+#endif /* MAL_TRAIN_INTERNAL_H */

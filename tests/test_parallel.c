@@ -1,0 +1,121 @@
+/* Any plan trains the same model as one process (DESIGN.md's invariant).
+ *
+ * Run under mpiexec with the world size the plans name:
+ *   test_parallel PLAN.json [PLAN.json ...]
+ * Every rank first trains `tiny` for STEPS steps in one process (no MPI) as
+ * the reference; then, for each plan, the ranks train the same run under
+ * that plan.  At every step the global loss must match the reference within
+ * 1e-4 relative, and at the end every parameter shard every rank holds must
+ * match the reference tensor within 1e-4 of that tensor's largest value.
+ * Rank 0 prints one verdict line per plan. */
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "mal_test.h"
+#include "model.h"
+#include "plan.h"
+#include "train.h"
+
+enum { STEPS = 10 };
+
+static mal_train_options options(void)
+{
+    mal_train_options o = mal_train_defaults();
+    CHECK_OK(mal_config_load(&o.model, "tiny"));
+    o.steps = STEPS;
+    o.global_batch = 16;
+    o.micro_batch = 2;
+    o.optim.lr = 3e-3f;
+    o.optim.warmup_steps = 3;
+    o.log_every = 0;
+    o.threads = 1;
+    return o;
+}
+
+/* Largest |local - reference| over a shard, and the reference's scale. */
+static void compare_shard(const mal_tensor_info *t, const float *local, const mal_tensor_info *rt,
+                          const float *ref, double *err, double *scale)
+{
+    int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
+    int64_t gcols = t->ndim == 2 ? t->shape[1] : 1;
+    for (size_t i = 0; i < rt->n; i++) *scale = fmax(*scale, fabs((double)ref[rt->offset + i]));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t gr = t->split_dim == 0 ? r + t->split_off : r;
+            int64_t gc = t->split_dim == 1 ? c + t->split_off : c;
+            double d = fabs((double)local[t->offset + r * cols + c] -
+                            (double)ref[rt->offset + gr * gcols + gc]);
+            *err = fmax(*err, d);
+        }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    mal_comm *world;
+    CHECK_OK(mal_comm_mpi_world(&world));
+    if (argc < 2) {
+        if (world->rank == 0) fprintf(stderr, "usage: test_parallel PLAN.json...\n");
+        MPI_Abort(MPI_COMM_WORLD, MAL_TEST_ERROR);
+    }
+    mal_log_level = MAL_LOG_WARN;
+
+    /* Reference: one process, no communication. */
+    double ref_loss[STEPS];
+    mal_train_options o = options();
+    mal_trainer *ref;
+    CHECK_OK(mal_trainer_create(&ref, &o));
+    for (int s = 0; s < STEPS; s++) {
+        mal_step_stats st;
+        CHECK_OK(mal_trainer_step(ref, &st));
+        ref_loss[s] = st.loss;
+    }
+    mal_model *rm = mal_trainer_model(ref);
+
+    int failed = 0;
+    for (int a = 1; a < argc; a++) {
+        mal_plan plan;
+        mal_plan_init(&plan);
+        CHECK_OK(mal_plan_read(&plan, argv[a]));
+        mal_train_options po = options();
+        po.plan = &plan;
+        po.world = world;
+        mal_trainer *tr;
+        double t0 = MPI_Wtime();
+        CHECK_OK(mal_trainer_create(&tr, &po));
+        double worst_loss = 0;
+        for (int s = 0; s < STEPS; s++) {
+            mal_step_stats st;
+            CHECK_OK(mal_trainer_step(tr, &st));
+            worst_loss = fmax(worst_loss, fabs(st.loss - ref_loss[s]) / fabs(ref_loss[s]));
+        }
+        double secs = MPI_Wtime() - t0;
+        /* Parameters: worst relative error over the tensors this rank holds. */
+        double worst_param = 0;
+        mal_model *m = mal_trainer_model(tr);
+        for (int i = 0; m && i < m->n_tensors; i++) {
+            const mal_tensor_info *t = &m->tensors[i];
+            const mal_tensor_info *rt = mal_model_find(rm, t->name);
+            CHECK(rt != NULL);
+            double err = 0, scale = 0;
+            compare_shard(t, m->params, rt, rm->params, &err, &scale);
+            worst_param = fmax(worst_param, err / scale);
+        }
+        double worst[2] = {worst_loss, worst_param};
+        CHECK_OK(mal_comm_allreduce_max_f64(world, worst, 2));
+        int ok = worst[0] <= 1e-4 && worst[1] <= 1e-4;
+        failed |= !ok;
+        if (world->rank == 0)
+            printf("%s %s: %d steps in %.2f s, max loss rel diff %.2e, max param rel diff %.2e\n",
+                   ok ? "PASS" : "FAIL", argv[a], STEPS, secs, worst[0], worst[1]);
+        mal_trainer_destroy(tr);
+        mal_plan_fini(&plan);
+    }
+    mal_trainer_destroy(ref);
+    mal_comm_destroy(world);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
