@@ -1,6 +1,6 @@
 # ckpt/: snapshots (and later resharding); included by Makefile.am.
 
-libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snapshot.c
+libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snapshot.c ckpt/train_ckpt.c
 EXTRA_DIST += ckpt/README.md
 
 check_PROGRAMS += tests/test_snapshot

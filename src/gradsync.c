@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout.h"
 #include "mal.h"
 #include "slices.h"
 #include "train_internal.h"
@@ -71,16 +72,6 @@ void mal_tensor_unpack(const mal_tensor_info *t, float *base, int64_t begin, int
     copy_range(t, base, begin, end, (float *)src, 0);
 }
 
-/* The stage of pipeline p that holds tensor t. */
-static const mal_plan_stage *holding_stage(const mal_plan_pipeline *pl, const mal_tensor_info *t)
-{
-    if (t->layer < 0) return &pl->stages[0];
-    for (int s = 0; s < pl->n_stages; s++)
-        if (t->layer >= pl->stages[s].layer_begin && t->layer < pl->stages[s].layer_end)
-            return &pl->stages[s];
-    return &pl->stages[pl->n_stages - 1]; /* head tensors: layer == n_layers */
-}
-
 typedef struct {
     int n;
     int *ranks; /* sorted */
@@ -127,18 +118,7 @@ int mal_gradsync_setup(struct mal_trainer *tr)
     for (int ti = 0; ti < m->n_tensors; ti++) {
         const mal_tensor_info *t = &m->tensors[ti];
         int64_t len = t->shape[t->axis];
-        int nh = 0;
-        for (int p = 0; p < plan->n_pipelines; p++) {
-            const mal_plan_stage *st = holding_stage(&plan->pipelines[p], t);
-            for (int r = 0; r < st->n_ranks; r++) {
-                int64_t b = 0, e = len;
-                if (t->tp_splittable && st->n_ranks > 1) {
-                    b = len / st->n_ranks * r;
-                    e = b + len / st->n_ranks;
-                }
-                h[nh++] = (mal_slice_holding){st->ranks[r], p, b, e};
-            }
-        }
+        int nh = mal_layout_holdings(plan, t, h);
         if ((rc = mal_slices_partition(h, nh, len, &map))) goto out;
         for (int pi = 0; pi < map.n_pieces; pi++) {
             const mal_slice_piece *pc = &map.pieces[pi];

@@ -98,6 +98,24 @@ static int build_layout(mal_model *m)
     return 0;
 }
 
+int mal_model_layout(const mal_model_config *cfg, const mal_model_part *part,
+                     mal_tensor_info **tensors, int *n_tensors, size_t *n_params)
+{
+    mal_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    m.part = *part;
+    int rc = build_layout(&m);
+    if (rc) {
+        free(m.tensors);
+        return rc;
+    }
+    *tensors = m.tensors;
+    *n_tensors = m.n_tensors;
+    if (n_params) *n_params = m.n_params;
+    return 0;
+}
+
 static void make_views(mal_model *m, float *base, mal_model_views *v)
 {
     int i = 0;

@@ -116,6 +116,11 @@ void mal_model_destroy(mal_model *m);
  * values one process would. */
 int mal_model_init_params(mal_model *m, uint64_t seed);
 
+/* Local.  The tensor table of a part without allocating anything else
+ * (for planning, resharding, ownership); caller frees *tensors. */
+int mal_model_layout(const mal_model_config *cfg, const mal_model_part *part,
+                     mal_tensor_info **tensors, int *n_tensors, size_t *n_params);
+
 /* Local.  Look up a tensor by global name; NULL if this part lacks it. */
 const mal_tensor_info *mal_model_find(const mal_model *m, const char *name);
 

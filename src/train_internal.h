@@ -92,6 +92,11 @@ int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale);
 int mal_pipeline_setup(struct mal_trainer *tr);
 void mal_pipeline_teardown(struct mal_trainer *tr);
 
+/* ckpt/train_ckpt.c: write a snapshot of the state / restore from the
+ * newest one in o.snapshot_dir. */
+int mal_train_ckpt_save(struct mal_trainer *tr);
+int mal_train_ckpt_restore(struct mal_trainer *tr);
+
 /* gradsync.c */
 int mal_gradsync_setup(struct mal_trainer *tr);    /* collective over the world */
 int mal_gradsync_run(struct mal_trainer *tr);      /* collective over the sync groups */
