@@ -1,1 +1,15 @@
-# replan/: see Makefile.am; this fragment is included by it.
+# replan/: the planner (cost model, lp_solve programs, search, 1F1B simulator,
+# re-plan trigger policy) and malleus-replan.  Included by Makefile.am.
+libmalleus_a_SOURCES += replan/replan.h replan/profile.c replan/cost.c replan/lp.c \
+	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
+	replan/policy.h replan/policy.c
+
+bin_PROGRAMS += malleus-replan
+malleus_replan_SOURCES = replan/replan_main.c
+
+check_PROGRAMS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
+TESTS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
+dist_check_SCRIPTS += tests/test_replan_cli.sh
+TESTS += tests/test_replan_cli.sh
+
+EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py

@@ -6,7 +6,8 @@ libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h \
 	src/model.h src/model.c \
 	src/optim.h src/optim.c \
 	src/train.h src/train.c src/train_internal.h \
-	src/pipeline.c src/gradsync.c src/layout.h src/layout.c
+	src/pipeline.c src/gradsync.c src/layout.h src/layout.c src/monitor.c \
+	src/migrate.c
 
 bin_PROGRAMS += malleus-train
 malleus_train_SOURCES = src/train_main.c

@@ -155,7 +155,7 @@ static int forward(struct mal_trainer *tr, int64_t step, int mb, float dscale)
     if ((rc = mal_model_forward(m, a, a->res[0], dscale))) return rc;
     if (m->part.has_head) tr->loss_local += mal_acts_loss_sum(m, a);
     if ((rc = mal_kern_sync(m->k))) return rc;
-    tr->times.compute += mal_now() - t0 - (tr->times.tp - tp0);
+    tr->times.compute += mal_inject_stretch(tr, mal_now() - t0 - (tr->times.tp - tp0));
     if (!m->part.has_head)
         return send_to(tr, a->res[m->n_local_layers], NC, tr->next_ranks, tr->n_next,
                        tag_of(mb, TAG_ACT), tr->send_reqs[slot]);
@@ -182,7 +182,7 @@ static int backward(struct mal_trainer *tr, int mb)
         mal_kern_copy(m->k, tr->grad_send[slot], dinp, NC);
     }
     if ((rc = mal_kern_sync(m->k))) return rc;
-    tr->times.compute += mal_now() - t0 - (tr->times.tp - tp0);
+    tr->times.compute += mal_inject_stretch(tr, mal_now() - t0 - (tr->times.tp - tp0));
     if (!m->part.has_embed)
         return send_to(tr, tr->grad_send[slot], NC, tr->prev_ranks, tr->n_prev,
                        tag_of(mb, TAG_GRAD), tr->gsend_reqs[slot]);

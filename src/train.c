@@ -56,7 +56,7 @@ static int make_plan(mal_trainer *tr)
         return MAL_ERR(MAL_EINVAL, "the plan is for %d ranks but the job has %d",
                        mal_plan_world_size(&tr->plan), tr->world_size);
     tr->o.micro_batch = tr->plan.micro_batch_size;
-    return mal_plan_locate(&tr->plan, tr->world_rank, &tr->loc);
+    return 0;
 }
 
 static int tp_allreduce(void *ctx, float *x, size_t n)
@@ -68,20 +68,29 @@ static int tp_allreduce(void *ctx, float *x, size_t n)
     return rc;
 }
 
-/* Build this rank's share of the run: model part, TP group, pipeline
- * buffers, gradient-sync groups.  Collective over the world. */
-static int setup_layout(mal_trainer *tr)
+/* This rank's part of the model under tr->plan (none when suspended).
+ * Local. */
+int mal_trainer_build_part(mal_trainer *tr)
+{
+    int rc;
+    if ((rc = mal_plan_locate(&tr->plan, tr->world_rank, &tr->loc))) return rc;
+    if (tr->loc.pipeline < 0) return 0;
+    const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->loc.pipeline];
+    const mal_plan_stage *st = &pl->stages[tr->loc.stage];
+    mal_model_part part = {st->layer_begin, st->layer_end, tr->loc.stage == 0,
+                           tr->loc.stage == pl->n_stages - 1, st->n_ranks, tr->loc.tp_rank};
+    return mal_model_create(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size,
+                            &mal_kernels_cpu, tr->o.seed);
+}
+
+/* Everything around the part: TP group, pipeline buffers, gradient-sync
+ * groups.  Collective over the world. */
+int mal_trainer_wire_part(mal_trainer *tr)
 {
     int rc;
     const mal_model_config *c = &tr->o.model;
     if (tr->loc.pipeline >= 0) {
-        const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->loc.pipeline];
-        const mal_plan_stage *st = &pl->stages[tr->loc.stage];
-        mal_model_part part = {st->layer_begin, st->layer_end, tr->loc.stage == 0,
-                               tr->loc.stage == pl->n_stages - 1, st->n_ranks, tr->loc.tp_rank};
-        if ((rc = mal_model_create(&tr->model, c, &part, tr->plan.micro_batch_size,
-                                   &mal_kernels_cpu, tr->o.seed)))
-            return rc;
+        const mal_plan_stage *st = &tr->plan.pipelines[tr->loc.pipeline].stages[tr->loc.stage];
         if (st->n_ranks > 1) {
             if (!tr->world)
                 return MAL_ERR(MAL_EINVAL, "a TP group of %d ranks needs MPI", st->n_ranks);
@@ -95,22 +104,43 @@ static int setup_layout(mal_trainer *tr)
         tr->inputs = malloc(N * sizeof(int));
         tr->targets = malloc(N * sizeof(int));
         if (!tr->inputs || !tr->targets) return MAL_ERR(MAL_ENOMEM, "out of memory");
-        if (tr->world && (rc = mal_gradsync_setup(tr))) return rc;
-        if (!tr->world) { /* one rank: it counts every gradient in the norm */
-            tr->norm = calloc((size_t)tr->model->n_tensors, sizeof *tr->norm);
-            if (!tr->norm) return MAL_ERR(MAL_ENOMEM, "out of memory");
-            for (int i = 0; i < tr->model->n_tensors; i++) {
-                const mal_tensor_info *t = &tr->model->tensors[i];
-                tr->norm[i] = (mal_norm_range){i, 0, t->shape[t->axis]};
-            }
-            tr->n_norm = tr->model->n_tensors;
-        }
     }
+    if (!tr->model) return 0; /* suspended: no state to sync */
+    if (tr->world) return mal_gradsync_setup(tr);
+    /* one rank: it counts every gradient in the norm */
+    tr->norm = calloc((size_t)tr->model->n_tensors, sizeof *tr->norm);
+    if (!tr->norm) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    for (int i = 0; i < tr->model->n_tensors; i++) {
+        const mal_tensor_info *t = &tr->model->tensors[i];
+        tr->norm[i] = (mal_norm_range){i, 0, t->shape[t->axis]};
+    }
+    tr->n_norm = tr->model->n_tensors;
+    return 0;
+}
+
+/* Undo mal_trainer_wire_part (the model itself stays). */
+void mal_trainer_unwire_part(mal_trainer *tr)
+{
+    if (tr->model) mal_pipeline_teardown(tr);
+    mal_gradsync_teardown(tr);
+    mal_comm_destroy(tr->tp);
+    tr->tp = NULL;
+    free(tr->inputs);
+    free(tr->targets);
+    tr->inputs = tr->targets = NULL;
+}
+
+/* Build this rank's share of the run.  Collective over the world. */
+static int setup_layout(mal_trainer *tr)
+{
+    int rc;
+    if ((rc = mal_trainer_build_part(tr))) return rc;
+    if ((rc = mal_trainer_wire_part(tr))) return rc;
     if (tr->world_rank == 0) {
         tr->rank_times = calloc((size_t)tr->world_size, sizeof *tr->rank_times);
         if (!tr->rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
     }
-    return 0;
+    return mal_monitor_setup(tr);
 }
 
 int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
@@ -179,16 +209,11 @@ void mal_trainer_destroy(mal_trainer *tr)
 {
     if (!tr) return;
     if (tr->metrics) fclose(tr->metrics);
-    if (tr->model) {
-        mal_pipeline_teardown(tr);
-        mal_gradsync_teardown(tr);
-    }
-    mal_comm_destroy(tr->tp);
+    mal_trainer_unwire_part(tr);
+    mal_monitor_teardown(tr);
     mal_model_destroy(tr->model);
     mal_data_destroy(tr->data);
     mal_plan_fini(&tr->plan);
-    free(tr->inputs);
-    free(tr->targets);
     free(tr->rank_times);
     free(tr);
 }
@@ -232,6 +257,7 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
 
     memset(&tr->times, 0, sizeof tr->times);
     tr->loss_local = 0;
+    tr->inject_now = mal_inject_factor(tr, step);
     if (m) {
         double c0 = mal_now();
         mal_model_zero_grad(m);
@@ -257,12 +283,15 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
         c0 = mal_now();
         mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
         if ((rc = mal_kern_sync(m->k))) return rc;
-        tr->times.compute += mal_now() - c0;
+        tr->times.compute += mal_inject_stretch(tr, mal_now() - c0);
     }
-    tr->step++;
+    /* The monitor's probe starts on every rank right after the all-reduce
+     * above released them together. */
+    double probe = mal_monitor_probe(tr);
 
     double step_s = mal_now() - t0;
-    mal_rank_times mine = {tr->times.compute, tr->times.tp, tr->times.pp, tr->times.dp, step_s};
+    mal_rank_times mine = {tr->times.compute, tr->times.tp, tr->times.pp, tr->times.dp, step_s,
+                           probe};
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tr->rank_times, sizeof mine, 0))) return rc;
     } else {
@@ -270,7 +299,7 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     }
     if (st) {
         memset(st, 0, sizeof *st);
-        st->step = tr->step;
+        st->step = tr->step + 1;
         st->loss = red[0] / tokens;
         st->lr = lr;
         st->grad_norm = norm;
@@ -287,7 +316,8 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     if (!isfinite(red[0]))
         return MAL_ERR(MAL_EINVAL, "loss became %f at step %lld: lower --lr", red[0],
                        (long long)step + 1);
-    return 0;
+    tr->step++;
+    return mal_monitor_observe(tr, st);
 }
 
 int mal_trainer_save(mal_trainer *tr)
@@ -372,7 +402,20 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
                 r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
                 1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0));
     }
-    fprintf(f, "]}\n");
+    fprintf(f, "]");
+    if (st->rates) {
+        fprintf(f, ", \"rates\": [");
+        for (int r = 0; r < tr->world_size; r++) fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
+        fprintf(f, "]");
+    }
+    if (tr->hostnames && st->step % tr->check_every_all == 0) {
+        fprintf(f, ", \"nodes\": [");
+        for (int r = 0; r < tr->world_size; r++)
+            fprintf(f, "%s\"%s\"", r ? ", " : "", tr->hostnames + (size_t)r * MAL_HOSTNAME_LEN);
+        fprintf(f, "]");
+    }
+    if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
+    fprintf(f, "}\n");
     if (fflush(f) != 0)
         return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
     return 0;
@@ -418,8 +461,22 @@ int mal_trainer_run(mal_trainer *tr)
                         width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
                         st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
         }
+        if (st.replan && tr->step < tr->o.steps) {
+            if (lead)
+                mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
+                        (long long)st.step, st.trigger_rank,
+                        st.trigger_rank >= 0 ? tr->rates[st.trigger_rank] : 0.0);
+            if (tr->o.adapt == MAL_ADAPT_RESTART) {
+                if (tr->o.snapshot_dir && tr->saved_step != tr->step &&
+                    (rc = mal_trainer_save(tr)))
+                    return rc;
+                return MAL_TRAIN_REPLAN;
+            }
+            if (tr->o.adapt == MAL_ADAPT_ONLINE && (rc = mal_trainer_replan_online(tr)))
+                return rc;
+        }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
-            st.step != tr->o.steps && (rc = mal_trainer_save(tr)))
+            st.step != tr->o.steps && tr->saved_step != tr->step && (rc = mal_trainer_save(tr)))
             return rc;
     }
     if (tr->o.snapshot_dir && tr->saved_step != tr->step && (rc = mal_trainer_save(tr))) return rc;

@@ -17,6 +17,23 @@
 #include "optim.h"
 #include "plan.h"
 
+/* Straggler injection (tests, demos, benchmarks): rank `rank`'s compute is
+ * stretched by `factor` during steps [from, to) (0-based; to < 0: forever),
+ * as extra sleep proportional to its own measured compute, so on a shared
+ * machine the slowed rank does not take CPU from the others. */
+typedef struct {
+    int rank;
+    double factor;
+    int64_t from, to;
+} mal_inject;
+
+/* What a run does when the monitor advises a re-plan. */
+enum { MAL_ADAPT_OFF = 0, MAL_ADAPT_RESTART = 1, MAL_ADAPT_ONLINE = 2 };
+
+/* mal_trainer_run's positive return: stopped with a snapshot because the
+ * monitor advised a re-plan (--adapt restart). */
+#define MAL_TRAIN_REPLAN 1
+
 typedef struct {
     mal_model_config model;
     mal_optim_config optim;
@@ -37,6 +54,18 @@ typedef struct {
     const char *metrics_path;  /* JSON lines, one per step; NULL: none */
     int threads;            /* BLAS threads (0: leave the default) */
     int log_every;          /* print a step line every N steps (0: never) */
+
+    /* straggler monitor and adaptation */
+    const mal_inject *inject;  /* [n_inject] */
+    int n_inject;
+    int adapt;                 /* MAL_ADAPT_* */
+    int check_every, window;   /* policy cadence K and window W (0: defaults 3, 2) */
+    double gap, threshold, noise_floor; /* policy (0: defaults 0.3, 1.2, 1.2) */
+    int probe_n;               /* probe matmul size (0: default 128) */
+    int ranks_per_node;        /* for the planner (0: all ranks on one node) */
+    double device_memory_mb;   /* for the planner (0: 16384) */
+    const char *profile;       /* planner profile: preset name or JSON file (NULL: derived) */
+    const double *plan_rates;  /* [world] rates the given plan was made with (NULL: all 1) */
 } mal_train_options;
 
 /* Defaults for everything but the model (which the caller loads). */
@@ -46,6 +75,7 @@ typedef struct mal_trainer mal_trainer;
 
 typedef struct {
     double compute_s, tp_s, pp_s, dp_s, step_s;
+    double probe_s; /* the monitor's fixed probe workload */
 } mal_rank_times;
 
 typedef struct {
@@ -58,6 +88,9 @@ typedef struct {
     double tokens_per_s;
     mal_rank_times *ranks; /* per-rank times (rank 0 only; else NULL), owned by the trainer */
     int slowest_rank;      /* rank with the most compute time (rank 0 only) */
+    const double *rates;   /* straggling rate of every rank (rank 0 only) */
+    int replan;            /* the monitor advised a re-plan at this step (all ranks) */
+    int trigger_rank;      /* the rank that triggered it (-1: none) */
 } mal_step_stats;
 
 /* Collective over opts->world.  Validate options and the plan, load data,

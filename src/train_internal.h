@@ -84,13 +84,43 @@ struct mal_trainer {
     mal_step_times times;
     double loss_local;         /* sum of per-token losses computed here this step */
     mal_rank_times *rank_times; /* [world_size] gathered at rank 0 each step */
+
+    /* straggler monitor (monitor.c) */
+    int probe_n;
+    float *probe_a, *probe_w, *probe_out;
+    double inject_now;         /* injection factor of the current step (1: none) */
+    int check_every_all;       /* the policy's cadence, known on every rank */
+    char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */
+    double *rates;             /* rank 0: [world_size] latest straggling rates */
+    struct mal_policy *policy; /* rank 0 */
+    int migrations;            /* online plan changes so far (rank 0) */
+    double migrated_bytes;     /* bytes moved by the last one (rank 0) */
 };
+
+#define MAL_HOSTNAME_LEN 64
 
 /* pipeline.c: run this rank's part of the 1F1B schedule for step `step`.
  * Collective over the pipeline (and TP groups). */
 int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale);
 int mal_pipeline_setup(struct mal_trainer *tr);
 void mal_pipeline_teardown(struct mal_trainer *tr);
+
+/* train.c: (re)building this rank's share of the run for tr->plan. */
+int mal_trainer_build_part(struct mal_trainer *tr);   /* local */
+int mal_trainer_wire_part(struct mal_trainer *tr);    /* collective */
+void mal_trainer_unwire_part(struct mal_trainer *tr); /* local */
+
+/* migrate.c: plan anew and move the state online (collective). */
+int mal_trainer_replan_online(struct mal_trainer *tr);
+
+/* monitor.c: probe, rates, policy advice, injection. */
+int mal_monitor_setup(struct mal_trainer *tr);          /* collective */
+int mal_monitor_set_plan(struct mal_trainer *tr, const double *rates); /* rank 0 */
+void mal_monitor_teardown(struct mal_trainer *tr);
+double mal_monitor_probe(struct mal_trainer *tr);        /* local, seconds */
+int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st); /* collective */
+double mal_inject_factor(const struct mal_trainer *tr, int64_t step);
+double mal_inject_stretch(struct mal_trainer *tr, double dt);
 
 /* ckpt/train_ckpt.c: write a snapshot of the state / restore from the
  * newest one in o.snapshot_dir. */

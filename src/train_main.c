@@ -1,6 +1,7 @@
 /* malleus-train: command-line shell over the training library (train.h).
  * Parses flags, loads the model config, runs, and turns library errors into
- * messages and exit codes: 0 done, 1 failure, 2 usage error. */
+ * messages and exit codes: 0 done, 1 failure, 2 usage error, 3 stopped with
+ * a snapshot because the monitor advised a re-plan (--adapt restart). */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -13,7 +14,10 @@
 #include "data.h"
 #include "mal.h"
 #include "plan.h"
+#include "replan.h"
 #include "train.h"
+
+enum { EXIT_REPLAN = 3, MAX_INJECT = 64 };
 
 static void usage(FILE *f)
 {
@@ -49,6 +53,25 @@ static void usage(FILE *f)
             "  --adam-eps X           Adam epsilon (default: 1e-8)\n"
             "  --clip X               global gradient-norm clip, 0 = off (default: 1.0)\n"
             "  --threads N            BLAS threads (default: OpenBLAS's choice)\n"
+            "\n"
+            "Straggler monitor and adaptation:\n"
+            "  --adapt MODE           off, restart or online (default: off).  restart: on a\n"
+            "                         re-plan advice write a snapshot and exit with status 3;\n"
+            "                         online: plan anew and migrate the state in the job\n"
+            "  --check-every K        steps between policy checks (default: 3)\n"
+            "  --window W             samples averaged per check (default: 2)\n"
+            "  --gap X                re-plan when a rate moved by >= X (default: 0.3)\n"
+            "  --threshold X          suspended ranks stay so while rate >= X (default: 1.2)\n"
+            "  --noise-floor X        rates below X count as 1.0 (default: 1.2)\n"
+            "  --baseline-rates FILE  rates the plan was made with ({\"rank\": rate} or a\n"
+            "                         metrics file; default: all 1.0)\n"
+            "  --probe-size N         size of the monitor's probe matmul (default: 128)\n"
+            "  --ranks-per-node N     node size for the online planner (default: all ranks)\n"
+            "  --device-memory-mb X   device memory for the online planner (default: 16384)\n"
+            "  --profile P            planner profile: preset or JSON file (default: --model)\n"
+            "  --inject R:F[:FROM[:TO]]  TEST FEATURE: stretch rank R's compute by factor F\n"
+            "                         from step FROM to step TO (0-based, TO exclusive) with\n"
+            "                         sleeps; repeatable\n"
             "\n"
             "Snapshots and output:\n"
             "  --snapshot-dir DIR     where snapshots go (a final one is written at the end)\n"
@@ -111,7 +134,9 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 enum {
     O_MODEL = 256, O_DATA, O_DATA_FORMAT, O_STEPS, O_SEED, O_GB, O_MB, O_LR, O_MINLR, O_WARMUP,
     O_DECAY, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_THREADS, O_SNAPDIR, O_SNAPEVERY, O_KEEP,
-    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION, O_PLAN, O_DP, O_TP, O_PP
+    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION, O_PLAN, O_DP, O_TP, O_PP,
+    O_ADAPT, O_CHECK, O_WINDOW, O_GAP, O_THRESH, O_FLOOR, O_BASE, O_PROBE, O_RPN, O_MEM,
+    O_PROFILE, O_INJECT
 };
 
 static const struct option longopts[] = {
@@ -145,14 +170,58 @@ static const struct option longopts[] = {
     {"dp", required_argument, 0, O_DP},
     {"tp", required_argument, 0, O_TP},
     {"pp", required_argument, 0, O_PP},
+    {"adapt", required_argument, 0, O_ADAPT},
+    {"check-every", required_argument, 0, O_CHECK},
+    {"window", required_argument, 0, O_WINDOW},
+    {"gap", required_argument, 0, O_GAP},
+    {"threshold", required_argument, 0, O_THRESH},
+    {"noise-floor", required_argument, 0, O_FLOOR},
+    {"baseline-rates", required_argument, 0, O_BASE},
+    {"probe-size", required_argument, 0, O_PROBE},
+    {"ranks-per-node", required_argument, 0, O_RPN},
+    {"device-memory-mb", required_argument, 0, O_MEM},
+    {"profile", required_argument, 0, O_PROFILE},
+    {"inject", required_argument, 0, O_INJECT},
     {0, 0, 0, 0},
 };
 
 /* Parse argv into opts; returns -1 to continue, else an exit code. */
+/* RANK:FACTOR[:FROM[:TO]] */
+static int parse_inject(const char *arg, mal_inject *in)
+{
+    char *end;
+    errno = 0;
+    long r = strtol(arg, &end, 10);
+    if (errno || end == arg || *end != ':' || r < 0) goto bad;
+    double f = strtod(end + 1, &end);
+    if (!(f >= 1.0 && f <= 1000.0) || (*end && *end != ':')) goto bad;
+    long long from = 0, to = -1;
+    if (*end == ':') {
+        from = strtoll(end + 1, &end, 10);
+        if (from < 0 || (*end && *end != ':')) goto bad;
+        if (*end == ':') {
+            to = strtoll(end + 1, &end, 10);
+            if (*end || to <= from) goto bad;
+        }
+    }
+    *in = (mal_inject){(int)r, f, from, to};
+    return 0;
+bad:
+    fprintf(stderr,
+            "malleus-train: --inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
+            "[1, 1000] and FROM < TO, got '%s'\nTry 'malleus-train --help'.\n",
+            arg);
+    return -1;
+}
+
+static mal_inject injects[MAX_INJECT];
+static const char *baseline_rates_path;
+
 static int parse_args(int argc, char **argv, mal_train_options *o, const char **model, int *quiet,
                       const char **plan, int *micro_given)
 {
     long long v;
+    float x;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -196,6 +265,28 @@ static int parse_args(int argc, char **argv, mal_train_options *o, const char **
         case O_CLIP: if (parse_float("--clip", optarg, 0, 1e30, &o->optim.grad_clip)) return 2; break;
         case O_SNAPDIR: o->snapshot_dir = optarg; break;
         case O_PLAN: *plan = optarg; break;
+        case O_ADAPT:
+            if (!strcmp(optarg, "off")) o->adapt = MAL_ADAPT_OFF;
+            else if (!strcmp(optarg, "restart")) o->adapt = MAL_ADAPT_RESTART;
+            else if (!strcmp(optarg, "online")) o->adapt = MAL_ADAPT_ONLINE;
+            else return bad("--adapt must be off, restart or online, got '%s'%s", optarg, "");
+            break;
+        case O_CHECK: if (parse_long("--check-every", optarg, 1, 1000000, &v)) return 2; o->check_every = (int)v; break;
+        case O_WINDOW: if (parse_long("--window", optarg, 1, 1000, &v)) return 2; o->window = (int)v; break;
+        case O_PROBE: if (parse_long("--probe-size", optarg, 8, 4096, &v)) return 2; o->probe_n = (int)v; break;
+        case O_RPN: if (parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v)) return 2; o->ranks_per_node = (int)v; break;
+        case O_GAP: if (parse_float("--gap", optarg, 1e-6, 1000, &x)) return 2; o->gap = x; break;
+        case O_THRESH: if (parse_float("--threshold", optarg, 1, 1000, &x)) return 2; o->threshold = x; break;
+        case O_FLOOR: if (parse_float("--noise-floor", optarg, 1, 1000, &x)) return 2; o->noise_floor = x; break;
+        case O_MEM: if (parse_float("--device-memory-mb", optarg, 1, 1e9, &x)) return 2; o->device_memory_mb = x; break;
+        case O_PROFILE: o->profile = optarg; break;
+        case O_BASE: baseline_rates_path = optarg; break;
+        case O_INJECT:
+            if (o->n_inject == MAX_INJECT) return bad("at most %s --inject flags%s", "64", "");
+            if (parse_inject(optarg, &injects[o->n_inject])) return 2;
+            o->n_inject++;
+            o->inject = injects;
+            break;
         case O_RESUME: o->resume = 1; break;
         case O_METRICS: o->metrics_path = optarg; break;
         case O_QUIET: *quiet = 1; break;
@@ -254,6 +345,25 @@ int main(int argc, char **argv)
         o.plan = &plan;
     }
     o.world = world;
+    for (int i = 0; i < o.n_inject; i++)
+        if (o.inject[i].rank >= world->size) {
+            if (lead)
+                fprintf(stderr, "malleus-train: --inject names rank %d but the job has %d ranks\n",
+                        o.inject[i].rank, world->size);
+            status = 2;
+            goto out;
+        }
+    double *base = NULL;
+    if (baseline_rates_path) {
+        base = malloc(sizeof *base * (size_t)world->size);
+        if (!base || (rc = mal_rates_read(baseline_rates_path, world->size, 2, base))) {
+            if (lead) fprintf(stderr, "malleus-train: %s\n", base ? mal_errmsg() : "out of memory");
+            free(base);
+            status = 2;
+            goto out;
+        }
+        o.plan_rates = base;
+    }
     if (quiet) mal_log_level = MAL_LOG_WARN;
     if ((rc = mal_trainer_create(&tr, &o))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
@@ -261,7 +371,15 @@ int main(int argc, char **argv)
         goto out;
     }
     if (!quiet && lead) mal_trainer_print_summary(tr, stdout);
-    if ((rc = mal_trainer_run(tr))) {
+    rc = mal_trainer_run(tr);
+    if (rc == MAL_TRAIN_REPLAN) {
+        if (lead)
+            printf("malleus-train: stopped at step %lld for a re-plan (exit status %d)\n",
+                   (long long)mal_trainer_steps_done(tr), EXIT_REPLAN);
+        status = EXIT_REPLAN;
+        goto out;
+    }
+    if (rc) {
         fprintf(stderr, "malleus-train: rank %d: %s\n", world->rank, mal_errmsg());
         /* Peers may be blocked waiting for this rank: take the job down. */
         if (world->size > 1) mal_comm_abort(world, 1);
@@ -270,6 +388,7 @@ int main(int argc, char **argv)
     status = 0;
 out:
     mal_trainer_destroy(tr);
+    free((void *)o.plan_rates);
     mal_plan_fini(&plan);
     mal_comm_destroy(world);
     MPI_Finalize();

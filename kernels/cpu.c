@@ -1,0 +1,779 @@
+/* CPU backend of the kernel table (kernels.h): the reference oracle every
+ * other backend is tested against, and the compute path of CPU "devices".
+ *
+ * Matrix products (including the two products of attention) go through
+ * OpenBLAS cblas_sgemm, whose pthread pool is the only parallelism here: an
+ * OpenMP pool next to it would fight it for the same cores.  Everything else
+ * is plain C written so that gcc -O2 vectorises it.  GCC 12 at -O2 uses the
+ * "very cheap" vectoriser cost model, which refuses any loop that needs a
+ * scalar epilogue or a runtime alias check, and float ternaries inside a
+ * loop body count as control flow.  Hence the shape of the hot loops below:
+ * an outer loop over blocks of CPU_VW elements whose inner loop has a
+ * compile-time trip count (fully vectorised), then a scalar tail, with
+ * restrict pointers and branch-free element functions (cpu_expf, cpu_sel).
+ *
+ * Operations run synchronously on the calling thread.  A problem that a
+ * void operation cannot return (a token or target out of range, no memory
+ * for a RoPE table) is recorded with MAL_ERR and returned by the next sync().
+ */
+#include "kernels.h"
+#include "mal.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements per vectorised block: a multiple of every SIMD width (4, 8, 16
+ * floats) the compiler may choose. */
+#define CPU_VW 16
+
+/* The default x86-64 target has only SSE2 (4 floats per vector).  With GCC
+ * on x86-64 Linux, the element-wise loops are also compiled for AVX2 and
+ * AVX-512 and the best version is picked at load time (ifunc), which makes
+ * the exp-heavy loops 3-5x faster on current Xeons.  The clones run the same
+ * IEEE operations in the same order (ISO C mode does not contract a*b+c into
+ * an FMA), so results are bit-for-bit the same whichever clone runs. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) &&           \
+    defined(__linux__)
+#define CPU_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_SIMD
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Deferred errors                                                            */
+
+/* Sticky error for sync(): the first failure since the last sync wins.
+ * Operations of one backend instance are issued from one thread (as on a
+ * GPU stream); the atomic only keeps a stray second thread well-defined. */
+static _Atomic int cpu_err;
+
+static void cpu_fail(int err)
+{
+    int expected = 0;
+    atomic_compare_exchange_strong(&cpu_err, &expected, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Branch-free element helpers                                                */
+
+/* mask ? a : b on float bits; a float ternary would stop vectorisation. */
+static inline float cpu_sel(int cond, float a, float b)
+{
+    uint32_t m = (uint32_t)0 - (uint32_t)(cond != 0), ua, ub, ur;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    ur = (ua & m) | (ub & ~m);
+    float r;
+    memcpy(&r, &ur, sizeof r);
+    return r;
+}
+
+/* e^x in float, vectorisable (libm's expf is an opaque call).  Cephes
+ * polynomial on the reduced argument r = x - k ln2, |r| <= ln2/2; error
+ * below 1 ulp (checked against double exp for every float in [-87, 88]).
+ * The argument is clamped to [-87, 88], so the result saturates at ~1.6e-38
+ * and ~1.65e38 instead of 0 and inf (harmless for softmax, where arguments
+ * are <= 0, and for silu); NaN propagates. */
+static inline float cpu_expf(float x)
+{
+    float xc = cpu_sel(x < -87.0f, -87.0f, x);
+    xc = cpu_sel(xc > 88.0f, 88.0f, xc);
+    /* NaN must not reach the float->int conversion (undefined in C); its
+     * result still becomes NaN through r below. */
+    float xi = cpu_sel(xc != xc, 0.0f, xc);
+    /* k = round(x / ln2); the +126.5 keeps the truncated value positive
+     * (x >= -87), so truncation is floor. */
+    int32_t k = (int32_t)(xi * 1.44269504088896341f + 126.5f) - 126;
+    float kf = (float)k;
+    float r = xc - kf * 0.693359375f - kf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (uint32_t)(k + 127) << 23; /* 2^k, k in [-126, 127] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                     */
+
+static void *cpu_alloc(size_t bytes)
+{
+    /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a
+     * distinct pointer, as from malloc. */
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded < bytes) return NULL; /* overflow */
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(void *p)
+{
+    free(p);
+}
+
+static void cpu_zero(float *x, size_t n)
+{
+    if (n) memset(x, 0, n * sizeof *x);
+}
+
+static void cpu_copy(float *dst, const float *src, size_t n)
+{
+    if (n && dst != src) memmove(dst, src, n * sizeof *dst);
+}
+
+static void cpu_to_host(void *host_dst, const void *dev_src, size_t bytes)
+{
+    if (bytes && host_dst != dev_src) memmove(host_dst, dev_src, bytes);
+}
+
+static void cpu_from_host(void *dev_dst, const void *host_src, size_t bytes)
+{
+    if (bytes && dev_dst != host_src) memmove(dev_dst, host_src, bytes);
+}
+
+/* Everything already ran; report (and clear) a deferred error. */
+static int cpu_sync(void)
+{
+    return atomic_exchange(&cpu_err, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Element-wise building blocks (restrict: callers resolve aliasing)         */
+
+/* y += x */
+CPU_SIMD static void vec_acc(float *restrict y, const float *restrict x, size_t n)
+{
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            y[i + j] += x[i + j];
+    for (; i < n; i++)
+        y[i] += x[i];
+}
+
+/* x *= s */
+CPU_SIMD static void vec_scale(float *restrict x, size_t n, float s)
+{
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            x[i + j] *= s;
+    for (; i < n; i++)
+        x[i] *= s;
+}
+
+/* max_i x[i] (n >= 1).  NaN is not propagated here; it is by the exp. */
+CPU_SIMD static float vec_max(const float *restrict x, size_t n)
+{
+    float m[CPU_VW];
+    size_t i = 0;
+    for (int j = 0; j < CPU_VW; j++)
+        m[j] = x[0];
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            m[j] = cpu_sel(x[i + j] > m[j], x[i + j], m[j]);
+    float r = m[0];
+    for (int j = 1; j < CPU_VW; j++)
+        r = m[j] > r ? m[j] : r;
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+/* x[i] = e^(x[i] - shift), returns the sum (lane-wise partial sums). */
+CPU_SIMD static float vec_exp_sum_inplace(float *restrict x, size_t n, float shift)
+{
+    float acc[CPU_VW] = {0};
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++) {
+            float e = cpu_expf(x[i + j] - shift);
+            x[i + j] = e;
+            acc[j] += e;
+        }
+    float s = 0.0f;
+    for (; i < n; i++) {
+        float e = cpu_expf(x[i] - shift);
+        x[i] = e;
+        s += e;
+    }
+    for (int j = 0; j < CPU_VW; j++)
+        s += acc[j];
+    return s;
+}
+
+/* y[i] = e^(x[i] - shift) (y may be NULL: sum only), returns the sum. */
+CPU_SIMD static float vec_exp_sum(float *restrict y, const float *restrict x, size_t n, float shift)
+{
+    float acc[CPU_VW] = {0};
+    size_t i = 0;
+    if (y) {
+        for (; i + CPU_VW <= n; i += CPU_VW)
+            for (int j = 0; j < CPU_VW; j++) {
+                float e = cpu_expf(x[i + j] - shift);
+                y[i + j] = e;
+                acc[j] += e;
+            }
+    } else {
+        for (; i + CPU_VW <= n; i += CPU_VW)
+            for (int j = 0; j < CPU_VW; j++)
+                acc[j] += cpu_expf(x[i + j] - shift);
+    }
+    float s = 0.0f;
+    for (; i < n; i++) {
+        float e = cpu_expf(x[i] - shift);
+        if (y) y[i] = e;
+        s += e;
+    }
+    for (int j = 0; j < CPU_VW; j++)
+        s += acc[j];
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Linear algebra                                                             */
+
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T  (+= if accumulate) */
+static void cpu_matmul_fwd(float *out, const float *inp, const float *weight, int N, int C, int OC,
+                           int accumulate)
+{
+    if (N <= 0 || OC <= 0) return;
+    if (C <= 0) {
+        if (!accumulate) cpu_zero(out, (size_t)N * OC);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                accumulate ? 1.0f : 0.0f, out, OC);
+}
+
+/* dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp */
+static void cpu_matmul_bwd(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, int N, int C, int OC)
+{
+    if (N <= 0 || C <= 0 || OC <= 0) return;
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                    1.0f, dinp, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                    dweight, C);
+}
+
+/* ------------------------------------------------------------------------ */
+/* RMSNorm                                                                    */
+
+/* rstd[n] = 1/sqrt(mean(x^2) + eps); out = x * rstd * weight.  rstd may be
+ * NULL (inference). */
+CPU_SIMD static void cpu_rmsnorm_fwd(float *restrict out, float *restrict rstd,
+                                     const float *restrict inp, const float *restrict weight, int N,
+                                     int C, float eps)
+{
+    if (C <= 0) return;
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        float *restrict o = out + (size_t)n * C;
+        float acc[CPU_VW] = {0}, ss = 0.0f;
+        int i = 0;
+        for (; i + CPU_VW <= C; i += CPU_VW)
+            for (int j = 0; j < CPU_VW; j++)
+                acc[j] += x[i + j] * x[i + j];
+        for (; i < C; i++)
+            ss += x[i] * x[i];
+        for (int j = 0; j < CPU_VW; j++)
+            ss += acc[j];
+        float r = 1.0f / sqrtf(ss / (float)C + eps);
+        if (rstd) rstd[n] = r;
+        i = 0;
+        for (; i + CPU_VW <= C; i += CPU_VW)
+            for (int j = 0; j < CPU_VW; j++)
+                o[i + j] = x[i + j] * r * weight[i + j];
+        for (; i < C; i++)
+            o[i] = x[i] * r * weight[i];
+    }
+}
+
+/* With g = dout * weight and r = rstd:
+ *   dinp += r * (g - x * r^2 * mean(g * x)),  dweight += dout * x * r. */
+CPU_SIMD static void cpu_rmsnorm_bwd(float *restrict dinp, float *restrict dweight,
+                                     const float *restrict dout, const float *restrict inp,
+                                     const float *restrict weight, const float *restrict rstd,
+                                     int N, int C)
+{
+    if (C <= 0) return;
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        const float *restrict dy = dout + (size_t)n * C;
+        float *restrict dx = dinp + (size_t)n * C;
+        float r = rstd[n];
+        float acc[CPU_VW] = {0}, dot = 0.0f;
+        int i = 0;
+        for (; i + CPU_VW <= C; i += CPU_VW)
+            for (int j = 0; j < CPU_VW; j++)
+                acc[j] += dy[i + j] * weight[i + j] * x[i + j];
+        for (; i < C; i++)
+            dot += dy[i] * weight[i] * x[i];
+        for (int j = 0; j < CPU_VW; j++)
+            dot += acc[j];
+        float c = r * r * r * dot / (float)C;
+        i = 0;
+        for (; i + CPU_VW <= C; i += CPU_VW)
+            for (int j = 0; j < CPU_VW; j++) {
+                dx[i + j] += r * dy[i + j] * weight[i + j] - c * x[i + j];
+                dweight[i + j] += dy[i + j] * x[i + j] * r;
+            }
+        for (; i < C; i++) {
+            dx[i] += r * dy[i] * weight[i] - c * x[i];
+            dweight[i] += dy[i] * x[i] * r;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rotary position embedding                                                  */
+
+/* cos/sin of t * theta^(-2i/hd) for t < T, i < hd/2: table[t][i] in `cs`
+ * (cos) and `cs + T*hd/2` (sin).  Rows do not depend on T, so a table built
+ * for a longer sequence serves shorter ones.  Tables are immutable once
+ * published and live until the process exits (a handful of KiB each), so a
+ * reader never races with a writer freeing one. */
+typedef struct {
+    int T, hd;
+    float theta;
+    const float *cs;
+} rope_table;
+
+#define ROPE_CACHE 8
+static rope_table rope_cache[ROPE_CACHE];
+static int rope_cache_n;
+static pthread_mutex_t rope_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static float *rope_build(int T, int hd, float theta)
+{
+    int h2 = hd / 2;
+    float *cs = malloc((size_t)2 * T * h2 * sizeof *cs);
+    if (!cs) return NULL;
+    for (int i = 0; i < h2; i++) {
+        /* double, so the angle of late positions keeps full float accuracy */
+        double freq = pow((double)theta, -2.0 * i / hd);
+        for (int t = 0; t < T; t++) {
+            double a = t * freq;
+            cs[(size_t)t * h2 + i] = (float)cos(a);
+            cs[(size_t)T * h2 + (size_t)t * h2 + i] = (float)sin(a);
+        }
+    }
+    return cs;
+}
+
+/* Table with at least T rows for (hd, theta): *rows receives its row count
+ * (the sin part starts at rows*hd/2).  *owned is set when the cache is full
+ * and the caller must free the result.  NULL: out of memory. */
+static const float *rope_get(int T, int hd, float theta, int *rows, int *owned)
+{
+    const float *cs = NULL;
+    *owned = 0;
+    pthread_mutex_lock(&rope_lock);
+    for (int i = 0; i < rope_cache_n; i++) {
+        rope_table *e = &rope_cache[i];
+        if (e->hd == hd && e->theta == theta && e->T >= T) {
+            cs = e->cs;
+            *rows = e->T;
+            break;
+        }
+    }
+    if (!cs) {
+        float *built = rope_build(T, hd, theta);
+        if (built && rope_cache_n < ROPE_CACHE) {
+            rope_cache[rope_cache_n++] = (rope_table){T, hd, theta, built};
+        } else if (built) {
+            *owned = 1;
+        }
+        cs = built;
+        *rows = T;
+    }
+    pthread_mutex_unlock(&rope_lock);
+    return cs;
+}
+
+/* One head vector v (2*h2): (v[2i], v[2i+1]) rotated by the angle with
+ * cosine c[i] and sine dir*s[i]. */
+CPU_SIMD static void rope_rotate(float *restrict v, const float *restrict c,
+                                 const float *restrict s, int h2, float dir)
+{
+    for (int i = 0; i < h2; i++) {
+        float x0 = v[2 * i], x1 = v[2 * i + 1], si = dir * s[i];
+        v[2 * i] = x0 * c[i] - x1 * si;
+        v[2 * i + 1] = x0 * si + x1 * c[i];
+    }
+}
+
+/* Rotate pairs (2i, 2i+1) of every head by +angle (dir = 1) or -angle. */
+static void rope_apply(float *x, int B, int T, int H, int hd, float theta, float dir)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
+    if (hd % 2) {
+        cpu_fail(MAL_ERR(MAL_EINVAL,
+                         "rope: head dimension %d is odd; RoPE rotates pairs, "
+                         "use an even head dimension",
+                         hd));
+        return;
+    }
+    int rows, owned, h2 = hd / 2;
+    const float *cs = rope_get(T, hd, theta, &rows, &owned);
+    if (!cs) {
+        cpu_fail(MAL_ERR(MAL_ENOMEM, "rope: no memory for a %d x %d cos/sin table", T, h2));
+        return;
+    }
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *restrict c = cs + (size_t)t * h2;
+            const float *restrict s = cs + (size_t)rows * h2 + (size_t)t * h2;
+            for (int h = 0; h < H; h++)
+                rope_rotate(x + (((size_t)b * T + t) * H + h) * hd, c, s, h2, dir);
+        }
+    if (owned) free((void *)cs);
+}
+
+static void cpu_rope_fwd(float *x, int B, int T, int H, int hd, float theta)
+{
+    rope_apply(x, B, T, H, hd, theta, 1.0f);
+}
+
+/* The rotation is orthogonal, so its transpose is the inverse rotation. */
+static void cpu_rope_bwd(float *dx, int B, int T, int H, int hd, float theta)
+{
+    rope_apply(dx, B, T, H, hd, theta, -1.0f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Causal self-attention                                                      */
+
+/* Query rows are processed in blocks of this many: block [t0, t1) only needs
+ * keys 0..t1-1, so the products skip most of the masked upper triangle. */
+#ifndef ATT_BLOCK
+#define ATT_BLOCK 64
+#endif
+
+/* q, k, v, out (B,T,H,hd); per (b,h) the (T,hd) slices have leading
+ * dimension H*hd.  P = att[b,h] (T,T): S = Q K^T / sqrt(hd) by sgemm, then a
+ * max-subtracted softmax over s <= t, zeros above the diagonal; O = P V. */
+static void cpu_attention_fwd(float *out, float *att, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int hd)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
+    const int ld = H * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t off = (size_t)b * T * ld + (size_t)h * hd;
+            const float *qh = q + off, *kh = k + off, *vh = v + off;
+            float *oh = out + off;
+            float *P = att + ((size_t)b * H + h) * T * T;
+            for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
+                int t1 = MAL_MIN(t0 + ATT_BLOCK, T), rows = t1 - t0;
+                float *Pb = P + (size_t)t0 * T;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hd, scale,
+                            qh + (size_t)t0 * ld, ld, kh, ld, 0.0f, Pb, T);
+                for (int t = t0; t < t1; t++) {
+                    float *restrict row = P + (size_t)t * T;
+                    float m = vec_max(row, (size_t)t + 1);
+                    float sum = vec_exp_sum_inplace(row, (size_t)t + 1, m);
+                    vec_scale(row, (size_t)t + 1, 1.0f / sum);
+                    cpu_zero(row + t + 1, (size_t)(T - t - 1));
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, t1, 1.0f, Pb, T,
+                            vh, ld, 0.0f, oh + (size_t)t0 * ld, ld);
+            }
+        }
+}
+
+/* Softmax backward on one row of n = t+1 live entries: d holds dP on entry
+ * and dS = p * (dP - sum(p * dP)) on return. */
+CPU_SIMD static void softmax_bwd_row(float *restrict d, const float *restrict p, size_t n)
+{
+    float acc[CPU_VW] = {0}, dot = 0.0f;
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            acc[j] += p[i + j] * d[i + j];
+    for (; i < n; i++)
+        dot += p[i] * d[i];
+    for (int j = 0; j < CPU_VW; j++)
+        dot += acc[j];
+    i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            d[i + j] = p[i + j] * (d[i + j] - dot);
+    for (; i < n; i++)
+        d[i] = p[i] * (d[i] - dot);
+}
+
+/* dP = dO V^T; dS = P * (dP - rowsum(dP * P)); dQ += dS K / sqrt(hd);
+ * dK += dS^T Q / sqrt(hd); dV += P^T dO.  dP/dS live in the first T*T
+ * floats of scratch (reused for every head, so they stay in cache).  A NULL
+ * dq, dk or dv is skipped. */
+static void cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                              const float *q, const float *k, const float *v, const float *att,
+                              int B, int T, int H, int hd)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
+    const int ld = H * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *S = scratch;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t off = (size_t)b * T * ld + (size_t)h * hd;
+            const float *qh = q + off, *kh = k + off, *vh = v + off, *doh = dout + off;
+            const float *P = att + ((size_t)b * H + h) * T * T;
+            for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
+                int t1 = MAL_MIN(t0 + ATT_BLOCK, T), rows = t1 - t0;
+                const float *Pb = P + (size_t)t0 * T;
+                float *Sb = S + (size_t)t0 * T;
+                if (dv)
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hd, rows, 1.0f, Pb, T,
+                                doh + (size_t)t0 * ld, ld, 1.0f, dv + off, ld);
+                if (!dq && !dk) continue;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hd, 1.0f,
+                            doh + (size_t)t0 * ld, ld, vh, ld, 0.0f, Sb, T);
+                for (int t = t0; t < t1; t++) {
+                    softmax_bwd_row(S + (size_t)t * T, P + (size_t)t * T, (size_t)t + 1);
+                    /* columns t+1 .. t1-1 of this block enter the products */
+                    cpu_zero(S + (size_t)t * T + t + 1, (size_t)(t1 - t - 1));
+                }
+                if (dq)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, t1, scale, Sb,
+                                T, kh, ld, 1.0f, dq + off + (size_t)t0 * ld, ld);
+                if (dk)
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hd, rows, scale, Sb, T,
+                                qh + (size_t)t0 * ld, ld, 1.0f, dk + off, ld);
+            }
+        }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Element-wise                                                               */
+
+/* out = silu(gate) * up = gate * up / (1 + e^-gate) */
+CPU_SIMD static void cpu_swiglu_fwd(float *restrict out, const float *restrict gate,
+                                    const float *restrict up, size_t n)
+{
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            out[i + j] = gate[i + j] * up[i + j] / (1.0f + cpu_expf(-gate[i + j]));
+    for (; i < n; i++)
+        out[i] = gate[i] * up[i] / (1.0f + cpu_expf(-gate[i]));
+}
+
+/* sig = 1/(1+e^-g): dgate += dout * up * sig * (1 + g (1 - sig));
+ * dup += dout * g * sig */
+static inline void swiglu_grad(float *restrict dg, float *restrict du, float dy, float g, float u)
+{
+    float sig = 1.0f / (1.0f + cpu_expf(-g));
+    *dg += dy * u * sig * (1.0f + g * (1.0f - sig));
+    *du += dy * g * sig;
+}
+
+CPU_SIMD static void cpu_swiglu_bwd(float *restrict dgate, float *restrict dup,
+                                    const float *restrict dout, const float *restrict gate,
+                                    const float *restrict up, size_t n)
+{
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            swiglu_grad(&dgate[i + j], &dup[i + j], dout[i + j], gate[i + j], up[i + j]);
+    for (; i < n; i++)
+        swiglu_grad(&dgate[i], &dup[i], dout[i], gate[i], up[i]);
+}
+
+/* out = a + b; out may alias a or b (the residual adds do that). */
+CPU_SIMD static void add3(float *restrict out, const float *restrict a, const float *restrict b,
+                          size_t n)
+{
+    size_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW)
+        for (int j = 0; j < CPU_VW; j++)
+            out[i + j] = a[i + j] + b[i + j];
+    for (; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+static void cpu_add(float *out, const float *a, const float *b, size_t n)
+{
+    if (a == b) {
+        if (out != a) cpu_copy(out, a, n);
+        vec_scale(out, n, 2.0f);
+    } else if (out == a) {
+        vec_acc(out, b, n);
+    } else if (out == b) {
+        vec_acc(out, a, n);
+    } else {
+        add3(out, a, b, n);
+    }
+}
+
+static void cpu_accumulate(float *y, const float *x, size_t n)
+{
+    if (y == x)
+        vec_scale(y, n, 2.0f);
+    else
+        vec_acc(y, x, n);
+}
+
+static void cpu_scale(float *x, size_t n, float s)
+{
+    vec_scale(x, n, s);
+}
+
+CPU_SIMD static double cpu_sumsq(const float *restrict x, size_t n)
+{
+    double acc[8] = {0}, s = 0.0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++)
+        s += (double)x[i] * x[i];
+    for (int j = 0; j < 8; j++)
+        s += acc[j];
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Embedding                                                                  */
+
+/* out (N,C) = wte[tokens[n]].  The table size is not passed, so only
+ * negative ids can be caught here; a negative id gives a zero row. */
+static void cpu_embedding_fwd(float *out, const int *tokens, const float *wte, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        if (tokens[n] < 0) {
+            cpu_fail(MAL_ERR(MAL_EINVAL,
+                             "embedding: token %d at position %d is negative; "
+                             "check the data file and the vocabulary size",
+                             tokens[n], n));
+            cpu_zero(o, (size_t)C);
+            continue;
+        }
+        memcpy(o, wte + (size_t)tokens[n] * C, (size_t)C * sizeof *o);
+    }
+}
+
+/* dwte[tokens[n]] += dout[n]; repeated tokens add up. */
+static void cpu_embedding_bwd(float *dwte, const float *dout, const int *tokens, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        if (tokens[n] < 0) continue; /* reported by the forward pass */
+        vec_acc(dwte + (size_t)tokens[n] * C, dout + (size_t)n * C, (size_t)C);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loss                                                                       */
+
+/* Per row: max (pass 1), e^(x - max) and its sum (pass 2, written straight
+ * into dlogits when wanted), then dlogits *= dscale / sum and the one-hot
+ * term (pass 3).  The target logit is read before pass 2 because dlogits may
+ * be logits.  A target outside [0, V) gives a NaN loss, a zero gradient row
+ * and an error from sync(). */
+static void cpu_xent_fwd_bwd(float *losses, float *dlogits, const float *logits, const int *targets,
+                             int N, int V, float dscale)
+{
+    if (V <= 0) return;
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        float *d = dlogits ? dlogits + (size_t)n * V : NULL;
+        int tgt = targets[n];
+        if (tgt < 0 || tgt >= V) {
+            cpu_fail(MAL_ERR(MAL_EINVAL,
+                             "cross-entropy: target %d at position %d is outside "
+                             "the vocabulary [0, %d); check the data file and "
+                             "the model's vocab size",
+                             tgt, n, V));
+            if (losses) losses[n] = NAN;
+            if (d) cpu_zero(d, (size_t)V);
+            continue;
+        }
+        float xt = x[tgt];
+        float m = vec_max(x, (size_t)V);
+        float sum = d == x ? vec_exp_sum_inplace(d, (size_t)V, m) : vec_exp_sum(d, x, (size_t)V, m);
+        /* m - xt is exact (both large when logits are), logf(sum) small */
+        if (losses) losses[n] = logf(sum) + (m - xt);
+        if (d) {
+            vec_scale(d, (size_t)V, dscale / sum);
+            d[tgt] -= dscale;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Optimizer                                                                  */
+
+/* AdamW, decoupled weight decay (see kernels.h for the formula).  The bias
+ * corrections are computed once in double.  (sqrtf keeps this loop scalar
+ * unless the build uses -fno-math-errno; it is one pass per step.) */
+CPU_SIMD static void cpu_adamw(float *restrict param, const float *restrict grad, float *restrict m,
+                               float *restrict v, size_t n, float lr, float beta1, float beta2,
+                               float eps, float weight_decay, float grad_scale, int t)
+{
+    const float ibc1 = (float)(1.0 / (1.0 - pow((double)beta1, t)));
+    const float ibc2 = (float)(1.0 / (1.0 - pow((double)beta2, t)));
+    const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        float mi = beta1 * m[i] + a1 * g;
+        float vi = beta2 * v[i] + a2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] -= lr * (mi * ibc1 / (sqrtf(vi * ibc2) + eps) + weight_decay * param[i]);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+void mal_kernels_cpu_set_threads(int n)
+{
+    openblas_set_num_threads(n < 1 ? 1 : n);
+}
+
+const mal_kernels_ops mal_kernels_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .to_host = cpu_to_host,
+    .from_host = cpu_from_host,
+    .sync = cpu_sync,
+    .matmul_fwd = cpu_matmul_fwd,
+    .matmul_bwd = cpu_matmul_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .xent_fwd_bwd = cpu_xent_fwd_bwd,
+    .adamw = cpu_adamw,
+};

@@ -1,0 +1,107 @@
+/* The --explain report: TP groups and their rates, suspended ranks, every
+ * pipeline's stages, layers and micro-batches, and the predicted step time of
+ * the new plan against the current plan, the uniform plan and the capacity
+ * bound (cost model and 1F1B simulation), plus the state that must move. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "mal.h"
+#include "replan.h"
+#include "sim.h"
+
+static void print_times(FILE *f, const char *what, const mal_plan *plan, const mal_replan_input *in,
+                        double bound)
+{
+    const mal_profile *p = in->profile;
+    mal_cost_eval ev;
+    double sim = NAN;
+    if (mal_cost_eval_plan(plan, p, in->cluster, in->rates, &ev)) {
+        fprintf(f, "  %-8s  cannot evaluate: %s\n", what, mal_errmsg());
+        return;
+    }
+    mal_sim_plan(plan, p, in->rates, in->cluster->world_size, 0.0, &sim, NULL);
+    double lt = p->layer_time;
+    fprintf(f, "  %-8s  %10.4f s  %10.4f s  %7.3fx%s\n", what, ev.step_time * lt + p->sync_time,
+            sim * lt + p->sync_time, ev.step_time / bound,
+            ev.memory_ok ? "" : "  (exceeds memory!)");
+    mal_cost_eval_fini(&ev);
+}
+
+int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan)
+{
+    const mal_profile *p = in->profile;
+    const mal_cluster *c = in->cluster;
+    int world = c->world_size;
+    mal_cost_eval ev;
+    int rc = mal_cost_eval_plan(plan, p, c, in->rates, &ev);
+    if (rc) return rc;
+    double lt = p->layer_time;
+    fprintf(f,
+            "malleus-replan: %d ranks on %d nodes (%.0f MB each), model %s (%d layers, TP %d), %d "
+            "micro-batches of %d per step\n",
+            world, c->n_nodes, c->memory_mb, p->name, p->n_layers, p->tp, in->n_micro_batches,
+            in->micro_batch_size);
+    int n_strag = 0;
+    for (int r = 0; r < world; r++)
+        n_strag += in->rates[r] >= MAL_REPLAN_NOISE_FLOOR;
+    fprintf(f, "stragglers (rate >= %.1f): %d", MAL_REPLAN_NOISE_FLOOR, n_strag);
+    int shown = 0;
+    for (int r = 0; r < world && shown < 32; r++)
+        if (in->rates[r] >= MAL_REPLAN_NOISE_FLOOR)
+            fprintf(f, "%s%d:%.2f", shown++ ? ", " : "  ", r, in->rates[r]);
+    fprintf(f, "%s\n", n_strag > 32 ? ", ..." : "");
+    fprintf(f, "suspended ranks: %d", plan->n_suspended);
+    for (int i = 0; i < plan->n_suspended && i < 32; i++)
+        fprintf(f, "%s%d (rate %.2f)", i ? ", " : "  ", plan->suspended[i],
+                in->rates[plan->suspended[i]]);
+    fprintf(f, "%s\n", plan->n_suspended > 32 ? ", ..." : "");
+    int limit = plan->n_pipelines > 64 ? 16 : plan->n_pipelines;
+    for (int i = 0; i < plan->n_pipelines; i++) {
+        const mal_plan_pipeline *pl = &plan->pipelines[i];
+        if (i == limit) {
+            fprintf(f, "... %d more pipelines\n", plan->n_pipelines - limit);
+            break;
+        }
+        fprintf(f,
+                "pipeline %d: %d stages, %d micro-batches, period %.3f, time %.4f s (incl. bubble "
+                "%.4f s)\n",
+                i, pl->n_stages, pl->micro_batches, ev.period[i], ev.time[i] * lt,
+                (pl->n_stages - 1) * ev.period[i] * lt);
+        for (int j = 0; j < pl->n_stages; j++) {
+            const mal_plan_stage *st = &pl->stages[j];
+            double x = 1.0;
+            for (int k = 0; k < st->n_ranks; k++)
+                x = MAL_MAX(x, mal_cost_floor(in->rates[st->ranks[k]]));
+            int l = st->layer_end - st->layer_begin;
+            double y = x * mal_profile_alpha(p, st->n_ranks);
+            fprintf(f, "  stage %d: TP %d ranks [", j, st->n_ranks);
+            for (int k = 0; k < st->n_ranks; k++)
+                fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
+            fprintf(f,
+                    "]  group rate %.2f  layers [%d, %d) = %d  stage time %.2f  memory %.0f / %.0f "
+                    "MB\n",
+                    y, st->layer_begin, st->layer_end, l, y * l,
+                    mal_cost_stage_memory(p, st->n_ranks, pl->n_stages, j, l), c->memory_mb);
+        }
+    }
+    double bound = mal_cost_capacity_bound(p, world, in->rates, in->n_micro_batches);
+    fprintf(f, "predicted step time   cost model   1F1B sim   vs bound\n");
+    print_times(f, "new", plan, in, bound);
+    mal_plan uni;
+    if (in->current) print_times(f, "current", in->current, in, bound);
+    if (mal_replan_uniform(in, &uni) == 0) {
+        print_times(f, "uniform", &uni, in, bound);
+        mal_plan_fini(&uni);
+    } else {
+        fprintf(f, "  uniform   (none: %s)\n", mal_errmsg());
+    }
+    fprintf(f, "  %-8s  %10.4f s  (all work over every rank at its speed, no bubble)\n", "bound",
+            bound * lt + p->sync_time);
+    if (in->current) {
+        double bytes = mal_cost_migration_bytes(in->current, plan, p);
+        fprintf(f, "state to move from the current plan: %.3f GiB (%.0f bytes)\n",
+                bytes / 1073741824.0, bytes);
+    }
+    mal_cost_eval_fini(&ev);
+    return 0;
+}

@@ -1,0 +1,633 @@
+/* Planner inputs: cluster description, model profile (with presets derived
+ * from the model shapes) and straggling rates (hand-written map or the
+ * metrics file of malleus-train).  Formulas for the presets are documented in
+ * replan/README.md ("Profile presets"). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "mal.h"
+#include "replan.h"
+
+/* ---- cluster ------------------------------------------------------------- */
+
+void mal_cluster_fini(mal_cluster *c)
+{
+    if (!c) return;
+    free(c->node_of);
+    memset(c, 0, sizeof *c);
+}
+
+int mal_cluster_regular(mal_cluster *c, int world_size, int ranks_per_node, double memory_mb)
+{
+    memset(c, 0, sizeof *c);
+    if (world_size < 1)
+        return MAL_ERR(MAL_EINVAL, "cluster: world_size must be >= 1 (got %d)", world_size);
+    if (ranks_per_node < 1)
+        return MAL_ERR(MAL_EINVAL, "cluster: ranks_per_node must be >= 1 (got %d)", ranks_per_node);
+    if (world_size % ranks_per_node)
+        return MAL_ERR(MAL_EINVAL,
+                       "cluster: world_size %d is not divisible into nodes of %d ranks "
+                       "(ranks_per_node must divide world_size)",
+                       world_size, ranks_per_node);
+    if (!(memory_mb > 0) || !isfinite(memory_mb))
+        return MAL_ERR(MAL_EINVAL, "cluster: memory_mb must be a positive number");
+    c->node_of = malloc((size_t)world_size * sizeof *c->node_of);
+    if (!c->node_of) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
+    for (int r = 0; r < world_size; r++)
+        c->node_of[r] = r / ranks_per_node;
+    c->world_size = world_size;
+    c->n_nodes = world_size / ranks_per_node;
+    c->memory_mb = memory_mb;
+    return 0;
+}
+
+static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
+{
+    static const char *const keys[] = {"world_size", "ranks_per_node", "nodes", "memory_mb", NULL};
+    const char *key;
+    json_t *val;
+    if (!json_is_object(root))
+        return MAL_ERR(MAL_EFORMAT, "%s: the cluster must be a JSON object", what);
+    json_object_foreach(root, key, val)
+    {
+        int ok = 0;
+        for (int i = 0; keys[i]; i++)
+            ok |= !strcmp(key, keys[i]);
+        if (!ok) return MAL_ERR(MAL_EFORMAT, "%s: unknown key \"%s\" in the cluster", what, key);
+    }
+    json_t *mem = json_object_get(root, "memory_mb");
+    if (!json_is_number(mem) || !(json_number_value(mem) > 0))
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: memory_mb (device memory per rank, MB) must be a positive number",
+                       what);
+    double memory_mb = json_number_value(mem);
+    json_t *ws = json_object_get(root, "world_size");
+    json_t *rpn = json_object_get(root, "ranks_per_node");
+    json_t *nodes = json_object_get(root, "nodes");
+    if (nodes) {
+        if (!json_is_array(nodes) || json_array_size(nodes) == 0)
+            return MAL_ERR(MAL_EFORMAT, "%s: nodes must be a non-empty array of rank lists", what);
+        int world = 0;
+        for (size_t n = 0; n < json_array_size(nodes); n++) {
+            json_t *nl = json_array_get(nodes, n);
+            if (!json_is_array(nl) || json_array_size(nl) == 0)
+                return MAL_ERR(MAL_EFORMAT, "%s: nodes[%zu] must be a non-empty array of ranks",
+                               what, n);
+            world += (int)json_array_size(nl);
+        }
+        if (ws && (!json_is_integer(ws) || json_integer_value(ws) != world))
+            return MAL_ERR(MAL_EINVAL, "%s: world_size does not match the %d ranks listed in nodes",
+                           what, world);
+        c->node_of = malloc((size_t)world * sizeof *c->node_of);
+        if (!c->node_of) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
+        for (int r = 0; r < world; r++)
+            c->node_of[r] = -1;
+        c->world_size = world;
+        c->n_nodes = (int)json_array_size(nodes);
+        c->memory_mb = memory_mb;
+        for (size_t n = 0; n < json_array_size(nodes); n++) {
+            json_t *nl = json_array_get(nodes, n);
+            for (size_t i = 0; i < json_array_size(nl); i++) {
+                json_t *rv = json_array_get(nl, i);
+                if (!json_is_integer(rv))
+                    return MAL_ERR(MAL_EFORMAT, "%s: nodes[%zu][%zu] must be a rank number", what,
+                                   n, i);
+                json_int_t r = json_integer_value(rv);
+                if (r < 0 || r >= world)
+                    return MAL_ERR(
+                        MAL_EINVAL,
+                        "%s: nodes[%zu]: rank %lld is unknown (the %d listed ranks must be "
+                        "0..%d)",
+                        what, n, (long long)r, world, world - 1);
+                if (c->node_of[r] >= 0)
+                    return MAL_ERR(MAL_EINVAL, "%s: nodes[%zu]: rank %lld is listed twice", what, n,
+                                   (long long)r);
+                c->node_of[r] = (int)n;
+            }
+        }
+        return 0;
+    }
+    if (!json_is_integer(ws) || !json_is_integer(rpn))
+        return MAL_ERR(MAL_EFORMAT, "%s: give world_size and ranks_per_node (integers), or nodes",
+                       what);
+    return mal_cluster_regular(c, (int)json_integer_value(ws), (int)json_integer_value(rpn),
+                               memory_mb);
+}
+
+int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
+{
+    memset(c, 0, sizeof *c);
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
+    int rc = cluster_from_json(c, root, what);
+    json_decref(root);
+    return rc;
+}
+
+int mal_cluster_read(mal_cluster *c, const char *path)
+{
+    memset(c, 0, sizeof *c);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+    int rc = cluster_from_json(c, root, path);
+    json_decref(root);
+    return rc;
+}
+
+/* ---- profile ------------------------------------------------------------- */
+
+void mal_profile_fini(mal_profile *p)
+{
+    if (!p) return;
+    free(p->k);
+    memset(p, 0, sizeof *p);
+}
+
+static int log2i(int x)
+{
+    int l = 0;
+    while ((1 << l) < x)
+        l++;
+    return (1 << l) == x ? l : -1;
+}
+
+double mal_profile_alpha(const mal_profile *p, int size)
+{
+    int l = log2i(size);
+    if (l < 0 || l > MAL_REPLAN_MAX_TP_LOG) return 0.0;
+    return p->alpha[l];
+}
+
+double mal_profile_k(const mal_profile *p, int d)
+{
+    if (p->n_k == 0) return 0.0;
+    if (d < p->n_k) return p->k[d];
+    if (p->n_k == 1) return p->k[0];
+    /* 1F1B: each position further from the end keeps one more micro-batch of
+     * activations, so k grows linearly; extrapolate the last step */
+    double step = p->k[p->n_k - 1] - p->k[p->n_k - 2];
+    return p->k[p->n_k - 1] + step * (d - (p->n_k - 1));
+}
+
+/* Device assumptions per preset; the model shapes themselves come from
+ * src/config.c's presets (mal_config_load), so the two cannot drift. */
+typedef struct preset_shape {
+    const char *name;
+
+    int tp;
+    double flops;       /* sustained FLOP/s of one device */
+    double overhead_mb; /* X */
+} preset_shape;
+
+static const preset_shape shapes[] = {
+    {"tiny", 2, 2e9, 16},
+    {"small", 2, 2e10, 64},
+    {"32b", 8, 4e14, 3072},
+    {"70b", 8, 4e14, 3072},
+    {"110b", 8, 4e14, 3072},
+};
+
+#define PRESET_NK 128
+
+int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size)
+{
+    memset(p, 0, sizeof *p);
+    const preset_shape *s = NULL;
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(shapes); i++)
+        if (!strcmp(shapes[i].name, name)) s = &shapes[i];
+    if (!s)
+        return MAL_ERR(
+            MAL_EINVAL,
+            "model profile: unknown preset \"%s\" (presets: tiny, small, 32b, 70b, 110b)", name);
+    mal_model_config cfg;
+    int rc = mal_config_load(&cfg, s->name);
+    if (rc) return rc;
+    if (micro_batch_size < 1) micro_batch_size = 1;
+    const double MB = 1048576.0, b = micro_batch_size;
+    const double C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab, T = cfg.seq_len;
+    /* LLaMA-style layer: attention 4C^2, SwiGLU MLP 3CF, two norms 2C */
+    const double params = 4 * C * C + 3 * C * F + 2 * C;
+    /* bf16 mixed precision: bf16 weights (2) + bf16 grads (2) + fp32 master
+     * weights (4) + Adam m and v (4 + 4) = 16 bytes per parameter */
+    const double state = 16 * params;
+    /* activations kept per layer per in-flight micro-batch with selective
+     * recomputation: 34 * T * b * C bytes (Korthikanti et al. 2022) */
+    const double act = 34 * T * b * C;
+    const double t = s->tp;
+    snprintf(p->name, sizeof p->name, "%s", s->name);
+    p->n_layers = cfg.n_layers;
+    p->tp = s->tp;
+    p->n_heads = cfg.n_heads;
+    p->ffn_hidden = cfg.ffn_hidden;
+    /* measured slowdown of smaller TP groups (the issue's example profile),
+     * scaled so that the nominal size is 1.0 */
+    static const double alpha8[] = {7.22, 3.66, 1.90, 1.0};
+    for (int l = 0; l <= log2i(s->tp); l++)
+        p->alpha[l] = s->tp == 8 ? alpha8[l]
+                                 : (l == log2i(s->tp) ? 1.0 : 1.9 * (1 << (log2i(s->tp) - l - 1)));
+    p->n_k = PRESET_NK;
+    p->k = malloc(PRESET_NK * sizeof *p->k);
+    if (!p->k) return MAL_ERR(MAL_ENOMEM, "model profile: out of memory");
+    /* stage d positions before the last holds d + 1 micro-batches in flight
+     * under 1F1B; state and activations are split over the nominal TP group */
+    for (int d = 0; d < PRESET_NK; d++)
+        p->k[d] = (state + act * (d + 1)) / t / MB;
+    /* embedding (or LM head) state plus fp32 logits and their gradient */
+    p->embed_mb = (16 * V * C + 8 * T * b * V) / t / MB;
+    p->overhead_mb = s->overhead_mb;
+    /* forward + backward = 6 FLOPs per parameter per token, plus attention
+     * scores 12 * T^2 * C per sequence, spread over the TP group */
+    p->layer_time = (6 * params * T * b + 12 * T * T * C * b) / (t * s->flops);
+    p->layer_state_mb = state / MB;
+    p->embed_state_mb = 16 * V * C / MB;
+    p->sync_time = 0.0;
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, const char *what, double *out, int required)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) {
+        if (required)
+            return MAL_ERR(MAL_EFORMAT, "%s: %s is missing from the model profile", what, key);
+        return 0;
+    }
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+        return MAL_ERR(MAL_EINVAL, "%s: %s must be a non-negative number", what, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int get_posint(json_t *o, const char *key, const char *what, int *out, int required)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) {
+        if (required)
+            return MAL_ERR(MAL_EFORMAT, "%s: %s is missing from the model profile", what, key);
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
+        return MAL_ERR(MAL_EINVAL, "%s: %s must be a positive integer", what, key);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int profile_from_json(mal_profile *p, json_t *root, const char *what, int mbs)
+{
+    static const char *const keys[] = {"preset",
+                                       "name",
+                                       "n_layers",
+                                       "tp",
+                                       "n_heads",
+                                       "ffn_hidden",
+                                       "alpha",
+                                       "layer_memory_mb",
+                                       "embedding_memory_mb",
+                                       "overhead_mb",
+                                       "layer_time",
+                                       "layer_state_mb",
+                                       "embedding_state_mb",
+                                       "sync_time",
+                                       NULL};
+    int rc;
+    const char *key;
+    json_t *val;
+    memset(p, 0, sizeof *p);
+    if (!json_is_object(root))
+        return MAL_ERR(MAL_EFORMAT, "%s: the model profile must be a JSON object", what);
+    json_object_foreach(root, key, val)
+    {
+        int ok = 0;
+        for (int i = 0; keys[i]; i++)
+            ok |= !strcmp(key, keys[i]);
+        if (!ok)
+            return MAL_ERR(MAL_EFORMAT, "%s: unknown key \"%s\" in the model profile", what, key);
+    }
+    json_t *pre = json_object_get(root, "preset");
+    int req = 1;
+    if (pre) {
+        if (!json_is_string(pre)) return MAL_ERR(MAL_EFORMAT, "%s: preset must be a string", what);
+        if ((rc = mal_profile_preset(p, json_string_value(pre), mbs))) return rc;
+        req = 0; /* the preset supplies every field; the file overrides */
+    }
+    json_t *nm = json_object_get(root, "name");
+    if (json_is_string(nm)) snprintf(p->name, sizeof p->name, "%s", json_string_value(nm));
+    if ((rc = get_posint(root, "n_layers", what, &p->n_layers, req))) return rc;
+    if ((rc = get_posint(root, "tp", what, &p->tp, req))) return rc;
+    if ((rc = get_posint(root, "n_heads", what, &p->n_heads, 0))) return rc;
+    if ((rc = get_posint(root, "ffn_hidden", what, &p->ffn_hidden, 0))) return rc;
+    if (log2i(p->tp) < 0 || log2i(p->tp) > MAL_REPLAN_MAX_TP_LOG)
+        return MAL_ERR(MAL_EINVAL, "%s: tp %d must be a power of two up to %d", what, p->tp,
+                       1 << MAL_REPLAN_MAX_TP_LOG);
+    json_t *al = json_object_get(root, "alpha");
+    if (al) {
+        if (!json_is_object(al))
+            return MAL_ERR(MAL_EFORMAT, "%s: alpha must be an object {\"size\": factor}", what);
+        memset(p->alpha, 0, sizeof p->alpha);
+        json_object_foreach(al, key, val)
+        {
+            char *end;
+            long sz = strtol(key, &end, 10);
+            int l = (*end || sz < 1 || sz > (1 << MAL_REPLAN_MAX_TP_LOG)) ? -1 : log2i((int)sz);
+            if (l < 0)
+                return MAL_ERR(MAL_EINVAL, "%s: alpha key \"%s\" is not a power-of-two TP size",
+                               what, key);
+            if (!json_is_number(val) || !(json_number_value(val) > 0) ||
+                !isfinite(json_number_value(val)))
+                return MAL_ERR(MAL_EINVAL, "%s: alpha[\"%s\"] must be a positive number", what,
+                               key);
+            p->alpha[l] = json_number_value(val);
+        }
+    } else if (req) {
+        return MAL_ERR(MAL_EFORMAT, "%s: alpha is missing from the model profile", what);
+    }
+    if (mal_profile_alpha(p, p->tp) <= 0)
+        return MAL_ERR(MAL_EINVAL, "%s: alpha has no entry for the nominal TP size %d", what,
+                       p->tp);
+    json_t *km = json_object_get(root, "layer_memory_mb");
+    if (km) {
+        if (!json_is_array(km) || json_array_size(km) == 0)
+            return MAL_ERR(MAL_EFORMAT,
+                           "%s: layer_memory_mb must be a non-empty list (MB per layer, "
+                           "by distance from the pipeline's last stage)",
+                           what);
+        free(p->k);
+        p->n_k = (int)json_array_size(km);
+        p->k = malloc((size_t)p->n_k * sizeof *p->k);
+        if (!p->k) return MAL_ERR(MAL_ENOMEM, "model profile: out of memory");
+        for (int d = 0; d < p->n_k; d++) {
+            json_t *v = json_array_get(km, (size_t)d);
+            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
+                !isfinite(json_number_value(v)))
+                return MAL_ERR(MAL_EINVAL, "%s: layer_memory_mb[%d] must be a non-negative number",
+                               what, d);
+            p->k[d] = json_number_value(v);
+        }
+    } else if (req) {
+        return MAL_ERR(MAL_EFORMAT, "%s: layer_memory_mb is missing from the model profile", what);
+    }
+    if ((rc = get_num(root, "embedding_memory_mb", what, &p->embed_mb, req))) return rc;
+    if ((rc = get_num(root, "overhead_mb", what, &p->overhead_mb, req))) return rc;
+    if ((rc = get_num(root, "layer_time", what, &p->layer_time, req))) return rc;
+    if ((rc = get_num(root, "layer_state_mb", what, &p->layer_state_mb, 0))) return rc;
+    if ((rc = get_num(root, "embedding_state_mb", what, &p->embed_state_mb, 0))) return rc;
+    if ((rc = get_num(root, "sync_time", what, &p->sync_time, 0))) return rc;
+    if (!p->name[0]) snprintf(p->name, sizeof p->name, "custom");
+    return 0;
+}
+
+int mal_profile_parse_string(mal_profile *p, const char *json, const char *what, int mbs)
+{
+    memset(p, 0, sizeof *p);
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
+    int rc = profile_from_json(p, root, what, mbs);
+    json_decref(root);
+    return rc;
+}
+
+int mal_profile_read(mal_profile *p, const char *path, int mbs)
+{
+    memset(p, 0, sizeof *p);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+    int rc = profile_from_json(p, root, path, mbs);
+    json_decref(root);
+    return rc;
+}
+
+int mal_profile_write(const mal_profile *p, FILE *f)
+{
+    fprintf(
+        f,
+        "{ \"name\": \"%s\", \"n_layers\": %d, \"tp\": %d, \"n_heads\": %d, \"ffn_hidden\": %d,\n",
+        p->name, p->n_layers, p->tp, p->n_heads, p->ffn_hidden);
+    fprintf(f, "  \"alpha\": {");
+    int first = 1;
+    for (int l = MAL_REPLAN_MAX_TP_LOG; l >= 0; l--)
+        if (p->alpha[l] > 0) {
+            fprintf(f, "%s\"%d\": %.6g", first ? "" : ", ", 1 << l, p->alpha[l]);
+            first = 0;
+        }
+    fprintf(f, "},\n  \"layer_memory_mb\": [");
+    for (int d = 0; d < p->n_k; d++)
+        fprintf(f, "%s%.6g", d ? ", " : "", p->k[d]);
+    fprintf(f,
+            "],\n  \"embedding_memory_mb\": %.6g, \"overhead_mb\": %.6g, \"layer_time\": %.6g,\n",
+            p->embed_mb, p->overhead_mb, p->layer_time);
+    fprintf(f, "  \"layer_state_mb\": %.6g, \"embedding_state_mb\": %.6g, \"sync_time\": %.6g }\n",
+            p->layer_state_mb, p->embed_state_mb, p->sync_time);
+    return ferror(f) ? MAL_ERR(MAL_EIO, "model profile: write failed") : 0;
+}
+
+/* ---- rates --------------------------------------------------------------- */
+
+/* A rate value: a JSON number, or a string holding one (so that "nan" or
+ * "inf" written by hand get a precise message instead of a parse error). */
+static int rate_value(json_t *v, const char *what, long rank, double *out)
+{
+    double x;
+    if (json_is_number(v)) {
+        x = json_number_value(v);
+    } else if (json_is_string(v)) {
+        char *end;
+        const char *s = json_string_value(v);
+        x = strtod(s, &end);
+        if (end == s || *end)
+            return MAL_ERR(MAL_EINVAL, "%s: rank %ld has rate \"%s\", which is not a number", what,
+                           rank, s);
+    } else {
+        return MAL_ERR(MAL_EINVAL, "%s: rank %ld: the rate must be a number", what, rank);
+    }
+    if (isnan(x) || isinf(x) || x <= 0)
+        return MAL_ERR(
+            MAL_EINVAL,
+            "%s: rank %ld has rate %g; rates must be finite and > 0 (1.0 = healthy, 2.0 = "
+            "twice as slow)",
+            what, rank, x);
+    *out = x;
+    return 0;
+}
+
+static int parse_rank_key(const char *key, const char *what, int world, long *rank)
+{
+    char *end;
+    long r = strtol(key, &end, 10);
+    if (end == key || *end)
+        return MAL_ERR(MAL_EINVAL, "%s: key \"%s\" is not a rank number", what, key);
+    if (r < 0 || r >= world)
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: rank %ld is not in the cluster (world size %d, ranks 0..%d)", what, r,
+                       world, world - 1);
+    *rank = r;
+    return 0;
+}
+
+int mal_rates_parse_string(const char *text, const char *what, int world, int window, double *rates)
+{
+    int rc = 0;
+    double *ring = NULL;
+    int *count = NULL;
+    char *copy = NULL;
+    for (int r = 0; r < world; r++)
+        rates[r] = 1.0;
+    if (window < 1) window = 1;
+
+    /* the whole text as one JSON value: a {"rank": rate} map */
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    if (root && json_is_object(root) && !json_object_get(root, "step") &&
+        !json_object_get(root, "rates") && !json_object_get(root, "rate")) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(root, key, val)
+        {
+            long r = 0;
+            if ((rc = parse_rank_key(key, what, world, &r))) break;
+            if ((rc = rate_value(val, what, r, &rates[r]))) break;
+        }
+        json_decref(root);
+        return rc;
+    }
+    json_decref(root);
+
+    /* JSON lines: keep the last `window` samples of every rank */
+    ring = calloc((size_t)world * (size_t)window, sizeof *ring);
+    count = calloc((size_t)world, sizeof *count);
+    copy = strdup(text);
+    if (!ring || !count || !copy) {
+        rc = MAL_ERR(MAL_ENOMEM, "%s: out of memory", what);
+        goto cleanup;
+    }
+    int lineno = 0, n_samples = 0;
+    for (char *line = copy, *next; line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        lineno++;
+        const char *s = line;
+        while (*s == ' ' || *s == '\t' || *s == '\r')
+            s++;
+        if (!*s) continue;
+        json_t *o = json_loads(s, 0, &jerr);
+        if (!o || !json_is_object(o)) {
+            json_decref(o);
+            rc =
+                MAL_ERR(MAL_EFORMAT,
+                        "%s: line %d is not a JSON object (expected a {\"rank\": rate} map or JSON "
+                        "lines with \"rates\")",
+                        what, lineno);
+            goto cleanup;
+        }
+        json_t *arr = json_object_get(o, "rates");
+        json_t *one = json_object_get(o, "rate");
+        if (arr) {
+            if (!json_is_array(arr)) {
+                json_decref(o);
+                rc = MAL_ERR(MAL_EFORMAT, "%s: line %d: \"rates\" must be an array indexed by rank",
+                             what, lineno);
+                goto cleanup;
+            }
+            if ((int)json_array_size(arr) > world) {
+                json_decref(o);
+                rc = MAL_ERR(MAL_EINVAL,
+                             "%s: line %d: rates for %zu ranks, but rank %d is not in the cluster "
+                             "(world size %d)",
+                             what, lineno, json_array_size(arr), world, world);
+                goto cleanup;
+            }
+            for (size_t r = 0; r < json_array_size(arr); r++) {
+                json_t *v = json_array_get(arr, r);
+                if (json_is_null(v)) continue; /* not measured this step */
+                double x;
+                if ((rc = rate_value(v, what, (long)r, &x))) {
+                    json_decref(o);
+                    goto cleanup;
+                }
+                ring[r * (size_t)window + (size_t)(count[r] % window)] = x;
+                count[r]++;
+            }
+            n_samples++;
+        } else if (one) {
+            json_t *rk = json_object_get(o, "rank");
+            if (!json_is_integer(rk)) {
+                json_decref(o);
+                rc = MAL_ERR(MAL_EFORMAT, "%s: line %d: \"rate\" without an integer \"rank\"", what,
+                             lineno);
+                goto cleanup;
+            }
+            long r = (long)json_integer_value(rk);
+            if (r < 0 || r >= world) {
+                json_decref(o);
+                rc = MAL_ERR(MAL_EINVAL,
+                             "%s: line %d: rank %ld is not in the cluster (world size %d)", what,
+                             lineno, r, world);
+                goto cleanup;
+            }
+            double x;
+            if ((rc = rate_value(one, what, r, &x))) {
+                json_decref(o);
+                goto cleanup;
+            }
+            ring[(size_t)r * (size_t)window + (size_t)(count[r] % window)] = x;
+            count[r]++;
+            n_samples++;
+        }
+        /* other lines (loss, throughput...) are not ours: skip them */
+        json_decref(o);
+    }
+    if (n_samples == 0) {
+        rc =
+            MAL_ERR(MAL_EFORMAT,
+                    "%s: no rates found (expected {\"rank\": rate} or lines with \"rates\")", what);
+        goto cleanup;
+    }
+    for (int r = 0; r < world; r++) {
+        int n = MAL_MIN(count[r], window);
+        if (n == 0) continue;
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += ring[(size_t)r * (size_t)window + (size_t)i];
+        rates[r] = sum / n;
+    }
+cleanup:
+    free(ring);
+    free(count);
+    free(copy);
+    return rc;
+}
+
+int mal_rates_read(const char *path, int world, int window, double *rates)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return MAL_ERR(MAL_ENOENT, "%s: cannot open rates file: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    int rc = 0;
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (len + 1 < cap) break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    fclose(f);
+    if (!buf) return MAL_ERR(MAL_ENOMEM, "%s: out of memory", path);
+    buf[len] = '\0';
+    rc = mal_rates_parse_string(buf, path, world, window, rates);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,182 @@
+/* The Malleus planner: its inputs (cluster, straggling rates, model profile),
+ * the cost model of DESIGN.md ("Cost model and planner"), the two integer
+ * programs solved with lp_solve, the plan search and the --explain report.
+ * See replan/README.md for the JSON schemas and the algorithm.
+ *
+ * Units: times inside the planner are in "layer units" -- the time a healthy
+ * TP group of the nominal size needs for one layer of one micro-batch
+ * (forward + backward); multiply by profile->layer_time for seconds.
+ * Memory is in MB (2^20 bytes). */
+#ifndef MAL_REPLAN_H
+#define MAL_REPLAN_H
+
+#include <stdio.h>
+
+#include "plan.h"
+
+/* Rates below this count as healthy (1.0): measurement noise floor. */
+#define MAL_REPLAN_NOISE_FLOOR 1.2
+/* Largest TP size the profile may describe (2^MAL_REPLAN_MAX_TP_LOG). */
+#define MAL_REPLAN_MAX_TP_LOG 10
+
+/* ---- inputs -------------------------------------------------------------- */
+
+typedef struct mal_cluster {
+    int world_size;
+    int n_nodes;
+    int *node_of;     /* [world_size]: node index of each rank */
+    double memory_mb; /* device memory capacity of every rank */
+} mal_cluster;
+
+/* Regular cluster: `ranks_per_node` consecutive ranks per node.  MAL_EINVAL
+ * when world_size is not divisible into nodes.  `c` initialised here; fini it.
+ * Local. */
+int mal_cluster_regular(mal_cluster *c, int world_size, int ranks_per_node, double memory_mb);
+/* Parse {"world_size", "ranks_per_node" | "nodes": [[ranks]...], "memory_mb"}
+ * from a string / file.  Local; `c` initialised here; fini it even on error. */
+int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what);
+int mal_cluster_read(mal_cluster *c, const char *path);
+void mal_cluster_fini(mal_cluster *c);
+
+typedef struct mal_profile {
+    char name[32];
+    int n_layers;
+    int tp;                                  /* nominal TP size (power of two) */
+    int n_heads;                             /* for TP-size divisibility (0 = unchecked) */
+    int ffn_hidden;                          /* idem */
+    double alpha[MAL_REPLAN_MAX_TP_LOG + 1]; /* alpha[log2 size]; 0 = size not allowed */
+    int n_k;
+    double *k;             /* [n_k] per-layer memory by distance d from the last stage (MB) */
+    double embed_mb;       /* E: embedding or LM-head memory on a first/last stage (MB) */
+    double overhead_mb;    /* X: fixed per-rank overhead (MB) */
+    double layer_time;     /* seconds of one layer, one micro-batch, healthy nominal group */
+    double layer_state_mb; /* full state (params+grads+optimizer) of one layer, all shards */
+    double embed_state_mb; /* full state of the embedding (= that of the LM head) */
+    double sync_time;      /* seconds added to every step for gradient sync */
+} mal_profile;
+
+/* Presets "tiny", "small", "32b", "70b", "110b" (shapes as src/config.c);
+ * `p` initialised here.  MAL_EINVAL for an unknown name.  Local. */
+int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size);
+/* Profile JSON (optionally {"preset": NAME, ...overrides}); see README.
+ * `p` initialised here; fini it even on error.  Local. */
+int mal_profile_parse_string(mal_profile *p, const char *json, const char *what,
+                             int micro_batch_size);
+int mal_profile_read(mal_profile *p, const char *path, int micro_batch_size);
+int mal_profile_write(const mal_profile *p, FILE *f);
+void mal_profile_fini(mal_profile *p);
+/* k[d] with linear extrapolation past the list's end.  Local. */
+double mal_profile_k(const mal_profile *p, int d);
+/* alpha for a TP size, 0 when the size is not allowed.  Local. */
+double mal_profile_alpha(const mal_profile *p, int size);
+
+/* Straggling rates of every rank into rates[world_size] (missing ranks 1.0).
+ * The file is either a JSON object {"rank": rate, ...} or JSON lines from
+ * malleus-train's metrics file, each {"step": N, "rates": [r0, r1, ...]} or
+ * {"step": N, "rank": r, "rate": x}; then the mean of the last `window`
+ * samples of each rank is used.  NaN, infinite, zero or negative rates and
+ * ranks outside the world are MAL_EINVAL naming the rank.  Local. */
+int mal_rates_read(const char *path, int world_size, int window, double *rates);
+int mal_rates_parse_string(const char *text, const char *what, int world_size, int window,
+                           double *rates);
+
+/* ---- cost model ---------------------------------------------------------- */
+
+/* Rate after the noise floor. */
+static inline double mal_cost_floor(double x)
+{
+    return x < MAL_REPLAN_NOISE_FLOOR ? 1.0 : x;
+}
+
+/* Most layers stage j of an S-stage pipeline with a TP group of `size` may
+ * hold within memory (0 when it cannot hold one).  Local. */
+int mal_cost_layer_cap(const mal_profile *p, double memory_mb, int size, int S, int j);
+/* Memory (MB) of a rank on stage j of S holding l layers with TP `size`. */
+double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l);
+
+typedef struct mal_cost_eval {
+    double step_time;   /* layer units, max over pipelines */
+    double bubble_free; /* max over pipelines of m_i * period_i */
+    int memory_ok;      /* every stage fits */
+    int n_pipelines;
+    double *period; /* [n_pipelines] max_j y_ij * l_ij */
+    double *time;   /* [n_pipelines] (m_i + S_i - 1) * period_i */
+} mal_cost_eval;
+
+/* Evaluate a plan under the cost model with rates[] (raw; the noise floor is
+ * applied here).  `ev` arrays malloc'ed (free with mal_cost_eval_fini).
+ * MAL_EINVAL if a TP size has no alpha.  Local. */
+int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                       const double *rates, mal_cost_eval *ev);
+void mal_cost_eval_fini(mal_cost_eval *ev);
+
+/* Capacity bound (layer units): all work (M micro-batches x L layers) spread
+ * perfectly over every rank at its own speed (1 / (tp * floored rate) of a
+ * nominal group), no bubble, nominal TP efficiency.  Local. */
+double mal_cost_capacity_bound(const mal_profile *p, int world_size, const double *rates,
+                               int n_micro_batches);
+
+/* Bytes of model + optimizer state that must move to go from plan `from` to
+ * plan `to`: for every rank, what it holds under `to` (its TP shard of its
+ * layers, embedding / LM head) minus what it already held under `from`.
+ * Local. */
+double mal_cost_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_profile *p);
+
+/* ---- the two integer programs (lp_solve) --------------------------------- */
+
+/* Layers per stage: minimise P = max_j y[j] * l[j] subject to sum l = L and
+ * 1 <= l[j] <= ub[j], l integer.  *P_out = INFINITY (and 0 returned) when
+ * infeasible.  MAL_ELP on a solver failure.  Local. */
+int mal_lp_layers(int S, const double *y, const int *ub, int L, int *l_out, double *P_out);
+
+/* Micro-batches: n classes of identical pipelines (count[c] pipelines of
+ * S[c] stages and period P[c]); minimise T = max_c (m_c + S_c - 1) * P_c
+ * subject to sum_c count[c] * m_c >= M, m_c >= S_c integer.  m_out[c] is the
+ * per-pipeline count (the caller trims the excess).  *T_out = INFINITY when
+ * infeasible (sum count*S > M).  Local. */
+int mal_lp_microbatches(int n, const double *P, const int *S, const int *count, int M, int *m_out,
+                        double *T_out);
+
+/* ---- the planner --------------------------------------------------------- */
+
+enum { MAL_REPLAN_AUTO = 0, MAL_REPLAN_EXHAUSTIVE = 1, MAL_REPLAN_HEURISTIC = 2 };
+
+typedef struct mal_replan_input {
+    const mal_cluster *cluster;
+    const mal_profile *profile;
+    const double *rates; /* [world_size], raw */
+    int micro_batch_size;
+    int n_micro_batches;     /* M: total per step */
+    int nominal_dp;          /* pipelines of the uniform plan (0: derived) */
+    const mal_plan *current; /* optional: keep ranks' state where possible */
+    int search;              /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
+} mal_replan_input;
+
+typedef struct mal_replan_stats {
+    double objective; /* predicted step time, layer units (cost model) */
+    int n_layer_lps;  /* layer integer programs solved with lp_solve */
+    int n_candidates; /* configurations evaluated */
+    int n_pruned;     /* configurations cut by the lower bound */
+    int exhaustive;   /* 1 when the search was exhaustive */
+    double seconds;   /* planning wall time */
+} mal_replan_stats;
+
+/* Plan for the measured rates.  `out` is initialised here and passes
+ * mal_plan_validate() for (world_size, n_layers, n_heads, ffn_hidden,
+ * M * micro_batch_size); predicted times are in seconds.  MAL_EINVAL with a
+ * message naming the cause for bad inputs or when no plan fits memory.
+ * Deterministic: the same input gives the same plan.  Local. */
+int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stats);
+
+/* The nominal uniform plan for the input (dp = nominal_dp, tp = profile tp);
+ * micro-batches split as evenly as possible (first pipelines get the extra).
+ * Local; `out` initialised here. */
+int mal_replan_uniform(const mal_replan_input *in, mal_plan *out);
+/* The default number of pipelines: the largest dp whose uniform plan fits
+ * memory (pp = world / (dp * tp) dividing evenly).  Local. */
+int mal_replan_default_dp(const mal_cluster *c, const mal_profile *p, int n_micro_batches);
+
+/* Human-readable report of `plan` for `in` (see --explain).  Local. */
+int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan);
+
+#endif /* MAL_REPLAN_H */

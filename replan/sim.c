@@ -1,0 +1,129 @@
+/* Event-by-event 1F1B simulator (see sim.h).  Each stage executes its ops in
+ * the fixed 1F1B order; an op starts when its stage is free and its input has
+ * arrived (the previous stage's forward, or the next stage's backward). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "mal.h"
+#include "sim.h"
+
+double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p)
+{
+    if (S < 1 || m < 1) return MAL_ERR(MAL_EINVAL, "simulator: %d stages, %d micro-batches", S, m);
+    /* per stage: its op sequence (+i = forward of micro-batch i, -(i+1) = backward) */
+    int n_ops = 2 * m;
+    int *seq = malloc((size_t)S * n_ops * sizeof *seq);
+    int *next = calloc((size_t)S, sizeof *next);
+    double *free_at = calloc((size_t)S, sizeof *free_at);
+    double *fdone = malloc((size_t)S * m * sizeof *fdone); /* forward finish times */
+    double *bdone = malloc((size_t)S * m * sizeof *bdone);
+    double end = 0;
+    if (!seq || !next || !free_at || !fdone || !bdone) {
+        end = MAL_ERR(MAL_ENOMEM, "simulator: out of memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < (size_t)S * m; i++)
+        fdone[i] = bdone[i] = -1;
+    for (int j = 0; j < S; j++) {
+        int *q = seq + (size_t)j * n_ops, n = 0, f = 0, b = 0;
+        int warm = MAL_MIN(S - j - 1, m);
+        while (f < warm)
+            q[n++] = f++;
+        while (f < m) {
+            q[n++] = f++;
+            q[n++] = -(++b);
+        }
+        while (b < m)
+            q[n++] = -(++b);
+    }
+    /* sweep the stages, running every op whose input is ready, until all are
+     * done; 1F1B is deadlock-free so every sweep makes progress */
+    int remaining = S * n_ops;
+    while (remaining > 0) {
+        int progress = 0;
+        for (int j = 0; j < S; j++) {
+            while (next[j] < n_ops) {
+                int op = seq[(size_t)j * n_ops + next[j]];
+                double ready;
+                if (op >= 0) {
+                    if (j == 0)
+                        ready = 0;
+                    else if (fdone[(size_t)(j - 1) * m + op] < 0)
+                        break;
+                    else
+                        ready = fdone[(size_t)(j - 1) * m + op] + p2p;
+                    double st = MAL_MAX(ready, free_at[j]);
+                    free_at[j] = fdone[(size_t)j * m + op] = st + fwd[j];
+                } else {
+                    int i = -op - 1;
+                    if (fdone[(size_t)j * m + i] < 0) break;
+                    if (j == S - 1)
+                        ready = fdone[(size_t)j * m + i];
+                    else if (bdone[(size_t)(j + 1) * m + i] < 0)
+                        break;
+                    else
+                        ready = bdone[(size_t)(j + 1) * m + i] + p2p;
+                    double st = MAL_MAX(ready, free_at[j]);
+                    free_at[j] = bdone[(size_t)j * m + i] = st + bwd[j];
+                }
+                next[j]++;
+                remaining--;
+                progress = 1;
+            }
+        }
+        if (!progress) {
+            end = MAL_ERR(MAL_EINVAL, "simulator: schedule deadlocked (internal error)");
+            goto cleanup;
+        }
+    }
+    for (int j = 0; j < S; j++)
+        end = MAL_MAX(end, free_at[j]);
+cleanup:
+    free(seq);
+    free(next);
+    free(free_at);
+    free(fdone);
+    free(bdone);
+    return end;
+}
+
+int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates, int world_size,
+                 double p2p, double *step_out, double *pipe_out)
+{
+    double step = 0;
+    for (int i = 0; i < plan->n_pipelines; i++) {
+        const mal_plan_pipeline *pl = &plan->pipelines[i];
+        double *fwd = malloc((size_t)pl->n_stages * sizeof *fwd);
+        double *bwd = malloc((size_t)pl->n_stages * sizeof *bwd);
+        if (!fwd || !bwd) {
+            free(fwd);
+            free(bwd);
+            return MAL_ERR(MAL_ENOMEM, "simulator: out of memory");
+        }
+        for (int j = 0; j < pl->n_stages; j++) {
+            const mal_plan_stage *st = &pl->stages[j];
+            double a = mal_profile_alpha(p, st->n_ranks), x = 1.0;
+            if (a <= 0) {
+                free(fwd);
+                free(bwd);
+                return MAL_ERR(MAL_EINVAL,
+                               "simulator: pipelines[%d].stages[%d]: no alpha for TP size %d", i, j,
+                               st->n_ranks);
+            }
+            for (int k = 0; k < st->n_ranks; k++)
+                if (st->ranks[k] >= 0 && st->ranks[k] < world_size)
+                    x = MAL_MAX(x, mal_cost_floor(rates[st->ranks[k]]));
+            double c = x * a * (st->layer_end - st->layer_begin);
+            fwd[j] = c * MAL_SIM_FORWARD_SHARE;
+            bwd[j] = c - fwd[j];
+        }
+        double t = mal_sim_pipeline(pl->n_stages, fwd, bwd, pl->micro_batches, p2p);
+        free(fwd);
+        free(bwd);
+        if (t < 0) return (int)t;
+        if (pipe_out) pipe_out[i] = t;
+        step = MAL_MAX(step, t);
+    }
+    *step_out = step;
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* Event-by-event simulator of the 1F1B pipeline schedule: predicts the step
+ * time of a plan from per-stage forward/backward times, without the closed
+ * form, so that benchmarks at the paper's scale can check the planner's cost
+ * model (which is an upper bound of the simulation: op times are max-plus
+ * expressions, monotone in every duration). */
+#ifndef MAL_SIM_H
+#define MAL_SIM_H
+
+#include "plan.h"
+#include "replan.h"
+
+/* Fraction of a layer's (forward + backward) time spent in the forward pass
+ * (backward computes two matrix products per forward one). */
+#define MAL_SIM_FORWARD_SHARE (1.0 / 3.0)
+
+/* Simulate one pipeline: S stages, stage j takes fwd[j] per forward and
+ * bwd[j] per backward of one micro-batch, m micro-batches under 1F1B
+ * (stage j runs min(S - j - 1, m) warm-up forwards, then alternates one
+ * forward and one backward, then drains backwards); `p2p` is added to every
+ * activation/gradient hand-over between stages.  Returns the time the last
+ * backward finishes (>= 0) or a negative MAL_E* code.  Local. */
+double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p);
+
+/* Simulate a plan under rates[] (raw; noise floor applied) and a profile:
+ * stage time per micro-batch = y * layers (layer units), split by
+ * MAL_SIM_FORWARD_SHARE.  *step_out = max over pipelines (layer units);
+ * pipe_out[n_pipelines] optional.  Local. */
+int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates, int world_size,
+                 double p2p, double *step_out, double *pipe_out);
+
+#endif /* MAL_SIM_H */

@@ -1,0 +1,9 @@
+# src/comm.mk: communication backends (MPI) and the MPI test launcher.
+
+libmalleus_a_SOURCES += src/comm.h src/comm_mpi.h src/comm_mpi.c
+
+check_PROGRAMS += tests/test_comm
+tests_test_comm_SOURCES = tests/test_comm.c
+# tests/mpirun.sh is the launcher every MPI test script runs through.
+dist_check_SCRIPTS += tests/mpirun.sh tests/test_comm.sh
+TESTS += tests/test_comm.sh

@@ -1,0 +1,506 @@
+/* MPI backend of the communication table (comm.h): CPU buffers, every
+ * operation posted non-blocking and completed by the sleeping wait of
+ * comm_mpi.h, so that ranks sharing cores do not starve each other.
+ *
+ * All-reduce results must be bitwise identical on every member.  MPI does
+ * not promise that for MPI_Allreduce (an implementation may let each rank
+ * add the contributions in its own order), so no all-reduce here lets more
+ * than one rank compute an element: small buffers are reduced to rank 0 and
+ * broadcast; larger ones are reduce-scattered (each rank computes its own
+ * 1/size block) and all-gathered, which moves the same bytes as MPICH's own
+ * large all-reduce (measured: 64 MiB on 8 ranks 0.3 s, as MPI_Iallreduce;
+ * reduce + broadcast took 0.7-2 s).  Either way one rank computes each
+ * element and everyone receives its bits.
+ */
+#include "comm_mpi.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mal.h"
+
+/* Tests that succeed while spinning cost nothing extra when a rank has a
+ * core of its own (a 2-rank reduction completes in ~1.5 us); past these the
+ * wait sleeps between tests. */
+enum { SPIN_TESTS = 64 };
+/* Asked-for nap between tests: 1 us.  Linux's default timer slack makes it
+ * ~50 us in practice, which is what hands the core to the rank we wait for.
+ * A test costs ~15-20 us of CPU, so a long wait at that rate still burns a
+ * quarter of a core (measured), which on a shared machine is taken from the
+ * ranks doing work; once a wait has lasted 1 ms the nap grows to 1/16 of
+ * the time waited so far (at most 250 us), adding at most ~6% to the wait. */
+enum { NAP_NS = 1000, BACKOFF_AFTER_NS = 1000000, NAP_MAX_NS = 250000 };
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Tag of MPI_Comm_create_group.  MPI keeps it apart from point-to-point
+ * tags; it only has to be the same on the members, which it always is. */
+enum { CREATE_GROUP_TAG = 4242 };
+
+size_t mal_comm_mpi_chunk_bytes = MAL_COMM_MPI_CHUNK_BYTES_DEFAULT;
+
+struct mal_comm_req {
+    MPI_Request req;
+    int is_recv; /* receives check the size of what arrived */
+    size_t bytes;
+    int peer, tag;
+};
+
+typedef struct {
+    MPI_Comm comm;
+    int *counts, *displs; /* [size]: blocks of the reduce-scatter path */
+} mpi_impl;
+
+static MPI_Comm comm_of(const mal_comm *c)
+{
+    return ((const mpi_impl *)c->impl)->comm;
+}
+
+int mal_mpi_err_at(const char *file, int line, int mpirc, const char *what)
+{
+    if (mpirc == MPI_SUCCESS) return 0;
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(mpirc, msg, &len) != MPI_SUCCESS) len = 0;
+    msg[len] = '\0';
+    return mal_seterr_at(file, line, MAL_EMPI, "%s failed: %s (MPI error %d)", what,
+                         len ? msg : "no MPI error string", mpirc);
+}
+
+int mal_mpi_wait(MPI_Request *req, MPI_Status *status, const char *what)
+{
+    int64_t t0 = 0;
+    for (long i = 0;; i++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, status);
+        if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
+        if (done) return 0;
+        if (i < SPIN_TESTS) continue;
+        int64_t waited = i == SPIN_TESTS ? 0 : now_ns() - t0;
+        if (i == SPIN_TESTS) t0 = now_ns();
+        int64_t nap = waited < BACKOFF_AFTER_NS ? NAP_NS : MAL_MIN(waited / 16, NAP_MAX_NS);
+        struct timespec ts = {0, (long)nap};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int mal_mpi_waitall(int n, MPI_Request *reqs, const char *what)
+{
+    /* One request at a time, not MPI_Testall: a failure then reports its
+     * own error code instead of MPI_ERR_IN_STATUS.  Testing one request
+     * drives MPI's whole progress engine, so the others advance too. */
+    for (int k = 0; k < n; k++) {
+        int err = mal_mpi_wait(&reqs[k], MPI_STATUS_IGNORE, what);
+        if (err) return err;
+    }
+    return 0;
+}
+
+MPI_Comm mal_comm_mpi_handle(const mal_comm *c)
+{
+    if (!c || c->ops != &mal_comm_mpi_ops) return MPI_COMM_NULL;
+    return comm_of(c);
+}
+
+/* ---- communicators ---------------------------------------------------- */
+
+/* Wrap `comm` (which becomes owned by the new mal_comm) and fill rank, size
+ * and world ranks.  Frees `comm` on failure. */
+static int wrap_comm(MPI_Comm comm, mal_comm **out)
+{
+    int err = 0, rc;
+    mal_comm *c = NULL;
+    mpi_impl *impl = NULL;
+    int *idx = NULL;
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+
+    /* Errors must come back to us as codes, not kill the job from inside
+     * MPI; explicit rather than relying on inheritance from the parent. */
+    if ((rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN)) != MPI_SUCCESS) {
+        err = MAL_MPI_ERR(rc, "MPI_Comm_set_errhandler");
+        goto fail_comm;
+    }
+    c = calloc(1, sizeof *c);
+    impl = calloc(1, sizeof *impl);
+    if (!c || !impl) {
+        err = MAL_ERR(MAL_ENOMEM, "out of memory creating a communicator");
+        goto fail_alloc;
+    }
+    impl->comm = comm;
+    c->ops = &mal_comm_mpi_ops;
+    c->impl = impl;
+    if ((rc = MPI_Comm_rank(comm, &c->rank)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_size(comm, &c->size)) != MPI_SUCCESS) {
+        err = MAL_MPI_ERR(rc, "MPI_Comm_rank/MPI_Comm_size");
+        goto fail_alloc;
+    }
+    c->world_ranks = malloc((size_t)c->size * sizeof *c->world_ranks);
+    idx = malloc((size_t)c->size * sizeof *idx);
+    impl->counts = malloc((size_t)c->size * sizeof *impl->counts);
+    impl->displs = malloc((size_t)c->size * sizeof *impl->displs);
+    if (!c->world_ranks || !idx || !impl->counts || !impl->displs) {
+        err = MAL_ERR(MAL_ENOMEM, "out of memory for the world ranks of %d members", c->size);
+        goto fail_alloc;
+    }
+    for (int i = 0; i < c->size; i++)
+        idx[i] = i;
+    if ((rc = MPI_Comm_group(comm, &group)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_group(MPI_COMM_WORLD, &world)) != MPI_SUCCESS ||
+        (rc = MPI_Group_translate_ranks(group, c->size, idx, world, c->world_ranks)) !=
+            MPI_SUCCESS) {
+        err = MAL_MPI_ERR(rc, "translating communicator ranks to world ranks");
+        goto fail_groups;
+    }
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    free(idx);
+    *out = c;
+    return 0;
+
+fail_groups:
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+fail_alloc:
+    free(idx);
+    if (c) free(c->world_ranks);
+    free(c);
+    if (impl) free(impl->counts), free(impl->displs);
+    free(impl);
+fail_comm:
+    MPI_Comm_free(&comm);
+    return err;
+}
+
+int mal_comm_mpi_world(mal_comm **out)
+{
+    int init = 0, fin = 0, rc;
+    *out = NULL;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (!init || fin)
+        return MAL_ERR(MAL_EINVAL,
+                       "MPI is %s: the program's main must call MPI_Init before "
+                       "mal_comm_mpi_world and MPI_Finalize only after destroying it",
+                       fin ? "already finalised" : "not initialised");
+    /* The duplicate is a private context: library messages never match the
+     * caller's own traffic on MPI_COMM_WORLD.  Idup so that even this
+     * waits by sleeping. */
+    /* MPICH reports errors found while completing a request (MPI_Test:
+     * truncation, a failed collective) through MPI_COMM_WORLD's handler
+     * (MPICH 4.0; MPI_COMM_SELF's from 4.1), not the request's
+     * communicator, and the default handler kills the job.  So the library
+     * gets its errors back as codes only if those two return them too. */
+    if ((rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN)) != MPI_SUCCESS)
+        return MAL_MPI_ERR(rc, "MPI_Comm_set_errhandler(MPI_COMM_WORLD/SELF)");
+    MPI_Comm dup = MPI_COMM_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    if ((rc = MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req)) != MPI_SUCCESS)
+        return MAL_MPI_ERR(rc, "MPI_Comm_idup(MPI_COMM_WORLD)");
+    int err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, "MPI_Comm_idup(MPI_COMM_WORLD)");
+    if (err) return err;
+    return wrap_comm(dup, out);
+}
+
+static int mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
+{
+    MPI_Comm nc = MPI_COMM_NULL;
+    *out = NULL;
+    /* MPI_Comm_split has no non-blocking form; it spins, but communicators
+     * are made at start-up and on re-plans, not per step. */
+    int rc = MPI_Comm_split(comm_of(parent), color < 0 ? MPI_UNDEFINED : color, key, &nc);
+    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "MPI_Comm_split");
+    if (nc == MPI_COMM_NULL) return 0;
+    return wrap_comm(nc, out);
+}
+
+static int mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_comm **out)
+{
+    int err = 0, rc, self = 0;
+    MPI_Group pg = MPI_GROUP_NULL, g = MPI_GROUP_NULL;
+    MPI_Comm nc = MPI_COMM_NULL;
+    *out = NULL;
+
+    if (n < 1) return MAL_ERR(MAL_EINVAL, "create_group: %d ranks given; list at least one", n);
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= parent->size)
+            return MAL_ERR(MAL_EINVAL,
+                           "create_group: rank %d (entry %d) is outside the parent "
+                           "communicator of %d ranks",
+                           ranks[i], i, parent->size);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return MAL_ERR(MAL_EINVAL, "create_group: rank %d is listed twice (entries %d, %d)",
+                               ranks[i], j, i);
+        self |= ranks[i] == parent->rank;
+    }
+    if (!self)
+        return MAL_ERR(MAL_EINVAL,
+                       "create_group: calling rank %d is not in the list of %d ranks; only the "
+                       "listed ranks may call it",
+                       parent->rank, n);
+
+    if ((rc = MPI_Comm_group(comm_of(parent), &pg)) != MPI_SUCCESS ||
+        (rc = MPI_Group_incl(pg, n, ranks, &g)) != MPI_SUCCESS) {
+        err = MAL_MPI_ERR(rc, "create_group: building the MPI group");
+        goto cleanup;
+    }
+    /* Collective over the group only, which is what the table promises. */
+    if ((rc = MPI_Comm_create_group(comm_of(parent), g, CREATE_GROUP_TAG, &nc)) != MPI_SUCCESS) {
+        err = MAL_MPI_ERR(rc, "MPI_Comm_create_group");
+        goto cleanup;
+    }
+    err = wrap_comm(nc, out);
+
+cleanup:
+    if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+    if (pg != MPI_GROUP_NULL) MPI_Group_free(&pg);
+    return err;
+}
+
+static void mpi_destroy(mal_comm *c)
+{
+    mpi_impl *impl = c->impl;
+    if (impl && impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
+    if (impl) free(impl->counts), free(impl->displs);
+    free(impl);
+    free(c->world_ranks);
+    free(c);
+}
+
+/* ---- collectives ------------------------------------------------------ */
+
+/* Elements per MPI call for elements of `esize` bytes (at least 1). */
+static size_t chunk_elems(size_t esize)
+{
+    size_t n = mal_comm_mpi_chunk_bytes / esize;
+    if (n > INT_MAX) n = INT_MAX;
+    return n ? n : 1;
+}
+
+/* One chunk (cnt elements at p) of an in-place all-reduce, computed by
+ * rank 0 alone: fewest messages, for small buffers. */
+static int reduce_bcast(mal_comm *c, char *p, int cnt, MPI_Datatype type, MPI_Op op,
+                        const char *what)
+{
+    MPI_Comm comm = comm_of(c);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = c->rank == 0 ? MPI_Ireduce(MPI_IN_PLACE, p, cnt, type, op, 0, comm, &req)
+                          : MPI_Ireduce(p, NULL, cnt, type, op, 0, comm, &req);
+    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
+    int err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, what);
+    if (err) return err;
+    if ((rc = MPI_Ibcast(p, cnt, type, 0, comm, &req)) != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
+    return mal_mpi_wait(&req, MPI_STATUS_IGNORE, what);
+}
+
+/* The same, each rank computing one contiguous block (sizes differ by at
+ * most one element) and all-gathering the blocks. */
+static int reduce_scatter_allgather(mal_comm *c, char *p, int cnt, MPI_Datatype type, size_t esize,
+                                    MPI_Op op, const char *what)
+{
+    mpi_impl *im = c->impl;
+    for (int r = 0; r < c->size; r++) {
+        size_t lo = (size_t)cnt * (size_t)r / (size_t)c->size;
+        size_t hi = (size_t)cnt * (size_t)(r + 1) / (size_t)c->size;
+        im->counts[r] = (int)(hi - lo);
+        im->displs[r] = (int)lo;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, p, im->counts, type, op, im->comm, &req);
+    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
+    int err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, what);
+    if (err) return err;
+    /* In place, MPI leaves this rank's block at the start of the buffer;
+     * the all-gather wants it at its own offset. */
+    memmove(p + (size_t)im->displs[c->rank] * esize, p, (size_t)im->counts[c->rank] * esize);
+    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, im->counts, im->displs, type,
+                         im->comm, &req);
+    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
+    return mal_mpi_wait(&req, MPI_STATUS_IGNORE, what);
+}
+
+/* In-place all-reduce (see the top of the file), chunk by chunk. */
+static int allreduce(mal_comm *c, void *buf, size_t n, MPI_Datatype type, size_t esize, MPI_Op op,
+                     const char *what)
+{
+    if (c->size == 1 || n == 0) return 0;
+    size_t step = chunk_elems(esize);
+    for (size_t off = 0; off < n; off += step) {
+        int cnt = (int)MAL_MIN(step, n - off);
+        char *p = (char *)buf + off * esize;
+        int err = (size_t)cnt * esize < MAL_COMM_MPI_SMALL_BYTES
+                      ? reduce_bcast(c, p, cnt, type, op, what)
+                      : reduce_scatter_allgather(c, p, cnt, type, esize, op, what);
+        if (err) return err;
+    }
+    return 0;
+}
+
+static int mpi_allreduce_f32(mal_comm *c, float *buf, size_t n)
+{
+    return allreduce(c, buf, n, MPI_FLOAT, sizeof *buf, MPI_SUM, "all-reduce (sum, float)");
+}
+
+static int mpi_allreduce_f64(mal_comm *c, double *buf, size_t n)
+{
+    return allreduce(c, buf, n, MPI_DOUBLE, sizeof *buf, MPI_SUM, "all-reduce (sum, double)");
+}
+
+/* Max goes the same way: with NaNs or signed zeros the result of a max can
+ * depend on the order of comparisons too. */
+static int mpi_allreduce_max_f64(mal_comm *c, double *buf, size_t n)
+{
+    return allreduce(c, buf, n, MPI_DOUBLE, sizeof *buf, MPI_MAX, "all-reduce (max, double)");
+}
+
+static int check_root(const mal_comm *c, int root, const char *what)
+{
+    if (root < 0 || root >= c->size)
+        return MAL_ERR(MAL_EINVAL, "%s: root %d is not a rank of this communicator of %d ranks",
+                       what, root, c->size);
+    return 0;
+}
+
+static int mpi_broadcast(mal_comm *c, void *buf, size_t bytes, int root)
+{
+    int err = check_root(c, root, "broadcast");
+    if (err) return err;
+    if (c->size == 1 || bytes == 0) return 0;
+    size_t step = chunk_elems(1);
+    for (size_t off = 0; off < bytes; off += step) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        int rc = MPI_Ibcast((char *)buf + off, (int)MAL_MIN(step, bytes - off), MPI_BYTE, root,
+                            comm_of(c), &req);
+        if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "broadcast");
+        if ((err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, "broadcast"))) return err;
+    }
+    return 0;
+}
+
+static int mpi_gather(mal_comm *c, const void *send, void *recv, size_t bytes, int root)
+{
+    int err = check_root(c, root, "gather");
+    if (err) return err;
+    if (bytes > INT_MAX)
+        return MAL_ERR(MAL_EINVAL,
+                       "gather: %zu bytes per rank is more than one MPI call carries (%d); "
+                       "gather it in pieces",
+                       bytes, INT_MAX);
+    if (bytes == 0) return 0;
+    if (c->size == 1) {
+        if (recv != send) memmove(recv, send, bytes);
+        return 0;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc =
+        MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, comm_of(c), &req);
+    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "gather");
+    return mal_mpi_wait(&req, MPI_STATUS_IGNORE, "gather");
+}
+
+static int mpi_barrier(mal_comm *c)
+{
+    if (c->size == 1) return 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Ibarrier(comm_of(c), &req);
+    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "barrier");
+    return mal_mpi_wait(&req, MPI_STATUS_IGNORE, "barrier");
+}
+
+/* ---- point to point --------------------------------------------------- */
+
+static int post_p2p(mal_comm *c, void *buf, size_t bytes, int peer, int tag, int is_recv,
+                    mal_comm_req **out)
+{
+    const char *what = is_recv ? "irecv" : "isend";
+    *out = NULL;
+    if (peer < 0 || peer >= c->size)
+        return MAL_ERR(MAL_EINVAL, "%s: peer %d is not a rank of this communicator of %d ranks",
+                       what, peer, c->size);
+    if (bytes > INT_MAX)
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: %zu bytes to/from rank %d is more than one message carries (%d); "
+                       "send it in pieces",
+                       what, bytes, peer, INT_MAX);
+    if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
+    mal_comm_req *r = malloc(sizeof *r);
+    if (!r) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
+    *r = (mal_comm_req){MPI_REQUEST_NULL, is_recv, bytes, peer, tag};
+    int rc = is_recv ? MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req)
+                     : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return MAL_MPI_ERR(rc, is_recv ? "MPI_Irecv" : "MPI_Isend");
+    }
+    *out = r;
+    return 0;
+}
+
+static int mpi_isend(mal_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                     mal_comm_req **req)
+{
+    /* MPI_Isend takes a const buffer; the cast only shares post_p2p. */
+    return post_p2p(c, (void *)(uintptr_t)buf, bytes, peer, tag, 0, req);
+}
+
+static int mpi_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag, mal_comm_req **req)
+{
+    return post_p2p(c, buf, bytes, peer, tag, 1, req);
+}
+
+/* Frees the request whatever the outcome.  A receive must get exactly the
+ * bytes it asked for: a shorter message means the peers disagree about
+ * what they exchange, which MPI alone would not report. */
+static int mpi_wait(mal_comm_req *r)
+{
+    if (!r) return 0;
+    MPI_Status st;
+    int err = mal_mpi_wait(&r->req, &st, r->is_recv ? "wait (receive)" : "wait (send)");
+    if (!err && r->is_recv) {
+        int got = 0;
+        int rc = MPI_Get_count(&st, MPI_BYTE, &got);
+        if (rc != MPI_SUCCESS)
+            err = MAL_MPI_ERR(rc, "MPI_Get_count");
+        else if ((size_t)got != r->bytes)
+            err = MAL_ERR(MAL_EMISMATCH,
+                          "received %d bytes from rank %d (tag %d) but %zu were expected: the "
+                          "sender and receiver disagree on the message size",
+                          got, r->peer, r->tag, r->bytes);
+    }
+    free(r);
+    return err;
+}
+
+/* MPI_COMM_WORLD, not c's communicator: the table promises to end every
+ * rank of the job, and MPI only promises "at least the group of comm". */
+static void mpi_abort(mal_comm *c, int code)
+{
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+const mal_comm_ops mal_comm_mpi_ops = {
+    .name = "mpi",
+    .split = mpi_split,
+    .create_group = mpi_create_group,
+    .destroy = mpi_destroy,
+    .allreduce_f32 = mpi_allreduce_f32,
+    .allreduce_f64 = mpi_allreduce_f64,
+    .allreduce_max_f64 = mpi_allreduce_max_f64,
+    .broadcast = mpi_broadcast,
+    .gather = mpi_gather,
+    .barrier = mpi_barrier,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .wait = mpi_wait,
+    .abort = mpi_abort,
+};

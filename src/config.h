@@ -1,0 +1,47 @@
+/* Model configuration: the shape of a LLaMA-style decoder-only transformer,
+ * from a named preset or a JSON file, and its JSON form (stored in snapshots
+ * so that a resume can check it trains the same model). */
+#ifndef MAL_CONFIG_H
+#define MAL_CONFIG_H
+
+#include <stdint.h>
+
+typedef struct {
+    char name[64];   /* preset name or file name, informational */
+    int vocab;       /* vocabulary size V */
+    int d_model;     /* hidden size C */
+    int n_layers;    /* transformer layers L */
+    int n_heads;     /* attention heads H (head dim = d_model / n_heads) */
+    int ffn_hidden;  /* SwiGLU hidden size F */
+    int seq_len;     /* sequence length T */
+    float rope_theta;
+    float norm_eps;
+} mal_model_config;
+
+/* Local.  Fill `cfg` from a preset name ("tiny", "small", "32b", "70b",
+ * "110b") or, if `spec` names no preset, from a JSON file at that path.
+ * Validates the result (mal_config_validate).  Errors: MAL_ENOENT (neither a
+ * preset nor a readable file), MAL_EFORMAT (bad JSON, missing or mistyped
+ * field, unknown field), MAL_EINVAL (inconsistent values). */
+int mal_config_load(mal_model_config *cfg, const char *spec);
+
+/* Local.  Parse from JSON text; `what` names the source in messages. */
+int mal_config_from_json(mal_model_config *cfg, const char *json, const char *what);
+
+/* Local.  Check the values make a model (positive sizes, d_model divisible
+ * by n_heads, even head dim, ...).  The message names the field. */
+int mal_config_validate(const mal_model_config *cfg);
+
+/* Local.  JSON text of the config; caller frees with free().  NULL on OOM. */
+char *mal_config_to_json(const mal_model_config *cfg);
+
+/* Local.  1 if the two configs describe the same model (name ignored). */
+int mal_config_equal(const mal_model_config *a, const mal_model_config *b);
+
+/* Local.  Parameter count of the full model. */
+int64_t mal_config_n_params(const mal_model_config *cfg);
+
+/* Names of the presets, NULL-terminated (for --help). */
+extern const char *const mal_config_presets[];
+
+#endif /* MAL_CONFIG_H */

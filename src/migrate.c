@@ -1,0 +1,310 @@
+/* The online fast path: plan anew for the measured rates inside the running
+ * job and move the model state (parameters, Adam m and v) rank to rank onto
+ * the new layout, without touching disk or restarting MPI.
+ *
+ * Rank 0 runs the planner (replan/replan.h) on the policy's windowed rates
+ * with the current plan as the starting point (so ranks keep as much state as
+ * possible) and broadcasts the plan text; every rank parses and validates it.
+ * Then, tensor by tensor in the global order, every rank computes from the
+ * old and the new plan the finest common partition of the tensor's holdings
+ * (slices.h): a piece a new holder already held is copied in place; any
+ * other piece is sent by one old holder - one on the receiver's node when
+ * there is one, spread round-robin over the candidates - and received.  One
+ * tensor's messages are in flight at a time, so the extra memory is bounded
+ * by the largest tensor's pieces (times three state groups).  All replicas
+ * receive copies of the same bytes, so they stay bitwise identical; progress
+ * (step, consumed samples) and the counter-based RNG carry over unchanged.
+ *
+ * A failure part-way returns an error; malleus-train then stops and the job
+ * script falls back to the last complete snapshot (the restart path). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "layout.h"
+#include "mal.h"
+#include "policy.h"
+#include "replan.h"
+#include "slices.h"
+#include "train_internal.h"
+
+enum { TAG_MIGRATE = 7 };
+
+/* Rank 0: the new plan as JSON text (NULL when planning failed). */
+static char *plan_on_rank0(struct mal_trainer *tr)
+{
+    const mal_train_options *o = &tr->o;
+    mal_cluster cl;
+    mal_profile prof;
+    mal_plan out;
+    char *text = NULL;
+    int rc;
+    double *rates = malloc(sizeof *rates * (size_t)tr->world_size);
+    memset(&cl, 0, sizeof cl);
+    memset(&prof, 0, sizeof prof);
+    mal_plan_init(&out);
+    if (!rates) goto done;
+    mal_policy_means(tr->policy, rates);
+    int rpn = o->ranks_per_node > 0 ? o->ranks_per_node : tr->world_size;
+    if ((rc = mal_cluster_regular(&cl, tr->world_size, rpn,
+                                  o->device_memory_mb > 0 ? o->device_memory_mb : 16384.0)))
+        goto fail;
+    if (o->profile && strchr(o->profile, '.'))
+        rc = mal_profile_read(&prof, o->profile, tr->plan.micro_batch_size);
+    else
+        rc = mal_profile_preset(&prof, o->profile ? o->profile : o->model.name,
+                                tr->plan.micro_batch_size);
+    if (rc) goto fail;
+    mal_replan_input in = {&cl, &prof, rates, tr->plan.micro_batch_size,
+                           mal_plan_n_micro_batches(&tr->plan), 0, &tr->plan, MAL_REPLAN_AUTO};
+    mal_replan_stats stats;
+    if ((rc = mal_replan(&in, &out, &stats))) goto fail;
+    if ((rc = mal_plan_to_string(&out, &text))) goto fail;
+    mal_log(MAL_LOG_INFO, "replan: new plan in %.3f s (%d pipelines, %d suspended)", stats.seconds,
+            out.n_pipelines, out.n_suspended);
+    goto done;
+fail:
+    mal_log(MAL_LOG_WARN, "replan failed, keeping the current plan: %s", mal_errmsg());
+done:
+    mal_plan_fini(&out);
+    mal_profile_fini(&prof);
+    mal_cluster_fini(&cl);
+    free(rates);
+    return text;
+}
+
+/* Agree on the new plan: rank 0 plans, everybody parses the same text.
+ * *changed = 0 when planning failed or the layout is the same. */
+static int agree_on_plan(struct mal_trainer *tr, mal_plan *next, int *changed)
+{
+    char *text = tr->world_rank == 0 ? plan_on_rank0(tr) : NULL;
+    int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
+    int rc;
+    *changed = 0;
+    if ((rc = mal_comm_broadcast(tr->world, &len, sizeof len, 0))) goto out;
+    if (len == 0) goto out;
+    if (!text && !(text = malloc((size_t)len))) {
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto out;
+    }
+    if ((rc = mal_comm_broadcast(tr->world, text, (size_t)len, 0))) goto out;
+    if ((rc = mal_plan_parse_string(next, text, "the new plan"))) goto out;
+    if ((rc = mal_plan_validate(next, tr->world_size, tr->o.model.n_layers, tr->o.model.n_heads,
+                                tr->o.model.ffn_hidden, tr->o.global_batch)))
+        goto out;
+    *changed = !mal_plan_same_layout(next, &tr->plan);
+out:
+    free(text);
+    return rc;
+}
+
+static float *group_buf(mal_model *m, int g)
+{
+    return g == 0 ? m->params : g == 1 ? m->adam_m : m->adam_v;
+}
+
+/* One piece that one new holder needs: from `src` (== dst: kept in place). */
+typedef struct {
+    int64_t begin, end;
+    int src, dst;
+} transfer;
+
+/* The transfers of global tensor `gt` from the old to the new plan's holders.
+ * Every rank computes the same list. */
+static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
+                          const mal_tensor_info *gt, const int *node_of, transfer **out, int *n_out)
+{
+    int n_old = mal_plan_n_active(old_plan), n_new = mal_plan_n_active(new_plan), rc, n = 0;
+    mal_slice_holding *h = malloc(sizeof *h * (size_t)(n_old + n_new));
+    transfer *t = malloc(sizeof *t * (size_t)(n_old + n_new) * 2 + sizeof *t);
+    mal_slice_map map = {0};
+    *out = NULL;
+    *n_out = 0;
+    if (!h || !t) {
+        rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+        goto fail;
+    }
+    int nh = mal_layout_holdings(old_plan, gt, h);
+    for (int i = 0; i < nh; i++) h[i].group = 0;
+    int nh2 = mal_layout_holdings(new_plan, gt, h + nh);
+    for (int i = nh; i < nh + nh2; i++) h[i].group = 1;
+    if ((rc = mal_slices_partition(h, nh + nh2, gt->shape[gt->axis], &map))) goto fail;
+    int cap = (n_old + n_new) * 2 + 1;
+    for (int pi = 0; pi < map.n_pieces; pi++) {
+        const mal_slice_piece *pc = &map.pieces[pi];
+        const int *hi = map.holders + pc->first;
+        int n_o = 0;
+        while (n_o < pc->n_holders && h[hi[n_o]].group == 0) n_o++;
+        int k = 0; /* receivers served so far: spreads the senders */
+        for (int j = n_o; j < pc->n_holders; j++) {
+            int dst = h[hi[j]].rank, src = -1;
+            for (int i = 0; i < n_o; i++)
+                if (h[hi[i]].rank == dst) src = dst;
+            if (src < 0) {
+                /* prefer a sender on the receiver's node */
+                int same = 0;
+                for (int i = 0; i < n_o; i++) same += node_of[h[hi[i]].rank] == node_of[dst];
+                int pick = k++ % (same ? same : n_o), seen = 0;
+                for (int i = 0; i < n_o && src < 0; i++)
+                    if (!same || node_of[h[hi[i]].rank] == node_of[dst])
+                        if (seen++ == pick) src = h[hi[i]].rank;
+            }
+            if (n == cap) {
+                cap *= 2;
+                transfer *nt = realloc(t, sizeof *nt * (size_t)cap);
+                if (!nt) {
+                    rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+                    goto fail;
+                }
+                t = nt;
+            }
+            t[n++] = (transfer){pc->begin, pc->end, src, dst};
+        }
+    }
+    mal_slices_fini(&map);
+    free(h);
+    *out = t;
+    *n_out = n;
+    return 0;
+fail:
+    mal_slices_fini(&map);
+    free(h);
+    free(t);
+    return rc;
+}
+
+typedef struct {
+    double bytes_moved, bytes_kept;
+} move_stats;
+
+/* Move global tensor `gt`: post every send and receive of this rank, wait,
+ * unpack.  `old` / tr->model: this rank's old and new parts (NULL if it
+ * holds none). */
+static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_model *old,
+                       const mal_tensor_info *gt, const int *node_of, move_stats *ms)
+{
+    mal_model *nm = tr->model;
+    const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
+    const mal_tensor_info *nt = nm ? mal_model_find(nm, gt->name) : NULL;
+    transfer *t = NULL;
+    MPI_Request *reqs = NULL;
+    float **bufs = NULL;
+    int n = 0, n_req = 0, rc;
+    const int me = tr->world_rank;
+    if ((rc = plan_transfers(old_plan, &tr->plan, gt, node_of, &t, &n))) return rc;
+    reqs = malloc(sizeof *reqs * (size_t)(n + 1));
+    bufs = calloc((size_t)(n + 1), sizeof *bufs);
+    if (!reqs || !bufs) {
+        rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+        goto out;
+    }
+    MPI_Comm comm = mal_comm_mpi_handle(tr->world);
+    for (int i = 0; i < n; i++) {
+        size_t n_el = mal_tensor_range_floats(gt, t[i].begin, t[i].end);
+        size_t bytes = 3 * n_el * sizeof(float);
+        if (t[i].src == t[i].dst)
+            ms->bytes_kept += (double)bytes;
+        else
+            ms->bytes_moved += (double)bytes;
+        if (t[i].src != me && t[i].dst != me) continue;
+        if (!(bufs[i] = malloc(bytes))) {
+            rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory for %zu bytes", bytes);
+            goto out;
+        }
+        if (t[i].src == me) /* kept in place, or sent */
+            for (int g = 0; g < 3; g++)
+                mal_tensor_pack(ot, group_buf(old, g), t[i].begin, t[i].end, bufs[i] + g * n_el);
+        if (t[i].src == t[i].dst) continue;
+        if (t[i].src == me)
+            rc = MAL_MPI_ERR(MPI_Isend(bufs[i], (int)bytes, MPI_BYTE, t[i].dst, TAG_MIGRATE, comm,
+                                       &reqs[n_req++]),
+                             "migration send");
+        else
+            rc = MAL_MPI_ERR(MPI_Irecv(bufs[i], (int)bytes, MPI_BYTE, t[i].src, TAG_MIGRATE, comm,
+                                       &reqs[n_req++]),
+                             "migration receive");
+        if (rc) goto out;
+    }
+    if ((rc = mal_mpi_waitall(n_req, reqs, "migration"))) goto out;
+    for (int i = 0; i < n; i++) {
+        if (t[i].dst != me) continue;
+        size_t n_el = mal_tensor_range_floats(gt, t[i].begin, t[i].end);
+        for (int g = 0; g < 3; g++)
+            mal_tensor_unpack(nt, group_buf(nm, g), t[i].begin, t[i].end, bufs[i] + g * n_el);
+    }
+out:
+    /* On failure the job stops (the restart path); requests still pending
+     * then are abandoned with the process. */
+    if (!rc)
+        for (int i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(reqs);
+    free(t);
+    return rc;
+}
+
+int mal_trainer_replan_online(struct mal_trainer *tr)
+{
+    mal_plan next, old_plan;
+    int changed = 0, rc;
+    double t0 = mal_now();
+    if (!tr->world) return 0; /* one rank: nothing to re-plan */
+    mal_plan_init(&next);
+    if ((rc = agree_on_plan(tr, &next, &changed)) || !changed) {
+        double *means = NULL;
+        if (!rc && tr->world_rank == 0 && (means = malloc(sizeof *means * (size_t)tr->world_size))) {
+            /* same layout: the measured rates become the new baseline */
+            mal_policy_means(tr->policy, means);
+            rc = mal_monitor_set_plan(tr, means);
+        }
+        free(means);
+        mal_plan_fini(&next);
+        return rc;
+    }
+
+    /* Take the old part out of service, build the new one, move the state. */
+    mal_model *old = tr->model;
+    mal_trainer_unwire_part(tr);
+    tr->model = NULL;
+    old_plan = tr->plan;
+    tr->plan = next;
+    mal_tensor_info *all = NULL;
+    int n_all = 0, *node_of = NULL;
+    move_stats ms = {0, 0};
+    if ((rc = mal_trainer_build_part(tr))) goto out;
+    mal_model_part full = mal_model_part_full(&tr->o.model);
+    if ((rc = mal_model_layout(&tr->o.model, &full, &all, &n_all, NULL))) goto out;
+    node_of = malloc(sizeof *node_of * (size_t)tr->world_size);
+    if (!node_of) {
+        rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+        goto out;
+    }
+    int rpn = tr->o.ranks_per_node > 0 ? tr->o.ranks_per_node : tr->world_size;
+    for (int r = 0; r < tr->world_size; r++) node_of[r] = r / rpn;
+    for (int i = 0; i < n_all; i++)
+        if ((rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms))) goto out;
+    if ((rc = mal_trainer_wire_part(tr))) goto out;
+    if (tr->world_rank == 0) {
+        double *means = malloc(sizeof *means * (size_t)tr->world_size);
+        if (!means) {
+            rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+            goto out;
+        }
+        mal_policy_means(tr->policy, means);
+        rc = mal_monitor_set_plan(tr, means);
+        free(means);
+        tr->migrations++;
+        tr->migrated_bytes = ms.bytes_moved;
+        mal_log(MAL_LOG_INFO,
+                "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, "
+                "%.3f s",
+                tr->migrations, (long long)tr->step, ms.bytes_moved / 1048576.0,
+                ms.bytes_kept / 1048576.0, mal_now() - t0);
+    }
+out:
+    free(node_of);
+    free(all);
+    mal_model_destroy(old);
+    mal_plan_fini(&old_plan);
+    return rc;
+}

@@ -1,0 +1,197 @@
+/* The straggler monitor and straggler injection.
+ *
+ * Every step, right after the step-wide all-reduce (so all ranks start it at
+ * the same moment and share the cores alike), every rank - suspended ones
+ * too, so that their recovery is noticed - times a fixed probe workload (one
+ * matrix product of the kernel table).  Only kernels are timed, never a wait
+ * on a peer: a synchronous all-reduce makes every rank's step equally long
+ * and hides the slow one.  A rank's straggling rate is its probe time over
+ * the median probe time of all ranks: the majority sets the healthy
+ * baseline, so load that slows every rank alike (a shared machine, thermal
+ * limits) does not look like a straggler.
+ *
+ * Rank 0 feeds the rates to the re-plan policy (replan/policy.h) and, on
+ * check steps, broadcasts its advice.
+ *
+ * Injection stretches a rank's measured compute by FACTOR with a sleep of
+ * (FACTOR - 1) x the time it just measured, which the monitor and the
+ * compute-time accounting both see, and which costs no CPU.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mal.h"
+#include "policy.h"
+#include "train_internal.h"
+
+double mal_inject_factor(const struct mal_trainer *tr, int64_t step)
+{
+    double f = 1.0;
+    for (int i = 0; i < tr->o.n_inject; i++) {
+        const mal_inject *in = &tr->o.inject[i];
+        if (in->rank == tr->world_rank && step >= in->from && (in->to < 0 || step < in->to))
+            f *= in->factor;
+    }
+    return f;
+}
+
+double mal_inject_stretch(struct mal_trainer *tr, double dt)
+{
+    double f = tr->inject_now;
+    if (f <= 1.0 || dt <= 0) return dt;
+    double extra = (f - 1.0) * dt;
+    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return f * dt;
+}
+
+int mal_monitor_setup(struct mal_trainer *tr)
+{
+    const mal_kernels_ops *k = &mal_kernels_cpu;
+    int n = tr->o.probe_n > 0 ? tr->o.probe_n : 192, rc;
+    tr->probe_n = n;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    tr->probe_a = mal_kern_alloc(k, bytes);
+    tr->probe_w = mal_kern_alloc(k, bytes);
+    tr->probe_out = mal_kern_alloc(k, bytes);
+    if (!tr->probe_a || !tr->probe_w || !tr->probe_out)
+        return MAL_ERR(MAL_ENOMEM, "monitor: out of memory for the probe");
+    float *h = malloc(bytes);
+    if (!h) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)((i * 7919u) % 1000) * 1e-3f;
+    k->from_host(tr->probe_a, h, bytes);
+    k->from_host(tr->probe_w, h, bytes);
+    free(h);
+
+    /* Node names, for the metrics file (and the planner's node map). */
+    char name[MAL_HOSTNAME_LEN];
+    memset(name, 0, sizeof name);
+    if (gethostname(name, sizeof name - 1) != 0) snprintf(name, sizeof name, "unknown");
+    if (tr->world_rank == 0) {
+        tr->hostnames = calloc((size_t)tr->world_size, MAL_HOSTNAME_LEN);
+        tr->rates = calloc((size_t)tr->world_size, sizeof *tr->rates);
+        if (!tr->hostnames || !tr->rates) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+    }
+    if (tr->world) {
+        if ((rc = mal_comm_gather(tr->world, name, tr->hostnames, MAL_HOSTNAME_LEN, 0))) return rc;
+    } else {
+        memcpy(tr->hostnames, name, MAL_HOSTNAME_LEN);
+    }
+    mal_policy_params pp;
+    mal_policy_defaults(&pp);
+    tr->check_every_all = tr->o.check_every > 0 ? tr->o.check_every : pp.check_every;
+    if (tr->world_rank != 0) return 0;
+
+    if (tr->o.check_every > 0) pp.check_every = tr->o.check_every;
+    if (tr->o.window > 0) pp.window = tr->o.window;
+    if (tr->o.gap > 0) pp.gap = tr->o.gap;
+    if (tr->o.threshold > 0) pp.threshold = tr->o.threshold;
+    if (tr->o.noise_floor > 0) pp.noise_floor = tr->o.noise_floor;
+    if ((rc = mal_policy_create(&pp, tr->world_size, &tr->policy))) return rc;
+    return mal_monitor_set_plan(tr, tr->o.plan_rates);
+}
+
+int mal_monitor_set_plan(struct mal_trainer *tr, const double *rates)
+{
+    if (tr->world_rank != 0) return 0;
+    unsigned char *susp = calloc((size_t)tr->world_size, 1);
+    double *r = malloc(sizeof *r * (size_t)tr->world_size);
+    if (!susp || !r) {
+        free(susp);
+        free(r);
+        return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+    }
+    for (int i = 0; i < tr->plan.n_suspended; i++) susp[tr->plan.suspended[i]] = 1;
+    for (int i = 0; i < tr->world_size; i++) r[i] = rates ? rates[i] : 1.0;
+    int rc = mal_policy_set_plan(tr->policy, r, susp);
+    free(susp);
+    free(r);
+    return rc;
+}
+
+void mal_monitor_teardown(struct mal_trainer *tr)
+{
+    const mal_kernels_ops *k = &mal_kernels_cpu;
+    if (tr->probe_a) mal_kern_free(k, tr->probe_a);
+    if (tr->probe_w) mal_kern_free(k, tr->probe_w);
+    if (tr->probe_out) mal_kern_free(k, tr->probe_out);
+    tr->probe_a = tr->probe_w = tr->probe_out = NULL;
+    mal_policy_destroy(tr->policy);
+    tr->policy = NULL;
+    free(tr->hostnames);
+    free(tr->rates);
+    tr->hostnames = NULL;
+    tr->rates = NULL;
+}
+
+/* Time of the probe on the device.  For the CPU backend that is the
+ * process's CPU time, not wall time: with more ranks than cores (tests,
+ * workstations) a rank descheduled by the OS for a few milliseconds is not a
+ * slow device, and wall time would say it is.  (A GPU backend times its
+ * kernels with device events, which the same argument favours.) */
+static double device_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double mal_monitor_probe(struct mal_trainer *tr)
+{
+    const mal_kernels_ops *k = &mal_kernels_cpu;
+    int n = tr->probe_n;
+    /* The fastest of three runs: a context switch or a cold cache only ever
+     * makes a run slower, a slow device makes all three slower. */
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = device_seconds();
+        mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
+        mal_kern_sync(k);
+        double dt = device_seconds() - t0;
+        if (dt < best) best = dt;
+    }
+    return mal_inject_stretch(tr, best);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st)
+{
+    int advise[2] = {0, -1}, rc;
+    if (tr->world_rank == 0) {
+        double *p = malloc(sizeof *p * (size_t)tr->world_size);
+        if (!p) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+        for (int r = 0; r < tr->world_size; r++) p[r] = tr->rank_times[r].probe_s;
+        qsort(p, (size_t)tr->world_size, sizeof *p, cmp_double);
+        double med = tr->world_size % 2 ? p[tr->world_size / 2]
+                                        : 0.5 * (p[tr->world_size / 2 - 1] + p[tr->world_size / 2]);
+        free(p);
+        for (int r = 0; r < tr->world_size; r++)
+            tr->rates[r] = med > 0 ? tr->rank_times[r].probe_s / med : 1.0;
+        rc = mal_policy_observe(tr->policy, (long)tr->step, tr->rates);
+        if (rc < 0) return rc;
+        advise[0] = rc == 1 && tr->o.adapt != MAL_ADAPT_OFF;
+        advise[1] = rc == 1 ? mal_policy_trigger_rank(tr->policy) : -1;
+        if (st) st->rates = tr->rates;
+    }
+    /* Only check steps can advise; every rank knows which they are. */
+    if (tr->world && tr->step % tr->check_every_all == 0) {
+        double a[2] = {advise[0], advise[1]};
+        if ((rc = mal_comm_broadcast(tr->world, a, sizeof a, 0))) return rc;
+        advise[0] = (int)a[0];
+        advise[1] = (int)a[1];
+    }
+    if (st) {
+        st->replan = advise[0];
+        st->trigger_rank = advise[1];
+    }
+    return 0;
+}

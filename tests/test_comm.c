@@ -1,0 +1,488 @@
+/* MPI backend of comm.h on 8 ranks (run by tests/test_comm.sh through
+ * tests/mpirun.sh): every operation on the world communicator, on uneven
+ * communicators from split and create_group, and on a one-rank
+ * communicator; all-reduce results checked against exact sums and for
+ * bitwise identity across ranks; the chunk path; error paths; and that a
+ * waiting rank sleeps instead of burning a core.  Prints the cost of a small
+ * all-reduce next to plain blocking MPI_Allreduce.  Rank 0 prints the
+ * verdict.
+ *
+ * Independent references: expected values are computed locally from the
+ * members' world ranks; identity across ranks and p2p contents are checked
+ * with plain MPI calls, not the code under test.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "comm.h"
+#include "comm_mpi.h"
+#include "mal_test.h"
+
+#define NPROCS 8
+
+static int world_rank;
+static int finished;
+
+/* CHECK() exits with 1 on the failing rank only; the others would wait for
+ * it until the launcher's timeout.  MPI_Abort ends the whole job now. */
+static void abort_unless_finished(void)
+{
+    if (!finished) MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every member of mc holds the same `bytes` at buf (plain MPI_Allgather). */
+static void check_identical(MPI_Comm mc, const void *buf, size_t bytes, const char *what)
+{
+    int size;
+    MPI_Comm_size(mc, &size);
+    if (bytes == 0) return;
+    unsigned char *all = malloc(bytes * (size_t)size);
+    CHECK(all);
+    CHECK(MPI_Allgather(buf, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, mc) == MPI_SUCCESS);
+    for (int r = 0; r < size; r++)
+        if (memcmp(all + (size_t)r * bytes, buf, bytes) != 0) {
+            fprintf(stderr, "world rank %d: %s differs from member %d's bit pattern\n", world_rank,
+                    what, r);
+            exit(1);
+        }
+    free(all);
+}
+
+/* Integer-valued contributions: every partial sum is exact. */
+static double ival(int wr, size_t i)
+{
+    return (double)((wr + 1) * (int)(i % 17) + (int)(i % 5));
+}
+/* Contributions whose float sum rounds, spread over many exponents. */
+static double fval(int wr, size_t i)
+{
+    return sin(0.37 * wr + 0.011 * (double)i) * exp2((double)((int)(i % 23) - 11));
+}
+
+/* n elements: 100 takes the reduce + broadcast path, 20011 (uneven blocks
+ * on every communicator here) the reduce-scatter + all-gather path. */
+static void test_allreduce(mal_comm *c, MPI_Comm mc, size_t n, const char *label)
+{
+    int wr = c->world_ranks[c->rank];
+    float *f = malloc(n * sizeof *f);
+    double *d = malloc(n * sizeof *d);
+    CHECK(f && d);
+
+    /* exact sums */
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)ival(wr, i), d[i] = ival(wr, i);
+    CHECK_OK(mal_comm_allreduce_f32(c, f, n));
+    CHECK_OK(mal_comm_allreduce_f64(c, d, n));
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int r = 0; r < c->size; r++)
+            want += ival(c->world_ranks[r], i);
+        if (f[i] != (float)want || d[i] != want) {
+            fprintf(stderr, "%s, n %zu: sum[%zu] = %g (f32) / %g (f64), want %g\n", label, n, i,
+                    f[i], d[i], want);
+            exit(1);
+        }
+    }
+
+    /* rounded sums: the same bits everywhere, close to a double reference */
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)fval(wr, i), d[i] = fval(wr, i);
+    CHECK_OK(mal_comm_allreduce_f32(c, f, n));
+    CHECK_OK(mal_comm_allreduce_f64(c, d, n));
+    check_identical(mc, f, n * sizeof *f, "float sum");
+    check_identical(mc, d, n * sizeof *d, "double sum");
+    for (size_t i = 0; i < n; i++) {
+        double want = 0, mag = 0;
+        for (int r = 0; r < c->size; r++) {
+            double v = fval(c->world_ranks[r], i);
+            want += (double)(float)v;
+            mag += fabs(v);
+        }
+        CHECK_CLOSE(f[i], want, 0, 1e-6 * mag);
+        CHECK_CLOSE(d[i], want, 0, 1e-6 * mag); /* float inputs vs double: same tolerance */
+    }
+
+    /* max, with negatives */
+    for (size_t i = 0; i < n; i++)
+        d[i] = (double)((wr * 31 + (int)i * 7) % 101) - 50.5;
+    CHECK_OK(mal_comm_allreduce_max_f64(c, d, n));
+    for (size_t i = 0; i < n; i++) {
+        double want = -INFINITY;
+        for (int r = 0; r < c->size; r++)
+            want = fmax(want, (double)((c->world_ranks[r] * 31 + (int)i * 7) % 101) - 50.5);
+        if (d[i] != want) {
+            fprintf(stderr, "%s, n %zu: max[%zu] = %g, want %g\n", label, n, i, d[i], want);
+            exit(1);
+        }
+    }
+    check_identical(mc, d, n * sizeof *d, "max");
+
+    /* sizes 0 and 1 */
+    f[0] = 123.0f;
+    CHECK_OK(mal_comm_allreduce_f32(c, f, 0));
+    CHECK(f[0] == 123.0f);
+    CHECK_OK(mal_comm_allreduce_f64(c, NULL, 0));
+    CHECK_OK(mal_comm_allreduce_max_f64(c, NULL, 0));
+    f[0] = (float)(wr + 1);
+    d[0] = -(double)wr;
+    CHECK_OK(mal_comm_allreduce_f32(c, f, 1));
+    CHECK_OK(mal_comm_allreduce_max_f64(c, d, 1));
+    double wsum = 0, wmax = -INFINITY;
+    for (int r = 0; r < c->size; r++)
+        wsum += c->world_ranks[r] + 1, wmax = fmax(wmax, -(double)c->world_ranks[r]);
+    CHECK_EQ_INT(f[0], wsum);
+    CHECK(d[0] == wmax);
+    free(f);
+    free(d);
+}
+
+static unsigned char pattern(int wr, size_t i)
+{
+    return (unsigned char)(wr * 37 + i * 11 + 5);
+}
+
+static void test_broadcast_gather(mal_comm *c, const char *label)
+{
+    int wr = c->world_ranks[c->rank];
+    /* broadcast from the last member (non-zero whenever size > 1) */
+    int root = c->size - 1, rwr = c->world_ranks[root];
+    size_t nb = 4097;
+    unsigned char *b = malloc(nb);
+    CHECK(b);
+    for (size_t i = 0; i < nb; i++)
+        b[i] = c->rank == root ? pattern(rwr, i) : 0xEE;
+    CHECK_OK(mal_comm_broadcast(c, b, nb, root));
+    for (size_t i = 0; i < nb; i++)
+        CHECK_EQ_INT(b[i], pattern(rwr, i));
+    CHECK_OK(mal_comm_broadcast(c, b, 0, root));
+    CHECK_EQ_INT(mal_comm_broadcast(c, b, 1, c->size), MAL_EINVAL);
+    free(b);
+
+    /* gather at member 1 (0 for a single rank) */
+    root = c->size > 1 ? 1 : 0;
+    size_t gb = 37;
+    unsigned char send[37], *recv = malloc(gb * (size_t)c->size);
+    CHECK(recv);
+    for (size_t i = 0; i < gb; i++)
+        send[i] = pattern(wr, i);
+    memset(recv, 0xEE, gb * (size_t)c->size);
+    CHECK_OK(mal_comm_gather(c, send, recv, gb, root));
+    if (c->rank == root)
+        for (int r = 0; r < c->size; r++)
+            for (size_t i = 0; i < gb; i++)
+                CHECK_EQ_INT(recv[(size_t)r * gb + i], pattern(c->world_ranks[r], i));
+    CHECK_OK(mal_comm_gather(c, send, recv, 0, root));
+    CHECK_EQ_INT(mal_comm_gather(c, send, recv, gb, -1), MAL_EINVAL);
+    free(recv);
+    CHECK_OK(mal_comm_barrier(c));
+    (void)label;
+}
+
+/* Ring: every member sends to the next and receives from the previous. */
+static void test_ring(mal_comm *c, const char *label)
+{
+    int wr = c->world_ranks[c->rank];
+    int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
+    int pwr = c->world_ranks[prev];
+    int s11 = wr * 100 + 11, s12 = wr * 100 + 12, r11 = -1, r12 = -1;
+    mal_comm_req *q[4];
+
+    /* two tags in flight, received in the opposite order of sending */
+    CHECK_OK(mal_comm_isend(c, &s11, sizeof s11, next, 11, &q[0]));
+    CHECK_OK(mal_comm_isend(c, &s12, sizeof s12, next, 12, &q[1]));
+    CHECK_OK(mal_comm_irecv(c, &r12, sizeof r12, prev, 12, &q[2]));
+    CHECK_OK(mal_comm_irecv(c, &r11, sizeof r11, prev, 11, &q[3]));
+    for (int k = 3; k >= 0; k--)
+        CHECK_OK(mal_comm_wait(c, q[k]));
+    CHECK_EQ_INT(r11, pwr * 100 + 11);
+    CHECK_EQ_INT(r12, pwr * 100 + 12);
+
+    /* messages sent before the receive exists: a small (eager) one and a
+     * large (rendezvous) one; the barrier makes sure the sends come first */
+    size_t big = (size_t)1 << 20;
+    unsigned char small_s[64], small_r[64], *bs = malloc(big), *br = malloc(big);
+    CHECK(bs && br);
+    for (size_t i = 0; i < big; i++)
+        bs[i] = pattern(wr, i);
+    for (size_t i = 0; i < sizeof small_s; i++)
+        small_s[i] = pattern(wr + 50, i);
+    memset(br, 0, big);
+    memset(small_r, 0, sizeof small_r);
+    CHECK_OK(mal_comm_isend(c, small_s, sizeof small_s, next, 13, &q[0]));
+    CHECK_OK(mal_comm_isend(c, bs, big, next, 14, &q[1]));
+    CHECK_OK(mal_comm_barrier(c));
+    CHECK_OK(mal_comm_irecv(c, br, big, prev, 14, &q[2]));
+    CHECK_OK(mal_comm_irecv(c, small_r, sizeof small_r, prev, 13, &q[3]));
+    for (int k = 0; k < 4; k++)
+        CHECK_OK(mal_comm_wait(c, q[k]));
+    for (size_t i = 0; i < big; i++)
+        CHECK_EQ_INT(br[i], pattern(pwr, i));
+    for (size_t i = 0; i < sizeof small_r; i++)
+        CHECK_EQ_INT(small_r[i], pattern(pwr + 50, i));
+    free(bs);
+    free(br);
+
+    /* local argument errors */
+    CHECK_EQ_INT(mal_comm_isend(c, &s11, 4, c->size, 1, &q[0]), MAL_EINVAL);
+    CHECK(q[0] == NULL);
+    CHECK_EQ_INT(mal_comm_irecv(c, &r11, (size_t)INT32_MAX + 1, prev, 1, &q[0]), MAL_EINVAL);
+    CHECK_EQ_INT(mal_comm_irecv(c, &r11, 4, prev, -3, &q[0]), MAL_EINVAL);
+    CHECK_OK(mal_comm_wait(c, NULL));
+    (void)label;
+}
+
+static void run_ops(mal_comm *c, const char *label)
+{
+    MPI_Comm mc = mal_comm_mpi_handle(c);
+    CHECK(mc != MPI_COMM_NULL);
+    CHECK(100 * sizeof(double) < MAL_COMM_MPI_SMALL_BYTES);
+    CHECK(20011 * sizeof(float) >= MAL_COMM_MPI_SMALL_BYTES);
+    test_allreduce(c, mc, 100, label);
+    test_allreduce(c, mc, 20011, label);
+    test_broadcast_gather(c, label);
+    test_ring(c, label);
+}
+
+static void check_members(const mal_comm *c, const int *want, int n)
+{
+    CHECK_EQ_INT(c->size, n);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ_INT(c->world_ranks[i], want[i]);
+    CHECK_EQ_INT(c->world_ranks[c->rank], world_rank);
+}
+
+/* Size mismatches between sender and receiver (world ranks 0 -> 1). */
+static void test_mismatch(mal_comm *w)
+{
+    char buf[16] = "0123456789abcde";
+    mal_comm_req *q;
+    if (w->rank == 0) {
+        CHECK_OK(mal_comm_isend(w, buf, 4, 1, 21, &q)); /* receiver expects 8 */
+        CHECK_OK(mal_comm_wait(w, q));
+        CHECK_OK(mal_comm_isend(w, buf, 16, 1, 22, &q)); /* receiver expects 8 */
+        CHECK_OK(mal_comm_wait(w, q));
+    } else if (w->rank == 1) {
+        CHECK_OK(mal_comm_irecv(w, buf, 8, 0, 21, &q));
+        CHECK_EQ_INT(mal_comm_wait(w, q), MAL_EMISMATCH);
+        CHECK(strstr(mal_errmsg(), "disagree") != NULL);
+        CHECK_OK(mal_comm_irecv(w, buf, 8, 0, 22, &q));
+        CHECK_EQ_INT(mal_comm_wait(w, q), MAL_EMPI); /* truncated by MPI */
+        CHECK(strstr(mal_errmsg(), "wait (receive) failed") != NULL);
+    }
+    CHECK_OK(mal_comm_barrier(w));
+}
+
+/* 64 MiB of floats summed over the world, in one call and in odd-sized
+ * chunks; integer values so every element has an exact expected sum. */
+static void test_large(mal_comm *w, double *t_one, double *t_chunked)
+{
+    const size_t n = (size_t)16 << 20;
+    float *f = malloc(n * sizeof *f);
+    CHECK(f);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 1: 1048579 floats (4 MiB + 12 bytes, rounded down) per call:
+         * 15 full chunks and a short one */
+        mal_comm_mpi_chunk_bytes = pass ? ((size_t)4 << 20) + 14 : MAL_COMM_MPI_CHUNK_BYTES_DEFAULT;
+        for (size_t i = 0; i < n; i++)
+            f[i] = (float)((i % 1000) + (size_t)world_rank);
+        CHECK_OK(mal_comm_barrier(w));
+        double t0 = mal_now();
+        CHECK_OK(mal_comm_allreduce_f32(w, f, n));
+        double t = mal_now() - t0;
+        *(pass ? t_chunked : t_one) = t;
+        for (size_t i = 0; i < n; i++) {
+            float want = (float)(NPROCS * (i % 1000) + NPROCS * (NPROCS - 1) / 2);
+            if (f[i] != want) {
+                fprintf(stderr, "64 MiB sum pass %d: [%zu] = %g, want %g\n", pass, i, f[i], want);
+                exit(1);
+            }
+        }
+    }
+    /* the chunked broadcast too, from a non-zero root */
+    mal_comm_mpi_chunk_bytes = 1000;
+    unsigned char *b = (unsigned char *)f;
+    for (size_t i = 0; i < 10007; i++)
+        b[i] = w->rank == 3 ? pattern(3, i) : 0;
+    CHECK_OK(mal_comm_broadcast(w, b, 10007, 3));
+    for (size_t i = 0; i < 10007; i++)
+        CHECK_EQ_INT(b[i], pattern(3, i));
+    mal_comm_mpi_chunk_bytes = MAL_COMM_MPI_CHUNK_BYTES_DEFAULT;
+    free(f);
+}
+
+/* Milliseconds per 1-float all-reduce, three ways.  Blocking MPI_Allreduce
+ * costs ~35 ms each here, so it gets fewer repetitions. */
+static void time_small(mal_comm *w, double ms[3])
+{
+    MPI_Comm mc = mal_comm_mpi_handle(w);
+    float x;
+    for (int way = 0; way < 3; way++) {
+        const int reps = way < 2 ? 200 : 50;
+        CHECK_OK(mal_comm_barrier(w));
+        double t0 = mal_now();
+        for (int k = 0; k < reps; k++) {
+            x = 1.0f;
+            if (way == 0) {
+                CHECK_OK(mal_comm_allreduce_f32(w, &x, 1));
+            } else if (way == 1) {
+                MPI_Request rq;
+                CHECK(MPI_Iallreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, mc, &rq) ==
+                      MPI_SUCCESS);
+                CHECK_OK(mal_mpi_wait(&rq, MPI_STATUS_IGNORE, "MPI_Iallreduce"));
+            } else {
+                CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, mc) == MPI_SUCCESS);
+            }
+            CHECK(x == (float)NPROCS);
+        }
+        ms[way] = 1e3 * (mal_now() - t0) / reps;
+    }
+}
+
+/* Rank 1 waits ~1 s for a message rank 0 sends late, while every other
+ * rank sleeps: its CPU time during the wait must stay well below the wall
+ * time (under 50%; the sleeping wait measures ~5-10%).  A spinning wait gets
+ * what the scheduler gives it, which on a loaded machine can also be little,
+ * so the wait must also show that it sleeps: many voluntary context
+ * switches (one per nap; a spinning rank is only preempted).  Returns
+ * {wall, cpu, voluntary switches} of the sleeping wait and of a blocking
+ * MPI_Recv (printed only, to show what the assertions guard against). */
+static long nvcsw_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_nvcsw;
+}
+
+static void test_idle_wait(mal_comm *w, double out[6])
+{
+    const struct timespec late = {1, 0};
+    MPI_Comm mc = mal_comm_mpi_handle(w);
+    double msg = 0;
+    for (int way = 0; way < 2; way++) {
+        CHECK_OK(mal_comm_barrier(w));
+        if (w->rank != 1) nanosleep(&late, NULL);
+        if (w->rank == 0) {
+            msg = 42.0 + way;
+            mal_comm_req *q;
+            CHECK_OK(mal_comm_isend(w, &msg, sizeof msg, 1, 30 + way, &q));
+            CHECK_OK(mal_comm_wait(w, q));
+        } else if (w->rank == 1) {
+            double t0 = mal_now(), c0 = cpu_now();
+            long v0 = nvcsw_now();
+            if (way == 0) {
+                mal_comm_req *q;
+                CHECK_OK(mal_comm_irecv(w, &msg, sizeof msg, 0, 30, &q));
+                CHECK_OK(mal_comm_wait(w, q));
+            } else {
+                CHECK(MPI_Recv(&msg, 1, MPI_DOUBLE, 0, 31, mc, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+            }
+            out[3 * way] = mal_now() - t0;
+            out[3 * way + 1] = cpu_now() - c0;
+            out[3 * way + 2] = (double)(nvcsw_now() - v0);
+            CHECK(msg == 42.0 + way);
+        }
+    }
+    CHECK_OK(mal_comm_broadcast(w, out, 6 * sizeof *out, 1));
+    CHECK(out[0] > 0.5);
+    if (!(out[1] < 0.5 * out[0]) || !(out[2] >= 100)) {
+        fprintf(stderr,
+                "rank 1 used %.3f s of CPU and slept %.0f times while waiting %.3f s: the wait "
+                "spins\n",
+                out[1], out[2], out[0]);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    atexit(abort_unless_finished);
+    int nprocs;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+    if (nprocs != NPROCS) {
+        if (world_rank == 0)
+            fprintf(stderr, "test_comm: needs %d ranks, got %d (run it via tests/mpirun.sh)\n",
+                    NPROCS, nprocs);
+        MPI_Abort(MPI_COMM_WORLD, MAL_TEST_ERROR);
+    }
+
+    mal_comm *w = NULL, *sp = NULL, *grp = NULL, *dummy = NULL;
+    CHECK_OK(mal_comm_mpi_world(&w));
+    CHECK(strcmp(w->ops->name, "mpi") == 0);
+    CHECK_EQ_INT(w->rank, world_rank);
+    for (int r = 0; r < NPROCS; r++)
+        CHECK_EQ_INT(w->world_ranks[r], r);
+    CHECK(mal_comm_mpi_handle(w) != MPI_COMM_WORLD);
+
+    /* split: {0,2,4} and {1,3,5} in reverse order (key = -rank), {6}
+     * alone, 7 in none */
+    int color = world_rank == 7 ? -1 : world_rank == 6 ? 2 : world_rank % 2;
+    CHECK_OK(mal_comm_split(w, color, -world_rank, &sp));
+    if (color < 0) {
+        CHECK(sp == NULL);
+    } else {
+        static const int even[] = {4, 2, 0}, odd[] = {5, 3, 1}, six[] = {6};
+        if (color == 0) check_members(sp, even, 3);
+        if (color == 1) check_members(sp, odd, 3);
+        if (color == 2) check_members(sp, six, 1);
+    }
+
+    /* create_group over {4,1,6}, in that order; nobody else calls */
+    static const int members[] = {4, 1, 6};
+    if (world_rank == 4 || world_rank == 1 || world_rank == 6) {
+        CHECK_OK(mal_comm_create_group(w, members, 3, &grp));
+        check_members(grp, members, 3);
+    } else {
+        CHECK_EQ_INT(mal_comm_create_group(w, members, 3, &dummy), MAL_EINVAL);
+        CHECK(dummy == NULL && strstr(mal_errmsg(), "not in the list") != NULL);
+    }
+    static const int twice[] = {0, 1, 2, 3, 4, 5, 6, 7, 3};
+    CHECK_EQ_INT(mal_comm_create_group(w, twice, 9, &dummy), MAL_EINVAL);
+    static const int outside[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_EQ_INT(mal_comm_create_group(w, outside, 9, &dummy), MAL_EINVAL);
+
+    run_ops(w, "world");
+    if (sp) run_ops(sp, "split");
+    if (grp) run_ops(grp, "group {4,1,6}");
+    CHECK_OK(mal_comm_barrier(w));
+    test_mismatch(w);
+
+    double t_one = 0, t_chunked = 0, ms[3], idle[6] = {0};
+    test_large(w, &t_one, &t_chunked);
+    time_small(w, ms);
+    test_idle_wait(w, idle);
+
+    mal_comm_destroy(grp);
+    mal_comm_destroy(sp);
+    mal_comm_destroy(w);
+    if (world_rank == 0) {
+        printf("test_comm: 1-float all-reduce on %d ranks, ms each: mal (reduce+bcast, "
+               "sleeping wait) %.3f, MPI_Iallreduce + sleeping wait %.3f (200 each), blocking "
+               "MPI_Allreduce %.3f (50)\n",
+               NPROCS, ms[0], ms[1], ms[2]);
+        printf("test_comm: 64 MiB float all-reduce: %.3f s in one call, %.3f s in 4 MiB chunks\n",
+               t_one, t_chunked);
+        printf("test_comm: rank 1 waiting %.2f s used %.1f%% CPU, %.0f voluntary context "
+               "switches (blocking MPI_Recv: %.1f%%, %.0f)\n",
+               idle[0], 100 * idle[1] / idle[0], idle[2], 100 * idle[4] / idle[3], idle[5]);
+        printf("test_comm: PASS (%d ranks: world, split {4,2,0} {5,3,1} {6}, group {4,1,6})\n",
+               NPROCS);
+    }
+    finished = 1;
+    MPI_Finalize();
+    return 0;
+}

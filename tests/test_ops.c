@@ -1,0 +1,827 @@
+/* Tests every operation of the CPU kernel table (kernels/cpu.c):
+ *   forward results against naive double-precision references written out
+ *   here (triple-loop matmul, explicit attention loops, formulas);
+ *   backward results against central finite differences of
+ *   L = sum(out * R) for a fixed random R (L summed in double from the float
+ *   forward);
+ *   the accumulate (+=) convention of every backward, NULL gradients of
+ *   matmul_bwd, attention causality and its probability rows, in-place
+ *   cross-entropy, the RoPE table cache under changing shapes, and errors
+ *   reported through sync().
+ * Shapes are small and odd so that the vectorised blocks and the scalar
+ * tails of every loop both run.  One line per check; exit 1 on any failure. */
+#include "kernels.h"
+#include "mal.h"
+#include "mal_test.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mal_kern K = &mal_kernels_cpu;
+static int n_failed;
+
+/* Finite-difference step (absolute; inputs are O(1)). */
+#define FD_H 1e-3
+/* FD error bound, relative to the largest analytic gradient: float rounding
+ * of L divided by 2h leaves ~1e-4; a wrong term is O(1). */
+#define FD_TOL 2e-3
+
+static void report(const char *op, const char *what, double err, double tol)
+{
+    int ok = err <= tol; /* NaN fails */
+    printf("%-14s %-34s max err %.3e (tol %.0e) %s\n", op, what, err, tol, ok ? "ok" : "FAIL");
+    if (!ok) n_failed++;
+}
+
+static float *fbuf(size_t n)
+{
+    float *p = mal_kern_alloc(K, (n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(MAL_TEST_ERROR);
+    }
+    return p;
+}
+
+static void fill(float *x, size_t n, uint64_t stream, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(scale * mal_rng_normal(42, stream, i));
+}
+
+/* max |a - b| / max(1, max |b|) */
+static double max_rel(const float *a, const double *b, size_t n)
+{
+    double e = 0.0, s = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        e = d > e || isnan(d) ? d : e;
+        s = fabs(b[i]) > s ? fabs(b[i]) : s;
+    }
+    return e / s;
+}
+
+static double max_rel_f(const float *a, const float *b, size_t n)
+{
+    double e = 0.0, s = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        e = d > e || isnan(d) ? d : e;
+        s = fabs(b[i]) > s ? fabs(b[i]) : s;
+    }
+    return e / s;
+}
+
+/* sum(out * R) in double */
+static double dot_d(const float *out, const float *R, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)out[i] * R[i];
+    return s;
+}
+
+/* Central differences of loss() with respect to each x[i], compared with
+ * grad[i]: max |fd - grad| / max |grad|.  The actual float perturbation is
+ * used as the denominator. */
+static double fd_check(double (*loss)(void), float *x, size_t n, const float *grad)
+{
+    double err = 0.0, scale = 1e-6;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(grad[i]));
+    for (size_t i = 0; i < n; i++) {
+        float x0 = x[i];
+        float xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
+        x[i] = xp;
+        double lp = loss();
+        x[i] = xm;
+        double lm = loss();
+        x[i] = x0;
+        double fd = (lp - lm) / ((double)xp - (double)xm);
+        double d = fabs(fd - grad[i]);
+        err = d > err || isnan(d) ? d : err;
+    }
+    return err / scale;
+}
+
+/* pre + g0 == g (the backward accumulated onto pre-filled gradients) */
+static double acc_err(const float *g, const float *pre, const float *g0, size_t n)
+{
+    double e = 0.0, s = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        double want = (double)pre[i] + g0[i];
+        double d = fabs(g[i] - want);
+        e = d > e || isnan(d) ? d : e;
+        s = fmax(s, fabs(want));
+    }
+    return e / s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory */
+
+static void test_memory(void)
+{
+    size_t n = 1000;
+    float *a = mal_kern_alloc(K, n * sizeof(float));
+    void *z = mal_kern_alloc(K, 0);
+    CHECK(a != NULL && z != NULL);
+    int nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += a[i] != 0.0f;
+    CHECK_EQ_INT(nonzero, 0);
+    CHECK_EQ_INT((uintptr_t)a % 64, 0);
+    float host[1000], back[1000];
+    fill(host, n, 1, 1.0);
+    mal_kern_from_host(K, a, host, n * sizeof(float));
+    float *b = fbuf(n);
+    mal_kern_copy(K, b, a, n);
+    mal_kern_to_host(K, back, b, n * sizeof(float));
+    CHECK(memcmp(host, back, sizeof host) == 0);
+    mal_kern_zero(K, b, n - 1);
+    CHECK(b[0] == 0.0f && b[n - 2] == 0.0f && b[n - 1] == host[n - 1]);
+    CHECK_EQ_INT(mal_kern_sync(K), 0);
+    mal_kern_free(K, a);
+    mal_kern_free(K, b);
+    mal_kern_free(K, z);
+    printf("%-14s %-34s ok\n", "memory", "alloc/zero/copy/to/from_host/sync");
+}
+
+/* ------------------------------------------------------------------------ */
+/* matmul */
+
+static struct {
+    int N, C, OC;
+    float *inp, *w, *out, *R;
+} mm;
+
+static double mm_loss(void)
+{
+    mal_kern_matmul_fwd(K, mm.out, mm.inp, mm.w, mm.N, mm.C, mm.OC, 0);
+    return dot_d(mm.out, mm.R, (size_t)mm.N * mm.OC);
+}
+
+static void test_matmul(int N, int C, int OC)
+{
+    char what[64];
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    mm.N = N, mm.C = C, mm.OC = OC;
+    mm.inp = fbuf(ni), mm.w = fbuf(nw), mm.out = fbuf(no), mm.R = fbuf(no);
+    fill(mm.inp, ni, 10, 1.0);
+    fill(mm.w, nw, 11, 0.5);
+    fill(mm.R, no, 12, 1.0);
+
+    double *ref = malloc(no * sizeof *ref);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0.0;
+            for (int c = 0; c < C; c++)
+                s += (double)mm.inp[n * C + c] * mm.w[o * C + c];
+            ref[n * OC + o] = s;
+        }
+    mal_kern_matmul_fwd(K, mm.out, mm.inp, mm.w, N, C, OC, 0);
+    snprintf(what, sizeof what, "fwd N=%d C=%d OC=%d", N, C, OC);
+    report("matmul", what, max_rel(mm.out, ref, no), 1e-5);
+
+    /* accumulate = 1 adds to what is there */
+    for (size_t i = 0; i < no; i++) {
+        mm.out[i] = (float)(0.5 * i);
+        ref[i] += 0.5 * i;
+    }
+    mal_kern_matmul_fwd(K, mm.out, mm.inp, mm.w, N, C, OC, 1);
+    report("matmul", "fwd accumulate=1", max_rel(mm.out, ref, no), 1e-5);
+
+    /* backward with dout = R */
+    float *dinp = fbuf(ni), *dw = fbuf(nw);
+    mal_kern_matmul_bwd(K, dinp, dw, mm.R, mm.inp, mm.w, N, C, OC);
+    report("matmul", "bwd dinp vs FD", fd_check(mm_loss, mm.inp, ni, dinp), FD_TOL);
+    report("matmul", "bwd dweight vs FD", fd_check(mm_loss, mm.w, nw, dw), FD_TOL);
+
+    /* accumulate and NULL gradients */
+    float *pi = fbuf(ni), *pw = fbuf(nw), *gi = fbuf(ni), *gw = fbuf(nw);
+    fill(pi, ni, 13, 1.0);
+    fill(pw, nw, 14, 1.0);
+    memcpy(gi, pi, ni * sizeof *gi);
+    memcpy(gw, pw, nw * sizeof *gw);
+    mal_kern_matmul_bwd(K, gi, gw, mm.R, mm.inp, mm.w, N, C, OC);
+    report("matmul", "bwd accumulates (dinp)", acc_err(gi, pi, dinp, ni), 1e-6);
+    report("matmul", "bwd accumulates (dweight)", acc_err(gw, pw, dw, nw), 1e-6);
+    memcpy(gi, pi, ni * sizeof *gi);
+    mal_kern_matmul_bwd(K, gi, NULL, mm.R, mm.inp, mm.w, N, C, OC);
+    report("matmul", "bwd dweight=NULL", acc_err(gi, pi, dinp, ni), 1e-6);
+    memcpy(gw, pw, nw * sizeof *gw);
+    mal_kern_matmul_bwd(K, NULL, gw, mm.R, mm.inp, mm.w, N, C, OC);
+    report("matmul", "bwd dinp=NULL", acc_err(gw, pw, dw, nw), 1e-6);
+
+    free(ref);
+    float *bufs[] = {mm.inp, mm.w, mm.out, mm.R, dinp, dw, pi, pw, gi, gw};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* rmsnorm */
+
+static struct {
+    int N, C;
+    float eps;
+    float *inp, *w, *out, *rstd, *R;
+} rn;
+
+static double rn_loss(void)
+{
+    mal_kern_rmsnorm_fwd(K, rn.out, rn.rstd, rn.inp, rn.w, rn.N, rn.C, rn.eps);
+    return dot_d(rn.out, rn.R, (size_t)rn.N * rn.C);
+}
+
+static void test_rmsnorm(int N, int C)
+{
+    char what[64];
+    size_t nx = (size_t)N * C;
+    /* a large eps and one row of small values, so that eps matters while
+     * the FD step stays small against the values */
+    rn.N = N, rn.C = C, rn.eps = 1e-2f;
+    rn.inp = fbuf(nx), rn.w = fbuf(C), rn.out = fbuf(nx), rn.rstd = fbuf(N), rn.R = fbuf(nx);
+    fill(rn.inp, nx, 20, 1.0);
+    fill(rn.w, C, 21, 1.0);
+    fill(rn.R, nx, 22, 1.0);
+    for (int c = 0; c < C; c++)
+        rn.inp[c] *= 0.1f;
+
+    double *ref = malloc(nx * sizeof *ref), *rref = malloc(N * sizeof *rref);
+    for (int n = 0; n < N; n++) {
+        double ss = 0.0;
+        for (int c = 0; c < C; c++)
+            ss += (double)rn.inp[n * C + c] * rn.inp[n * C + c];
+        rref[n] = 1.0 / sqrt(ss / C + rn.eps);
+        for (int c = 0; c < C; c++)
+            ref[n * C + c] = rn.inp[n * C + c] * rref[n] * rn.w[c];
+    }
+    mal_kern_rmsnorm_fwd(K, rn.out, rn.rstd, rn.inp, rn.w, N, C, rn.eps);
+    snprintf(what, sizeof what, "fwd out N=%d C=%d", N, C);
+    report("rmsnorm", what, max_rel(rn.out, ref, nx), 1e-5);
+    report("rmsnorm", "fwd rstd", max_rel(rn.rstd, rref, N), 1e-5);
+
+    float *dx = fbuf(nx), *dw = fbuf(C);
+    mal_kern_rmsnorm_fwd(K, rn.out, rn.rstd, rn.inp, rn.w, N, C, rn.eps);
+    mal_kern_rmsnorm_bwd(K, dx, dw, rn.R, rn.inp, rn.w, rn.rstd, N, C);
+    /* the loss re-runs the forward, which rewrites rstd: keep a copy */
+    float *rstd0 = fbuf(N);
+    memcpy(rstd0, rn.rstd, N * sizeof *rstd0);
+    report("rmsnorm", "bwd dinp vs FD", fd_check(rn_loss, rn.inp, nx, dx), FD_TOL);
+    report("rmsnorm", "bwd dweight vs FD", fd_check(rn_loss, rn.w, C, dw), FD_TOL);
+
+    float *pi = fbuf(nx), *pw = fbuf(C), *gi = fbuf(nx), *gw = fbuf(C);
+    fill(pi, nx, 23, 1.0);
+    fill(pw, C, 24, 1.0);
+    memcpy(gi, pi, nx * sizeof *gi);
+    memcpy(gw, pw, C * sizeof *gw);
+    mal_kern_rmsnorm_bwd(K, gi, gw, rn.R, rn.inp, rn.w, rstd0, N, C);
+    report("rmsnorm", "bwd accumulates (dinp)", acc_err(gi, pi, dx, nx), 1e-6);
+    report("rmsnorm", "bwd accumulates (dweight)", acc_err(gw, pw, dw, C), 1e-6);
+
+    free(ref);
+    free(rref);
+    float *bufs[] = {rn.inp, rn.w, rn.out, rn.rstd, rn.R, dx, dw, rstd0, pi, pw, gi, gw};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* rope */
+
+static struct {
+    int B, T, H, hd;
+    float theta;
+    float *x, *work, *R;
+} rp;
+
+static double rp_loss(void)
+{
+    size_t n = (size_t)rp.B * rp.T * rp.H * rp.hd;
+    memcpy(rp.work, rp.x, n * sizeof *rp.work);
+    mal_kern_rope_fwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    return dot_d(rp.work, rp.R, n);
+}
+
+/* rope_fwd against explicit cos/sin; returns the max relative error */
+static double rope_fwd_err(int B, int T, int H, int hd, float theta, uint64_t stream)
+{
+    size_t n = (size_t)B * T * H * hd;
+    float *x = fbuf(n);
+    double *ref = malloc(n * sizeof *ref);
+    fill(x, n, stream, 1.0);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < hd / 2; i++) {
+                    size_t o = (((size_t)b * T + t) * H + h) * hd + 2 * i;
+                    double ang = t * pow(theta, -2.0 * i / hd);
+                    ref[o] = x[o] * cos(ang) - x[o + 1] * sin(ang);
+                    ref[o + 1] = x[o] * sin(ang) + x[o + 1] * cos(ang);
+                }
+    mal_kern_rope_fwd(K, x, B, T, H, hd, theta);
+    double e = max_rel(x, ref, n);
+    free(ref);
+    mal_kern_free(K, x);
+    return e;
+}
+
+static void test_rope(void)
+{
+    rp.B = 2, rp.T = 5, rp.H = 3, rp.hd = 4, rp.theta = 10000.0f;
+    size_t n = (size_t)rp.B * rp.T * rp.H * rp.hd;
+    report("rope", "fwd B=2 T=5 H=3 hd=4", rope_fwd_err(2, 5, 3, 4, 10000.0f, 30), 1e-6);
+    /* the table cache: longer T, other hd, other theta, shorter T again,
+     * then more distinct keys than the cache holds */
+    double e = 0.0;
+    e = fmax(e, rope_fwd_err(1, 40, 2, 4, 10000.0f, 31));
+    e = fmax(e, rope_fwd_err(2, 7, 1, 6, 10000.0f, 32));
+    e = fmax(e, rope_fwd_err(1, 9, 2, 4, 500.0f, 33));
+    e = fmax(e, rope_fwd_err(2, 3, 2, 4, 10000.0f, 34));
+    for (int i = 0; i < 12; i++)
+        e = fmax(e, rope_fwd_err(1, 6 + i, 1, 2 * (1 + i % 4), 100.0f + i, 35 + i));
+    report("rope", "fwd, 16 shape/theta changes", e, 1e-5);
+
+    rp.x = fbuf(n), rp.work = fbuf(n), rp.R = fbuf(n);
+    fill(rp.x, n, 50, 1.0);
+    fill(rp.R, n, 51, 1.0);
+    float *g = fbuf(n);
+    memcpy(g, rp.R, n * sizeof *g);
+    mal_kern_rope_bwd(K, g, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    report("rope", "bwd vs FD", fd_check(rp_loss, rp.x, n, g), FD_TOL);
+
+    /* bwd(fwd(x)) == x */
+    memcpy(rp.work, rp.x, n * sizeof *rp.work);
+    mal_kern_rope_fwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    mal_kern_rope_bwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    report("rope", "bwd(fwd(x)) == x", max_rel_f(rp.work, rp.x, n), 1e-6);
+
+    /* an odd head dimension is an error reported by sync */
+    mal_kern_rope_fwd(K, rp.work, 1, 1, 1, 3, 10000.0f);
+    CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
+    CHECK_EQ_INT(mal_kern_sync(K), 0);
+
+    float *bufs[] = {rp.x, rp.work, rp.R, g};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention */
+
+static struct {
+    int B, T, H, hd;
+    float *q, *k, *v, *out, *att, *R;
+} at;
+
+static double at_loss(void)
+{
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, at.B, at.T, at.H, at.hd);
+    return dot_d(at.out, at.R, (size_t)at.B * at.T * at.H * at.hd);
+}
+
+static void test_attention(int B, int T, int H, int hd)
+{
+    char what[64];
+    at.B = B, at.T = T, at.H = H, at.hd = hd;
+    size_t n = (size_t)B * T * H * hd, na = (size_t)B * H * T * T;
+    at.q = fbuf(n), at.k = fbuf(n), at.v = fbuf(n), at.out = fbuf(n), at.att = fbuf(na);
+    at.R = fbuf(n);
+    fill(at.q, n, 60, 1.0);
+    fill(at.k, n, 61, 1.0);
+    fill(at.v, n, 62, 1.0);
+    fill(at.R, n, 63, 1.0);
+
+    /* naive reference */
+    double *ref = malloc(n * sizeof *ref), *pref = calloc(na, sizeof *pref);
+    double *srow = malloc(T * sizeof *srow);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float *qt = at.q + (((size_t)b * T + t) * H + h) * hd;
+                double mx = -INFINITY, sum = 0.0;
+                for (int s = 0; s <= t; s++) {
+                    const float *ks = at.k + (((size_t)b * T + s) * H + h) * hd;
+                    double d = 0.0;
+                    for (int i = 0; i < hd; i++)
+                        d += (double)qt[i] * ks[i];
+                    srow[s] = d / sqrt((double)hd);
+                    mx = fmax(mx, srow[s]);
+                }
+                for (int s = 0; s <= t; s++)
+                    sum += exp(srow[s] - mx);
+                double *P = pref + (((size_t)b * H + h) * T + t) * T;
+                for (int s = 0; s <= t; s++)
+                    P[s] = exp(srow[s] - mx) / sum;
+                for (int i = 0; i < hd; i++) {
+                    double o = 0.0;
+                    for (int s = 0; s <= t; s++)
+                        o += P[s] * at.v[(((size_t)b * T + s) * H + h) * hd + i];
+                    ref[(((size_t)b * T + t) * H + h) * hd + i] = o;
+                }
+            }
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
+    snprintf(what, sizeof what, "fwd out B=%d T=%d H=%d hd=%d", B, T, H, hd);
+    report("attention", what, max_rel(at.out, ref, n), 1e-5);
+    report("attention", "fwd att probabilities", max_rel(at.att, pref, na), 1e-6);
+
+    /* rows sum to 1, exact zeros above the diagonal */
+    double rowerr = 0.0;
+    int above = 0;
+    for (size_t r = 0; r < (size_t)B * H * T; r++) {
+        int t = (int)(r % T);
+        double s = 0.0;
+        for (int c = 0; c < T; c++) {
+            s += at.att[r * T + c];
+            if (c > t && at.att[r * T + c] != 0.0f) above++;
+        }
+        rowerr = fmax(rowerr, fabs(s - 1.0));
+    }
+    report("attention", "att rows sum to 1", rowerr, 1e-5);
+    CHECK_EQ_INT(above, 0);
+
+    /* causality: changing the last position's k and v must not change any
+     * earlier output, and must change the last one */
+    float *out0 = fbuf(n);
+    memcpy(out0, at.out, n * sizeof *out0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < hd; i++) {
+                size_t o = (((size_t)b * T + T - 1) * H + h) * hd + i;
+                at.k[o] += 1.0f;
+                at.v[o] -= 2.0f;
+            }
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
+    double past = 0.0, last = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < H * hd; j++) {
+                size_t o = ((size_t)b * T + t) * H * hd + j;
+                double d = fabs(at.out[o] - out0[o]);
+                if (t < T - 1)
+                    past = fmax(past, d);
+                else
+                    last = fmax(last, d);
+            }
+    report("attention", "causal: future k,v leave past alone", past, 0.0);
+    CHECK(last > 1e-3);
+    fill(at.k, n, 61, 1.0);
+    fill(at.v, n, 62, 1.0);
+
+    /* backward: scratch is documented as undefined, so poison it */
+    float *dq = fbuf(n), *dk = fbuf(n), *dv = fbuf(n), *scratch = fbuf(na);
+    for (size_t i = 0; i < na; i++)
+        scratch[i] = NAN;
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
+    float *att0 = fbuf(na);
+    memcpy(att0, at.att, na * sizeof *att0);
+    mal_kern_attention_bwd(K, dq, dk, dv, scratch, at.R, at.q, at.k, at.v, at.att, B, T, H, hd);
+    report("attention", "bwd dq vs FD", fd_check(at_loss, at.q, n, dq), FD_TOL);
+    report("attention", "bwd dk vs FD", fd_check(at_loss, at.k, n, dk), FD_TOL);
+    report("attention", "bwd dv vs FD", fd_check(at_loss, at.v, n, dv), FD_TOL);
+
+    float *pq = fbuf(n), *pk = fbuf(n), *pv = fbuf(n), *gq = fbuf(n), *gk = fbuf(n);
+    float *gv = fbuf(n);
+    fill(pq, n, 64, 1.0);
+    fill(pk, n, 65, 1.0);
+    fill(pv, n, 66, 1.0);
+    memcpy(gq, pq, n * sizeof *gq);
+    memcpy(gk, pk, n * sizeof *gk);
+    memcpy(gv, pv, n * sizeof *gv);
+    for (size_t i = 0; i < na; i++)
+        scratch[i] = NAN;
+    mal_kern_attention_bwd(K, gq, gk, gv, scratch, at.R, at.q, at.k, at.v, att0, B, T, H, hd);
+    double e = fmax(acc_err(gq, pq, dq, n), fmax(acc_err(gk, pk, dk, n), acc_err(gv, pv, dv, n)));
+    report("attention", "bwd accumulates (dq, dk, dv)", e, 1e-6);
+
+    free(ref);
+    free(pref);
+    free(srow);
+    float *bufs[] = {at.q, at.k,    at.v, at.out, at.att, at.R, out0, dq, dk,
+                     dv,   scratch, att0, pq,     pk,     pv,   gq,   gk, gv};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* swiglu */
+
+static struct {
+    size_t n;
+    float *gate, *up, *out, *R;
+} sw;
+
+static double sw_loss(void)
+{
+    mal_kern_swiglu_fwd(K, sw.out, sw.gate, sw.up, sw.n);
+    return dot_d(sw.out, sw.R, sw.n);
+}
+
+static void test_swiglu(size_t n)
+{
+    char what[64];
+    sw.n = n;
+    sw.gate = fbuf(n), sw.up = fbuf(n), sw.out = fbuf(n), sw.R = fbuf(n);
+    fill(sw.gate, n, 70, 2.0);
+    fill(sw.up, n, 71, 1.0);
+    fill(sw.R, n, 72, 1.0);
+    /* saturated gates */
+    sw.gate[0] = 30.0f, sw.gate[1] = -30.0f, sw.gate[n - 1] = 100.0f, sw.gate[n - 2] = -100.0f;
+
+    double *ref = malloc(n * sizeof *ref);
+    for (size_t i = 0; i < n; i++) {
+        double g = sw.gate[i];
+        ref[i] = g / (1.0 + exp(-g)) * sw.up[i];
+    }
+    mal_kern_swiglu_fwd(K, sw.out, sw.gate, sw.up, n);
+    snprintf(what, sizeof what, "fwd n=%zu", n);
+    report("swiglu", what, max_rel(sw.out, ref, n), 1e-6);
+
+    float *dg = fbuf(n), *du = fbuf(n);
+    mal_kern_swiglu_bwd(K, dg, du, sw.R, sw.gate, sw.up, n);
+    report("swiglu", "bwd dgate vs FD", fd_check(sw_loss, sw.gate, n, dg), FD_TOL);
+    report("swiglu", "bwd dup vs FD", fd_check(sw_loss, sw.up, n, du), FD_TOL);
+
+    float *pg = fbuf(n), *pu = fbuf(n), *gg = fbuf(n), *gu = fbuf(n);
+    fill(pg, n, 73, 1.0);
+    fill(pu, n, 74, 1.0);
+    memcpy(gg, pg, n * sizeof *gg);
+    memcpy(gu, pu, n * sizeof *gu);
+    mal_kern_swiglu_bwd(K, gg, gu, sw.R, sw.gate, sw.up, n);
+    report("swiglu", "bwd accumulates (dgate, dup)",
+           fmax(acc_err(gg, pg, dg, n), acc_err(gu, pu, du, n)), 1e-6);
+
+    free(ref);
+    float *bufs[] = {sw.gate, sw.up, sw.out, sw.R, dg, du, pg, pu, gg, gu};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* add, accumulate, scale, sumsq */
+
+static void test_elementwise(size_t n)
+{
+    float *a = fbuf(n), *b = fbuf(n), *o = fbuf(n), *a0 = fbuf(n);
+    double *ref = malloc(n * sizeof *ref);
+    fill(a0, n, 80, 1.0);
+    fill(b, n, 81, 1.0);
+    double e = 0.0;
+
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (double)a0[i] + b[i];
+    memcpy(a, a0, n * sizeof *a);
+    mal_kern_add(K, o, a, b, n);
+    e = fmax(e, max_rel(o, ref, n));
+    mal_kern_add(K, a, a, b, n); /* out aliases a */
+    e = fmax(e, max_rel(a, ref, n));
+    memcpy(a, a0, n * sizeof *a);
+    memcpy(o, b, n * sizeof *o);
+    mal_kern_add(K, o, a, o, n); /* out aliases b */
+    e = fmax(e, max_rel(o, ref, n));
+    for (size_t i = 0; i < n; i++)
+        ref[i] = 2.0 * a0[i];
+    mal_kern_add(K, a, a, a, n); /* all three */
+    e = fmax(e, max_rel(a, ref, n));
+    report("add", "out=a+b incl. aliasing", e, 1e-7);
+
+    memcpy(a, a0, n * sizeof *a);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (double)a0[i] + b[i];
+    mal_kern_accumulate(K, a, b, n);
+    e = max_rel(a, ref, n);
+    report("accumulate", "y += x", e, 1e-7);
+
+    memcpy(a, a0, n * sizeof *a);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (double)a0[i] * -0.37f;
+    mal_kern_scale(K, a, n, -0.37f);
+    report("scale", "x *= s", max_rel(a, ref, n), 1e-7);
+
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)a0[i] * a0[i];
+    double got = mal_kern_sumsq(K, a0, n);
+    report("sumsq", "sum x^2 (double)", fabs(got - s) / s, 1e-12);
+
+    free(ref);
+    float *bufs[] = {a, b, o, a0};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* embedding */
+
+static struct {
+    int N, C;
+    int *tok;
+    float *wte, *out, *R;
+} em;
+
+static double em_loss(void)
+{
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, em.N, em.C);
+    return dot_d(em.out, em.R, (size_t)em.N * em.C);
+}
+
+static void test_embedding(int N, int C, int V)
+{
+    em.N = N, em.C = C;
+    em.tok = mal_kern_alloc(K, N * sizeof(int));
+    em.wte = fbuf((size_t)V * C), em.out = fbuf((size_t)N * C), em.R = fbuf((size_t)N * C);
+    CHECK(em.tok != NULL);
+    /* duplicates on purpose: token 3 appears several times, V-1 once */
+    for (int n = 0; n < N; n++)
+        em.tok[n] = n % 3 == 0 ? 3 : (int)(mal_rng_below(42, 90, n, V));
+    em.tok[N - 1] = V - 1;
+    fill(em.wte, (size_t)V * C, 91, 1.0);
+    fill(em.R, (size_t)N * C, 92, 1.0);
+
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C);
+    double e = 0.0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            e = fmax(e, fabs(em.out[n * C + c] - em.wte[(size_t)em.tok[n] * C + c]));
+    report("embedding", "fwd gather", e, 0.0);
+
+    float *dw = fbuf((size_t)V * C);
+    mal_kern_embedding_bwd(K, dw, em.R, em.tok, N, C);
+    report("embedding", "bwd vs FD (duplicate tokens)",
+           fd_check(em_loss, em.wte, (size_t)V * C, dw), FD_TOL);
+
+    float *pw = fbuf((size_t)V * C), *gw = fbuf((size_t)V * C);
+    fill(pw, (size_t)V * C, 93, 1.0);
+    memcpy(gw, pw, (size_t)V * C * sizeof *gw);
+    mal_kern_embedding_bwd(K, gw, em.R, em.tok, N, C);
+    report("embedding", "bwd accumulates", acc_err(gw, pw, dw, (size_t)V * C), 1e-6);
+
+    /* a negative token is reported by sync */
+    em.tok[1] = -1;
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C);
+    CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
+    CHECK_EQ_INT(mal_kern_sync(K), 0);
+
+    mal_kern_free(K, em.tok);
+    float *bufs[] = {em.wte, em.out, em.R, dw, pw, gw};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cross-entropy */
+
+static struct {
+    int N, V;
+    float dscale;
+    int *tgt;
+    float *logits, *losses;
+} xe;
+
+/* L = dscale * sum_n loss_n, whose gradient is dlogits */
+static double xe_loss(void)
+{
+    mal_kern_xent_fwd_bwd(K, xe.losses, NULL, xe.logits, xe.tgt, xe.N, xe.V, xe.dscale);
+    double s = 0.0;
+    for (int n = 0; n < xe.N; n++)
+        s += xe.losses[n];
+    return xe.dscale * s;
+}
+
+static void test_xent(int N, int V, float offset)
+{
+    char what[64];
+    size_t nl = (size_t)N * V;
+    xe.N = N, xe.V = V, xe.dscale = 0.7f;
+    xe.tgt = mal_kern_alloc(K, N * sizeof(int));
+    xe.logits = fbuf(nl), xe.losses = fbuf(N);
+    CHECK(xe.tgt != NULL);
+    fill(xe.logits, nl, 100, 2.0);
+    for (size_t i = 0; i < nl; i++)
+        xe.logits[i] += offset;
+    /* one logit far above the rest of its row, at the row's end (the scalar
+     * tail of the vectorised max): without the right max, e^x overflows */
+    xe.logits[(size_t)2 * V - 1] += 200.0f;
+    for (int n = 0; n < N; n++)
+        xe.tgt[n] = (int)mal_rng_below(42, 101, n, V);
+    xe.tgt[0] = 0, xe.tgt[N - 1] = V - 1;
+
+    double *lref = malloc(N * sizeof *lref), *dref = malloc(nl * sizeof *dref);
+    for (int n = 0; n < N; n++) {
+        const float *x = xe.logits + (size_t)n * V;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++)
+            mx = fmax(mx, x[i]);
+        for (int i = 0; i < V; i++)
+            s += exp(x[i] - mx);
+        lref[n] = mx + log(s) - x[xe.tgt[n]];
+        for (int i = 0; i < V; i++)
+            dref[(size_t)n * V + i] = xe.dscale * (exp(x[i] - mx) / s - (i == xe.tgt[n]));
+    }
+    float *d = fbuf(nl);
+    mal_kern_xent_fwd_bwd(K, xe.losses, d, xe.logits, xe.tgt, N, V, xe.dscale);
+    snprintf(what, sizeof what, "fwd losses N=%d V=%d offset %g", N, V, offset);
+    report("xent", what, max_rel(xe.losses, lref, N), 1e-6);
+    report("xent", "dlogits vs reference", max_rel(d, dref, nl), 1e-6);
+    if (offset == 0.0f) {
+        report("xent", "dlogits vs FD", fd_check(xe_loss, xe.logits, nl, d), FD_TOL);
+        /* the FD loop left losses of perturbed logits behind */
+        mal_kern_xent_fwd_bwd(K, xe.losses, d, xe.logits, xe.tgt, N, V, xe.dscale);
+    }
+
+    /* dlogits == logits (in place) gives the same as out of place */
+    float *inpl = fbuf(nl), *l2 = fbuf(N);
+    memcpy(inpl, xe.logits, nl * sizeof *inpl);
+    mal_kern_xent_fwd_bwd(K, l2, inpl, inpl, xe.tgt, N, V, xe.dscale);
+    report("xent", "in place == out of place (dlogits)", max_rel_f(inpl, d, nl), 0.0);
+    report("xent", "in place == out of place (losses)", max_rel_f(l2, xe.losses, N), 0.0);
+    /* no dlogits: losses only */
+    mal_kern_zero(K, l2, N);
+    mal_kern_xent_fwd_bwd(K, l2, NULL, xe.logits, xe.tgt, N, V, xe.dscale);
+    report("xent", "dlogits=NULL losses", max_rel_f(l2, xe.losses, N), 0.0);
+
+    /* a target outside the vocabulary is reported by sync */
+    xe.tgt[1] = V;
+    mal_kern_xent_fwd_bwd(K, l2, NULL, xe.logits, xe.tgt, N, V, xe.dscale);
+    CHECK(isnan(l2[1]));
+    CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
+    CHECK_EQ_INT(mal_kern_sync(K), 0);
+
+    free(lref);
+    free(dref);
+    mal_kern_free(K, xe.tgt);
+    float *bufs[] = {xe.logits, xe.losses, d, inpl, l2};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* adamw */
+
+static void test_adamw(size_t n)
+{
+    const float lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-3f, wd = 0.1f, gs = 0.5f;
+    float *p = fbuf(n), *g = fbuf(n), *m = fbuf(n), *v = fbuf(n);
+    double *rp_ = malloc(n * sizeof *rp_), *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
+    fill(p, n, 110, 1.0);
+    for (size_t i = 0; i < n; i++)
+        rp_[i] = p[i];
+    double ep = 0.0, em_ = 0.0, ev = 0.0;
+    for (int t = 1; t <= 3; t++) {
+        fill(g, n, 111 + t, 1.0);
+        g[0] = 0.0f; /* eps alone in the denominator at step 1 */
+        for (size_t i = 0; i < n; i++) {
+            double gg = (double)g[i] * gs;
+            rm[i] = b1 * rm[i] + (1.0 - b1) * gg;
+            rv[i] = b2 * rv[i] + (1.0 - b2) * gg * gg;
+            double mh = rm[i] / (1.0 - pow(b1, t)), vh = rv[i] / (1.0 - pow(b2, t));
+            rp_[i] -= lr * (mh / (sqrt(vh) + eps) + wd * rp_[i]);
+        }
+        mal_kern_adamw(K, p, g, m, v, n, lr, b1, b2, eps, wd, gs, t);
+        ep = fmax(ep, max_rel(p, rp_, n));
+        em_ = fmax(em_, max_rel(m, rm, n));
+        ev = fmax(ev, max_rel(v, rv, n));
+    }
+    report("adamw", "3 steps: param", ep, 1e-6);
+    report("adamw", "3 steps: m", em_, 1e-6);
+    report("adamw", "3 steps: v", ev, 1e-6);
+    free(rp_);
+    free(rm);
+    free(rv);
+    float *bufs[] = {p, g, m, v};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+int main(void)
+{
+    mal_kernels_cpu_set_threads(1);
+    CHECK(strcmp(K->name, "cpu") == 0);
+    test_memory();
+    test_matmul(10, 6, 7);
+    test_matmul(5, 37, 19);
+    test_rmsnorm(10, 6);
+    test_rmsnorm(4, 37);
+    test_rope();
+    test_attention(2, 5, 3, 4);
+    test_attention(1, 70, 2, 6); /* more rows than one attention block */
+    test_swiglu(53);
+    test_elementwise(53);
+    test_embedding(10, 6, 11);
+    test_embedding(7, 37, 5);
+    test_xent(10, 11, 0.0f);
+    test_xent(6, 37, 0.0f);
+    test_xent(3, 37, 1000.0f); /* stability: large logits */
+    test_adamw(53);
+    if (n_failed) {
+        printf("%d check(s) FAILED\n", n_failed);
+        return 1;
+    }
+    printf("all kernel checks passed\n");
+    return 0;
+}

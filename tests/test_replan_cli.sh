@@ -1,0 +1,66 @@
+#!/bin/sh
+# malleus-replan command line: help and version, a tiny 8-rank plan that
+# passes the simulator's validation, determinism, --explain with a current
+# plan, and bad inputs (NaN / negative rates, unknown ranks, ranks not
+# divisible into nodes, memory too small) failing with a clear message.
+set -u
+BIN="${top_builddir:-.}/malleus-replan"
+T=$(mktemp -d "${TMPDIR:-/tmp}/test_replan_cli.XXXXXX") || exit 99
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "no $BIN" >&2; exit 99; }
+
+# expect_fail EXIT_CODE MESSAGE ARGS...: the command fails with that status
+# and its stderr names the cause
+expect_fail() {
+    code=$1; msg=$2; shift 2
+    "$BIN" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    [ "$rc" -eq "$code" ] || fail "exit $rc (wanted $code) for: $* ($(cat "$T/err"))"
+    grep -q -- "$msg" "$T/err" || fail "message '$msg' missing for: $* (got: $(cat "$T/err"))"
+}
+
+"$BIN" --help >"$T/help" || fail "--help"
+for o in --cluster --world-size --ranks-per-node --memory-mb --profile --model --rates --window \
+         --micro-batch-size --micro-batches --global-batch --pipelines --current --output --explain \
+         --simulate --uniform --search --summary Examples; do
+    grep -q -- "$o" "$T/help" || fail "--help does not mention $o"
+done
+"$BIN" --version | grep -q "malleus-replan" || fail "--version"
+
+C="--world-size 8 --ranks-per-node 4 --memory-mb 100 --model tiny"
+echo '{"3": 2.5, "6": 1.6}' >"$T/rates.json"
+"$BIN" $C -M 8 -r "$T/rates.json" -o "$T/p1.json" || fail "tiny plan"
+"$BIN" $C -M 8 -r "$T/rates.json" -o "$T/p2.json" || fail "tiny plan again"
+cmp -s "$T/p1.json" "$T/p2.json" || fail "same input gave different plans"
+grep -q '"format": "malleus-plan/1"' "$T/p1.json" || fail "plan format"
+# --simulate validates the plan against the cluster and model first
+"$BIN" $C -M 8 -r "$T/rates.json" --simulate "$T/p1.json" >"$T/sim" || fail "simulate: $(cat "$T/sim")"
+grep -q "step: simulated" "$T/sim" || fail "simulate output"
+# plan to stdout, explanation to stderr; with a current plan, state to move
+"$BIN" $C -M 8 --uniform -o "$T/uni.json" || fail "uniform"
+"$BIN" $C -r "$T/rates.json" --current "$T/uni.json" --explain >"$T/p3.json" 2>"$T/explain" || fail "explain"
+for w in "suspended ranks" "pipeline 0" "predicted step time" "uniform" "bound" "current" "state to move"; do
+    grep -q "$w" "$T/explain" || fail "--explain lacks '$w'"
+done
+# metrics JSON lines as rates (window 2)
+printf '{"step":1,"rates":[1,1,1,9,1,1,1,1]}\n{"step":2,"rates":[1,1,1,3,1,1,1,1]}\n' >"$T/metrics.jsonl"
+"$BIN" $C -M 8 -r "$T/metrics.jsonl" --summary -o "$T/p4.json" >"$T/sum" || fail "metrics rates"
+grep -q '"plan_seconds"' "$T/sum" || fail "--summary"
+
+# bad inputs
+echo '{"3": "nan"}' >"$T/nan.json"
+expect_fail 1 "rank 3 has rate nan" $C -M 8 -r "$T/nan.json"
+echo '{"2": -2}' >"$T/neg.json"
+expect_fail 1 "rank 2 has rate -2" $C -M 8 -r "$T/neg.json"
+echo '{"12": 2.0}' >"$T/unk.json"
+expect_fail 1 "rank 12 is not in the cluster" $C -M 8 -r "$T/unk.json"
+expect_fail 1 "not divisible into nodes" --world-size 10 --ranks-per-node 4 --memory-mb 100 --model tiny -M 8
+expect_fail 1 "no plan fits in memory" --world-size 8 --ranks-per-node 4 --memory-mb 16.01 --model tiny -M 8
+echo '{"world_size": 8, "ranks_per_node": 4}' >"$T/cl.json"
+expect_fail 1 "memory_mb" -c "$T/cl.json" --model tiny -M 8
+expect_fail 1 "unknown preset" $C -M 8 --model 7b
+expect_fail 2 "exactly one of --profile" --world-size 8 --ranks-per-node 4 --memory-mb 100 -M 8
+expect_fail 2 "micro-batches" $C
+expect_fail 2 "unrecognized option" $C -M 8 --bogus
+echo "test_replan_cli: ok"
