@@ -315,13 +315,21 @@ static int reduce_scatter_allgather(mal_comm *c, char *p, int cnt, MPI_Datatype 
         im->displs[r] = (int)lo;
     }
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, p, im->counts, type, op, im->comm, &req);
-    if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
+    /* Not MPI_IN_PLACE: MPICH 4.0.2's in-place Ireduce_scatter trips its own
+     * overlapping-memcpy assertion for some counts (seen with 8 ranks and
+     * ~76 KB); a separate block buffer avoids that path. */
+    size_t mine = (size_t)im->counts[c->rank] * esize;
+    char *blk = malloc(mine ? mine : 1);
+    if (!blk) return MAL_ERR(MAL_ENOMEM, "%s: out of memory", what);
+    int rc = MPI_Ireduce_scatter(p, blk, im->counts, type, op, im->comm, &req);
+    if (rc != MPI_SUCCESS) {
+        free(blk);
+        return MAL_MPI_ERR(rc, what);
+    }
     int err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, what);
+    if (!err) memcpy(p + (size_t)im->displs[c->rank] * esize, blk, mine);
+    free(blk);
     if (err) return err;
-    /* In place, MPI leaves this rank's block at the start of the buffer;
-     * the all-gather wants it at its own offset. */
-    memmove(p + (size_t)im->displs[c->rank] * esize, p, (size_t)im->counts[c->rank] * esize);
     rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, im->counts, im->displs, type,
                          im->comm, &req);
     if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);

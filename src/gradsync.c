@@ -286,3 +286,44 @@ void mal_gradsync_teardown(struct mal_trainer *tr)
     tr->norm = NULL;
     tr->n_norm = 0;
 }
+
+int mal_gradsync_replica_mismatch(struct mal_trainer *tr, double *count)
+{
+    mal_model *m = tr->model;
+    double local = 0;
+    int rc = 0;
+    /* Every holder contributes its own copy; the element-wise max and min
+     * over the holders agree exactly when all copies are identical. */
+    for (int si = 0; m && si < tr->n_sync && !rc; si++) {
+        mal_sync_group *g = &tr->sync[si];
+        for (int grp = 0; grp < 3 && !rc; grp++) {
+            float *base = grp == 0 ? m->params : grp == 1 ? m->adam_m : m->adam_v;
+            double *hi = malloc(2 * g->n_floats * sizeof(double) + sizeof(double));
+            float *tmp = malloc(g->n_floats * sizeof(float) + sizeof(float));
+            if (!hi || !tmp) {
+                free(hi);
+                free(tmp);
+                return MAL_ERR(MAL_ENOMEM, "replica check: out of memory");
+            }
+            double *lo = hi + g->n_floats;
+            float *p = tmp;
+            for (int k = 0; k < g->n_pieces; k++) {
+                const mal_sync_piece *pc = &g->pieces[k];
+                const mal_tensor_info *t = &m->tensors[pc->tensor];
+                mal_tensor_pack(t, base, pc->begin, pc->end, p);
+                p += mal_tensor_range_floats(t, pc->begin, pc->end);
+            }
+            for (size_t i = 0; i < g->n_floats; i++) {
+                hi[i] = tmp[i];
+                lo[i] = -(double)tmp[i];
+            }
+            rc = mal_comm_allreduce_max_f64(g->comm, hi, 2 * g->n_floats);
+            for (size_t i = 0; !rc && i < g->n_floats; i++) local += hi[i] != -lo[i];
+            free(hi);
+            free(tmp);
+        }
+    }
+    if (rc) return rc;
+    *count = local;
+    return tr->world ? mal_comm_allreduce_f64(tr->world, count, 1) : 0;
+}

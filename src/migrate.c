@@ -243,6 +243,38 @@ out:
     return rc;
 }
 
+int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_model_config *cfg,
+                        int ranks_per_node, double *moved, double *kept)
+{
+    mal_tensor_info *all = NULL;
+    int n_all = 0, rc, world = MAL_MAX(mal_plan_world_size(from), mal_plan_world_size(to));
+    mal_model_part full = mal_model_part_full(cfg);
+    *moved = *kept = 0;
+    if ((rc = mal_model_layout(cfg, &full, &all, &n_all, NULL))) return rc;
+    int *node_of = malloc(sizeof *node_of * (size_t)(world + 1));
+    if (!node_of) {
+        free(all);
+        return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+    }
+    for (int r = 0; r < world; r++) node_of[r] = ranks_per_node > 0 ? r / ranks_per_node : 0;
+    for (int i = 0; i < n_all && !rc; i++) {
+        transfer *t;
+        int n;
+        if ((rc = plan_transfers(from, to, &all[i], node_of, &t, &n))) break;
+        for (int j = 0; j < n; j++) {
+            double b = 3.0 * (double)mal_tensor_range_floats(&all[i], t[j].begin, t[j].end) * 4.0;
+            if (t[j].src == t[j].dst)
+                *kept += b;
+            else
+                *moved += b;
+        }
+        free(t);
+    }
+    free(node_of);
+    free(all);
+    return rc;
+}
+
 int mal_trainer_replan_online(struct mal_trainer *tr)
 {
     mal_plan next, old_plan;
@@ -284,6 +316,9 @@ int mal_trainer_replan_online(struct mal_trainer *tr)
     for (int i = 0; i < n_all; i++)
         if ((rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms))) goto out;
     if ((rc = mal_trainer_wire_part(tr))) goto out;
+    tr->migrations++;
+    tr->migrated_bytes = ms.bytes_moved;
+    tr->kept_bytes = ms.bytes_kept;
     if (tr->world_rank == 0) {
         double *means = malloc(sizeof *means * (size_t)tr->world_size);
         if (!means) {
@@ -293,8 +328,6 @@ int mal_trainer_replan_online(struct mal_trainer *tr)
         mal_policy_means(tr->policy, means);
         rc = mal_monitor_set_plan(tr, means);
         free(means);
-        tr->migrations++;
-        tr->migrated_bytes = ms.bytes_moved;
         mal_log(MAL_LOG_INFO,
                 "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, "
                 "%.3f s",

@@ -222,6 +222,18 @@ int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
 mal_model *mal_trainer_model(mal_trainer *tr) { return tr->model; }
 const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
 
+int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept)
+{
+    if (moved) *moved = tr->migrated_bytes;
+    if (kept) *kept = tr->kept_bytes;
+    return tr->migrations;
+}
+
+int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
+{
+    return mal_gradsync_replica_mismatch(tr, count);
+}
+
 int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss)
 {
     if (tr->world_size != 1)

@@ -122,6 +122,25 @@ struct mal_model *mal_trainer_model(mal_trainer *tr);
 /* The plan in force. */
 const mal_plan *mal_trainer_plan(const mal_trainer *tr);
 
+/* Collective.  Plan anew for the rates the monitor measured and move the
+ * state onto the new plan inside the job (what --adapt online does when the
+ * monitor advises it).  No change when the planner keeps the layout. */
+int mal_trainer_replan_online(mal_trainer *tr);
+
+/* Online plan changes so far, and the bytes of state the last one moved
+ * between ranks and left in place (whole job). */
+int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept);
+
+/* Collective.  Number of elements of parameters and Adam moments whose
+ * copies on different data-parallel replicas are not bitwise identical. */
+int mal_trainer_replica_mismatch(mal_trainer *tr, double *count);
+
+/* Local.  Bytes of state (parameters and both Adam moments, fp32) that a
+ * change from plan `from` to plan `to` moves between ranks and keeps in
+ * place, with ranks_per_node consecutive ranks per node (0: one node). */
+int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_model_config *cfg,
+                        int ranks_per_node, double *moved, double *kept);
+
 /* Local.  Mean loss of the global batch of step `step` without updating
  * anything (evaluation; one-rank runs only). */
 int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss);

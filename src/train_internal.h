@@ -93,8 +93,9 @@ struct mal_trainer {
     char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */
     double *rates;             /* rank 0: [world_size] latest straggling rates */
     struct mal_policy *policy; /* rank 0 */
-    int migrations;            /* online plan changes so far (rank 0) */
-    double migrated_bytes;     /* bytes moved by the last one (rank 0) */
+    int migrations;            /* online plan changes so far */
+    double migrated_bytes;     /* bytes moved by the last one (all ranks together) */
+    double kept_bytes;         /* bytes of state the last one left in place */
 };
 
 #define MAL_HOSTNAME_LEN 64
@@ -110,8 +111,10 @@ int mal_trainer_build_part(struct mal_trainer *tr);   /* local */
 int mal_trainer_wire_part(struct mal_trainer *tr);    /* collective */
 void mal_trainer_unwire_part(struct mal_trainer *tr); /* local */
 
-/* migrate.c: plan anew and move the state online (collective). */
-int mal_trainer_replan_online(struct mal_trainer *tr);
+/* gradsync.c: elements of DP-replicated parameters and Adam moments whose
+ * copies differ between replicas (collective; 0 when replicas agree bit for
+ * bit). */
+int mal_gradsync_replica_mismatch(struct mal_trainer *tr, double *count);
 
 /* monitor.c: probe, rates, policy advice, injection. */
 int mal_monitor_setup(struct mal_trainer *tr);          /* collective */

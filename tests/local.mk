@@ -13,3 +13,8 @@ dist_check_SCRIPTS += tests/test_parallel.sh
 TESTS += tests/test_parallel.sh
 EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json \
 	tests/plans/mixed_tp.json tests/plans/uneven_stages.json tests/plans/suspended.json
+
+# Online fast path: straggler appears and recovers, state migrates in-job.
+check_PROGRAMS += tests/test_online
+dist_check_SCRIPTS += tests/test_online.sh
+TESTS += tests/test_online.sh
