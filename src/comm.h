@@ -10,8 +10,20 @@
  * every wait tests the request and sleeps ~1 us between tests.
  *
  * Results of all-reduce are bitwise identical on every member (replicas and
- * TP ranks must stay identical); the MPI backend guarantees that by reducing
- * to one rank and broadcasting when the library's algorithm might not.
+ * TP ranks must stay identical): the MPI backend computes every element on
+ * exactly one rank (reduce + broadcast for small buffers, reduce-scatter +
+ * all-gather for large ones).
+ *
+ * Further contract details:
+ *  - wait frees the request even when it fails; wait(NULL) returns 0;
+ *  - a receive must get exactly the requested size: a shorter message is
+ *    MAL_EMISMATCH, a longer one MAL_EMPI;
+ *  - bad peers, roots, negative tags and messages over INT_MAX bytes are
+ *    MAL_EINVAL;
+ *  - abort ends the whole job (MPI_Abort on the world);
+ *  - mal_comm_mpi_world() sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and
+ *    MPI_COMM_SELF (MPICH reports request errors there), so code that calls
+ *    MPI directly on the world must check return codes.
  */
 #ifndef MAL_COMM_H
 #define MAL_COMM_H
