@@ -18,3 +18,8 @@ EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json 
 check_PROGRAMS += tests/test_online
 dist_check_SCRIPTS += tests/test_online.sh
 TESTS += tests/test_online.sh
+
+# The adaptive restart loop, with and without Slurm.
+dist_check_SCRIPTS += tests/test_loop.sh tests/test_slurm.sh
+TESTS += tests/test_loop.sh tests/test_slurm.sh
+EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh

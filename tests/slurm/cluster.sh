@@ -53,12 +53,13 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
     # munge: reuse a running daemon, else start one and remember to stop it
-    if ! pgrep -x munged >/dev/null 2>&1; then
+    if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
         mkdir -p /run/munge && chown munge:munge /run/munge 2>/dev/null || true
         [ -f /etc/munge/munge.key ] || { echo "cluster.sh: /etc/munge/munge.key missing" >&2; exit 77; }
         runuser -u munge -- /usr/sbin/munged
-        sleep 0.5
-        pgrep -x munged >"$dir/munged.pid"
+        i=0
+        while [ ! -s /run/munge/munged.pid ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+        cp /run/munge/munged.pid "$dir/munged.pid"
     fi
     SLURM_CONF="$dir/slurm.conf"
     export SLURM_CONF
