@@ -1,1 +1,8 @@
-# bench/: see Makefile.am; this fragment is included by it.
+# bench/: the PyTorch peer of Malleus's model (bench/torch_model.py), the
+# single-process training benchmark (bench/bench_train.py, run by hand, not
+# part of `make check`) and the test that checks malleus-train against it.
+
+EXTRA_DIST += bench/README.md bench/torch_model.py bench/bench_train.py tests/torch_ref.py
+
+dist_check_SCRIPTS += tests/test_torch_ref.sh
+TESTS += tests/test_torch_ref.sh

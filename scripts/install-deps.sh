@@ -14,7 +14,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
       libopenblas-dev
       libjansson-dev
       slurm-wlm munge
-      python3 python3-numpy python3-h5py"
+      python3 python3-numpy python3-h5py python3-matplotlib"
 
 # PyTorch is only needed by the benchmarks (bench/); skip it with
 # MALLEUS_NO_TORCH=1 to save a minute on machines that only run tests.

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Draw tokens/s over steps from a malleus-train metrics file, with straggler
+onsets and re-plans marked.
+
+usage: plot-metrics.py METRICS.jsonl OUT.png [--inject R:F[:FROM[:TO]] ...]
+                       [--title TEXT] [--threshold 1.2]
+
+Re-plans are the steps whose metrics line says "replan": true (the monitor's
+advice, followed by a restart or an online migration).  Straggler onsets are
+the FROM steps of --inject specs if given, else the first step at which some
+rank's measured rate rose above --threshold after being below it."""
+import argparse
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("metrics")
+    ap.add_argument("out")
+    ap.add_argument("--inject", action="append", default=[], help="R:F[:FROM[:TO]] as given to malleus-train")
+    ap.add_argument("--title", default="Malleus training throughput")
+    ap.add_argument("--threshold", type=float, default=1.2)
+    a = ap.parse_args()
+
+    steps, tput, replans, onsets, rates = [], [], [], [], {}
+    try:
+        with open(a.metrics) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError as e:
+                    sys.exit("plot-metrics: %s line %d: not JSON (%s)" % (a.metrics, n, e))
+                if "step" not in d or "tokens_per_s" not in d:
+                    sys.exit("plot-metrics: %s line %d: missing step or tokens_per_s" % (a.metrics, n))
+                steps.append(d["step"])
+                tput.append(d["tokens_per_s"])
+                if d.get("replan"):
+                    replans.append(d["step"])
+                if "rates" in d:
+                    rates[d["step"]] = d["rates"]
+    except OSError as e:
+        sys.exit("plot-metrics: cannot read %s: %s" % (a.metrics, e))
+    if not steps:
+        sys.exit("plot-metrics: %s holds no steps" % a.metrics)
+
+    for spec in a.inject:
+        parts = spec.split(":")
+        try:
+            rank, factor = int(parts[0]), float(parts[1])
+            start = int(parts[2]) + 1 if len(parts) > 2 else 1
+            stop = int(parts[3]) + 1 if len(parts) > 3 else None
+        except (ValueError, IndexError):
+            sys.exit("plot-metrics: --inject expects R:F[:FROM[:TO]], got %r" % spec)
+        onsets.append((start, "rank %d x%g" % (rank, factor)))
+        if stop:
+            onsets.append((stop, "rank %d recovers" % rank))
+    if not a.inject and rates:
+        prev = None
+        for s in sorted(rates):
+            hot = {r for r, x in enumerate(rates[s]) if x is not None and x >= a.threshold}
+            if prev is not None:
+                for r in hot - prev:
+                    onsets.append((s, "rank %d slow" % r))
+            prev = hot
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.plot(steps, tput, lw=1.4, color="#1f77b4", label="tokens/s")
+    top = max(tput) * 1.15
+    for s, label in onsets:
+        ax.axvline(s, color="#d62728", ls="--", lw=1)
+        ax.text(s, top * 0.97, " " + label, color="#d62728", fontsize=8, va="top")
+    for i, s in enumerate(replans):
+        ax.axvline(s, color="#2ca02c", lw=1, label="re-plan" if i == 0 else None)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("step")
+    ax.set_ylabel("tokens / s")
+    ax.set_title(a.title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    print("plot-metrics: wrote %s (%d steps, %d re-plans)" % (a.out, len(steps), len(replans)))
+
+
+if __name__ == "__main__":
+    main()
