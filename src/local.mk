@@ -7,7 +7,7 @@ libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h \
 	src/optim.h src/optim.c \
 	src/train.h src/train.c src/train_internal.h \
 	src/pipeline.c src/gradsync.c src/layout.h src/layout.c src/monitor.c \
-	src/migrate.c
+	src/migrate.c src/profile_measure.c
 
 bin_PROGRAMS += malleus-train
 malleus_train_SOURCES = src/train_main.c

@@ -145,4 +145,9 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
  * anything (evaluation; one-rank runs only). */
 int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss);
 
+/* Local.  Measure a planner profile of `cfg` on this machine (one layer's
+ * forward + backward per TP size up to nominal_tp, memory from the runtime's
+ * own layout) and write it as JSON to f (replan/README.md). */
+int mal_profile_measure(const mal_model_config *cfg, int micro_batch, int nominal_tp, FILE *f);
+
 #endif /* MAL_TRAIN_H */

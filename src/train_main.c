@@ -68,10 +68,15 @@ static void usage(FILE *f)
             "  --probe-size N         size of the monitor's probe matmul (default: 128)\n"
             "  --ranks-per-node N     node size for the online planner (default: all ranks)\n"
             "  --device-memory-mb X   device memory for the online planner (default: 16384)\n"
-            "  --profile P            planner profile: preset or JSON file (default: --model)\n"
+            "  --planner-profile P    planner profile: preset or JSON file (default: --model)\n"
             "  --inject R:F[:FROM[:TO]]  TEST FEATURE: stretch rank R's compute by factor F\n"
             "                         from step FROM to step TO (0-based, TO exclusive) with\n"
             "                         sleeps; repeatable\n"
+            "\n"
+            "Profiling:\n"
+            "  --profile FILE         measure a planner profile of --model on this machine\n"
+            "                         (layer time per TP size up to --tp, memory) into FILE\n"
+            "                         and exit; use it with malleus-replan --profile\n"
             "\n"
             "Snapshots and output:\n"
             "  --snapshot-dir DIR     where snapshots go (a final one is written at the end)\n"
@@ -136,7 +141,7 @@ enum {
     O_DECAY, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_THREADS, O_SNAPDIR, O_SNAPEVERY, O_KEEP,
     O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION, O_PLAN, O_DP, O_TP, O_PP,
     O_ADAPT, O_CHECK, O_WINDOW, O_GAP, O_THRESH, O_FLOOR, O_BASE, O_PROBE, O_RPN, O_MEM,
-    O_PROFILE, O_INJECT
+    O_PROFILE, O_INJECT, O_MEASURE
 };
 
 static const struct option longopts[] = {
@@ -180,7 +185,8 @@ static const struct option longopts[] = {
     {"probe-size", required_argument, 0, O_PROBE},
     {"ranks-per-node", required_argument, 0, O_RPN},
     {"device-memory-mb", required_argument, 0, O_MEM},
-    {"profile", required_argument, 0, O_PROFILE},
+    {"planner-profile", required_argument, 0, O_PROFILE},
+    {"profile", required_argument, 0, O_MEASURE},
     {"inject", required_argument, 0, O_INJECT},
     {0, 0, 0, 0},
 };
@@ -215,7 +221,7 @@ bad:
 }
 
 static mal_inject injects[MAX_INJECT];
-static const char *baseline_rates_path;
+static const char *baseline_rates_path, *measure_path;
 
 static int parse_args(int argc, char **argv, mal_train_options *o, const char **model, int *quiet,
                       const char **plan, int *micro_given)
@@ -281,6 +287,7 @@ static int parse_args(int argc, char **argv, mal_train_options *o, const char **
         case O_MEM: if (parse_float("--device-memory-mb", optarg, 1, 1e9, &x)) return 2; o->device_memory_mb = x; break;
         case O_PROFILE: o->profile = optarg; break;
         case O_BASE: baseline_rates_path = optarg; break;
+        case O_MEASURE: measure_path = optarg; break;
         case O_INJECT:
             if (o->n_inject == MAX_INJECT) return bad("at most %s --inject flags%s", "64", "");
             if (parse_inject(optarg, &injects[o->n_inject])) return 2;
@@ -309,6 +316,27 @@ int main(int argc, char **argv)
     int quiet = 0, status = 1, micro_given = 0;
     int rc = parse_args(argc, argv, &o, &model, &quiet, &plan_path, &micro_given);
     if (rc >= 0) return rc;
+    if (measure_path) {
+        if ((rc = mal_config_load(&o.model, model))) {
+            fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+            return 2;
+        }
+        if (o.threads > 0) mal_kernels_cpu_set_threads(o.threads);
+        FILE *f = fopen(measure_path, "w");
+        if (!f) {
+            fprintf(stderr, "malleus-train: cannot write %s: %s\n", measure_path, strerror(errno));
+            return 1;
+        }
+        rc = mal_profile_measure(&o.model, o.micro_batch, o.tp ? o.tp : 1, f);
+        if (fclose(f) != 0 && !rc) rc = MAL_ERR(MAL_EIO, "writing %s failed", measure_path);
+        if (rc) {
+            fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+            remove(measure_path);
+            return 1;
+        }
+        printf("malleus-train: profile of %s written to %s\n", o.model.name, measure_path);
+        return 0;
+    }
 
     MPI_Init(&argc, &argv);
     mal_comm *world = NULL;
