@@ -6,3 +6,6 @@ EXTRA_DIST += bench/README.md bench/torch_model.py bench/bench_train.py tests/to
 
 dist_check_SCRIPTS += tests/test_torch_ref.sh
 TESTS += tests/test_torch_ref.sh
+
+# Runtime and adaptation benchmarks (run by hand).
+EXTRA_DIST += bench/parallel/run.py bench/adapt/run.py
