@@ -112,7 +112,7 @@ while :; do
             log "malleus-replan failed; continuing on the current plan"
             continue
         fi
-        if ! "$RESHARD" --plan "$RUN_DIR/plan.$next.json" "$snap" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1; then
+        if ! "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1; then
             log "malleus-reshard failed; continuing on the current plan"
             rm -rf "$RUN_DIR/snap.$next" "$RUN_DIR/plan.$next.json"
             continue
