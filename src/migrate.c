@@ -275,25 +275,20 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
     return rc;
 }
 
-int mal_trainer_replan_online(struct mal_trainer *tr)
+/* Move the running job onto `next` (validated by the caller; same on every
+ * rank).  Collective. */
+int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
 {
     mal_plan next, old_plan;
-    int changed = 0, rc;
     double t0 = mal_now();
-    if (!tr->world) return 0; /* one rank: nothing to re-plan */
-    mal_plan_init(&next);
-    if ((rc = agree_on_plan(tr, &next, &changed)) || !changed) {
-        double *means = NULL;
-        if (!rc && tr->world_rank == 0 && (means = malloc(sizeof *means * (size_t)tr->world_size))) {
-            /* same layout: the measured rates become the new baseline */
-            mal_policy_means(tr->policy, means);
-            rc = mal_monitor_set_plan(tr, means);
-        }
-        free(means);
+    int rc;
+    if (!tr->world) return MAL_ERR(MAL_EINVAL, "a plan change needs MPI");
+    if ((rc = mal_plan_copy(&next, next_in))) return rc;
+    if ((rc = mal_plan_validate(&next, tr->world_size, tr->o.model.n_layers, tr->o.model.n_heads,
+                                tr->o.model.ffn_hidden, tr->o.global_batch))) {
         mal_plan_fini(&next);
         return rc;
     }
-
     /* Take the old part out of service, build the new one, move the state. */
     mal_model *old = tr->model;
     mal_trainer_unwire_part(tr);
@@ -319,25 +314,35 @@ int mal_trainer_replan_online(struct mal_trainer *tr)
     tr->migrations++;
     tr->migrated_bytes = ms.bytes_moved;
     tr->kept_bytes = ms.bytes_kept;
-    if (tr->world_rank == 0) {
-        double *means = malloc(sizeof *means * (size_t)tr->world_size);
-        if (!means) {
-            rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
-            goto out;
-        }
-        mal_policy_means(tr->policy, means);
-        rc = mal_monitor_set_plan(tr, means);
-        free(means);
+    if (tr->world_rank == 0)
         mal_log(MAL_LOG_INFO,
                 "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, "
                 "%.3f s",
                 tr->migrations, (long long)tr->step, ms.bytes_moved / 1048576.0,
                 ms.bytes_kept / 1048576.0, mal_now() - t0);
-    }
 out:
     free(node_of);
     free(all);
     mal_model_destroy(old);
     mal_plan_fini(&old_plan);
+    return rc;
+}
+
+int mal_trainer_replan_online(struct mal_trainer *tr)
+{
+    mal_plan next;
+    int changed = 0, rc;
+    if (!tr->world) return 0; /* one rank: nothing to re-plan */
+    mal_plan_init(&next);
+    if (!(rc = agree_on_plan(tr, &next, &changed)) && changed) rc = mal_trainer_change_plan(tr, &next);
+    mal_plan_fini(&next);
+    /* The rates the (new or kept) plan stands for become the baseline. */
+    if (!rc && tr->world_rank == 0) {
+        double *means = malloc(sizeof *means * (size_t)tr->world_size);
+        if (!means) return MAL_ERR(MAL_ENOMEM, "re-plan: out of memory");
+        mal_policy_means(tr->policy, means);
+        rc = mal_monitor_set_plan(tr, means);
+        free(means);
+    }
     return rc;
 }

@@ -162,10 +162,6 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (o->resume && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
     int world_size = o->world ? o->world->size : 1;
-    if (world_size > 1 && (o->snapshot_dir || o->resume))
-        return MAL_ERR(MAL_ENOTSUP,
-                       "snapshots of multi-rank runs are not implemented yet (sharded snapshots "
-                       "are a later milestone); run without --snapshot-dir/--resume");
 
     mal_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
@@ -410,9 +406,9 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         double idle = t->step_s - t->compute_s - t->tp_s - t->pp_s - t->dp_s;
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
-                "\"dp_ms\": %.3f, \"idle_ms\": %.3f}",
+                "\"dp_ms\": %.3f, \"idle_ms\": %.3f, \"probe_ms\": %.3f}",
                 r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
-                1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0));
+                1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0), 1e3 * t->probe_s);
     }
     fprintf(f, "]");
     if (st->rates) {

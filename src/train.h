@@ -127,6 +127,10 @@ const mal_plan *mal_trainer_plan(const mal_trainer *tr);
  * monitor advises it).  No change when the planner keeps the layout. */
 int mal_trainer_replan_online(mal_trainer *tr);
 
+/* Collective.  Move the running job onto plan `next` (same on every rank):
+ * state migrates rank to rank, training continues at the next step. */
+int mal_trainer_change_plan(mal_trainer *tr, const mal_plan *next);
+
 /* Online plan changes so far, and the bytes of state the last one moved
  * between ranks and left in place (whole job). */
 int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept);

@@ -4,6 +4,7 @@
 # message naming the problem, a nonzero exit, and overwrites nothing.
 set -u
 TRAIN="${top_builddir:-.}/malleus-train"
+: "${top_srcdir:=$(dirname "$0")/..}"
 W=$(mktemp -d /tmp/malleus-test-cli-XXXXXX)
 trap 'rm -rf "$W"' EXIT
 fails=0
@@ -56,6 +57,18 @@ expect nz "$W/bad.bin" -- --data "$W/bad.bin" --data-format llmc --steps 1
 expect 2 "not a multiple of --micro-batch" -- --global-batch 6 --micro-batch 4
 expect 2 "vocabulary of 100" -- --model "$W/v100.json" --steps 1
 expect 2 "--resume needs --snapshot-dir" -- --resume
+expect 2 "--inject expects RANK:FACTOR" -- --inject 3
+expect 2 "--inject expects RANK:FACTOR" -- --inject 3:0.5
+expect 2 "--inject expects RANK:FACTOR" -- --inject 3:2:10:5
+expect 2 "--inject names rank 5 but the job has 1 ranks" -- --inject 5:2 --steps 1
+expect 2 "--adapt must be off, restart or online" -- --adapt sometimes
+expect 2 "--gap expects a number" -- --gap -1
+expect 2 "either --plan or --dp" -- --plan "$top_srcdir/tests/plans/dp8.json" --dp 2
+expect 2 "ranks" -- --plan "$top_srcdir/tests/plans/dp8.json" --steps 1
+expect 2 "disagrees with the plan" -- --plan "$top_srcdir/tests/plans/dp8.json" --micro-batch 4
+expect 2 "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 1" -- --dp 2 --steps 1
+printf '{"format": "malleus-plan/1", "micro_batch_size": 2, "pipelines": [{"micro_batches": 8, "stages": [{"ranks": [0], "layers": [0, 3]}]}], "suspended": []}' >"$W/short.json"
+expect 2 "layers" -- --plan "$W/short.json" --steps 1
 mkdir -p "$W/empty"
 expect nz "$W/empty" -- --resume --snapshot-dir "$W/empty" --steps 5
 
