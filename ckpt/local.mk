@@ -1,10 +1,38 @@
-# ckpt/: snapshots (and later resharding); included by Makefile.am.
+# ckpt/: sharded snapshots, the trainer's save/restore, offline resharding
+# (malleus-reshard) and their tests and benchmark; included by Makefile.am.
 
-libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snapshot.c ckpt/train_ckpt.c
+libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snapshot.c ckpt/train_ckpt.c \
+	ckpt/reshard.h ckpt/reshard.c
 EXTRA_DIST += ckpt/README.md
 
+bin_PROGRAMS += malleus-reshard
+malleus_reshard_SOURCES = ckpt/reshard_main.c
+
+# One process: CRC-32C, blocks and tiling, commit protocol, corruption,
+# fault injection.
 check_PROGRAMS += tests/test_snapshot
 TESTS += tests/test_snapshot
 # h5py and h5dump read a snapshot written by `tests/test_snapshot --write-demo`
 dist_check_SCRIPTS += tests/test_snapshot_h5py.sh
 TESTS += tests/test_snapshot_h5py.sh
+
+# Multi-rank (tests/mpirun.sh, 8 ranks): the reshard matrix over plan pairs,
+# exact resume, corruption; crash consistency of the collective writer;
+# h5py reads what the trainer holds; the malleus-reshard command line.
+check_PROGRAMS += tests/test_reshard
+dist_check_SCRIPTS += tests/test_reshard_a.sh tests/test_reshard_b.sh
+TESTS += tests/test_reshard_a.sh tests/test_reshard_b.sh
+EXTRA_DIST += tests/plans/tp4dp2.json tests/plans/six.json tests/plans/four.json \
+	tests/plans/one.json tests/plans/wrong_layers.json tests/plans/wrong_heads.json
+dist_check_SCRIPTS += tests/test_snapshot_crash.sh
+TESTS += tests/test_snapshot_crash.sh
+dist_check_SCRIPTS += tests/test_reshard_h5py.sh
+TESTS += tests/test_reshard_h5py.sh
+dist_check_SCRIPTS += tests/test_reshard_cli.sh
+TESTS += tests/test_reshard_cli.sh
+
+# Benchmark: built with the tests so that it keeps compiling, run by hand
+# (bench/snapshot/run.sh), never by make check.
+check_PROGRAMS += bench/snapshot/bench_snapshot
+bench_snapshot_bench_snapshot_SOURCES = bench/snapshot/bench_snapshot.c
+EXTRA_DIST += bench/snapshot/run.sh bench/snapshot/README.md bench/snapshot/model.json

@@ -1,13 +1,17 @@
 /* Training-state snapshots: the complete model and optimizer state plus the
  * progress counters needed to resume exactly, stored as HDF5 in one
- * directory per step and committed atomically (see ckpt/README.md and the
- * comment at the top of ckpt/snapshot.c for the on-disk layout).
+ * directory per step, written by many processes at once and committed
+ * atomically (ckpt/README.md and the comment at the top of ckpt/snapshot.c
+ * describe the on-disk layout, format version 2).
  *
- * The API is shard-shaped: every tensor is described by its global shape and
- * the block (offset, extent) that the caller holds.  v0 writes from one
- * process and only whole tensors (offset 0, extent == shape); the sharded MPI
- * writer, where every rank writes its own block and HDF5 virtual datasets
- * present the full tensors, keeps these structures.
+ * A snapshot holds named float32 tensors ("param/layers.0.wq",
+ * "adam_m/lm_head", ...).  Writers store *blocks*: hyper-rectangles (offset,
+ * extent) of a tensor's global shape; every process writes the blocks it owns
+ * into its own shard file(s), and the blocks of each tensor must tile it
+ * exactly (every element stored once).  Readers ask for any block of any
+ * tensor and get it assembled from the stored blocks it touches, each
+ * verified against its CRC-32C; stock HDF5 tools read whole tensors through
+ * the virtual datasets of the index file.
  */
 #ifndef MAL_SNAPSHOT_H
 #define MAL_SNAPSHOT_H
@@ -15,22 +19,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
+
 #define MAL_SNAP_MAXDIM 4
 #define MAL_SNAP_FORMAT "malleus-snapshot"
-#define MAL_SNAP_FORMAT_VERSION 1
+#define MAL_SNAP_FORMAT_VERSION 2
 
 /* A temporary directory of a writer on another host cannot be checked for a
  * live process; it counts as stale once it is this old. */
 #define MAL_SNAP_FOREIGN_STALE_S (6 * 3600)
 
-/* One tensor (or, later, one shard of it).  All memory belongs to the caller. */
+/* Readers stream stored blocks through a buffer of this many bytes, so a
+ * read needs this much memory besides the caller's buffer, whatever the
+ * size of the stored blocks. */
+#define MAL_SNAP_READ_CHUNK_BYTES ((size_t)8 << 20)
+
+/* One block of a tensor.  All memory belongs to the caller. */
 typedef struct {
-    const char *name; /* HDF5 path in the file, e.g. "param/layers.0.wq", "adam_m/lm_head";
-                         '/'-separated, no empty, "." or ".." components */
+    const char *name; /* tensor name, an HDF5 path: "param/layers.0.wq"; '/'-separated, no
+                         empty, "." or ".." components; the first component may not be
+                         "_malleus" (reserved) */
     int ndim;         /* 1 .. MAL_SNAP_MAXDIM */
-    int64_t shape[MAL_SNAP_MAXDIM];  /* global shape, every dimension >= 1 */
-    int64_t offset[MAL_SNAP_MAXDIM]; /* this shard's block in the global tensor (v0: zeros) */
-    int64_t extent[MAL_SNAP_MAXDIM]; /* block size (v0: == shape) */
+    int64_t shape[MAL_SNAP_MAXDIM];  /* global shape of the tensor, every dimension >= 1 */
+    int64_t offset[MAL_SNAP_MAXDIM]; /* the block's corner in the global tensor */
+    int64_t extent[MAL_SNAP_MAXDIM]; /* the block's size, every dimension >= 1 */
     float *data;                     /* host buffer, prod(extent) floats, row-major */
 } mal_snap_tensor;
 
@@ -43,28 +55,76 @@ typedef struct {
     uint64_t rng_counter; /* RNG state beyond the seed (0 if unused) */
     char *config_json;    /* model config as JSON text (NULL: not stored) */
     char *train_json;     /* training hyper-parameters as JSON text (NULL: not stored) */
-    char *plan_json;      /* plan the snapshot was written under (NULL in v0 runs without one) */
+    char *plan_json;      /* plan the snapshot was written under (NULL: not stored) */
 } mal_snap_meta;
 
-/* Local (one process in v0).  Write a snapshot of the `n` tensors `t` and
- * `meta` as dir/step_%08lld, atomically: everything goes into a temporary
- * directory dir/.tmp-step_%08lld.<pid>@<host>, whose files and the directory
- * itself are fsync'ed; it is renamed to the final name, then the completion
- * marker COMPLETE is written (temp + fsync + rename) LAST, then the pointer
- * file dir/latest is moved (temp + fsync + rename + fsync of dir).  Then
- * retention keeps the snapshot just written plus the newest (highest step)
- * complete snapshots up to `keep_last` in all (0 = keep all), and removes
- * stale temporary directories of dead writers and uncommitted step
- * directories older than this step.  A retention failure is only logged.
+/* ------------------------------------------------------------------ writing */
+
+/* A snapshot being written; library-owned, freed by mal_snap_writer_finish. */
+typedef struct mal_snap_writer mal_snap_writer;
+
+/* Collective over `comm` (NULL: this process alone, no MPI needed).  Start
+ * writing the snapshot of step meta->step into dir/step_%08lld: rank 0
+ * checks the arguments, creates `dir` (and parents) if needed, refuses
+ * (MAL_EINVAL) when a committed snapshot of that step exists there, removes
+ * an uncommitted one, creates the temporary directory
+ * dir/.tmp-step_%08lld.<pid>@<host> and broadcasts its name.  Every process
+ * passes the same dir and meta (rank 0's strings are stored).  On failure
+ * every process gets the same error code and nothing was created; on
+ * success *out belongs to the library until mal_snap_writer_finish. */
+int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir,
+                          const mal_snap_meta *meta);
+
+/* Local.  Declare shard file `shard` (shard_%05d.h5; the id must be unique
+ * over all processes of this snapshot, e.g. the rank whose blocks it holds)
+ * and the `n` blocks it will hold (their data pointers are ignored; the
+ * caller's strings and arrays are copied).  Creates the file's HDF5
+ * skeleton with the space of every block allocated.  Returns a handle >= 0
+ * for mal_snap_writer_put, or a negative MAL_E* code. */
+int mal_snap_writer_add_shard(mal_snap_writer *w, int shard, const mal_snap_tensor *blocks, int n);
+
+/* Local.  Append `n` floats (row-major order of the block) to block `block`
+ * (index into the declaration) of shard handle `h`.  A block's data may
+ * come in any number of pieces, in order; blocks may be written in any
+ * order and interleaved.  The CRC-32C is computed on the way.  Reads the
+ * caller's buffer only. */
+int mal_snap_writer_put(mal_snap_writer *w, int h, int block, const float *data, size_t n);
+
+/* Collective over the writer's comm; every process must call it exactly
+ * once after a successful begin, whatever happened since: `local_rc` is
+ * the caller's own failure (0 if none), which fails the snapshot on every
+ * process.  Checks that every declared block is complete, fsyncs the shard
+ * files, gathers the block descriptors at rank 0, which checks that the
+ * blocks of every tensor tile it exactly, writes index.h5 (meta, block
+ * table, one HDF5 virtual dataset per tensor), fsyncs it and the
+ * directory, renames the temporary directory to step_%08lld, writes the
+ * COMPLETE marker (temporary file, fsync, rename) and only then moves
+ * dir/latest; then retention keeps the snapshot just written plus the
+ * newest complete ones up to `keep_last` in all (0 = all) and removes
+ * debris of dead writers (a retention failure is only logged).
  *
- * Creates `dir` (and its parents) if needed.  On failure nothing trusted
- * changes: `latest` and every committed snapshot stay as they were.  Refuses
- * (MAL_EINVAL) to overwrite a committed snapshot of the same step; an
- * uncommitted one is replaced.  `out_path` (may be NULL) receives the final
- * step directory path (`out_len` bytes, MAL_EINVAL if too small).  Reads the
- * caller's buffers only. */
+ * Returns the same code on every process: 0, or the first failing rank's
+ * code with its message (prefixed "rank N:" elsewhere).  On failure nothing
+ * trusted changed: `latest` and every committed snapshot stay as they were.
+ * `out_path` (may be NULL; `out_len` bytes) receives the final step
+ * directory.  Frees `w`. */
+int mal_snap_writer_finish(mal_snap_writer *w, int local_rc, int keep_last, char *out_path,
+                           size_t out_len);
+
+/* Collective over `comm` (NULL: local).  Write the blocks `t` (n of them;
+ * this process's share, whole or partial tensors) as one shard file named
+ * after the caller's rank, then commit as mal_snap_writer_finish does.
+ * With comm NULL this is the one-process snapshot. */
+int mal_snapshot_write_sharded(mal_comm *comm, const char *dir, const mal_snap_meta *meta,
+                               const mal_snap_tensor *t, int n, int keep_last, char *out_path,
+                               size_t out_len);
+
+/* Local.  mal_snapshot_write_sharded(NULL, ...): one process writes every
+ * block (whole tensors, or blocks that tile them). */
 int mal_snapshot_write(const char *dir, const mal_snap_meta *meta, const mal_snap_tensor *t, int n,
                        int keep_last, char *out_path, size_t out_len);
+
+/* ------------------------------------------------------------------ finding */
 
 /* Local.  Resolve the newest committed snapshot through dir/latest into
  * `path` (`len` bytes, caller-owned).  MAL_ENOENT if `dir` does not exist or
@@ -72,14 +132,22 @@ int mal_snapshot_write(const char *dir, const mal_snap_meta *meta, const mal_sna
  * missing or lacks its COMPLETE marker; MAL_EFORMAT if `latest` is garbled. */
 int mal_snapshot_find_latest(const char *dir, char *path, size_t len);
 
+/* Local.  `path` is either a step directory or a snapshot directory with a
+ * `latest` pointer; write the step directory to `out` (`len` bytes).  A
+ * step directory without COMPLETE is refused (MAL_ECORRUPT). */
+int mal_snapshot_resolve(const char *path, char *out, size_t len);
+
+/* ------------------------------------------------------------------ reading */
+
 /* An open snapshot for reading; library-owned, freed by mal_snapshot_close(). */
 typedef struct mal_snapshot mal_snapshot;
 
 /* Local.  Open the step directory `step_dir`: checks the COMPLETE marker
- * (MAL_ECORRUPT if missing), the format and its version (MAL_EFORMAT),
- * that the tensors in the file are exactly those the marker committed
- * (MAL_ECORRUPT), and reads meta.  Tensor data is read and verified by
- * mal_snapshot_read().  On success *out is owned by the caller until
+ * (MAL_ECORRUPT if missing), the format and version (MAL_EFORMAT), the
+ * index file against the marker's checksum and every shard file against
+ * the size the index recorded (MAL_ECORRUPT, naming the file), and reads
+ * meta and the block table.  Tensor data is read and verified by
+ * mal_snapshot_read_block().  On success *out is owned by the caller until
  * mal_snapshot_close(). */
 int mal_snapshot_open(mal_snapshot **out, const char *step_dir);
 
@@ -90,24 +158,56 @@ const mal_snap_meta *mal_snapshot_meta(const mal_snapshot *s);
 int mal_snapshot_n_tensors(const mal_snapshot *s);
 
 /* Local.  Describe tensor i (0 <= i < n_tensors, in byte-wise name order)
- * into *info: name (owned by `s`), ndim, shape, offset, extent; data = NULL.
- * MAL_EINVAL if i is out of range. */
+ * into *info: name (owned by `s`), ndim, shape; offset 0 and extent ==
+ * shape (the whole tensor); data = NULL.  MAL_EINVAL if i is out of range. */
 int mal_snapshot_tensor_info(const mal_snapshot *s, int i, mal_snap_tensor *info);
 
-/* Local.  Read tensor `name` into `data` (caller-owned, room for `n` floats,
- * n >= prod(shape)).  The stored global shape must equal ndim/shape
- * (MAL_EMISMATCH otherwise; MAL_ENOENT if there is no such tensor).  Verifies
- * the stored CRC-32C; on mismatch returns MAL_ECORRUPT with a message naming
- * the file and the tensor (the contents of `data` are then unspecified). */
+/* Local.  Number of stored blocks of tensor i (0 if out of range), and the
+ * description of its k-th stored block (name owned by `s`, offset and
+ * extent of the block, data NULL) with the name of its shard file
+ * relative to the step directory (*file owned by `s`; may be NULL). */
+int mal_snapshot_n_blocks(const mal_snapshot *s, int i);
+int mal_snapshot_block_info(const mal_snapshot *s, int i, int k, mal_snap_tensor *info,
+                            const char **file);
+
+/* Local.  Read the block `want` describes (name, ndim, global shape,
+ * offset, extent) into want->data (prod(extent) floats, caller-owned).
+ * Every stored block the request touches is read whole, in chunks of
+ * MAL_SNAP_READ_CHUNK_BYTES, and its CRC-32C verified; a mismatch returns
+ * MAL_ECORRUPT naming the shard file and the tensor (want->data is then
+ * unspecified).  MAL_ENOENT: no such tensor; MAL_EMISMATCH: the stored
+ * global shape differs from want's; MAL_EINVAL: the block does not fit. */
+int mal_snapshot_read_block(mal_snapshot *s, const mal_snap_tensor *want);
+
+/* Local.  Read the whole tensor `name` into `data` (room for `n` floats,
+ * n >= prod(shape)); shape must equal the stored one (see read_block). */
 int mal_snapshot_read(mal_snapshot *s, const char *name, int ndim, const int64_t *shape,
                       float *data, size_t n);
 
-/* Local.  Close the file and free everything `s` owns; NULL is a no-op. */
+/* Local.  Bytes of tensor data read from shard files so far. */
+uint64_t mal_snapshot_bytes_read(const mal_snapshot *s);
+
+/* Local.  Close the files and free everything `s` owns; NULL is a no-op. */
 void mal_snapshot_close(mal_snapshot *s);
 
+/* ------------------------------------------------------------------ helpers */
+
+/* Collective over `comm` (NULL: returns rc).  Agree on failure: if any
+ * process passes rc != 0, every process returns the code of the lowest
+ * failing rank, and the others record its message prefixed "rank N: ", so
+ * whoever prints (rank 0) names the real problem.  Uses sleeping waits. */
+int mal_snapshot_agree(mal_comm *comm, int rc);
+
 /* Fault injection for tests (not thread-safe): when set to N > 0, the Nth
- * of the writer's own I/O steps from now (create, write, fsync, rename)
- * fails with EIO, once.  0 = off. */
+ * of this process's own writer I/O steps from now (mkdir, create, write,
+ * fsync, rename) fails with EIO, once.  0 = off.
+ *
+ * Crash injection for tests: the environment variable
+ * MALLEUS_TEST_SNAPSHOT_KILL=RANK:STEP:POINT makes the process of that rank
+ * kill itself with SIGKILL while writing the snapshot of that step, at
+ * POINT: "data" (in mal_snap_writer_put, after the first block it
+ * completes), "index" (rank 0, index written, before the rename), "rename"
+ * (rank 0, after the rename, before COMPLETE). */
 extern int mal_snapshot_fault_nth_io;
 
 #endif /* MAL_SNAPSHOT_H */

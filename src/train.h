@@ -106,7 +106,8 @@ void mal_trainer_destroy(mal_trainer *tr);
  * the loss and gradient norm in *st are global (same on every rank). */
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st);
 
-/* Local.  Write a snapshot of the full state now (needs snapshot_dir). */
+/* Collective over the world.  Write a snapshot of the full state now
+ * (needs snapshot_dir): every rank writes the blocks it owns. */
 int mal_trainer_save(mal_trainer *tr);
 
 /* Local.  Print the start-up table to `f`. */

@@ -4,7 +4,7 @@ one-process reference run.
 
 usage: check_loop.py RUN_DIR REFERENCE_METRICS STEPS STRAGGLER_RANK
 
-Asserts: at least one re-plan happened; the first new plan suspends the
+Asserts: at least one re-plan happened; some new plan suspends the
 straggler or gives it less work than the uniform plan did; training reached
 STEPS; every step's loss equals the reference within 1e-4 relative.
 Prints one verdict line; exit 0 pass, 1 fail."""
@@ -40,17 +40,20 @@ def main():
     n_replans = events.count("re-plan requested")
     if n_replans < 1:
         problems.append("no re-plan happened")
+    # Some plan made after a re-plan must relieve the straggler (an earlier
+    # re-plan may answer timing noise before the straggler appears).
     p0 = json.load(open(os.path.join(run, "plan.0.json")))
-    p1_path = os.path.join(run, "plan.1.json")
-    if os.path.exists(p1_path):
-        p1 = json.load(open(p1_path))
-        w0, w1 = work(p0, rank), work(p1, rank)
-        suspended = rank in p1.get("suspended", [])
-        print("straggler rank %d: work %.1f -> %.1f%s" % (rank, w0, w1, " (suspended)" if suspended else ""))
-        if not (suspended or w1 < w0):
-            problems.append("the new plan does not relieve rank %d" % rank)
-    else:
+    w0, relieved, g = work(p0, rank), False, 1
+    while os.path.exists(os.path.join(run, "plan.%d.json" % g)):
+        pg = json.load(open(os.path.join(run, "plan.%d.json" % g)))
+        wg, suspended = work(pg, rank), rank in pg.get("suspended", [])
+        print("plan.%d.json: straggler rank %d work %.1f -> %.1f%s" % (g, rank, w0, wg, " (suspended)" if suspended else ""))
+        relieved |= suspended or wg < w0
+        g += 1
+    if g == 1:
         problems.append("no new plan written")
+    elif not relieved:
+        problems.append("no new plan relieves rank %d" % rank)
     got, ref = load(os.path.join(run, "metrics.jsonl")), load(ref_path)
     if max(got, default=0) != steps:
         problems.append("reached step %s, not %d" % (max(got, default=None), steps))

@@ -1,0 +1,87 @@
+/* Offline resharding: rewrite a snapshot for another plan (any world size,
+ * TP sizes, stage counts, layer splits, micro-batches, suspended ranks).
+ * malleus-reshard (ckpt/reshard_main.c) is a thin shell over this.
+ *
+ * The new snapshot stores, for every rank of the new plan, the blocks that
+ * rank would write itself (mal_reshard_rank_blocks) in shard_<rank>.h5, so
+ * a run resumed on the new plan reads locally.  The work is split by
+ * destination shard files among the processes of `comm`; each process
+ * streams tensor by tensor: the bounding box of its destination blocks of
+ * a tensor is read from the source once when it fits the buffer (else each
+ * block, in slabs), every stored block touched verified against its
+ * CRC-32C, and appended block by block to its shard files.  Memory per
+ * process: a buffer of mem_bytes, the reader's chunk
+ * (MAL_SNAP_READ_CHUNK_BYTES) and the block tables of both snapshots,
+ * never a whole model.  The source is only read.
+ */
+#ifndef MAL_RESHARD_H
+#define MAL_RESHARD_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm.h"
+#include "config.h"
+#include "layout.h"
+#include "model.h"
+#include "plan.h"
+
+#define MAL_RESHARD_MEM_DEFAULT ((size_t)256 << 20)
+
+/* Local.  The blocks `rank` writes into a snapshot of a run under `plan`,
+ * with the tensor table of its part (both caller-freed; empty for a
+ * suspended rank; blocks are along each tensor's axis, as in layout.h).
+ *
+ * Every element is written exactly once.  Each piece of the finest common
+ * partition of a tensor's holdings is held by one or more pipelines
+ * (replicas); instead of letting its owner (the first holder) write all of
+ * it, the piece is cut along the axis into up to one part per replica, the
+ * i-th written by the i-th replica's first holder, so that data-parallel
+ * replicas share the writing.  Parts are at least
+ * mal_reshard_min_block_bytes (small tensors stay whole).  A pure function
+ * of plan and config: the trainer's snapshots and malleus-reshard's output
+ * agree, so a run resumed on the plan a snapshot was written for reads
+ * only its own blocks where it holds them. */
+int mal_reshard_rank_blocks(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                            mal_tensor_info **tensors, int *n_tensors, mal_owned_block **blocks,
+                            int *n_blocks);
+
+/* The smallest part a piece is cut into for sharing the writing (bytes;
+ * default 1 MiB).  A tuning knob and a test hook: it changes how the
+ * state is split into blocks, never what is stored. */
+extern size_t mal_reshard_min_block_bytes;
+
+typedef struct {
+    const char *src;      /* snapshot directory (uses its `latest`) or a step directory */
+    const char *dst_dir;  /* destination snapshot directory (created if needed) */
+    const mal_plan *plan; /* the new plan, validated here against the snapshot's model */
+    size_t mem_bytes;     /* data buffer per process; 0: MAL_RESHARD_MEM_DEFAULT */
+    FILE *progress;       /* rank 0 redraws a progress line here (NULL: none) */
+    int keep_last;        /* retention in dst_dir (0: keep all) */
+} mal_reshard_options;
+
+typedef struct {
+    int64_t step;           /* the snapshot's step (unchanged) */
+    int n_tensors;          /* tensors rewritten (model and optimizer state) */
+    int n_shards;           /* shard files written */
+    int n_procs;            /* processes that shared the work */
+    uint64_t bytes_read;    /* tensor data read from the source, all processes */
+    uint64_t bytes_written; /* tensor data written, all processes */
+    double seconds;         /* wall time */
+    char out_path[4096];    /* the new step directory */
+} mal_reshard_stats;
+
+/* Collective over `comm` (NULL: this process does everything).  Rewrite
+ * o->src for o->plan into o->dst_dir as described above.  Refuses, with a
+ * message that says what to do and before writing anything: a source that
+ * is missing or not committed (MAL_ENOENT / MAL_ECORRUPT), a plan that does
+ * not fit the snapshot's model or global batch (MAL_EINVAL: mal_plan_validate
+ * against the stored config), a snapshot whose tensors are not those of its
+ * model (MAL_EMISMATCH), a destination that is the source's own directory
+ * (MAL_EINVAL).  A checksum failure while reading fails the whole run
+ * (MAL_ECORRUPT, naming the file and tensor) and commits nothing.  Returns
+ * the same code on every process; *st (may be NULL) is filled on success,
+ * the same on every process. */
+int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats *st);
+
+#endif /* MAL_RESHARD_H */
