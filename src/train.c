@@ -333,6 +333,15 @@ int mal_trainer_save(mal_trainer *tr)
     return mal_train_ckpt_save(tr);
 }
 
+int mal_trainer_save_to(mal_trainer *tr, const char *dir)
+{
+    const char *keep = tr->o.snapshot_dir;
+    tr->o.snapshot_dir = dir;
+    int rc = mal_train_ckpt_save(tr);
+    tr->o.snapshot_dir = keep;
+    return rc;
+}
+
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
 {
     const mal_model_config *c = &tr->o.model;

@@ -109,6 +109,8 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st);
 /* Collective over the world.  Write a snapshot of the full state now
  * (needs snapshot_dir): every rank writes the blocks it owns. */
 int mal_trainer_save(mal_trainer *tr);
+/* The same into another directory. */
+int mal_trainer_save_to(mal_trainer *tr, const char *dir);
 
 /* Local.  Print the start-up table to `f`. */
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f);

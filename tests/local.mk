@@ -23,3 +23,8 @@ TESTS += tests/test_online.sh
 dist_check_SCRIPTS += tests/test_loop.sh tests/test_slurm.sh
 TESTS += tests/test_loop.sh tests/test_slurm.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
+
+# An online plan change leaves the same state as malleus-reshard.
+check_PROGRAMS += tests/test_online_reshard
+dist_check_SCRIPTS += tests/test_online_reshard.sh
+TESTS += tests/test_online_reshard.sh
