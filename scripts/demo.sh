@@ -21,7 +21,7 @@ STEPS=${STEPS:-60}
 echo "demo: 8 ranks (uniform dp 2 x tp 2 x pp 2), rank 3 slowed 8x from step 15, $STEPS steps"
 MALLEUS_BIN=$(pwd) RUN_DIR="$RUN" NPROCS=8 LAUNCH="mpiexec.mpich -n 8" STEPS=$STEPS \
     RANKS_PER_NODE=4 SNAPSHOT_EVERY=20 OPENBLAS_NUM_THREADS=1 \
-    TRAIN_ARGS="--inject 3:8:14 --gap 1.0 --noise-floor 1.6 --threshold 1.6" \
+    TRAIN_ARGS="--inject 3:8:14 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
     bash jobs/adaptive-loop.sh
 
 /usr/bin/python3 - "$RUN" <<'PY'
@@ -29,14 +29,19 @@ import json, os, statistics, sys
 run = sys.argv[1]
 rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
 replans = [r["step"] for r in rows if r.get("replan")]
-first = replans[0] if replans else None
+after = [s for s in replans if s >= 15]
+first = after[0] if after else None
 def med(lo, hi):
     xs = [r["tokens_per_s"] for r in rows if lo <= r["step"] < hi]
     return statistics.median(xs) if xs else float("nan")
 print("\ndemo: loss %.3f -> %.3f over %d steps" % (rows[0]["loss"], rows[-1]["loss"], rows[-1]["step"]))
 print("demo: re-plans at steps %s" % replans)
-print("demo: median tokens/s  healthy (steps 3-14): %.0f   straggler, old plan (15-%s): %.0f   new plan (after): %.0f"
-      % (med(3, 15), first, med(15, (first or 15) + 1), med((first or 10**9) + 2, 10**9)))
+if first:
+    print("demo: median tokens/s: healthy (steps 3-14) %.0f | straggler on the old plan (15-%d) %.0f | "
+          "new plans (%d-%d) %.0f" % (med(3, 15), first, med(15, first + 1), first + 2, rows[-1]["step"],
+                                       med(first + 2, 10**9)))
+else:
+    print("demo: no re-plan after the straggler appeared (see events.log)")
 for name in sorted(os.listdir(run)):
     if name.startswith("plan.") and name.endswith(".json"):
         p = json.load(open(os.path.join(run, name)))

@@ -144,10 +144,10 @@ double mal_monitor_probe(struct mal_trainer *tr)
 {
     const mal_kernels_ops *k = &mal_kernels_cpu;
     int n = tr->probe_n;
-    /* The fastest of three runs: a context switch or a cold cache only ever
-     * makes a run slower, a slow device makes all three slower. */
+    /* The fastest of five runs: a context switch or a cold cache only ever
+     * makes a run slower, a slow device makes all five slower. */
     double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < 5; rep++) {
         double t0 = device_seconds();
         mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
         mal_kern_sync(k);

@@ -15,7 +15,7 @@ export OPENBLAS_NUM_THREADS=1
     --quiet --metrics "$W/ref.jsonl" || exit 99
 MALLEUS_BIN="$top_builddir" RUN_DIR="$W/run" NPROCS=8 LAUNCH="timeout 120 $MPIEXEC -n 8" \
     STEPS=$STEPS RANKS_PER_NODE=4 SNAPSHOT_EVERY=6 \
-    TRAIN_ARGS="--inject 3:4:6 --gap 1.0 --noise-floor 1.6 --threshold 1.6" \
+    TRAIN_ARGS="--inject 3:4:6 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
     timeout 600 bash "$top_srcdir/jobs/adaptive-loop.sh" >"$W/loop.out" 2>&1
 rc=$?
 cat "$W/run/events.log" 2>/dev/null

@@ -104,9 +104,10 @@ int main(int argc, char **argv)
     po.n_inject = 1;
     po.adapt = MAL_ADAPT_ONLINE;
     /* robust to the timing noise of 8 ranks on 2 shared cores */
-    po.gap = 1.0;
-    po.noise_floor = 1.6;
-    po.threshold = 1.6;
+    po.window = 3;
+    po.gap = 1.5;
+    po.noise_floor = 2.0;
+    po.threshold = 2.0;
     po.ranks_per_node = 4;
     mal_trainer *tr;
     CHECK_OK(mal_trainer_create(&tr, &po));

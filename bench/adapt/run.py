@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOOP = os.path.join(HERE, "..", "..", "jobs", "adaptive-loop.sh")
-POLICY = ["--gap", "1.0", "--noise-floor", "1.6", "--threshold", "1.6"]
+POLICY = ["--window", "3", "--gap", "1.5", "--noise-floor", "2.0", "--threshold", "2.0"]
 
 
 def train(build, a, extra, tmp, tag):
