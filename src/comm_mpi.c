@@ -31,8 +31,10 @@ enum { SPIN_TESTS = 64 };
  * A test costs ~15-20 us of CPU, so a long wait at that rate still burns a
  * quarter of a core (measured), which on a shared machine is taken from the
  * ranks doing work; once a wait has lasted 1 ms the nap grows to 1/16 of
- * the time waited so far (at most 250 us), adding at most ~6% to the wait. */
-enum { NAP_NS = 1000, BACKOFF_AFTER_NS = 1000000, NAP_MAX_NS = 250000 };
+ * the time waited so far (at most 50 us: large messages progress only when
+ * tested, so a longer nap throttles their bandwidth), adding at most ~6% to
+ * the wait. */
+enum { NAP_NS = 1000, BACKOFF_AFTER_NS = 1000000, NAP_MAX_NS = 50000 };
 
 static int64_t now_ns(void)
 {

@@ -298,7 +298,10 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     mal_tensor_info *all = NULL;
     int n_all = 0, *node_of = NULL;
     move_stats ms = {0, 0};
-    if ((rc = mal_trainer_build_part(tr))) goto out;
+    tr->no_init = 1;
+    rc = mal_trainer_build_part(tr);
+    tr->no_init = 0;
+    if (rc) goto out;
     mal_model_part full = mal_model_part_full(&tr->o.model);
     if ((rc = mal_model_layout(&tr->o.model, &full, &all, &n_all, NULL))) goto out;
     node_of = malloc(sizeof *node_of * (size_t)tr->world_size);
@@ -308,18 +311,22 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     }
     int rpn = tr->o.ranks_per_node > 0 ? tr->o.ranks_per_node : tr->world_size;
     for (int r = 0; r < tr->world_size; r++) node_of[r] = r / rpn;
+    double t_build = mal_now() - t0, t_move = mal_now();
     for (int i = 0; i < n_all; i++)
         if ((rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms))) goto out;
+    t_move = mal_now() - t_move;
+    double t_wire = mal_now();
     if ((rc = mal_trainer_wire_part(tr))) goto out;
+    t_wire = mal_now() - t_wire;
     tr->migrations++;
     tr->migrated_bytes = ms.bytes_moved;
     tr->kept_bytes = ms.bytes_kept;
     if (tr->world_rank == 0)
         mal_log(MAL_LOG_INFO,
                 "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, "
-                "%.3f s",
+                "%.3f s (new part %.3f s, state %.3f s, communicators and buffers %.3f s)",
                 tr->migrations, (long long)tr->step, ms.bytes_moved / 1048576.0,
-                ms.bytes_kept / 1048576.0, mal_now() - t0);
+                ms.bytes_kept / 1048576.0, mal_now() - t0, t_build, t_move, t_wire);
 out:
     free(node_of);
     free(all);

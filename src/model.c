@@ -168,6 +168,12 @@ int mal_model_init_params(mal_model *m, uint64_t seed)
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                      int max_B, mal_kern k, uint64_t seed)
 {
+    return mal_model_create_ex(out, cfg, part, max_B, k, seed, 1);
+}
+
+int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
+                        int max_B, mal_kern k, uint64_t seed, int init)
+{
     int rc = mal_config_validate(cfg);
     if (rc) return rc;
     if (part->layer_begin < 0 || part->layer_end > cfg->n_layers ||
@@ -229,7 +235,7 @@ int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_mod
             goto fail;
         }
     }
-    if ((rc = mal_model_init_params(m, seed))) goto fail;
+    if (init && (rc = mal_model_init_params(m, seed))) goto fail;
     *out = m;
     return 0;
 fail:

@@ -108,6 +108,11 @@ typedef struct mal_model {
  * moments are zero.  The model owns all its buffers. */
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                      int max_B, mal_kern k, uint64_t seed);
+
+/* The same, leaving parameters zero when init is 0 (the caller is about to
+ * overwrite them: a resume or an online plan change). */
+int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
+                        int max_B, mal_kern k, uint64_t seed, int init);
 void mal_model_destroy(mal_model *m);
 
 /* Local.  (Re)initialise parameters: element i (global row-major index) of a

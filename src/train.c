@@ -79,8 +79,9 @@ int mal_trainer_build_part(mal_trainer *tr)
     const mal_plan_stage *st = &pl->stages[tr->loc.stage];
     mal_model_part part = {st->layer_begin, st->layer_end, tr->loc.stage == 0,
                            tr->loc.stage == pl->n_stages - 1, st->n_ranks, tr->loc.tp_rank};
-    return mal_model_create(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size,
-                            &mal_kernels_cpu, tr->o.seed);
+    /* A resumed run or an online plan change overwrites every parameter. */
+    return mal_model_create_ex(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size,
+                               &mal_kernels_cpu, tr->o.seed, !tr->no_init);
 }
 
 /* Everything around the part: TP group, pipeline buffers, gradient-sync
@@ -192,6 +193,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
                      mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
         goto fail;
     }
+    tr->no_init = o->resume;
     if ((rc = setup_layout(tr))) goto fail;
     if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail;
     *out = tr;
@@ -295,11 +297,13 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     }
     /* The monitor's probe starts on every rank right after the all-reduce
      * above released them together. */
+    double pw = mal_now();
     double probe = mal_monitor_probe(tr);
+    double probe_cost = mal_now() - pw;
 
     double step_s = mal_now() - t0;
     mal_rank_times mine = {tr->times.compute, tr->times.tp, tr->times.pp, tr->times.dp, step_s,
-                           probe};
+                           probe, probe_cost};
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tr->rank_times, sizeof mine, 0))) return rc;
     } else {
@@ -415,9 +419,11 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         double idle = t->step_s - t->compute_s - t->tp_s - t->pp_s - t->dp_s;
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
-                "\"dp_ms\": %.3f, \"idle_ms\": %.3f, \"probe_ms\": %.3f}",
+                "\"dp_ms\": %.3f, \"idle_ms\": %.3f, \"probe_ms\": %.4f, "
+                "\"monitor_ms\": %.4f}",
                 r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
-                1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0), 1e3 * t->probe_s);
+                1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0), 1e3 * t->probe_s,
+                1e3 * t->probe_cost_s);
     }
     fprintf(f, "]");
     if (st->rates) {

@@ -75,7 +75,8 @@ typedef struct mal_trainer mal_trainer;
 
 typedef struct {
     double compute_s, tp_s, pp_s, dp_s, step_s;
-    double probe_s; /* the monitor's fixed probe workload */
+    double probe_s;      /* the monitor's probe: device time (the rate's numerator) */
+    double probe_cost_s; /* wall time the monitor cost this step */
 } mal_rank_times;
 
 typedef struct {

@@ -93,6 +93,7 @@ struct mal_trainer {
     char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */
     double *rates;             /* rank 0: [world_size] latest straggling rates */
     struct mal_policy *policy; /* rank 0 */
+    int no_init;               /* build parts without initialising parameters */
     int migrations;            /* online plan changes so far */
     double migrated_bytes;     /* bytes moved by the last one (all ranks together) */
     double kept_bytes;         /* bytes of state the last one left in place */

@@ -77,6 +77,59 @@ def bound_factor(inject, steps):
     return tot / steps
 
 
+def timed(cmd, env=None):
+    t0 = time.time()
+    r = subprocess.run(cmd, env=env or dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+    return time.time() - t0, r.stdout
+
+
+def one_plan_change(a, tmp, model=None, steps=5, reps=3):
+    b = a.build
+    model = model or a.model
+    train = [os.path.join(b, "malleus-train"), "--model", model, "--global-batch", "16",
+             "--micro-batch", "2", "--steps", str(steps), "--quiet"]
+    mpi = ["mpiexec.mpich", "-n", "8"]
+    plan0, plan1 = os.path.join(tmp, "p0.json"), os.path.join(tmp, "p1.json")
+    rates = os.path.join(tmp, "rates.json")
+    with open(rates, "w") as f:
+        f.write('{"3": 8.0}')
+    common = ["--world-size", "8", "--ranks-per-node", "4", "--memory-mb", "16384", "--model",
+              model, "-g", "16", "-b", "2"]
+    timed([os.path.join(b, "malleus-replan")] + common + ["--pipelines", "2", "--uniform", "-o", plan0])
+    saves, plains = [], []
+    for i in range(reps):
+        snap = os.path.join(tmp, "s0-%d" % i)
+        saves.append(timed(mpi + train + ["--plan", plan0, "--snapshot-dir", snap])[0])
+        plains.append(timed(mpi + train + ["--plan", plan0])[0])
+    t_save = max(statistics.median(saves) - statistics.median(plains), 0.0)
+    t_replan, _ = timed([os.path.join(b, "malleus-replan")] + common +
+                        ["--rates", rates, "--current", plan0, "-o", plan1])
+    t_reshard, _ = timed([os.path.join(b, "malleus-reshard"), "--quiet", os.path.join(tmp, "s0-0"),
+                          plan1, os.path.join(tmp, "s1")])
+    t_restart, _ = timed(mpi + train + ["--plan", plan1, "--snapshot-dir", os.path.join(tmp, "s1"),
+                                        "--resume"])
+    restart = t_save + t_replan + t_reshard + t_restart
+    _, out = timed(mpi + train[:-3] + ["--steps", str(steps + 4), "--dp", "2", "--tp", "2", "--pp",
+                                       "2", "--inject", "3:8:1", "--adapt", "online",
+                                       "--ranks-per-node", "4", "--check-every", "2"] + POLICY)
+    mig = [(float(m.group(1)), float(m.group(2)), float(m.group(3)))
+           for m in re.finditer(r"online migration \d+ at step \d+: ([\d.]+) MiB moved, "
+                                r"([\d.]+) MiB kept in place, ([\d.]+) s", out)]
+    print("model %s:" % model)
+    print("one plan change, restart path: snapshot %.2f s + replan %.2f s + reshard %.2f s + "
+          "restart and load %.2f s = %.2f s" % (t_save, t_replan, t_reshard, t_restart, restart))
+    if mig:
+        moved, kept, secs = mig[0]
+        print("one plan change, online: migration %.3f s, %.2f MiB moved of %.2f MiB of state "
+              "(%.0f%% kept in place) -> %.3fx the restart path"
+              % (secs, moved, moved + kept, 100 * kept / max(moved + kept, 1e-9), secs / restart))
+    else:
+        print("one plan change, online: no migration happened")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
@@ -109,24 +162,12 @@ def main():
             print("%-24s %9.0f %9.0f %9.0f %9.0f   %.2f / %.2f / %.2f   (%d restarts, %d online changes)"
                   % (name, ts, tr, to, b, ts / b, tr / b, to / b, n_re,
                      len(re.findall(r"online migration \d+", out))))
-        # one plan change: online migration time vs snapshot + reshard + restart
-        _, out, _ = train(a.build, a, ["--inject", "3:8:2", "--adapt", "online"] + POLICY, tmp, "one")
-        mig = [(float(m.group(1)), float(m.group(2)), float(m.group(3)))
-               for m in re.finditer(r"online migration \d+ at step \d+: ([\d.]+) MiB moved, "
-                                    r"([\d.]+) MiB kept in place, ([\d.]+) s", out)]
-        run = os.path.join(tmp, "one-loop")
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", MALLEUS_BIN=a.build, RUN_DIR=run, NPROCS="8",
-                   LAUNCH="mpiexec.mpich -n 8", MODEL=a.model, STEPS=str(a.steps), RANKS_PER_NODE="4",
-                   SNAPSHOT_EVERY="1000", TRAIN_ARGS=" ".join(["--inject", "3:8:2"] + POLICY))
-        t0 = time.time()
-        subprocess.run(["bash", LOOP], env=env, capture_output=True, text=True)
-        loop_wall = time.time() - t0
-        wo_wall, _, _ = train(a.build, a, ["--inject", "3:8:2"] + POLICY, tmp, "noadapt")
-        if mig:
-            moved, kept, secs = mig[0]
-            print("one plan change: online migration %.3f s, moving %.2f MiB of %.2f MiB state held; "
-                  "restart path (loop wall - run wall without adaptation) %.2f s -> ratio %.3f"
-                  % (secs, moved, moved + kept, max(loop_wall - wo_wall, 0), secs / max(loop_wall - wo_wall, 1e-9)))
+        # One plan change both ways.  Restart path: the snapshot write (run
+        # with minus run without --snapshot-dir), malleus-replan,
+        # malleus-reshard, and a restart that loads the snapshot and stops.
+        one_plan_change(a, tmp)
+        # a state large enough for the copy, not process start, to dominate
+        one_plan_change(a, tmp, model="small", steps=2, reps=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
