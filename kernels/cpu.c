@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Elements per vectorised block: a multiple of every SIMD width (4, 8, 16
  * floats) the compiler may choose. */
@@ -107,21 +108,47 @@ static inline float cpu_expf(float x)
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                     */
 
+/* Every block starts with a 64-byte header (so the data stays 64-byte
+ * aligned) saying how it was obtained.  Blocks of 1 MiB and more come from
+ * mmap: the kernel hands out zero pages lazily, so a large allocation costs
+ * nothing until it is used, instead of a memset pass over memory that the
+ * kernel has just zeroed anyway (model state and activations are hundreds
+ * of MB; an online plan change allocates a whole new part). */
+enum { HDR = 64, MMAP_MIN = 1 << 20 };
+typedef struct {
+    size_t total; /* bytes mapped or allocated, header included */
+    int mapped;
+} blk_hdr;
+
 static void *cpu_alloc(size_t bytes)
 {
-    /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a
-     * distinct pointer, as from malloc. */
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (rounded < bytes) return NULL; /* overflow */
-    if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
-    return p;
+    if (rounded < bytes || rounded > SIZE_MAX - HDR) return NULL; /* overflow */
+    size_t total = rounded + HDR;
+    char *p;
+    int mapped = total >= MMAP_MIN;
+    if (mapped) {
+        p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+    } else {
+        p = aligned_alloc(64, total);
+        if (!p) return NULL;
+        memset(p, 0, total);
+    }
+    ((blk_hdr *)p)->total = total;
+    ((blk_hdr *)p)->mapped = mapped;
+    return p + HDR;
 }
 
-static void cpu_free(void *p)
+static void cpu_free(void *ptr)
 {
-    free(p);
+    if (!ptr) return;
+    char *p = (char *)ptr - HDR;
+    const blk_hdr *h = (const blk_hdr *)p;
+    if (h->mapped)
+        munmap(p, h->total);
+    else
+        free(p);
 }
 
 static void cpu_zero(float *x, size_t n)
