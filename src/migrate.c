@@ -9,9 +9,9 @@
  * old and the new plan the finest common partition of the tensor's holdings
  * (slices.h): a piece a new holder already held is copied in place; any
  * other piece is sent by one old holder - one on the receiver's node when
- * there is one, spread round-robin over the candidates - and received.  One
- * tensor's messages are in flight at a time, so the extra memory is bounded
- * by the largest tensor's pieces (times three state groups).  All replicas
+ * there is one, spread round-robin over the candidates - and received.
+ * Messages are waited for in buckets of about 64 MiB per rank (or one
+ * tensor's pieces, if larger), which bounds the extra memory.  All replicas
  * receive copies of the same bytes, so they stay bitwise identical; progress
  * (step, consumed samples) and the counter-based RNG carry over unchanged.
  *
@@ -177,29 +177,63 @@ typedef struct {
     double bytes_moved, bytes_kept;
 } move_stats;
 
-/* Move global tensor `gt`: post every send and receive of this rank, wait,
- * unpack.  `old` / tr->model: this rank's old and new parts (NULL if it
- * holds none). */
+/* Transfers in flight, waited for together once they hold enough bytes:
+ * many messages in flight keep the links busy, the byte limit keeps the
+ * extra memory bounded.  Every rank posts in the same global tensor order
+ * and waits only for what it posted, so a rank blocked in a flush waits on
+ * a peer whose own flush point comes earlier in that order: no cycle. */
+enum { BUCKET_BYTES = 64 << 20 };
+typedef struct {
+    const mal_tensor_info *nt; /* where a received piece goes (NULL: a send) */
+    int64_t begin, end;
+    float *buf;
+    size_t n_el;
+} pending;
+typedef struct {
+    MPI_Request *reqs;
+    pending *p;
+    int n, cap;
+    size_t bytes;
+} bucket;
+
+static int bucket_flush(struct mal_trainer *tr, bucket *bk)
+{
+    int rc = mal_mpi_waitall(bk->n, bk->reqs, "migration");
+    if (rc) return rc; /* the job stops; pending buffers go with the process */
+    for (int i = 0; i < bk->n; i++) {
+        pending *p = &bk->p[i];
+        if (p->nt)
+            for (int g = 0; g < 3; g++)
+                mal_tensor_unpack(p->nt, group_buf(tr->model, g), p->begin, p->end,
+                                  p->buf + g * p->n_el);
+        free(p->buf);
+    }
+    bk->n = 0;
+    bk->bytes = 0;
+    return 0;
+}
+
+static void bucket_fini(bucket *bk)
+{
+    free(bk->reqs);
+    free(bk->p);
+}
+
+/* Post this rank's sends and receives of global tensor `gt` (pieces it
+ * keeps are copied at once).  `old` / tr->model: this rank's old and new
+ * parts (NULL if it holds none). */
 static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_model *old,
-                       const mal_tensor_info *gt, const int *node_of, move_stats *ms)
+                       const mal_tensor_info *gt, const int *node_of, move_stats *ms, bucket *bk)
 {
     mal_model *nm = tr->model;
     const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
     const mal_tensor_info *nt = nm ? mal_model_find(nm, gt->name) : NULL;
     transfer *t = NULL;
-    MPI_Request *reqs = NULL;
-    float **bufs = NULL;
-    int n = 0, n_req = 0, rc;
+    int n = 0, rc;
     const int me = tr->world_rank;
     if ((rc = plan_transfers(old_plan, &tr->plan, gt, node_of, &t, &n))) return rc;
-    reqs = malloc(sizeof *reqs * (size_t)(n + 1));
-    bufs = calloc((size_t)(n + 1), sizeof *bufs);
-    if (!reqs || !bufs) {
-        rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
-        goto out;
-    }
     MPI_Comm comm = mal_comm_mpi_handle(tr->world);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !rc; i++) {
         size_t n_el = mal_tensor_range_floats(gt, t[i].begin, t[i].end);
         size_t bytes = 3 * n_el * sizeof(float);
         if (t[i].src == t[i].dst)
@@ -207,39 +241,46 @@ static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_mod
         else
             ms->bytes_moved += (double)bytes;
         if (t[i].src != me && t[i].dst != me) continue;
-        if (!(bufs[i] = malloc(bytes))) {
+        float *buf = malloc(bytes);
+        if (!buf) {
             rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory for %zu bytes", bytes);
-            goto out;
+            break;
         }
         if (t[i].src == me) /* kept in place, or sent */
             for (int g = 0; g < 3; g++)
-                mal_tensor_pack(ot, group_buf(old, g), t[i].begin, t[i].end, bufs[i] + g * n_el);
-        if (t[i].src == t[i].dst) continue;
-        if (t[i].src == me)
-            rc = MAL_MPI_ERR(MPI_Isend(bufs[i], (int)bytes, MPI_BYTE, t[i].dst, TAG_MIGRATE, comm,
-                                       &reqs[n_req++]),
-                             "migration send");
-        else
-            rc = MAL_MPI_ERR(MPI_Irecv(bufs[i], (int)bytes, MPI_BYTE, t[i].src, TAG_MIGRATE, comm,
-                                       &reqs[n_req++]),
-                             "migration receive");
-        if (rc) goto out;
+                mal_tensor_pack(ot, group_buf(old, g), t[i].begin, t[i].end, buf + g * n_el);
+        if (t[i].src == t[i].dst) {
+            for (int g = 0; g < 3; g++)
+                mal_tensor_unpack(nt, group_buf(nm, g), t[i].begin, t[i].end, buf + g * n_el);
+            free(buf);
+            continue;
+        }
+        if (bk->n == bk->cap) {
+            int cap = bk->cap ? 2 * bk->cap : 64;
+            MPI_Request *nr = realloc(bk->reqs, sizeof *nr * (size_t)cap);
+            if (nr) bk->reqs = nr;
+            pending *np = nr ? realloc(bk->p, sizeof *np * (size_t)cap) : NULL;
+            if (np) bk->p = np;
+            if (!nr || !np) {
+                free(buf);
+                rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+                break;
+            }
+            bk->cap = cap;
+        }
+        int send = t[i].src == me;
+        bk->p[bk->n] = (pending){send ? NULL : nt, t[i].begin, t[i].end, buf, n_el};
+        rc = send ? MAL_MPI_ERR(MPI_Isend(buf, (int)bytes, MPI_BYTE, t[i].dst, TAG_MIGRATE, comm,
+                                          &bk->reqs[bk->n]),
+                                "migration send")
+                  : MAL_MPI_ERR(MPI_Irecv(buf, (int)bytes, MPI_BYTE, t[i].src, TAG_MIGRATE, comm,
+                                          &bk->reqs[bk->n]),
+                                "migration receive");
+        bk->n++;
+        bk->bytes += bytes;
     }
-    if ((rc = mal_mpi_waitall(n_req, reqs, "migration"))) goto out;
-    for (int i = 0; i < n; i++) {
-        if (t[i].dst != me) continue;
-        size_t n_el = mal_tensor_range_floats(gt, t[i].begin, t[i].end);
-        for (int g = 0; g < 3; g++)
-            mal_tensor_unpack(nt, group_buf(nm, g), t[i].begin, t[i].end, bufs[i] + g * n_el);
-    }
-out:
-    /* On failure the job stops (the restart path); requests still pending
-     * then are abandoned with the process. */
-    if (!rc)
-        for (int i = 0; i < n; i++) free(bufs[i]);
-    free(bufs);
-    free(reqs);
     free(t);
+    if (!rc && bk->bytes >= BUCKET_BYTES) rc = bucket_flush(tr, bk);
     return rc;
 }
 
@@ -312,9 +353,18 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     int rpn = tr->o.ranks_per_node > 0 ? tr->o.ranks_per_node : tr->world_size;
     for (int r = 0; r < tr->world_size; r++) node_of[r] = r / rpn;
     double t_build = mal_now() - t0, t_move = mal_now();
-    for (int i = 0; i < n_all; i++)
-        if ((rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms))) goto out;
+    bucket bk = {0};
+    for (int i = 0; i < n_all && !rc; i++)
+        rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms, &bk);
+    if (!rc) rc = bucket_flush(tr, &bk);
+    bucket_fini(&bk);
+    if (rc) goto out;
     t_move = mal_now() - t_move;
+    /* Timed separately so the log tells this rank's own copying from waiting
+     * for the slowest rank to finish receiving. */
+    double t_wait = mal_now();
+    if ((rc = mal_comm_barrier(tr->world))) goto out;
+    t_wait = mal_now() - t_wait;
     double t_wire = mal_now();
     if ((rc = mal_trainer_wire_part(tr))) goto out;
     t_wire = mal_now() - t_wire;
@@ -324,9 +374,10 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     if (tr->world_rank == 0)
         mal_log(MAL_LOG_INFO,
                 "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, "
-                "%.3f s (new part %.3f s, state %.3f s, communicators and buffers %.3f s)",
+                "%.3f s (new part %.3f s, state %.3f s, waiting for the slowest rank %.3f s, "
+                "communicators and buffers %.3f s)",
                 tr->migrations, (long long)tr->step, ms.bytes_moved / 1048576.0,
-                ms.bytes_kept / 1048576.0, mal_now() - t0, t_build, t_move, t_wire);
+                ms.bytes_kept / 1048576.0, mal_now() - t0, t_build, t_move, t_wait, t_wire);
 out:
     free(node_of);
     free(all);
