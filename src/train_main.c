@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "data.h"
@@ -322,16 +323,22 @@ int main(int argc, char **argv)
             return 2;
         }
         if (o.threads > 0) mal_kernels_cpu_set_threads(o.threads);
-        FILE *f = fopen(measure_path, "w");
+        /* Written beside the target and renamed: a failure leaves an
+         * existing file untouched. */
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", measure_path, (long)getpid());
+        FILE *f = fopen(tmp, "w");
         if (!f) {
             fprintf(stderr, "malleus-train: cannot write %s: %s\n", measure_path, strerror(errno));
             return 1;
         }
         rc = mal_profile_measure(&o.model, o.micro_batch, o.tp ? o.tp : 1, f);
         if (fclose(f) != 0 && !rc) rc = MAL_ERR(MAL_EIO, "writing %s failed", measure_path);
+        if (!rc && rename(tmp, measure_path) != 0)
+            rc = MAL_ERR(MAL_EIO, "cannot write %s: %s", measure_path, strerror(errno));
         if (rc) {
             fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-            remove(measure_path);
+            remove(tmp);
             return 1;
         }
         printf("malleus-train: profile of %s written to %s\n", o.model.name, measure_path);
@@ -373,6 +380,24 @@ int main(int argc, char **argv)
         o.plan = &plan;
     }
     o.world = world;
+    if (o.adapt == MAL_ADAPT_ONLINE) {
+        /* The planner's profile is needed only at the first re-plan: check
+         * it now rather than fail then. */
+        mal_profile prof;
+        const char *pp = o.profile ? o.profile : o.model.name;
+        rc = o.profile && strchr(o.profile, '.') ? mal_profile_read(&prof, pp, o.micro_batch)
+                                                 : mal_profile_preset(&prof, pp, o.micro_batch);
+        mal_profile_fini(&prof);
+        if (rc) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --adapt online needs a planner profile: %s (give "
+                        "--planner-profile PRESET|FILE)\n",
+                        mal_errmsg());
+            status = 2;
+            goto out;
+        }
+    }
     for (int i = 0; i < o.n_inject; i++)
         if (o.inject[i].rank >= world->size) {
             if (lead)
