@@ -1,10 +1,10 @@
 /* Who holds and who owns which piece of the model state under a plan.
  *
  * Every pipeline holds every tensor once (split over its stage's TP group or
- * replicated in it).  Ownership picks one holder per element so that state
- * is counted (gradient norm) and stored (snapshots) exactly once: the first
- * holder in (pipeline, rank) order.  Pure functions of plan and config: every
- * process computes the same answer without communication. */
+ * replicated in it).  The gradient norm (gradsync.c) counts each element at
+ * its first holder in (pipeline, rank) order; snapshots (ckpt/reshard.c)
+ * store each element once.  Pure functions of plan and config: every process
+ * computes the same answer without communication. */
 #ifndef MAL_LAYOUT_H
 #define MAL_LAYOUT_H
 
@@ -23,16 +23,11 @@ int mal_layout_part(const mal_plan *plan, const mal_model_config *cfg, int rank,
  * the plan's active rank count.  group = pipeline index. */
 int mal_layout_holdings(const mal_plan *plan, const mal_tensor_info *t, mal_slice_holding *h);
 
-/* One block of a tensor along its axis that a rank owns. */
+/* One block of a tensor along its axis that a rank owns (see
+ * mal_reshard_rank_blocks for who writes what into a snapshot). */
 typedef struct {
     int tensor;          /* index into the rank's tensor table */
     int64_t begin, end;  /* global coordinates along the tensor's axis */
 } mal_owned_block;
-
-/* Local.  The blocks `rank` owns, with the tensor table of its part (both
- * caller-freed; empty for a suspended rank). */
-int mal_layout_owned(const mal_plan *plan, const mal_model_config *cfg, int rank,
-                     mal_tensor_info **tensors, int *n_tensors, mal_owned_block **blocks,
-                     int *n_blocks);
 
 #endif /* MAL_LAYOUT_H */

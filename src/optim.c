@@ -20,18 +20,6 @@ float mal_optim_lr(const mal_optim_config *oc, int64_t step)
     return (float)(min_lr + 0.5 * ((double)oc->lr - min_lr) * (1.0 + cos(M_PI * p)));
 }
 
-double mal_optim_grad_sumsq(const mal_model *m, int (*filter)(const mal_tensor_info *, void *),
-                            void *ctx)
-{
-    double s = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const mal_tensor_info *t = &m->tensors[i];
-        if (filter && !filter(t, ctx)) continue;
-        s += mal_kern_sumsq(m->k, m->grads + t->offset, t->n);
-    }
-    return s;
-}
-
 float mal_optim_clip_scale(const mal_optim_config *oc, double grad_norm)
 {
     if (oc->grad_clip <= 0 || !(grad_norm > oc->grad_clip)) return 1.0f;

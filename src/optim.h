@@ -25,12 +25,6 @@ mal_optim_config mal_optim_defaults(void);
  * clamped to [0, 1]. */
 float mal_optim_lr(const mal_optim_config *oc, int64_t step);
 
-/* Local.  Sum of squared gradients of the part's tensors for which
- * filter(tensor, ctx) returns nonzero (all when filter is NULL); the
- * parallel runtime uses the filter to count replicated tensors once. */
-double mal_optim_grad_sumsq(const mal_model *m, int (*filter)(const mal_tensor_info *, void *),
-                            void *ctx);
-
 /* Local.  Clip scale for a global gradient norm. */
 float mal_optim_clip_scale(const mal_optim_config *oc, double grad_norm);
 

@@ -12,6 +12,7 @@
 
 #include "data.h"
 #include "kernels.h"
+#include "layout.h"
 #include "mal.h"
 #include "model.h"
 #include "snapshot.h"
@@ -73,12 +74,11 @@ static int tp_allreduce(void *ctx, float *x, size_t n)
 int mal_trainer_build_part(mal_trainer *tr)
 {
     int rc;
+    mal_model_part part;
+    int active;
     if ((rc = mal_plan_locate(&tr->plan, tr->world_rank, &tr->loc))) return rc;
-    if (tr->loc.pipeline < 0) return 0;
-    const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->loc.pipeline];
-    const mal_plan_stage *st = &pl->stages[tr->loc.stage];
-    mal_model_part part = {st->layer_begin, st->layer_end, tr->loc.stage == 0,
-                           tr->loc.stage == pl->n_stages - 1, st->n_ranks, tr->loc.tp_rank};
+    if ((rc = mal_layout_part(&tr->plan, &tr->o.model, tr->world_rank, &part, &active)) || !active)
+        return rc;
     /* A resumed run or an online plan change overwrites every parameter. */
     return mal_model_create_ex(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size,
                                &mal_kernels_cpu, tr->o.seed, !tr->no_init);

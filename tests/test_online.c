@@ -18,6 +18,7 @@
 
 #include "comm.h"
 #include "mal_test.h"
+#include "tiny_options.h"
 #include "model.h"
 #include "plan.h"
 #include "train.h"
@@ -26,15 +27,7 @@ enum { STEPS = 30 };
 
 static mal_train_options options(void)
 {
-    mal_train_options o = mal_train_defaults();
-    CHECK_OK(mal_config_load(&o.model, "tiny"));
-    o.steps = STEPS;
-    o.global_batch = 16;
-    o.micro_batch = 2;
-    o.optim.lr = 3e-3f;
-    o.optim.warmup_steps = 3;
-    o.log_every = 0;
-    o.threads = 1;
+    mal_train_options o = mal_test_tiny_options(STEPS, 3);
     return o;
 }
 

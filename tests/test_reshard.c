@@ -39,6 +39,7 @@
 
 #include "comm.h"
 #include "mal_test.h"
+#include "tiny_options.h"
 #include "model.h"
 #include "plan.h"
 #include "reshard.h"
@@ -51,16 +52,8 @@ static mal_comm *world;
 
 static mal_train_options options(void)
 {
-    mal_train_options o = mal_train_defaults();
-    CHECK_OK(mal_config_load(&o.model, "tiny"));
-    o.steps = STEPS;
-    o.global_batch = 16;
-    o.micro_batch = 2;
-    o.optim.lr = 3e-3f;
-    o.optim.warmup_steps = 2;
+    mal_train_options o = mal_test_tiny_options(STEPS, 2);
     o.optim.total_steps = STEPS; /* the same schedule in every run */
-    o.log_every = 0;
-    o.threads = 1;
     return o;
 }
 
