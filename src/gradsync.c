@@ -60,6 +60,22 @@ static void copy_range(const mal_tensor_info *t, float *base, int64_t begin, int
 
 /* These copy on the host: valid for the CPU backend, where device buffers
  * are host memory.  A device backend must supply a strided copy kernel. */
+void mal_tensor_range_shape(const mal_tensor_info *t, int64_t begin, int64_t end,
+                            mal_range_shape *out)
+{
+    int64_t off = local_axis_off(t), b = begin - off, e = end - off;
+    if (t->ndim == 1 || t->axis == 0) {
+        int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1;
+        *out = (mal_range_shape){t->offset + (size_t)(b * cols), 1, (e - b) * cols, (e - b) * cols};
+        return;
+    }
+    int64_t rows = t->local_shape[0], cols = t->local_shape[1];
+    if (e - b == cols) /* the whole width: one run */
+        *out = (mal_range_shape){t->offset, 1, rows * cols, rows * cols};
+    else
+        *out = (mal_range_shape){t->offset + (size_t)b, rows, e - b, cols};
+}
+
 void mal_tensor_pack(const mal_tensor_info *t, const float *base, int64_t begin, int64_t end,
                      float *dst)
 {
@@ -190,7 +206,9 @@ int mal_gradsync_setup(struct mal_trainer *tr)
     size_t max_floats = 0;
     for (int si = 0; si < n_sets; si++) {
         mal_sync_group *g = &tr->sync[si];
-        if ((rc = mal_comm_create_group(tr->world, sets[si].ranks, sets[si].n, &g->comm))) goto out;
+        if (!tr->pool && (rc = mal_comm_pool_create(&tr->pool, tr->world))) goto out;
+        if ((rc = mal_comm_pool_get(tr->pool, MAL_POOL_SYNC, sets[si].ranks, sets[si].n, &g->comm)))
+            goto out;
         tr->n_sync = si + 1;
         g->pieces = sets[si].pieces;
         g->n_pieces = sets[si].n_pieces;
@@ -273,10 +291,7 @@ double mal_gradsync_local_sumsq(struct mal_trainer *tr)
 
 void mal_gradsync_teardown(struct mal_trainer *tr)
 {
-    for (int si = 0; si < tr->n_sync; si++) {
-        mal_comm_destroy(tr->sync[si].comm);
-        free(tr->sync[si].pieces);
-    }
+    for (int si = 0; si < tr->n_sync; si++) free(tr->sync[si].pieces); /* comms: the pool's */
     free(tr->sync);
     tr->sync = NULL;
     tr->n_sync = 0;

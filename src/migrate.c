@@ -10,8 +10,10 @@
  * (slices.h): a piece a new holder already held is copied in place; any
  * other piece is sent by one old holder - one on the receiver's node when
  * there is one, spread round-robin over the candidates - and received.
- * Messages are waited for in buckets of about 64 MiB per rank (or one
- * tensor's pieces, if larger), which bounds the extra memory.  All replicas
+ * Contiguous pieces go straight from the old part's buffers into the new
+ * part's (no staging copy); strided ones (a TP size change) pass through a
+ * bounded staging area.  Messages are waited for in buckets of at most
+ * 256 MiB per rank, which bounds the requests and staging.  All replicas
  * receive copies of the same bytes, so they stay bitwise identical; progress
  * (step, consumed samples) and the counter-based RNG carry over unchanged.
  *
@@ -177,53 +179,167 @@ typedef struct {
     double bytes_moved, bytes_kept;
 } move_stats;
 
-/* Transfers in flight, waited for together once they hold enough bytes:
- * many messages in flight keep the links busy, the byte limit keeps the
- * extra memory bounded.  Every rank posts in the same global tensor order
- * and waits only for what it posted, so a rank blocked in a flush waits on
- * a peer whose own flush point comes earlier in that order: no cycle. */
-enum { BUCKET_BYTES = 64 << 20 };
+/* Messages in flight, waited for together once they carry enough bytes.
+ * A piece that is contiguous on this rank goes straight from the old
+ * part's state or into the new part's.  A strided one (a column range of a
+ * matrix: a TP size change) is packed into, or received into, a staging
+ * arena and copied out after the flush: MPI's own non-contiguous path
+ * proved 2-5x slower here, and erratic, than one contiguous transfer plus
+ * one local copy.  The byte limits bound the requests outstanding and the
+ * arena.  Every rank posts in the same global tensor order and waits only
+ * for what it posted, so a rank blocked in a flush waits on a peer whose
+ * own flush point comes earlier in that order: no cycle. */
+size_t mal_migrate_bucket_bytes = (size_t)256 << 20;
+size_t mal_migrate_stage_bytes = (size_t)64 << 20;
 typedef struct {
-    const mal_tensor_info *nt; /* where a received piece goes (NULL: a send) */
-    int64_t begin, end;
-    float *buf;
-    size_t n_el;
-} pending;
+    float *dst; /* the new part's buffer */
+    mal_range_shape sh;
+    size_t at;  /* arena offset (floats) */
+} unstage;
 typedef struct {
     MPI_Request *reqs;
-    pending *p;
     int n, cap;
     size_t bytes;
+    float *arena;      /* staging for strided pieces */
+    size_t arena_cap;  /* floats allocated */
+    size_t arena_used; /* floats in use by this bucket */
+    unstage *u;        /* received pieces to copy out after the flush */
+    int n_u, cap_u;
 } bucket;
 
-static int bucket_flush(struct mal_trainer *tr, bucket *bk)
+static void copy_rows(float *to, int64_t to_stride, const float *from, int64_t from_stride,
+                      int64_t rows, int64_t width)
+{
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(to + (size_t)(r * to_stride), from + (size_t)(r * from_stride),
+               (size_t)width * sizeof(float));
+}
+
+static int bucket_flush(bucket *bk)
 {
     int rc = mal_mpi_waitall(bk->n, bk->reqs, "migration");
-    if (rc) return rc; /* the job stops; pending buffers go with the process */
-    for (int i = 0; i < bk->n; i++) {
-        pending *p = &bk->p[i];
-        if (p->nt)
-            for (int g = 0; g < 3; g++)
-                mal_tensor_unpack(p->nt, group_buf(tr->model, g), p->begin, p->end,
-                                  p->buf + g * p->n_el);
-        free(p->buf);
-    }
-    bk->n = 0;
+    if (!rc)
+        for (int i = 0; i < bk->n_u; i++) {
+            const unstage *u = &bk->u[i];
+            copy_rows(u->dst + u->sh.offset, u->sh.stride, bk->arena + u->at, u->sh.width,
+                      u->sh.rows, u->sh.width);
+        }
+    bk->n = bk->n_u = 0;
     bk->bytes = 0;
-    return 0;
+    bk->arena_used = 0;
+    return rc; /* on failure the job stops; what is in flight goes with it */
 }
 
 static void bucket_fini(bucket *bk)
 {
     free(bk->reqs);
-    free(bk->p);
+    free(bk->u);
+    free(bk->arena);
 }
 
-/* Post this rank's sends and receives of global tensor `gt` (pieces it
- * keeps are copied at once).  `old` / tr->model: this rank's old and new
- * parts (NULL if it holds none). */
+static MPI_Request *bucket_slot(bucket *bk)
+{
+    if (bk->n == bk->cap) {
+        int cap = bk->cap ? 2 * bk->cap : 64;
+        MPI_Request *nr = realloc(bk->reqs, sizeof *nr * (size_t)cap);
+        if (!nr) return NULL;
+        bk->reqs = nr;
+        bk->cap = cap;
+    }
+    return &bk->reqs[bk->n++];
+}
+
+/* Room for `floats` in the staging arena (flushing first when the bucket's
+ * pieces fill it); *at is where they go. */
+static int stage_reserve(bucket *bk, size_t floats, size_t *at)
+{
+    int rc;
+    if (bk->arena_used + floats > bk->arena_cap && bk->arena_used)
+        if ((rc = bucket_flush(bk))) return rc;
+    if (floats > bk->arena_cap) { /* empty now: grow to the larger of a piece and the limit */
+        size_t cap = MAL_MAX(floats, mal_migrate_stage_bytes / sizeof(float));
+        free(bk->arena);
+        if (!(bk->arena = malloc(cap * sizeof(float)))) {
+            bk->arena_cap = 0;
+            return MAL_ERR(MAL_ENOMEM, "migration: out of memory for a %zu-byte staging area",
+                           cap * sizeof(float));
+        }
+        bk->arena_cap = cap;
+    }
+    *at = bk->arena_used;
+    bk->arena_used += floats;
+    return 0;
+}
+
+/* Post the send (to `peer`) or receive (from `peer`) of one piece of one
+ * state buffer, laid out as `sh` in `base`. */
+static int post_piece(bucket *bk, float *base, const mal_range_shape *sh, int send, int peer,
+                      MPI_Comm comm)
+{
+    MPI_Count count = sh->rows * sh->width;
+    float *buf = base + sh->offset;
+    int rc;
+    if (sh->rows > 1) {
+        size_t at = 0;
+        if ((rc = stage_reserve(bk, (size_t)count, &at))) return rc;
+        buf = bk->arena + at;
+        if (send)
+            copy_rows(buf, sh->width, base + sh->offset, sh->stride, sh->rows, sh->width);
+        else {
+            if (bk->n_u == bk->cap_u) {
+                int cap = bk->cap_u ? 2 * bk->cap_u : 64;
+                unstage *nu = realloc(bk->u, sizeof *nu * (size_t)cap);
+                if (!nu) return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+                bk->u = nu;
+                bk->cap_u = cap;
+            }
+            bk->u[bk->n_u++] = (unstage){base, *sh, at};
+        }
+    }
+    MPI_Request *req = bucket_slot(bk);
+    if (!req) return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+    rc = send ? MPI_Isend_c(buf, count, MPI_FLOAT, peer, TAG_MIGRATE, comm, req)
+              : MPI_Irecv_c(buf, count, MPI_FLOAT, peer, TAG_MIGRATE, comm, req);
+    if (rc) {
+        bk->n--;
+        return MAL_MPI_ERR(rc, send ? "migration send" : "migration receive");
+    }
+    bk->bytes += (size_t)count * sizeof(float);
+    return 0;
+}
+
+/* Copy one piece of one state buffer from the old part to the new. */
+static void copy_piece(const float *from, const mal_range_shape *a, float *to,
+                       const mal_range_shape *b)
+{
+    if (a->rows == 1 && b->rows == 1) {
+        memcpy(to + b->offset, from + a->offset, (size_t)a->width * sizeof(float));
+        return;
+    }
+    /* one side strided: both are the same rows x width (a run of the
+     * contiguous side is rows x width long) */
+    int64_t rows = MAL_MAX(a->rows, b->rows), width = a->rows > 1 ? a->width : b->width;
+    copy_rows(to + b->offset, b->rows > 1 ? b->stride : width, from + a->offset,
+              a->rows > 1 ? a->stride : width, rows, width);
+}
+
+/* A piece this rank keeps: copied after everything is posted. */
+typedef struct {
+    const mal_tensor_info *ot, *nt;
+    int64_t begin, end;
+} kept_piece;
+
+typedef struct {
+    kept_piece *p;
+    int n, cap;
+} kept_list;
+
+/* Post this rank's sends and receives of global tensor `gt` and note the
+ * pieces it keeps.  `old` / tr->model: this rank's old and new parts (NULL
+ * if it holds none). */
 static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_model *old,
-                       const mal_tensor_info *gt, const int *node_of, move_stats *ms, bucket *bk)
+                       const mal_tensor_info *gt, const int *node_of, move_stats *ms, bucket *bk,
+                       kept_list *kl)
 {
     mal_model *nm = tr->model;
     const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
@@ -234,53 +350,40 @@ static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_mod
     if ((rc = plan_transfers(old_plan, &tr->plan, gt, node_of, &t, &n))) return rc;
     MPI_Comm comm = mal_comm_mpi_handle(tr->world);
     for (int i = 0; i < n && !rc; i++) {
-        size_t n_el = mal_tensor_range_floats(gt, t[i].begin, t[i].end);
-        size_t bytes = 3 * n_el * sizeof(float);
+        double bytes = 3.0 * (double)mal_tensor_range_floats(gt, t[i].begin, t[i].end) * 4.0;
         if (t[i].src == t[i].dst)
-            ms->bytes_kept += (double)bytes;
+            ms->bytes_kept += bytes;
         else
-            ms->bytes_moved += (double)bytes;
+            ms->bytes_moved += bytes;
         if (t[i].src != me && t[i].dst != me) continue;
-        float *buf = malloc(bytes);
-        if (!buf) {
-            rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory for %zu bytes", bytes);
-            break;
-        }
-        if (t[i].src == me) /* kept in place, or sent */
-            for (int g = 0; g < 3; g++)
-                mal_tensor_pack(ot, group_buf(old, g), t[i].begin, t[i].end, buf + g * n_el);
         if (t[i].src == t[i].dst) {
-            for (int g = 0; g < 3; g++)
-                mal_tensor_unpack(nt, group_buf(nm, g), t[i].begin, t[i].end, buf + g * n_el);
-            free(buf);
+            tr->mig_times.bytes_kept += bytes;
+            if (kl->n == kl->cap) {
+                int cap = kl->cap ? 2 * kl->cap : 64;
+                kept_piece *np = realloc(kl->p, sizeof *np * (size_t)cap);
+                if (!np) {
+                    rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+                    break;
+                }
+                kl->p = np;
+                kl->cap = cap;
+            }
+            kl->p[kl->n++] = (kept_piece){ot, nt, t[i].begin, t[i].end};
             continue;
         }
-        if (bk->n == bk->cap) {
-            int cap = bk->cap ? 2 * bk->cap : 64;
-            MPI_Request *nr = realloc(bk->reqs, sizeof *nr * (size_t)cap);
-            if (nr) bk->reqs = nr;
-            pending *np = nr ? realloc(bk->p, sizeof *np * (size_t)cap) : NULL;
-            if (np) bk->p = np;
-            if (!nr || !np) {
-                free(buf);
-                rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
-                break;
-            }
-            bk->cap = cap;
-        }
         int send = t[i].src == me;
-        bk->p[bk->n] = (pending){send ? NULL : nt, t[i].begin, t[i].end, buf, n_el};
-        rc = send ? MAL_MPI_ERR(MPI_Isend(buf, (int)bytes, MPI_BYTE, t[i].dst, TAG_MIGRATE, comm,
-                                          &bk->reqs[bk->n]),
-                                "migration send")
-                  : MAL_MPI_ERR(MPI_Irecv(buf, (int)bytes, MPI_BYTE, t[i].src, TAG_MIGRATE, comm,
-                                          &bk->reqs[bk->n]),
-                                "migration receive");
-        bk->n++;
-        bk->bytes += bytes;
+        mal_range_shape sh;
+        mal_tensor_range_shape(send ? ot : nt, t[i].begin, t[i].end, &sh);
+        mal_model *m = send ? old : nm;
+        for (int g = 0; g < 3 && !rc; g++)
+            rc = post_piece(bk, group_buf(m, g), &sh, send, send ? t[i].dst : t[i].src, comm);
+        if (send)
+            tr->mig_times.bytes_sent += bytes;
+        else
+            tr->mig_times.bytes_received += bytes;
     }
     free(t);
-    if (!rc && bk->bytes >= BUCKET_BYTES) rc = bucket_flush(tr, bk);
+    if (!rc && bk->bytes >= mal_migrate_bucket_bytes) rc = bucket_flush(bk);
     return rc;
 }
 
@@ -316,6 +419,49 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
     return rc;
 }
 
+/* Rank 0 logs the change: its total and, per phase, the slowest rank's
+ * time (and at debug level every rank's).  Collective (a gather after the
+ * change is complete, outside its timing). */
+static int log_times(struct mal_trainer *tr)
+{
+    enum { K = 9 };
+    const mal_migration_times *t = &tr->mig_times;
+    double mine[K] = {t->total, t->build, t->move, t->wait, t->wire, t->bytes_sent, t->bytes_received,
+                      t->bytes_kept, t->started};
+    double *all = NULL;
+    int n = tr->world_size, rc;
+    if (tr->world_rank == 0 && !(all = malloc(sizeof *all * K * (size_t)n)))
+        return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+    if ((rc = mal_comm_gather(tr->world, mine, all, sizeof mine, 0)) || tr->world_rank) {
+        free(all);
+        return rc;
+    }
+    double mx[K] = {0}, first = all[K - 1];
+    int slowest = 0;
+    for (int r = 1; r < n; r++) first = MAL_MIN(first, all[K * r + K - 1]);
+    for (int r = 0; r < n; r++) {
+        for (int k = 0; k < K; k++) mx[k] = MAL_MAX(mx[k], all[K * r + k]);
+        if (all[K * r] > all[K * slowest]) slowest = r;
+        mal_log(MAL_LOG_DEBUG,
+                "  rank %d: %.3f s (started %.3f s after the first rank; new part %.3f, state "
+                "%.3f, waiting %.3f, communicators %.3f); sent %.1f MiB, received %.1f MiB, kept "
+                "%.1f MiB",
+                r, all[K * r], all[K * r + 8] - first, all[K * r + 1], all[K * r + 2],
+                all[K * r + 3], all[K * r + 4], all[K * r + 5] / 1048576.0,
+                all[K * r + 6] / 1048576.0, all[K * r + 7] / 1048576.0);
+    }
+    mal_log(MAL_LOG_INFO,
+            "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, %.3f s "
+            "(slowest rank %d; per phase, slowest rank: new part %.3f s, state %.3f s, waiting "
+            "%.3f s, communicators and buffers %.3f s; most sent by one rank %.1f MiB, received "
+            "%.1f MiB)",
+            tr->migrations, (long long)tr->step, tr->migrated_bytes / 1048576.0,
+            tr->kept_bytes / 1048576.0, mx[0], slowest, mx[1], mx[2], mx[3], mx[4], mx[5] / 1048576.0,
+            mx[6] / 1048576.0);
+    free(all);
+    return 0;
+}
+
 /* Move the running job onto `next` (validated by the caller; same on every
  * rank).  Collective. */
 int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
@@ -333,12 +479,17 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     /* Take the old part out of service, build the new one, move the state. */
     mal_model *old = tr->model;
     mal_trainer_unwire_part(tr);
+    /* The old part is only read from now: its gradients and scratch go
+     * first, so the peak is old state + new part, and the new part can
+     * reuse memory just given back instead of fresh pages. */
+    mal_model_release_work(old);
     tr->model = NULL;
     old_plan = tr->plan;
     tr->plan = next;
     mal_tensor_info *all = NULL;
     int n_all = 0, *node_of = NULL;
     move_stats ms = {0, 0};
+    memset(&tr->mig_times, 0, sizeof tr->mig_times);
     tr->no_init = 1;
     rc = mal_trainer_build_part(tr);
     tr->no_init = 0;
@@ -354,10 +505,19 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     for (int r = 0; r < tr->world_size; r++) node_of[r] = r / rpn;
     double t_build = mal_now() - t0, t_move = mal_now();
     bucket bk = {0};
+    kept_list kl = {0};
     for (int i = 0; i < n_all && !rc; i++)
-        rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms, &bk);
-    if (!rc) rc = bucket_flush(tr, &bk);
+        rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms, &bk, &kl);
+    /* What stays on this rank is copied while the peers pull what it sends. */
+    for (int i = 0; i < kl.n && !rc; i++) {
+        mal_range_shape a, b;
+        mal_tensor_range_shape(kl.p[i].ot, kl.p[i].begin, kl.p[i].end, &a);
+        mal_tensor_range_shape(kl.p[i].nt, kl.p[i].begin, kl.p[i].end, &b);
+        for (int g = 0; g < 3; g++) copy_piece(group_buf(old, g), &a, group_buf(tr->model, g), &b);
+    }
+    if (!rc) rc = bucket_flush(&bk);
     bucket_fini(&bk);
+    free(kl.p);
     if (rc) goto out;
     t_move = mal_now() - t_move;
     /* Timed separately so the log tells this rank's own copying from waiting
@@ -369,15 +529,15 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     if ((rc = mal_trainer_wire_part(tr))) goto out;
     t_wire = mal_now() - t_wire;
     tr->migrations++;
+    tr->mig_times.total = mal_now() - t0;
+    tr->mig_times.started = t0;
+    tr->mig_times.build = t_build;
+    tr->mig_times.move = t_move;
+    tr->mig_times.wait = t_wait;
+    tr->mig_times.wire = t_wire;
     tr->migrated_bytes = ms.bytes_moved;
     tr->kept_bytes = ms.bytes_kept;
-    if (tr->world_rank == 0)
-        mal_log(MAL_LOG_INFO,
-                "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, "
-                "%.3f s (new part %.3f s, state %.3f s, waiting for the slowest rank %.3f s, "
-                "communicators and buffers %.3f s)",
-                tr->migrations, (long long)tr->step, ms.bytes_moved / 1048576.0,
-                ms.bytes_kept / 1048576.0, mal_now() - t0, t_build, t_move, t_wait, t_wire);
+    rc = log_times(tr);
 out:
     free(node_of);
     free(all);

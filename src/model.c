@@ -257,6 +257,17 @@ void mal_model_destroy(mal_model *m)
     free(m);
 }
 
+void mal_model_release_work(mal_model *m)
+{
+    if (!m) return;
+    float **bufs[] = {&m->grads, &m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k,
+                      &m->d_v,   &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++) {
+        if (*bufs[i]) mal_kern_free(m->k, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+}
+
 const mal_tensor_info *mal_model_find(const mal_model *m, const char *name)
 {
     for (int i = 0; i < m->n_tensors; i++)

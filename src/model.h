@@ -114,6 +114,11 @@ int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_mod
 int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                         int max_B, mal_kern k, uint64_t seed, int init);
 void mal_model_destroy(mal_model *m);
+/* Local.  Free the gradients and backward scratch, keeping parameters and
+ * Adam state: a part that will only be read from again (the old part during
+ * an online plan change, which then needs less memory at its peak).  Views
+ * into the gradients (m->g) dangle afterwards. */
+void mal_model_release_work(mal_model *m);
 
 /* Local.  (Re)initialise parameters: element i (global row-major index) of a
  * tensor is normal(0, std) drawn from (seed, hash of the tensor's global

@@ -95,7 +95,8 @@ int mal_trainer_wire_part(mal_trainer *tr)
         if (st->n_ranks > 1) {
             if (!tr->world)
                 return MAL_ERR(MAL_EINVAL, "a TP group of %d ranks needs MPI", st->n_ranks);
-            if ((rc = mal_comm_create_group(tr->world, st->ranks, st->n_ranks, &tr->tp)))
+            if (!tr->pool && (rc = mal_comm_pool_create(&tr->pool, tr->world))) return rc;
+            if ((rc = mal_comm_pool_get(tr->pool, MAL_POOL_TP, st->ranks, st->n_ranks, &tr->tp)))
                 return rc;
             tr->model->tp_allreduce = tp_allreduce;
             tr->model->tp_ctx = tr;
@@ -124,8 +125,7 @@ void mal_trainer_unwire_part(mal_trainer *tr)
 {
     if (tr->model) mal_pipeline_teardown(tr);
     mal_gradsync_teardown(tr);
-    mal_comm_destroy(tr->tp);
-    tr->tp = NULL;
+    tr->tp = NULL; /* the pool keeps it */
     free(tr->inputs);
     free(tr->targets);
     tr->inputs = tr->targets = NULL;
@@ -210,6 +210,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_trainer_unwire_part(tr);
     mal_monitor_teardown(tr);
     mal_model_destroy(tr->model);
+    mal_comm_pool_destroy(tr->pool);
     mal_data_destroy(tr->data);
     mal_plan_fini(&tr->plan);
     free(tr->rank_times);
@@ -225,6 +226,11 @@ int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept)
     if (moved) *moved = tr->migrated_bytes;
     if (kept) *kept = tr->kept_bytes;
     return tr->migrations;
+}
+
+void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out)
+{
+    *out = tr->mig_times;
 }
 
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)

@@ -139,6 +139,19 @@ int mal_trainer_change_plan(mal_trainer *tr, const mal_plan *next);
  * between ranks and left in place (whole job). */
 int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept);
 
+/* Where the last online plan change spent its time, on this rank (seconds). */
+typedef struct {
+    double total;  /* the whole change, as this rank saw it */
+    double build;  /* allocating the new part */
+    double move;   /* posting, packing, copying and receiving this rank's pieces */
+    double wait;   /* waiting for the other ranks to finish theirs */
+    double wire;   /* communicators and buffers of the new plan */
+    double bytes_sent, bytes_received, bytes_kept; /* this rank's own */
+    double started; /* mal_now() when this rank entered the change */
+} mal_migration_times;
+/* Local.  Zeroes when there was none. */
+void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out);
+
 /* Collective.  Number of elements of parameters and Adam moments whose
  * copies on different data-parallel replicas are not bitwise identical. */
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "comm.h"
+#include "comm_pool.h"
 #include "data.h"
 #include "model.h"
 #include "plan.h"
@@ -51,7 +52,8 @@ struct mal_trainer {
     mal_plan_loc loc;          /* where this rank sits; loc.pipeline < 0: suspended */
     int world_rank, world_size;
     mal_comm *world;           /* NULL only for a one-rank run without MPI */
-    mal_comm *tp;              /* this stage's TP group (NULL when tp_size 1) */
+    mal_comm *tp;              /* this stage's TP group (NULL when tp_size 1; pool's) */
+    mal_comm_pool *pool;       /* every group communicator, kept across plan changes */
     int n_stages, n_micro;     /* of this rank's pipeline */
     int first_sample;          /* global batch position of the pipeline's first sample */
     const int *prev_ranks, *next_ranks; /* neighbouring stages' TP groups (NULL at the ends) */
@@ -97,6 +99,7 @@ struct mal_trainer {
     int migrations;            /* online plan changes so far */
     double migrated_bytes;     /* bytes moved by the last one (all ranks together) */
     double kept_bytes;         /* bytes of state the last one left in place */
+    mal_migration_times mig_times; /* this rank's breakdown of the last one */
 };
 
 #define MAL_HOSTNAME_LEN 64
@@ -145,5 +148,24 @@ void mal_tensor_pack(const mal_tensor_info *t, const float *base, int64_t begin,
 void mal_tensor_unpack(const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
                        const float *src);
 size_t mal_tensor_range_floats(const mal_tensor_info *t, int64_t begin, int64_t end);
+
+/* Where the elements of global axis range [begin, end) of local shard `t`
+ * lie in its group buffer: `rows` runs of `width` floats, `stride` floats
+ * apart, the first at float `offset` (one run when they are contiguous). */
+typedef struct {
+    size_t offset;
+    int64_t rows, width, stride;
+} mal_range_shape;
+void mal_tensor_range_shape(const mal_tensor_info *t, int64_t begin, int64_t end,
+                            mal_range_shape *out);
+
+/* Online migration: bytes in flight per rank before waiting (default
+ * 256 MiB), and the staging area for strided pieces (default 64 MiB; grown
+ * to one piece when a piece is larger).  Tests set them small to exercise
+ * the flushes. */
+extern size_t mal_migrate_bucket_bytes, mal_migrate_stage_bytes;
+
+/* What the trainer's pooled communicators are for (comm_pool.h). */
+enum { MAL_POOL_TP = 1, MAL_POOL_SYNC = 2 };
 
 #endif /* MAL_TRAIN_INTERNAL_H */

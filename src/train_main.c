@@ -87,6 +87,8 @@ static void usage(FILE *f)
             "  --metrics FILE         one JSON object per step (appended to when resuming)\n"
             "  --log-every N          print a step line every N steps (default: 1)\n"
             "  --quiet                no start-up table or step lines\n"
+            "  --verbose              also debug detail (every rank's share of an online\n"
+            "                         migration)\n"
             "  -h, --help             this text\n"
             "  --version              print the version\n"
             "\n"
@@ -140,7 +142,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 enum {
     O_MODEL = 256, O_DATA, O_DATA_FORMAT, O_STEPS, O_SEED, O_GB, O_MB, O_LR, O_MINLR, O_WARMUP,
     O_DECAY, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_THREADS, O_SNAPDIR, O_SNAPEVERY, O_KEEP,
-    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERSION, O_PLAN, O_DP, O_TP, O_PP,
+    O_RESUME, O_METRICS, O_LOGEVERY, O_QUIET, O_VERBOSE, O_VERSION, O_PLAN, O_DP, O_TP, O_PP,
     O_ADAPT, O_CHECK, O_WINDOW, O_GAP, O_THRESH, O_FLOOR, O_BASE, O_PROBE, O_RPN, O_MEM,
     O_PROFILE, O_INJECT, O_MEASURE
 };
@@ -170,6 +172,7 @@ static const struct option longopts[] = {
     {"metrics", required_argument, 0, O_METRICS},
     {"log-every", required_argument, 0, O_LOGEVERY},
     {"quiet", no_argument, 0, O_QUIET},
+    {"verbose", no_argument, 0, O_VERBOSE},
     {"help", no_argument, 0, 'h'},
     {"version", no_argument, 0, O_VERSION},
     {"plan", required_argument, 0, O_PLAN},
@@ -298,6 +301,7 @@ static int parse_args(int argc, char **argv, mal_train_options *o, const char **
         case O_RESUME: o->resume = 1; break;
         case O_METRICS: o->metrics_path = optarg; break;
         case O_QUIET: *quiet = 1; break;
+        case O_VERBOSE: *quiet = -1; break;
         case 'h': usage(stdout); return 0;
         case O_VERSION: printf("malleus-train %s\n", PACKAGE_VERSION); return 0;
         case ':': return bad("option '%s' needs a value%s", argv[optind - 1], "");
@@ -417,13 +421,14 @@ int main(int argc, char **argv)
         }
         o.plan_rates = base;
     }
-    if (quiet) mal_log_level = MAL_LOG_WARN;
+    if (quiet > 0) mal_log_level = MAL_LOG_WARN;
+    if (quiet < 0 && lead) mal_log_level = MAL_LOG_DEBUG;
     if ((rc = mal_trainer_create(&tr, &o))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         status = rc == MAL_EINVAL || rc == MAL_ENOTSUP ? 2 : 1;
         goto out;
     }
-    if (!quiet && lead) mal_trainer_print_summary(tr, stdout);
+    if (quiet <= 0 && lead) mal_trainer_print_summary(tr, stdout);
     rc = mal_trainer_run(tr);
     if (rc == MAL_TRAIN_REPLAN) {
         if (lead)

@@ -22,6 +22,7 @@
 
 #include "comm.h"
 #include "comm_mpi.h"
+#include "comm_pool.h"
 #include "mal_test.h"
 
 #define NPROCS 8
@@ -454,6 +455,28 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(mal_comm_create_group(w, twice, 9, &dummy), MAL_EINVAL);
     static const int outside[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
     CHECK_EQ_INT(mal_comm_create_group(w, outside, 9, &dummy), MAL_EINVAL);
+
+    /* The pool: a group asked for again is the same communicator, with no
+     * collective (ranks outside it ask for nothing); another purpose gets
+     * its own. */
+    mal_comm_pool *pool;
+    CHECK_OK(mal_comm_pool_create(&pool, w));
+    static const int trio[] = {2, 5, 7};
+    if (world_rank == 2 || world_rank == 5 || world_rank == 7) {
+        mal_comm *a, *b, *c;
+        CHECK_OK(mal_comm_pool_get(pool, 1, trio, 3, &a));
+        check_members(a, trio, 3);
+        CHECK_OK(mal_comm_pool_get(pool, 2, trio, 3, &b));
+        CHECK(a != b);
+        CHECK_OK(mal_comm_pool_get(pool, 1, trio, 3, &c));
+        CHECK(c == a);
+        run_ops(c, "pooled {2,5,7}");
+        int created, reused;
+        mal_comm_pool_counts(pool, &created, &reused);
+        CHECK_EQ_INT(created, 2);
+        CHECK_EQ_INT(reused, 1);
+    }
+    mal_comm_pool_destroy(pool);
 
     run_ops(w, "world");
     if (sp) run_ops(sp, "split");

@@ -15,6 +15,7 @@
 #include "reshard.h"
 #include "snapshot.h"
 #include "train.h"
+#include "train_internal.h"
 
 static void check_equal(const char *b_dir, const char *c_dir)
 {
@@ -88,6 +89,10 @@ int main(int argc, char **argv)
     mal_plan next;
     mal_plan_init(&next);
     CHECK_OK(mal_plan_read(&next, argv[1]));
+    /* Tiny buckets and staging: a wait after every piece, staging regrown
+     * for pieces larger than it - the paths a large model takes. */
+    mal_migrate_bucket_bytes = 4096;
+    mal_migrate_stage_bytes = 1024;
     CHECK_OK(mal_trainer_change_plan(tr, &next));
     CHECK_OK(mal_trainer_save_to(tr, b_dir));
     mal_trainer_destroy(tr);
