@@ -7,8 +7,10 @@
  * summed over its holders: the first holder of each pipeline contributes its
  * gradient (its pipeline's share), other TP ranks of the same pipeline that
  * hold a replica of it contribute zeros, and every holder receives the sum.
- * Pieces with the same holder set travel together: one communicator and one
- * all-reduce per distinct set.
+ * Pieces with the same holder set travel together: one all-reduce per
+ * distinct set, by point-to-point messages among its members on one
+ * communicator of all ranks (comm_ring.h), so regrouping the replicas after
+ * a plan change creates no communicator.
  *
  * The same pieces decide who counts which gradient element in the global
  * norm: the first holder overall (pipeline 0's lowest rank).
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_ring.h"
 #include "layout.h"
 #include "mal.h"
 #include "slices.h"
@@ -123,7 +126,8 @@ int mal_gradsync_setup(struct mal_trainer *tr)
     mal_slice_map map = {0};
 
     for (int p = 0; p < plan->n_pipelines; p++)
-        for (int s = 0; s < plan->pipelines[p].n_stages; s++) max_h += plan->pipelines[p].stages[s].n_ranks;
+        for (int s = 0; s < plan->pipelines[p].n_stages; s++)
+            max_h += plan->pipelines[p].stages[s].n_ranks;
     h = malloc(sizeof *h * (size_t)(max_h + 1));
     rk = malloc(sizeof *rk * (size_t)(max_h + 1));
     if (!h || !rk) {
@@ -162,7 +166,8 @@ int mal_gradsync_setup(struct mal_trainer *tr)
                 tr->norm[tr->n_norm++] = (mal_norm_range){ti, pc->begin, pc->end};
             }
             if (n_groups < 2) continue; /* a single replica: nothing to sum */
-            for (int j = 0; j < pc->n_holders; j++) rk[j] = h[hi[j]].rank;
+            for (int j = 0; j < pc->n_holders; j++)
+                rk[j] = h[hi[j]].rank;
             qsort(rk, (size_t)pc->n_holders, sizeof *rk, cmp_int);
             int si;
             for (si = 0; si < n_sets; si++)
@@ -189,27 +194,28 @@ int mal_gradsync_setup(struct mal_trainer *tr)
                 memcpy(sets[si].ranks, rk, sizeof *rk * (size_t)pc->n_holders);
                 n_sets++;
             }
-            if ((rc = set_add_piece(&sets[si], (mal_sync_piece){ti, pc->begin, pc->end, contribute})))
+            if ((rc = set_add_piece(&sets[si],
+                                    (mal_sync_piece){ti, pc->begin, pc->end, contribute})))
                 goto out;
         }
         mal_slices_fini(&map);
     }
 
-    /* One communicator per holder set, created in the order the sets first
-     * appear in the global tensor order: every member sees the same order,
-     * so the collective creations cannot deadlock. */
+    /* The sets in the order they first appear in the global tensor order:
+     * every member runs its all-reduces in that order, so messages between
+     * two ranks match in order and no wait forms a cycle. */
     tr->sync = calloc((size_t)(n_sets ? n_sets : 1), sizeof *tr->sync);
     if (!tr->sync) {
         rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
         goto out;
     }
-    size_t max_floats = 0;
+    size_t max_floats = 0, max_scratch = 0;
     for (int si = 0; si < n_sets; si++) {
         mal_sync_group *g = &tr->sync[si];
-        if (!tr->pool && (rc = mal_comm_pool_create(&tr->pool, tr->world))) goto out;
-        if ((rc = mal_comm_pool_get(tr->pool, MAL_POOL_SYNC, sets[si].ranks, sets[si].n, &g->comm)))
-            goto out;
         tr->n_sync = si + 1;
+        g->ranks = sets[si].ranks;
+        g->n_ranks = sets[si].n;
+        sets[si].ranks = NULL;
         g->pieces = sets[si].pieces;
         g->n_pieces = sets[si].n_pieces;
         sets[si].pieces = NULL;
@@ -217,6 +223,16 @@ int mal_gradsync_setup(struct mal_trainer *tr)
             g->n_floats += mal_tensor_range_floats(&m->tensors[g->pieces[k].tensor],
                                                    g->pieces[k].begin, g->pieces[k].end);
         if (g->n_floats > max_floats) max_floats = g->n_floats;
+        /* the replica check reduces 2 doubles per element over the same group */
+        max_scratch = MAL_MAX(max_scratch, mal_comm_ring_scratch_bytes(2 * g->n_floats, g->n_ranks,
+                                                                       MAL_RING_MAX_F64));
+        max_scratch = MAL_MAX(
+            max_scratch, mal_comm_ring_scratch_bytes(g->n_floats, g->n_ranks, MAL_RING_SUM_F32));
+    }
+    if (max_scratch && !(tr->sync_scratch = malloc(max_scratch))) {
+        rc =
+            MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu bytes of scratch", max_scratch);
+        goto out;
     }
     if (max_floats) {
         tr->sync_buf = malloc(max_floats * sizeof(float));
@@ -255,7 +271,10 @@ int mal_gradsync_run(struct mal_trainer *tr)
                 memset(buf, 0, n * sizeof(float));
             buf += n;
         }
-        if ((rc = mal_comm_allreduce_f32(g->comm, tr->sync_buf, g->n_floats))) return rc;
+        if ((rc = mal_comm_ring_allreduce(tr->sync_world, g->ranks, g->n_ranks, MAL_TAG_SYNC,
+                                          tr->sync_buf, g->n_floats, MAL_RING_SUM_F32,
+                                          tr->sync_scratch)))
+            return rc;
         buf = tr->sync_buf;
         for (int k = 0; k < g->n_pieces; k++) {
             const mal_sync_piece *p = &g->pieces[k];
@@ -281,9 +300,9 @@ double mal_gradsync_local_sumsq(struct mal_trainer *tr)
                                 (size_t)((r->end - r->begin) * cols));
         } else {
             for (int64_t row = 0; row < t->local_shape[0]; row++)
-                s += mal_kern_sumsq(m->k, m->grads + t->offset + row * t->local_shape[1] +
-                                              (r->begin - off),
-                                    (size_t)(r->end - r->begin));
+                s += mal_kern_sumsq(
+                    m->k, m->grads + t->offset + row * t->local_shape[1] + (r->begin - off),
+                    (size_t)(r->end - r->begin));
         }
     }
     return s;
@@ -291,12 +310,17 @@ double mal_gradsync_local_sumsq(struct mal_trainer *tr)
 
 void mal_gradsync_teardown(struct mal_trainer *tr)
 {
-    for (int si = 0; si < tr->n_sync; si++) free(tr->sync[si].pieces); /* comms: the pool's */
+    for (int si = 0; si < tr->n_sync; si++) {
+        free(tr->sync[si].pieces);
+        free(tr->sync[si].ranks);
+    }
     free(tr->sync);
     tr->sync = NULL;
     tr->n_sync = 0;
     free(tr->sync_buf);
     tr->sync_buf = NULL;
+    free(tr->sync_scratch);
+    tr->sync_scratch = NULL;
     free(tr->norm);
     tr->norm = NULL;
     tr->n_norm = 0;
@@ -332,8 +356,10 @@ int mal_gradsync_replica_mismatch(struct mal_trainer *tr, double *count)
                 hi[i] = tmp[i];
                 lo[i] = -(double)tmp[i];
             }
-            rc = mal_comm_allreduce_max_f64(g->comm, hi, 2 * g->n_floats);
-            for (size_t i = 0; !rc && i < g->n_floats; i++) local += hi[i] != -lo[i];
+            rc = mal_comm_ring_allreduce(tr->sync_world, g->ranks, g->n_ranks, MAL_TAG_SYNC, hi,
+                                         2 * g->n_floats, MAL_RING_MAX_F64, tr->sync_scratch);
+            for (size_t i = 0; !rc && i < g->n_floats; i++)
+                local += hi[i] != -lo[i];
             free(hi);
             free(tmp);
         }

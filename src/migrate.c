@@ -57,8 +57,14 @@ static char *plan_on_rank0(struct mal_trainer *tr)
         rc = mal_profile_preset(&prof, o->profile ? o->profile : o->model.name,
                                 tr->plan.micro_batch_size);
     if (rc) goto fail;
-    mal_replan_input in = {&cl, &prof, rates, tr->plan.micro_batch_size,
-                           mal_plan_n_micro_batches(&tr->plan), 0, &tr->plan, MAL_REPLAN_AUTO};
+    mal_replan_input in = {&cl,
+                           &prof,
+                           rates,
+                           tr->plan.micro_batch_size,
+                           mal_plan_n_micro_batches(&tr->plan),
+                           0,
+                           &tr->plan,
+                           MAL_REPLAN_AUTO};
     mal_replan_stats stats;
     if ((rc = mal_replan(&in, &out, &stats))) goto fail;
     if ((rc = mal_plan_to_string(&out, &text))) goto fail;
@@ -127,16 +133,19 @@ static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
         goto fail;
     }
     int nh = mal_layout_holdings(old_plan, gt, h);
-    for (int i = 0; i < nh; i++) h[i].group = 0;
+    for (int i = 0; i < nh; i++)
+        h[i].group = 0;
     int nh2 = mal_layout_holdings(new_plan, gt, h + nh);
-    for (int i = nh; i < nh + nh2; i++) h[i].group = 1;
+    for (int i = nh; i < nh + nh2; i++)
+        h[i].group = 1;
     if ((rc = mal_slices_partition(h, nh + nh2, gt->shape[gt->axis], &map))) goto fail;
     int cap = (n_old + n_new) * 2 + 1;
     for (int pi = 0; pi < map.n_pieces; pi++) {
         const mal_slice_piece *pc = &map.pieces[pi];
         const int *hi = map.holders + pc->first;
         int n_o = 0;
-        while (n_o < pc->n_holders && h[hi[n_o]].group == 0) n_o++;
+        while (n_o < pc->n_holders && h[hi[n_o]].group == 0)
+            n_o++;
         int k = 0; /* receivers served so far: spreads the senders */
         for (int j = n_o; j < pc->n_holders; j++) {
             int dst = h[hi[j]].rank, src = -1;
@@ -145,7 +154,8 @@ static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
             if (src < 0) {
                 /* prefer a sender on the receiver's node */
                 int same = 0;
-                for (int i = 0; i < n_o; i++) same += node_of[h[hi[i]].rank] == node_of[dst];
+                for (int i = 0; i < n_o; i++)
+                    same += node_of[h[hi[i]].rank] == node_of[dst];
                 int pick = k++ % (same ? same : n_o), seen = 0;
                 for (int i = 0; i < n_o && src < 0; i++)
                     if (!same || node_of[h[hi[i]].rank] == node_of[dst])
@@ -194,7 +204,7 @@ size_t mal_migrate_stage_bytes = (size_t)64 << 20;
 typedef struct {
     float *dst; /* the new part's buffer */
     mal_range_shape sh;
-    size_t at;  /* arena offset (floats) */
+    size_t at; /* arena offset (floats) */
 } unstage;
 typedef struct {
     MPI_Request *reqs;
@@ -400,7 +410,8 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
         free(all);
         return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
     }
-    for (int r = 0; r < world; r++) node_of[r] = ranks_per_node > 0 ? r / ranks_per_node : 0;
+    for (int r = 0; r < world; r++)
+        node_of[r] = ranks_per_node > 0 ? r / ranks_per_node : 0;
     for (int i = 0; i < n_all && !rc; i++) {
         transfer *t;
         int n;
@@ -426,8 +437,8 @@ static int log_times(struct mal_trainer *tr)
 {
     enum { K = 9 };
     const mal_migration_times *t = &tr->mig_times;
-    double mine[K] = {t->total, t->build, t->move, t->wait, t->wire, t->bytes_sent, t->bytes_received,
-                      t->bytes_kept, t->started};
+    double mine[K] = {t->total,      t->build,          t->move,       t->wait,   t->wire,
+                      t->bytes_sent, t->bytes_received, t->bytes_kept, t->started};
     double *all = NULL;
     int n = tr->world_size, rc;
     if (tr->world_rank == 0 && !(all = malloc(sizeof *all * K * (size_t)n)))
@@ -438,9 +449,11 @@ static int log_times(struct mal_trainer *tr)
     }
     double mx[K] = {0}, first = all[K - 1];
     int slowest = 0;
-    for (int r = 1; r < n; r++) first = MAL_MIN(first, all[K * r + K - 1]);
+    for (int r = 1; r < n; r++)
+        first = MAL_MIN(first, all[K * r + K - 1]);
     for (int r = 0; r < n; r++) {
-        for (int k = 0; k < K; k++) mx[k] = MAL_MAX(mx[k], all[K * r + k]);
+        for (int k = 0; k < K; k++)
+            mx[k] = MAL_MAX(mx[k], all[K * r + k]);
         if (all[K * r] > all[K * slowest]) slowest = r;
         mal_log(MAL_LOG_DEBUG,
                 "  rank %d: %.3f s (started %.3f s after the first rank; new part %.3f, state "
@@ -456,8 +469,8 @@ static int log_times(struct mal_trainer *tr)
             "%.3f s, communicators and buffers %.3f s; most sent by one rank %.1f MiB, received "
             "%.1f MiB)",
             tr->migrations, (long long)tr->step, tr->migrated_bytes / 1048576.0,
-            tr->kept_bytes / 1048576.0, mx[0], slowest, mx[1], mx[2], mx[3], mx[4], mx[5] / 1048576.0,
-            mx[6] / 1048576.0);
+            tr->kept_bytes / 1048576.0, mx[0], slowest, mx[1], mx[2], mx[3], mx[4],
+            mx[5] / 1048576.0, mx[6] / 1048576.0);
     free(all);
     return 0;
 }
@@ -502,7 +515,8 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
         goto out;
     }
     int rpn = tr->o.ranks_per_node > 0 ? tr->o.ranks_per_node : tr->world_size;
-    for (int r = 0; r < tr->world_size; r++) node_of[r] = r / rpn;
+    for (int r = 0; r < tr->world_size; r++)
+        node_of[r] = r / rpn;
     double t_build = mal_now() - t0, t_move = mal_now();
     bucket bk = {0};
     kept_list kl = {0};
@@ -513,7 +527,8 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
         mal_range_shape a, b;
         mal_tensor_range_shape(kl.p[i].ot, kl.p[i].begin, kl.p[i].end, &a);
         mal_tensor_range_shape(kl.p[i].nt, kl.p[i].begin, kl.p[i].end, &b);
-        for (int g = 0; g < 3; g++) copy_piece(group_buf(old, g), &a, group_buf(tr->model, g), &b);
+        for (int g = 0; g < 3; g++)
+            copy_piece(group_buf(old, g), &a, group_buf(tr->model, g), &b);
     }
     if (!rc) rc = bucket_flush(&bk);
     bucket_fini(&bk);
@@ -552,7 +567,8 @@ int mal_trainer_replan_online(struct mal_trainer *tr)
     int changed = 0, rc;
     if (!tr->world) return 0; /* one rank: nothing to re-plan */
     mal_plan_init(&next);
-    if (!(rc = agree_on_plan(tr, &next, &changed)) && changed) rc = mal_trainer_change_plan(tr, &next);
+    if (!(rc = agree_on_plan(tr, &next, &changed)) && changed)
+        rc = mal_trainer_change_plan(tr, &next);
     mal_plan_fini(&next);
     /* The rates the (new or kept) plan stands for become the baseline. */
     if (!rc && tr->world_rank == 0) {

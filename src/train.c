@@ -135,6 +135,10 @@ void mal_trainer_unwire_part(mal_trainer *tr)
 static int setup_layout(mal_trainer *tr)
 {
     int rc;
+    /* The gradient sync's messages get a communicator of their own, made
+     * once (every rank, suspended or not, is here). */
+    if (tr->world && (rc = mal_comm_split(tr->world, 0, tr->world_rank, &tr->sync_world)))
+        return rc;
     if ((rc = mal_trainer_build_part(tr))) return rc;
     if ((rc = mal_trainer_wire_part(tr))) return rc;
     if (tr->world_rank == 0) {
@@ -211,6 +215,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_monitor_teardown(tr);
     mal_model_destroy(tr->model);
     mal_comm_pool_destroy(tr->pool);
+    mal_comm_destroy(tr->sync_world);
     mal_data_destroy(tr->data);
     mal_plan_fini(&tr->plan);
     free(tr->rank_times);

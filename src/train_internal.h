@@ -28,9 +28,11 @@ typedef struct {
     int contribute;     /* 1: this rank's gradient is its replica's share; 0: send zeros */
 } mal_sync_piece;
 
-/* All pieces shared by one set of ranks: one communicator, one buffer. */
+/* All pieces shared by one set of ranks: one all-reduce over their buffer
+ * (comm_ring.h: no communicator of their own). */
 typedef struct {
-    mal_comm *comm;
+    int *ranks; /* world ranks, ascending */
+    int n_ranks;
     int n_pieces;
     mal_sync_piece *pieces;
     size_t n_floats;
@@ -76,6 +78,8 @@ struct mal_trainer {
     mal_sync_group *sync;
     float *sync_buf;
     size_t sync_buf_floats;
+    void *sync_scratch;       /* the all-reduce's scratch, for the largest group */
+    mal_comm *sync_world;     /* all ranks: the sync groups' messages (own) */
     int n_norm;
     mal_norm_range *norm;
 
@@ -166,6 +170,8 @@ void mal_tensor_range_shape(const mal_tensor_info *t, int64_t begin, int64_t end
 extern size_t mal_migrate_bucket_bytes, mal_migrate_stage_bytes;
 
 /* What the trainer's pooled communicators are for (comm_pool.h). */
-enum { MAL_POOL_TP = 1, MAL_POOL_SYNC = 2 };
+enum { MAL_POOL_TP = 1 };
+/* Tag of the gradient-sync messages on tr->sync_world. */
+enum { MAL_TAG_SYNC = 1 };
 
 #endif /* MAL_TRAIN_INTERNAL_H */

@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "comm_mpi.h"
 #include "comm_pool.h"
+#include "comm_ring.h"
 #include "mal_test.h"
 
 #define NPROCS 8
@@ -257,6 +258,61 @@ static void run_ops(mal_comm *c, const char *label)
     test_ring(c, label);
 }
 
+/* Ring all-reduce over member lists of the world (no communicator of
+ * their own): integer-valued floats sum exactly, so every member must hold
+ * exactly the closed-form sum; both paths (first member combines / ring),
+ * counts below the member count and not divisible by it, and max. */
+static void test_ring_allreduce(mal_comm *w)
+{
+    static const int odd[] = {1, 3, 5, 7}, mixed[] = {6, 0, 3}, pair[] = {2, 4};
+    const struct {
+        const int *m;
+        int n;
+    } groups[] = {{odd, 4}, {mixed, 3}, {pair, 2}};
+    const size_t counts[] = {1, 3, 1000, 100003};
+    for (size_t gi = 0; gi < MAL_ARRAY_SIZE(groups); gi++) {
+        const int *m = groups[gi].m, n = groups[gi].n;
+        int in = 0;
+        for (int k = 0; k < n; k++)
+            in |= m[k] == w->rank;
+        for (size_t ci = 0; in && ci < MAL_ARRAY_SIZE(counts); ci++) {
+            size_t count = counts[ci];
+            float *x = malloc(count * sizeof *x);
+            double *d = malloc(count * sizeof *d);
+            void *scratch = malloc(mal_comm_ring_scratch_bytes(count, n, MAL_RING_MAX_F64));
+            for (size_t i = 0; i < count; i++) {
+                x[i] = (float)((i * 7 + (size_t)w->rank * 13) % 101);
+                d[i] = (double)((i * 3 + (size_t)w->rank * 5) % 17) - 8.0;
+            }
+            CHECK_OK(mal_comm_ring_allreduce(w, m, n, 3, x, count, MAL_RING_SUM_F32, scratch));
+            CHECK_OK(mal_comm_ring_allreduce(w, m, n, 3, d, count, MAL_RING_MAX_F64, scratch));
+            for (size_t i = 0; i < count; i++) {
+                double want = 0, want_max = -1e30;
+                for (int k = 0; k < n; k++) {
+                    want += (double)((i * 7 + (size_t)m[k] * 13) % 101);
+                    want_max = MAL_MAX(want_max, (double)((i * 3 + (size_t)m[k] * 5) % 17) - 8.0);
+                }
+                if ((double)x[i] != want || d[i] != want_max) {
+                    fprintf(stderr,
+                            "ring all-reduce, group %zu, count %zu, element %zu: %g/%g, "
+                            "want %g/%g\n",
+                            gi, count, i, (double)x[i], d[i], want, want_max);
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+            }
+            free(x);
+            free(d);
+            free(scratch);
+        }
+    }
+    float y = 1;
+    static const int others[] = {1}; /* a list without this rank (for rank != 1) */
+    if (w->rank != 1)
+        CHECK_EQ_INT(mal_comm_ring_allreduce(w, others, 1, 3, &y, 1, MAL_RING_SUM_F32, NULL),
+                     MAL_EINVAL);
+    CHECK_OK(mal_comm_barrier(w));
+}
+
 static void check_members(const mal_comm *c, const int *want, int n)
 {
     CHECK_EQ_INT(c->size, n);
@@ -477,6 +533,8 @@ int main(int argc, char **argv)
         CHECK_EQ_INT(reused, 1);
     }
     mal_comm_pool_destroy(pool);
+
+    test_ring_allreduce(w);
 
     run_ops(w, "world");
     if (sp) run_ops(sp, "split");

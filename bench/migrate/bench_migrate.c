@@ -44,19 +44,26 @@ static int cmp_double(const void *a, const void *b)
 static void report(mal_comm *world, const char *what, const mal_migration_times *t)
 {
     int n = world->size;
-    double mine[8] = {t->total, t->build, t->move, t->wait, t->wire, t->bytes_sent / 1048576.0,
-                      t->bytes_received / 1048576.0, t->bytes_kept / 1048576.0};
+    double mine[8] = {t->total,
+                      t->build,
+                      t->move,
+                      t->wait,
+                      t->wire,
+                      t->bytes_sent / 1048576.0,
+                      t->bytes_received / 1048576.0,
+                      t->bytes_kept / 1048576.0};
     double *all = world->rank == 0 ? malloc(sizeof *all * 8 * (size_t)n) : NULL;
     MPI_Gather(mine, 8, MPI_DOUBLE, all, 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (world->rank) return;
     double worst = 0;
-    for (int r = 0; r < n; r++) worst = MAL_MAX(worst, all[8 * r]);
+    for (int r = 0; r < n; r++)
+        worst = MAL_MAX(worst, all[8 * r]);
     printf("%s: %.3f s (slowest rank)\n", what, worst);
     printf("  rank   total   build    move    wait    wire   sent MiB  recv MiB  kept MiB\n");
     for (int r = 0; r < n; r++) {
         double *a = all + 8 * r;
-        printf("  %4d %7.3f %7.3f %7.3f %7.3f %7.3f %10.1f %9.1f %9.1f\n", r, a[0], a[1], a[2], a[3],
-               a[4], a[5], a[6], a[7]);
+        printf("  %4d %7.3f %7.3f %7.3f %7.3f %7.3f %10.1f %9.1f %9.1f\n", r, a[0], a[1], a[2],
+               a[3], a[4], a[5], a[6], a[7]);
     }
     free(all);
 }
@@ -70,24 +77,51 @@ int main(int argc, char **argv)
     const char *model = "small", *pa = NULL, *pb = NULL, *dir = "/tmp/malleus-bench-migrate";
     int reps = 3, gb = 16, mb = 2, steps = 1, online_only = 0, c;
     mal_inject inj = {-1, 1.0, 0, -1};
-    static const struct option lo[] = {{"model", 1, 0, 'm'},        {"plan-a", 1, 0, 'a'},
-                                       {"plan-b", 1, 0, 'b'},       {"reps", 1, 0, 'r'},
-                                       {"global-batch", 1, 0, 'g'}, {"micro-batch", 1, 0, 'u'},
-                                       {"dir", 1, 0, 'd'},          {"steps", 1, 0, 's'},
-                                       {"inject", 1, 0, 'i'},       {"online-only", 0, 0, 'o'},
+    static const struct option lo[] = {{"model", 1, 0, 'm'},
+                                       {"plan-a", 1, 0, 'a'},
+                                       {"plan-b", 1, 0, 'b'},
+                                       {"reps", 1, 0, 'r'},
+                                       {"global-batch", 1, 0, 'g'},
+                                       {"micro-batch", 1, 0, 'u'},
+                                       {"dir", 1, 0, 'd'},
+                                       {"steps", 1, 0, 's'},
+                                       {"inject", 1, 0, 'i'},
+                                       {"online-only", 0, 0, 'o'},
                                        {0, 0, 0, 0}};
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) switch (c) {
-        case 'm': model = optarg; break;
-        case 'a': pa = optarg; break;
-        case 'b': pb = optarg; break;
-        case 'r': reps = atoi(optarg); break;
-        case 'g': gb = atoi(optarg); break;
-        case 'u': mb = atoi(optarg); break;
-        case 'd': dir = optarg; break;
-        case 's': steps = atoi(optarg); break;
-        case 'o': online_only = 1; break;
-        case 'i': sscanf(optarg, "%d:%lf", &inj.rank, &inj.factor); break;
-        default: MPI_Abort(MPI_COMM_WORLD, 2);
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1)
+        switch (c) {
+        case 'm':
+            model = optarg;
+            break;
+        case 'a':
+            pa = optarg;
+            break;
+        case 'b':
+            pb = optarg;
+            break;
+        case 'r':
+            reps = atoi(optarg);
+            break;
+        case 'g':
+            gb = atoi(optarg);
+            break;
+        case 'u':
+            mb = atoi(optarg);
+            break;
+        case 'd':
+            dir = optarg;
+            break;
+        case 's':
+            steps = atoi(optarg);
+            break;
+        case 'o':
+            online_only = 1;
+            break;
+        case 'i':
+            sscanf(optarg, "%d:%lf", &inj.rank, &inj.factor);
+            break;
+        default:
+            MPI_Abort(MPI_COMM_WORLD, 2);
         }
     if (!pa || !pb) {
         if (!world->rank) fprintf(stderr, "bench_migrate: --plan-a and --plan-b are needed\n");
