@@ -126,6 +126,8 @@ def one_plan_change(a, tmp, model=None, steps=5, reps=3):
         print("one plan change, online: migration %.3f s, %.2f MiB moved of %.2f MiB of state "
               "(%.0f%% kept in place) -> %.3fx the restart path"
               % (secs, moved, moved + kept, 100 * kept / max(moved + kept, 1e-9), secs / restart))
+        line = re.search(r"online migration 1 at step .*", out)
+        print("  malleus-train: " + line.group(0))
     else:
         print("one plan change, online: no migration happened")
 
