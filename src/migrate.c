@@ -11,9 +11,8 @@
  * other piece is sent by one old holder - one on the receiver's node when
  * there is one, spread round-robin over the candidates - and received.
  * Contiguous pieces go straight from the old part's buffers into the new
- * part's (no staging copy); strided ones (a TP size change) pass through a
- * bounded staging area.  Messages are waited for in buckets of at most
- * 256 MiB per rank, which bounds the requests and staging.  All replicas
+ * part's (no staging copy) and are all posted first; strided ones (a TP
+ * size change) follow through a bounded staging area.  All replicas
  * receive copies of the same bytes, so they stay bitwise identical; progress
  * (step, consumed samples) and the counter-based RNG carry over unchanged.
  *
@@ -111,10 +110,12 @@ static float *group_buf(mal_model *m, int g)
     return g == 0 ? m->params : g == 1 ? m->adam_m : m->adam_v;
 }
 
-/* One piece that one new holder needs: from `src` (== dst: kept in place). */
+/* One piece that one new holder needs: from `src` (== dst: kept in place).
+ * `direct`: contiguous on both sides (posted in the first pass). */
 typedef struct {
     int64_t begin, end;
     int src, dst;
+    int direct;
 } transfer;
 
 /* The transfers of global tensor `gt` from the old to the new plan's holders.
@@ -148,9 +149,9 @@ static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
             n_o++;
         int k = 0; /* receivers served so far: spreads the senders */
         for (int j = n_o; j < pc->n_holders; j++) {
-            int dst = h[hi[j]].rank, src = -1;
+            int dst = h[hi[j]].rank, src = -1, src_h = -1;
             for (int i = 0; i < n_o; i++)
-                if (h[hi[i]].rank == dst) src = dst;
+                if (h[hi[i]].rank == dst) src = dst, src_h = hi[i];
             if (src < 0) {
                 /* prefer a sender on the receiver's node */
                 int same = 0;
@@ -159,8 +160,14 @@ static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
                 int pick = k++ % (same ? same : n_o), seen = 0;
                 for (int i = 0; i < n_o && src < 0; i++)
                     if (!same || node_of[h[hi[i]].rank] == node_of[dst])
-                        if (seen++ == pick) src = h[hi[i]].rank;
+                        if (seen++ == pick) src = h[hi[i]].rank, src_h = hi[i];
             }
+            /* Contiguous in a holder's shard: rows of a row-split (or 1-D)
+             * tensor, or a column range that is the holder's whole width. */
+            const mal_slice_holding *hs = &h[src_h], *hd = &h[hi[j]];
+            int direct = gt->ndim == 1 || gt->axis == 0 ||
+                         (pc->begin == hs->begin && pc->end == hs->end && pc->begin == hd->begin &&
+                          pc->end == hd->end);
             if (n == cap) {
                 cap *= 2;
                 transfer *nt = realloc(t, sizeof *nt * (size_t)cap);
@@ -170,7 +177,7 @@ static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
                 }
                 t = nt;
             }
-            t[n++] = (transfer){pc->begin, pc->end, src, dst};
+            t[n++] = (transfer){pc->begin, pc->end, src, dst, direct};
         }
     }
     mal_slices_fini(&map);
@@ -189,17 +196,14 @@ typedef struct {
     double bytes_moved, bytes_kept;
 } move_stats;
 
-/* Messages in flight, waited for together once they carry enough bytes.
- * A piece that is contiguous on this rank goes straight from the old
- * part's state or into the new part's.  A strided one (a column range of a
- * matrix: a TP size change) is packed into, or received into, a staging
- * arena and copied out after the flush: MPI's own non-contiguous path
- * proved 2-5x slower here, and erratic, than one contiguous transfer plus
- * one local copy.  The byte limits bound the requests outstanding and the
- * arena.  Every rank posts in the same global tensor order and waits only
- * for what it posted, so a rank blocked in a flush waits on a peer whose
- * own flush point comes earlier in that order: no cycle. */
-size_t mal_migrate_bucket_bytes = (size_t)256 << 20;
+/* Messages in flight, waited for together (a flush).  A piece that is
+ * contiguous on this rank goes straight from the old part's state or into
+ * the new part's.  A strided one (a column range of a matrix: a TP size
+ * change) is packed into, or received into, a staging arena and copied out
+ * after the flush, which comes whenever the arena is full: MPI's own
+ * non-contiguous path measured 2-2.5x slower here than one contiguous
+ * transfer plus one local copy.  (Why the flushes cannot deadlock: see
+ * mal_trainer_change_plan.) */
 size_t mal_migrate_stage_bytes = (size_t)64 << 20;
 typedef struct {
     float *dst; /* the new part's buffer */
@@ -348,8 +352,8 @@ typedef struct {
  * pieces it keeps.  `old` / tr->model: this rank's old and new parts (NULL
  * if it holds none). */
 static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_model *old,
-                       const mal_tensor_info *gt, const int *node_of, move_stats *ms, bucket *bk,
-                       kept_list *kl)
+                       const mal_tensor_info *gt, const int *node_of, int pass, move_stats *ms,
+                       bucket *direct, bucket *bk, kept_list *kl)
 {
     mal_model *nm = tr->model;
     const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
@@ -361,12 +365,13 @@ static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_mod
     MPI_Comm comm = mal_comm_mpi_handle(tr->world);
     for (int i = 0; i < n && !rc; i++) {
         double bytes = 3.0 * (double)mal_tensor_range_floats(gt, t[i].begin, t[i].end) * 4.0;
-        if (t[i].src == t[i].dst)
+        if (pass == 1 && t[i].src == t[i].dst)
             ms->bytes_kept += bytes;
-        else
+        else if (pass == 1)
             ms->bytes_moved += bytes;
         if (t[i].src != me && t[i].dst != me) continue;
         if (t[i].src == t[i].dst) {
+            if (pass == 2) continue;
             tr->mig_times.bytes_kept += bytes;
             if (kl->n == kl->cap) {
                 int cap = kl->cap ? 2 * kl->cap : 64;
@@ -384,16 +389,19 @@ static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_mod
         int send = t[i].src == me;
         mal_range_shape sh;
         mal_tensor_range_shape(send ? ot : nt, t[i].begin, t[i].end, &sh);
+        /* contiguous on both sides: pass 1; otherwise pass 2 - both ends
+         * decide alike, so messages between two ranks match in order */
+        if (t[i].direct != (pass == 1)) continue;
         mal_model *m = send ? old : nm;
         for (int g = 0; g < 3 && !rc; g++)
-            rc = post_piece(bk, group_buf(m, g), &sh, send, send ? t[i].dst : t[i].src, comm);
+            rc = post_piece(pass == 1 ? direct : bk, group_buf(m, g), &sh, send,
+                            send ? t[i].dst : t[i].src, comm);
         if (send)
             tr->mig_times.bytes_sent += bytes;
         else
             tr->mig_times.bytes_received += bytes;
     }
     free(t);
-    if (!rc && bk->bytes >= mal_migrate_bucket_bytes) rc = bucket_flush(bk);
     return rc;
 }
 
@@ -518,10 +526,20 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     for (int r = 0; r < tr->world_size; r++)
         node_of[r] = r / rpn;
     double t_build = mal_now() - t0, t_move = mal_now();
-    bucket bk = {0};
+    bucket direct = {0}, bk = {0};
     kept_list kl = {0};
-    for (int i = 0; i < n_all && !rc; i++)
-        rc = move_tensor(tr, &old_plan, old, &all[i], node_of, &ms, &bk, &kl);
+    /* Pass 1 posts every piece that is contiguous on both sides, straight
+     * from and into the parts: no memory, no waiting, so peers can pull what
+     * this rank sends at once.  Pass 2 posts the others (staged where
+     * strided on this rank), in global order, waiting (flushing) only for
+     * pass-2 messages, each matched by the peer's pass-2 message at the same
+     * place in the order, which the peer reaches unless it waits at an
+     * earlier place - no cycle.  Pass-1 messages are waited for last.  Both
+     * ends post every pair's messages in the same order (pass, then global
+     * order), so they match in order. */
+    for (int pass = 1; pass <= 2; pass++)
+        for (int i = 0; i < n_all && !rc; i++)
+            rc = move_tensor(tr, &old_plan, old, &all[i], node_of, pass, &ms, &direct, &bk, &kl);
     /* What stays on this rank is copied while the peers pull what it sends. */
     for (int i = 0; i < kl.n && !rc; i++) {
         mal_range_shape a, b;
@@ -531,7 +549,9 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
             copy_piece(group_buf(old, g), &a, group_buf(tr->model, g), &b);
     }
     if (!rc) rc = bucket_flush(&bk);
+    if (!rc) rc = bucket_flush(&direct);
     bucket_fini(&bk);
+    bucket_fini(&direct);
     free(kl.p);
     if (rc) goto out;
     t_move = mal_now() - t_move;

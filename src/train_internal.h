@@ -163,11 +163,10 @@ typedef struct {
 void mal_tensor_range_shape(const mal_tensor_info *t, int64_t begin, int64_t end,
                             mal_range_shape *out);
 
-/* Online migration: bytes in flight per rank before waiting (default
- * 256 MiB), and the staging area for strided pieces (default 64 MiB; grown
- * to one piece when a piece is larger).  Tests set them small to exercise
- * the flushes. */
-extern size_t mal_migrate_bucket_bytes, mal_migrate_stage_bytes;
+/* Online migration: the staging area for strided pieces (default 64 MiB;
+ * grown to one piece when a piece is larger; pieces are waited for whenever
+ * it is full).  Tests set it small to exercise the waits. */
+extern size_t mal_migrate_stage_bytes;
 
 /* What the trainer's pooled communicators are for (comm_pool.h). */
 enum { MAL_POOL_TP = 1 };

@@ -89,9 +89,8 @@ int main(int argc, char **argv)
     mal_plan next;
     mal_plan_init(&next);
     CHECK_OK(mal_plan_read(&next, argv[1]));
-    /* Tiny buckets and staging: a wait after every piece, staging regrown
-     * for pieces larger than it - the paths a large model takes. */
-    mal_migrate_bucket_bytes = 4096;
+    /* Tiny staging: a wait after every strided piece, staging regrown for
+     * pieces larger than it - the paths a large model takes. */
     mal_migrate_stage_bytes = 1024;
     CHECK_OK(mal_trainer_change_plan(tr, &next));
     CHECK_OK(mal_trainer_save_to(tr, b_dir));
