@@ -154,6 +154,7 @@ out:
 int mal_train_ckpt_save(struct mal_trainer *tr)
 {
     if (!tr->o.snapshot_dir) return MAL_ERR(MAL_EINVAL, "no --snapshot-dir to save into");
+    double t0 = mal_now();
     mal_model *m = tr->model;
     char *cfg = mal_config_to_json(&tr->o.model), *trj = train_json(&tr->o), *plj = NULL;
     int rc = mal_plan_to_string(&tr->plan, &plj), lrc = 0;
@@ -166,7 +167,10 @@ int mal_train_ckpt_save(struct mal_trainer *tr)
     if (!lrc && m) lrc = save_local(tr, w);
     if ((rc = mal_snap_writer_finish(w, lrc, tr->o.keep_snapshots, path, sizeof path))) goto out;
     tr->saved_step = tr->step;
-    if (tr->world_rank == 0) mal_log(MAL_LOG_INFO, "snapshot written: %s", path);
+    /* finish is collective and commits after every rank is done: rank 0's
+     * time is the snapshot's */
+    if (tr->world_rank == 0)
+        mal_log(MAL_LOG_INFO, "snapshot written: %s (%.3f s)", path, mal_now() - t0);
 out:
     free(cfg);
     free(trj);
