@@ -8,12 +8,16 @@
  * measures with whole processes.)
  *   mpiexec -n N bench_migrate --model small --plan-a A.json --plan-b B.json
  *       [--global-batch 16] [--micro-batch 2] [--steps 1] [--inject RANK:FACTOR]
- *       [--reps 3] [--dir DIR] [--online-only] */
+ *       [--reps 3] [--dir DIR] [--online-only] [--warm-mb N]
+ * --warm-mb N: before every timed operation each rank touches and frees N
+ * MiB, so that neither path pays for memory the host has not backed yet
+ * (bench/README.md). */
 #include <getopt.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "comm.h"
 #include "mal.h"
@@ -25,6 +29,28 @@ static void die(const char *what)
 {
     fprintf(stderr, "bench_migrate: %s: %s\n", what, mal_errmsg());
     MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* Memory the host backs lazily (VMs with free page reporting): touch
+ * `mb` MiB and give it back, so that the next allocations find pages that
+ * are backed already and every timed operation starts alike; then line the
+ * ranks up.  Collective. */
+static size_t warm_mb;
+static void ready(void)
+{
+    if (warm_mb) {
+        size_t n = warm_mb << 20;
+        char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+#ifdef MADV_HUGEPAGE
+            madvise(p, n, MADV_HUGEPAGE);
+#endif
+            for (size_t i = 0; i < n; i += 4096)
+                p[i] = 1;
+            munmap(p, n);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* Slowest rank's value of x (collective). */
@@ -77,17 +103,11 @@ int main(int argc, char **argv)
     const char *model = "small", *pa = NULL, *pb = NULL, *dir = "/tmp/malleus-bench-migrate";
     int reps = 3, gb = 16, mb = 2, steps = 1, online_only = 0, c;
     mal_inject inj = {-1, 1.0, 0, -1};
-    static const struct option lo[] = {{"model", 1, 0, 'm'},
-                                       {"plan-a", 1, 0, 'a'},
-                                       {"plan-b", 1, 0, 'b'},
-                                       {"reps", 1, 0, 'r'},
-                                       {"global-batch", 1, 0, 'g'},
-                                       {"micro-batch", 1, 0, 'u'},
-                                       {"dir", 1, 0, 'd'},
-                                       {"steps", 1, 0, 's'},
-                                       {"inject", 1, 0, 'i'},
-                                       {"online-only", 0, 0, 'o'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"model", 1, 0, 'm'},       {"plan-a", 1, 0, 'a'},       {"plan-b", 1, 0, 'b'},
+        {"reps", 1, 0, 'r'},        {"global-batch", 1, 0, 'g'}, {"micro-batch", 1, 0, 'u'},
+        {"dir", 1, 0, 'd'},         {"steps", 1, 0, 's'},        {"inject", 1, 0, 'i'},
+        {"online-only", 0, 0, 'o'}, {"warm-mb", 1, 0, 'w'},      {0, 0, 0, 0}};
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1)
         switch (c) {
         case 'm':
@@ -117,12 +137,16 @@ int main(int argc, char **argv)
         case 'o':
             online_only = 1;
             break;
+        case 'w':
+            warm_mb = (size_t)atol(optarg);
+            break;
         case 'i':
             sscanf(optarg, "%d:%lf", &inj.rank, &inj.factor);
             break;
         default:
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
+    if (reps < 1) reps = 1;
     if (!pa || !pb) {
         if (!world->rank) fprintf(stderr, "bench_migrate: --plan-a and --plan-b are needed\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -158,7 +182,7 @@ int main(int argc, char **argv)
     /* The restart path's in-process parts, for the change A -> B. */
     double t_save = 0, t_reshard = 0, t_load = 0;
     if (online_only) goto online;
-    MPI_Barrier(MPI_COMM_WORLD);
+    ready();
     double t = mal_now();
     if (mal_trainer_save(tr)) die("save");
     t_save = max_all(mal_now() - t);
@@ -168,7 +192,7 @@ int main(int argc, char **argv)
     ro.dst_dir = snap_b;
     ro.plan = &plan[1];
     mal_reshard_stats rs;
-    MPI_Barrier(MPI_COMM_WORLD);
+    ready();
     t = mal_now();
     if (mal_reshard(world, &ro, &rs)) die("reshard");
     t_reshard = max_all(mal_now() - t);
@@ -177,7 +201,7 @@ int main(int argc, char **argv)
     ob.snapshot_dir = snap_b;
     ob.resume = 1;
     mal_trainer *tb;
-    MPI_Barrier(MPI_COMM_WORLD);
+    ready();
     t = mal_now();
     if (mal_trainer_create(&tb, &ob)) die("resume");
     t_load = max_all(mal_now() - t);
@@ -186,7 +210,7 @@ int main(int argc, char **argv)
 online:;
     double *ab = calloc((size_t)reps, sizeof *ab);
     for (int i = 0; i < 2 * reps; i++) {
-        MPI_Barrier(MPI_COMM_WORLD);
+        ready();
         if (mal_trainer_change_plan(tr, &plan[(i + 1) % 2])) die("change");
         mal_migration_times mt;
         mal_trainer_migration_times(tr, &mt);
