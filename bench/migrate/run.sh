@@ -24,7 +24,7 @@ echo '{"3": 8.0}' >"$dir/rates.json"
     -o "$dir/b.json" >/dev/null
 # C: what the planner also picks for that straggler when the other ranks
 # measure slightly slower - rank 3 suspended, rank 2 alone holds a whole
-# replica (it receives three quarters of the model, mostly strided pieces)
+# replica (it receives three quarters of the model, a third of it strided)
 L=$("$build/malleus-train" --model "$model" --steps 0 | sed -n 's/^| layers \/ heads \/ ffn | *\([0-9]*\) .*/\1/p')
 cat >"$dir/c.json" <<PLAN
 { "format": "malleus-plan/1", "micro_batch_size": 2,
