@@ -356,8 +356,12 @@ static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_mod
                        bucket *direct, bucket *bk, kept_list *kl)
 {
     mal_model *nm = tr->model;
-    const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
     const mal_tensor_info *nt = nm ? mal_model_find(nm, gt->name) : NULL;
+    /* A part that keeps its layout took over the old state buffers: what
+     * it sends is read from the new part, and what it keeps is in place. */
+    const int same = tr->mig_same_part;
+    if (same) old = nm;
+    const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
     transfer *t = NULL;
     int n = 0, rc;
     const int me = tr->world_rank;
@@ -373,6 +377,7 @@ static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_mod
         if (t[i].src == t[i].dst) {
             if (pass == 2) continue;
             tr->mig_times.bytes_kept += bytes;
+            if (same) continue; /* in place already */
             if (kl->n == kl->cap) {
                 int cap = kl->cap ? 2 * kl->cap : 64;
                 kept_piece *np = realloc(kl->p, sizeof *np * (size_t)cap);
@@ -443,10 +448,10 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
  * change is complete, outside its timing). */
 static int log_times(struct mal_trainer *tr)
 {
-    enum { K = 9 };
+    enum { K = 10, STARTED = 8, HANDED = 9 };
     const mal_migration_times *t = &tr->mig_times;
-    double mine[K] = {t->total,      t->build,          t->move,       t->wait,   t->wire,
-                      t->bytes_sent, t->bytes_received, t->bytes_kept, t->started};
+    double mine[K] = {t->total,      t->build,          t->move,       t->wait,    t->wire,
+                      t->bytes_sent, t->bytes_received, t->bytes_kept, t->started, t->handed_over};
     double *all = NULL;
     int n = tr->world_size, rc;
     if (tr->world_rank == 0 && !(all = malloc(sizeof *all * K * (size_t)n)))
@@ -455,10 +460,10 @@ static int log_times(struct mal_trainer *tr)
         free(all);
         return rc;
     }
-    double mx[K] = {0}, first = all[K - 1];
+    double mx[K] = {0}, first = all[STARTED];
     int slowest = 0;
     for (int r = 1; r < n; r++)
-        first = MAL_MIN(first, all[K * r + K - 1]);
+        first = MAL_MIN(first, all[K * r + STARTED]);
     for (int r = 0; r < n; r++) {
         for (int k = 0; k < K; k++)
             mx[k] = MAL_MAX(mx[k], all[K * r + k]);
@@ -466,10 +471,11 @@ static int log_times(struct mal_trainer *tr)
         mal_log(MAL_LOG_DEBUG,
                 "  rank %d: %.3f s (started %.3f s after the first rank; new part %.3f, state "
                 "%.3f, waiting %.3f, communicators %.3f); sent %.1f MiB, received %.1f MiB, kept "
-                "%.1f MiB",
-                r, all[K * r], all[K * r + 8] - first, all[K * r + 1], all[K * r + 2],
+                "%.1f MiB%s",
+                r, all[K * r], all[K * r + STARTED] - first, all[K * r + 1], all[K * r + 2],
                 all[K * r + 3], all[K * r + 4], all[K * r + 5] / 1048576.0,
-                all[K * r + 6] / 1048576.0, all[K * r + 7] / 1048576.0);
+                all[K * r + 6] / 1048576.0, all[K * r + 7] / 1048576.0,
+                all[K * r + HANDED] ? " (same part: state handed over, not copied)" : "");
     }
     mal_log(MAL_LOG_INFO,
             "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, %.3f s "
@@ -505,6 +511,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
      * reuse memory just given back instead of fresh pages. */
     mal_model_release_work(old);
     tr->model = NULL;
+    tr->mig_same_part = 0;
     old_plan = tr->plan;
     tr->plan = next;
     mal_tensor_info *all = NULL;
@@ -515,6 +522,21 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     rc = mal_trainer_build_part(tr);
     tr->no_init = 0;
     if (rc) goto out;
+    /* A rank whose part keeps its layout (pipelines the change leaves
+     * alone) hands its state buffers over instead of copying them; the new
+     * part's fresh, untouched buffers go with the old part. */
+    if (old && tr->model && mal_model_same_layout(old, tr->model)) {
+        float **a[] = {&old->params, &old->adam_m, &old->adam_v};
+        float **b[] = {&tr->model->params, &tr->model->adam_m, &tr->model->adam_v};
+        for (int g = 0; g < 3; g++) {
+            float *x = *a[g];
+            *a[g] = *b[g];
+            *b[g] = x;
+        }
+        mal_model_rebind_views(tr->model);
+        tr->mig_same_part = 1;
+    }
+    tr->mig_times.handed_over = tr->mig_same_part;
     mal_model_part full = mal_model_part_full(&tr->o.model);
     if ((rc = mal_model_layout(&tr->o.model, &full, &all, &n_all, NULL))) goto out;
     node_of = malloc(sizeof *node_of * (size_t)tr->world_size);

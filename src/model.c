@@ -20,7 +20,8 @@ mal_model_part mal_model_part_full(const mal_model_config *cfg)
 static uint64_t name_hash(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
     return h;
 }
 
@@ -77,8 +78,8 @@ static int build_layout(mal_model *m)
         (rc = add_tensor(m, &cap, -1, "tok_embedding", c->vocab, c->d_model, -1, 1, std)))
         return rc;
     for (int l = m->part.layer_begin; l < m->part.layer_end; l++) {
-#define T(suffix, r, cc, split, decay, s)                                      \
-    snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                        \
+#define T(suffix, r, cc, split, decay, s)                                                          \
+    snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                            \
     if ((rc = add_tensor(m, &cap, l, nm, r, cc, split, decay, s))) return rc;
         T("attn_norm", c->d_model, 0, -1, 0, 0.0f);
         T("wq", c->d_model, c->d_model, 0, 1, std);
@@ -92,8 +93,10 @@ static int build_layout(mal_model *m)
 #undef T
     }
     if (m->part.has_head) {
-        if ((rc = add_tensor(m, &cap, c->n_layers, "final_norm", c->d_model, 0, -1, 0, 0.0f))) return rc;
-        if ((rc = add_tensor(m, &cap, c->n_layers, "lm_head", c->vocab, c->d_model, -1, 1, std))) return rc;
+        if ((rc = add_tensor(m, &cap, c->n_layers, "final_norm", c->d_model, 0, -1, 0, 0.0f)))
+            return rc;
+        if ((rc = add_tensor(m, &cap, c->n_layers, "lm_head", c->vocab, c->d_model, -1, 1, std)))
+            return rc;
     }
     return 0;
 }
@@ -145,7 +148,8 @@ int mal_model_init_params(mal_model *m, uint64_t seed)
         const mal_tensor_info *t = &m->tensors[i];
         float *dst = host + t->offset;
         if (t->init_std == 0.0f) {
-            for (size_t j = 0; j < t->n; j++) dst[j] = 1.0f;
+            for (size_t j = 0; j < t->n; j++)
+                dst[j] = 1.0f;
             continue;
         }
         uint64_t stream = name_hash(t->name);
@@ -246,9 +250,9 @@ fail:
 void mal_model_destroy(mal_model *m)
 {
     if (!m) return;
-    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->d_res0, m->d_res1,
-                     m->d_h,    m->d_q,   m->d_k,    m->d_v,    m->d_ao,   m->d_att,
-                     m->d_g,    m->d_u,   m->d_s};
+    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->d_res0,
+                     m->d_res1, m->d_h,   m->d_q,    m->d_k,    m->d_v,
+                     m->d_ao,   m->d_att, m->d_g,    m->d_u,    m->d_s};
     for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
         if (bufs[i]) mal_kern_free(m->k, bufs[i]);
     free(m->p.layer);
@@ -268,6 +272,24 @@ void mal_model_release_work(mal_model *m)
     }
 }
 
+void mal_model_rebind_views(mal_model *m)
+{
+    make_views(m, m->params, &m->p);
+}
+
+int mal_model_same_layout(const mal_model *a, const mal_model *b)
+{
+    if (a->n_params != b->n_params || a->n_tensors != b->n_tensors) return 0;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const mal_tensor_info *x = &a->tensors[i], *y = &b->tensors[i];
+        if (strcmp(x->name, y->name) || x->offset != y->offset || x->split_dim != y->split_dim ||
+            x->split_off != y->split_off || x->local_shape[0] != y->local_shape[0] ||
+            x->local_shape[1] != y->local_shape[1])
+            return 0;
+    }
+    return 1;
+}
+
 const mal_tensor_info *mal_model_find(const mal_model *m, const char *name)
 {
     for (int i = 0; i < m->n_tensors; i++)
@@ -275,7 +297,10 @@ const mal_tensor_info *mal_model_find(const mal_model *m, const char *name)
     return NULL;
 }
 
-void mal_model_zero_grad(mal_model *m) { mal_kern_zero(m->k, m->grads, m->n_params); }
+void mal_model_zero_grad(mal_model *m)
+{
+    mal_kern_zero(m->k, m->grads, m->n_params);
+}
 
 /* ---- activations ---------------------------------------------------- */
 
@@ -287,19 +312,24 @@ static void layer_sizes(const mal_model *m, int B, size_t sz[A_NARR])
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
     size_t T = (size_t)m->cfg.seq_len;
-    size_t s[A_NARR] = {N * C, N, N * A, N * A, N * A, (size_t)B * m->n_heads_local * T * T,
-                        N * A, N * C, N * C, N,     N * F, N * F, N * F};
+    size_t s[A_NARR] = {N * C, N,     N * A, N * A, N * A, (size_t)B * m->n_heads_local * T * T,
+                        N * A, N * C, N * C, N,     N * F, N * F,
+                        N * F};
     memcpy(sz, s, sizeof s);
 }
 
-static size_t pad16(size_t n) { return (n + 15) & ~(size_t)15; }
+static size_t pad16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
 
 size_t mal_acts_bytes(const mal_model *m, int B)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t V = (size_t)m->cfg.vocab, sz[A_NARR], total = 0;
     layer_sizes(m, B, sz);
-    for (int i = 0; i < A_NARR; i++) total += pad16(sz[i]) * (size_t)m->n_local_layers;
+    for (int i = 0; i < A_NARR; i++)
+        total += pad16(sz[i]) * (size_t)m->n_local_layers;
     total += pad16(N * C) * (size_t)(m->n_local_layers + 1); /* residual stream */
     if (m->part.has_head) total += pad16(N * C) + pad16(N) + pad16(N * V) + pad16(N);
     return total * sizeof(float) + 2 * pad16(N) * sizeof(int);
@@ -314,11 +344,12 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     if (!a) return MAL_ERR(MAL_ENOMEM, "activations: out of memory");
     a->B = B;
     a->T = m->cfg.seq_len;
-    float ***arrs[A_NARR] = {&a->h1, &a->rstd1, &a->q,   &a->k,     &a->v, &a->att, &a->ao,
-                             &a->mid, &a->h2,   &a->rstd2, &a->g, &a->u, &a->s};
+    float ***arrs[A_NARR] = {&a->h1,  &a->rstd1, &a->q,     &a->k, &a->v, &a->att, &a->ao,
+                             &a->mid, &a->h2,    &a->rstd2, &a->g, &a->u, &a->s};
     a->res = calloc((size_t)L + 1, sizeof(float *));
     int ok = a->res != NULL;
-    for (int i = 0; i < A_NARR; i++) ok = ok && (*arrs[i] = calloc((size_t)L + 1, sizeof(float *)));
+    for (int i = 0; i < A_NARR; i++)
+        ok = ok && (*arrs[i] = calloc((size_t)L + 1, sizeof(float *)));
     size_t bytes = mal_acts_bytes(m, B);
     if (ok) a->block = mal_kern_alloc(m->k, bytes);
     if (!ok || !a->block) {
@@ -329,7 +360,8 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     size_t sz[A_NARR];
     layer_sizes(m, B, sz);
     float *p = a->block;
-    for (int l = 0; l <= L; l++, p += pad16(N * C)) a->res[l] = p;
+    for (int l = 0; l <= L; l++, p += pad16(N * C))
+        a->res[l] = p;
     for (int l = 0; l < L; l++)
         for (int i = 0; i < A_NARR; i++) {
             (*arrs[i])[l] = p;
@@ -351,9 +383,10 @@ void mal_acts_destroy(const mal_model *m, mal_acts *a)
 {
     if (!a) return;
     if (a->block) mal_kern_free(m->k, a->block);
-    float **arrs[A_NARR] = {a->h1, a->rstd1, a->q,     a->k, a->v, a->att, a->ao,
-                            a->mid, a->h2,   a->rstd2, a->g, a->u, a->s};
-    for (int i = 0; i < A_NARR; i++) free(arrs[i]);
+    float **arrs[A_NARR] = {a->h1,  a->rstd1, a->q,     a->k, a->v, a->att, a->ao,
+                            a->mid, a->h2,    a->rstd2, a->g, a->u, a->s};
+    for (int i = 0; i < A_NARR; i++)
+        free(arrs[i]);
     free(a->res);
     free(a);
 }
@@ -372,7 +405,8 @@ double mal_acts_loss_sum(const mal_model *m, const mal_acts *a)
     if (!h) return NAN;
     m->k->to_host(h, a->losses, N * sizeof(float));
     double s = 0;
-    for (size_t i = 0; i < N; i++) s += h[i];
+    for (size_t i = 0; i < N; i++)
+        s += h[i];
     free(h);
     return s;
 }
@@ -474,7 +508,8 @@ int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **din
         mal_kern_matmul_bwd(k, m->d_h, gw->w3, m->d_u, a->h2[l], w->w3, N, C, F);
         /* Column-parallel input: each TP rank saw only its FFN columns. */
         if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
-        mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, a->mid[l], w->mlp_norm, a->rstd2[l], N, C);
+        mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, a->mid[l], w->mlp_norm, a->rstd2[l], N,
+                             C);
 
         /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T */
         mal_kern_zero(k, m->d_ao, (size_t)N * A);

@@ -148,6 +148,7 @@ typedef struct {
     double wire;   /* communicators and buffers of the new plan */
     double bytes_sent, bytes_received, bytes_kept; /* this rank's own */
     double started; /* mal_now() when this rank entered the change */
+    int handed_over; /* 1: the part kept its layout and its state buffers (no copy) */
 } mal_migration_times;
 /* Local.  Zeroes when there was none. */
 void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out);

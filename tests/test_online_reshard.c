@@ -4,6 +4,8 @@
  * tests/plans/mixed_tp.json and snapshot again (B); reshard A onto the same
  * plan with malleus-reshard's library (C).  Every tensor of B and C -
  * parameters, Adam m and v - must be bitwise identical.
+ * Then one more step both ways - the online trainer, and a trainer resumed
+ * from C on the same plan (D) - must give bitwise the same loss and norm.
  *   test_online_reshard PLAN.json WORKDIR */
 #include <mpi.h>
 #include <stdlib.h>
@@ -36,7 +38,8 @@ static void check_equal(const char *b_dir, const char *c_dir)
         CHECK_OK(mal_snapshot_tensor_info(sc, i, &tc));
         CHECK(!strcmp(tb.name, tc.name));
         size_t count = 1;
-        for (int d = 0; d < tb.ndim; d++) count *= (size_t)tb.shape[d];
+        for (int d = 0; d < tb.ndim; d++)
+            count *= (size_t)tb.shape[d];
         float *xb = malloc(count * sizeof(float)), *xc = malloc(count * sizeof(float));
         CHECK_OK(mal_snapshot_read(sb, tb.name, tb.ndim, tb.shape, xb, count));
         CHECK_OK(mal_snapshot_read(sc, tc.name, tc.ndim, tc.shape, xc, count));
@@ -63,7 +66,8 @@ int main(int argc, char **argv)
     CHECK_OK(mal_comm_mpi_world(&world));
     mal_log_level = MAL_LOG_WARN;
     if (argc != 3 || world->size != 8) {
-        if (world->rank == 0) fprintf(stderr, "usage: mpiexec -n 8 %s PLAN.json WORKDIR\n", argv[0]);
+        if (world->rank == 0)
+            fprintf(stderr, "usage: mpiexec -n 8 %s PLAN.json WORKDIR\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, MAL_TEST_ERROR);
     }
     char a_dir[4096], b_dir[4096], c_dir[4096];
@@ -83,7 +87,8 @@ int main(int argc, char **argv)
     o.snapshot_dir = a_dir;
     mal_trainer *tr;
     CHECK_OK(mal_trainer_create(&tr, &o));
-    for (int s = 0; s < 3; s++) CHECK_OK(mal_trainer_step(tr, NULL));
+    for (int s = 0; s < 3; s++)
+        CHECK_OK(mal_trainer_step(tr, NULL));
     CHECK_OK(mal_trainer_save(tr));
 
     mal_plan next;
@@ -92,8 +97,35 @@ int main(int argc, char **argv)
     /* Tiny staging: a wait after every strided piece, staging regrown for
      * pieces larger than it - the paths a large model takes. */
     mal_migrate_stage_bytes = 1024;
+    const mal_plan *before = mal_trainer_plan(tr);
+    int keeps = 0; /* does this rank's part stay the same? (layers, ends, TP position) */
+    {
+        mal_plan_loc a, b;
+        mal_plan_locate(before, world->rank, &a);
+        mal_plan_locate(&next, world->rank, &b);
+        if (a.pipeline >= 0 && b.pipeline >= 0) {
+            const mal_plan_pipeline *pa = &before->pipelines[a.pipeline],
+                                    *pb = &next.pipelines[b.pipeline];
+            const mal_plan_stage *sa = &pa->stages[a.stage], *sb = &pb->stages[b.stage];
+            keeps = a.tp_size == b.tp_size && a.tp_rank == b.tp_rank &&
+                    sa->layer_begin == sb->layer_begin && sa->layer_end == sb->layer_end &&
+                    (a.stage == 0) == (b.stage == 0) &&
+                    (a.stage == pa->n_stages - 1) == (b.stage == pb->n_stages - 1);
+        }
+    }
     CHECK_OK(mal_trainer_change_plan(tr, &next));
+    /* A rank whose part keeps its layout hands its state buffers over
+     * instead of copying: the path must be taken exactly there. */
+    mal_migration_times mt;
+    mal_trainer_migration_times(tr, &mt);
+    CHECK_EQ_INT(mt.handed_over, keeps);
+    int n_kept_parts = 0;
+    MPI_Allreduce(&keeps, &n_kept_parts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     CHECK_OK(mal_trainer_save_to(tr, b_dir));
+    /* ... and trains on: one more step, to compare with a run resumed from
+     * the resharded snapshot (D) below. */
+    mal_step_stats after_b;
+    CHECK_OK(mal_trainer_step(tr, &after_b));
     mal_trainer_destroy(tr);
 
     mal_reshard_options ro;
@@ -103,7 +135,28 @@ int main(int argc, char **argv)
     ro.plan = &next;
     mal_reshard_stats rs;
     CHECK_OK(mal_reshard(world, &ro, &rs));
-    if (world->rank == 0) check_equal(b_dir, c_dir);
+    mal_train_options od = o;
+    od.plan = &next;
+    od.snapshot_dir = c_dir;
+    od.resume = 1;
+    od.steps = 4;
+    mal_trainer *td;
+    mal_step_stats after_d;
+    CHECK_OK(mal_trainer_create(&td, &od));
+    CHECK_OK(mal_trainer_step(td, &after_d));
+    mal_trainer_destroy(td);
+    /* the same plan, state and batch: the same bits */
+    if (after_b.loss != after_d.loss || after_b.grad_norm != after_d.grad_norm) {
+        fprintf(stderr,
+                "step after the change: online loss %.17g norm %.17g, resumed from the "
+                "reshard loss %.17g norm %.17g\n",
+                after_b.loss, after_b.grad_norm, after_d.loss, after_d.grad_norm);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (world->rank == 0) {
+        check_equal(b_dir, c_dir);
+        printf("(%d of 8 ranks kept their part and handed their state over)\n", n_kept_parts);
+    }
     mal_plan_fini(&next);
     mal_comm_destroy(world);
     MPI_Finalize();
