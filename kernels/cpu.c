@@ -158,6 +158,30 @@ static void cpu_free(void *ptr)
         free(p);
 }
 
+/* A mapped block grows by remapping its pages (no copy: mremap moves page
+ * table entries if it has to move at all), so an online plan change that
+ * extends a part keeps the old state where it is. */
+static void *cpu_resize(void *ptr, size_t old_bytes, size_t new_bytes)
+{
+    if (!ptr) return cpu_alloc(new_bytes);
+    char *p = (char *)ptr - HDR;
+    blk_hdr *h = (blk_hdr *)p;
+    size_t rounded = (new_bytes + 63) & ~(size_t)63;
+    if (rounded < new_bytes || rounded > SIZE_MAX - HDR) return NULL;
+    size_t total = rounded + HDR;
+    if (h->mapped && total >= MMAP_MIN) {
+        char *q = mremap(p, h->total, total, MREMAP_MAYMOVE);
+        if (q == MAP_FAILED) return NULL;
+        ((blk_hdr *)q)->total = total; /* pages added by mremap read as zero */
+        return q + HDR;
+    }
+    char *n = cpu_alloc(new_bytes);
+    if (!n) return NULL;
+    memcpy(n, ptr, MAL_MIN(old_bytes, new_bytes));
+    cpu_free(ptr);
+    return n;
+}
+
 static void cpu_zero(float *x, size_t n)
 {
     if (n) memset(x, 0, n * sizeof *x);
@@ -787,6 +811,7 @@ const mal_kernels_ops mal_kernels_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .resize = cpu_resize,
     .zero = cpu_zero,
     .copy = cpu_copy,
     .to_host = cpu_to_host,

@@ -31,6 +31,10 @@ struct mal_kernels_ops {
     /* --- memory ------------------------------------------------------- */
     void *(*alloc)(size_t bytes);          /* zero-filled; NULL on failure */
     void (*free)(void *p);
+    /* Grow or shrink block p (from alloc, `old_bytes` long) to `new_bytes`,
+     * keeping the first min(old, new) bytes; what is added is zero.  May
+     * move it (p is then invalid); NULL on failure (p is then untouched). */
+    void *(*resize)(void *p, size_t old_bytes, size_t new_bytes);
     void (*zero)(float *x, size_t n);
     void (*copy)(float *dst, const float *src, size_t n); /* device to device */
     void (*to_host)(void *host_dst, const void *dev_src, size_t bytes);
@@ -135,6 +139,10 @@ typedef const mal_kernels_ops *mal_kern;
 
 static inline void *mal_kern_alloc(mal_kern kern, size_t bytes) { return kern->alloc(bytes); }
 static inline void mal_kern_free(mal_kern kern, void *p) { kern->free(p); }
+static inline void *mal_kern_resize(mal_kern kern, void *p, size_t old_bytes, size_t new_bytes)
+{
+    return kern->resize(p, old_bytes, new_bytes);
+}
 static inline int mal_kern_sync(mal_kern kern) { return kern->sync(); }
 
 static inline void mal_kern_zero(mal_kern kern, float *x, size_t n)

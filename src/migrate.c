@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "comm_mpi.h"
+#include "kernels.h"
 #include "layout.h"
 #include "mal.h"
 #include "policy.h"
@@ -475,7 +476,7 @@ static int log_times(struct mal_trainer *tr)
                 r, all[K * r], all[K * r + STARTED] - first, all[K * r + 1], all[K * r + 2],
                 all[K * r + 3], all[K * r + 4], all[K * r + 5] / 1048576.0,
                 all[K * r + 6] / 1048576.0, all[K * r + 7] / 1048576.0,
-                all[K * r + HANDED] ? " (same part: state handed over, not copied)" : "");
+                all[K * r + HANDED] ? " (state buffers handed over, not copied)" : "");
     }
     mal_log(MAL_LOG_INFO,
             "online migration %d at step %lld: %.1f MiB moved, %.1f MiB kept in place, %.3f s "
@@ -522,14 +523,24 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     rc = mal_trainer_build_part(tr);
     tr->no_init = 0;
     if (rc) goto out;
-    /* A rank whose part keeps its layout (pipelines the change leaves
-     * alone) hands its state buffers over instead of copying them; the new
-     * part's fresh, untouched buffers go with the old part. */
-    if (old && tr->model && mal_model_same_layout(old, tr->model)) {
+    /* A rank whose new part begins with its old one - the same part (a
+     * pipeline the change leaves alone) or one extended by later layers -
+     * hands its state buffers over instead of copying them, grown to the
+     * new size (the CPU backend remaps the pages: no copy); the new part's
+     * fresh, untouched buffers go with the old part. */
+    if (old && tr->model && mal_model_extends(old, tr->model)) {
         float **a[] = {&old->params, &old->adam_m, &old->adam_v};
         float **b[] = {&tr->model->params, &tr->model->adam_m, &tr->model->adam_v};
+        size_t old_bytes = old->n_params * sizeof(float),
+               new_bytes = tr->model->n_params * sizeof(float);
         for (int g = 0; g < 3; g++) {
             float *x = *a[g];
+            if (new_bytes != old_bytes && !(x = mal_kern_resize(old->k, x, old_bytes, new_bytes))) {
+                /* groups before g were handed over already: no way back */
+                rc = MAL_ERR(MAL_ENOMEM, "migration: cannot grow the state buffers to %zu bytes",
+                             new_bytes);
+                goto out;
+            }
             *a[g] = *b[g];
             *b[g] = x;
         }

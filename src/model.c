@@ -277,9 +277,9 @@ void mal_model_rebind_views(mal_model *m)
     make_views(m, m->params, &m->p);
 }
 
-int mal_model_same_layout(const mal_model *a, const mal_model *b)
+int mal_model_extends(const mal_model *a, const mal_model *b)
 {
-    if (a->n_params != b->n_params || a->n_tensors != b->n_tensors) return 0;
+    if (a->n_params > b->n_params || a->n_tensors > b->n_tensors) return 0;
     for (int i = 0; i < a->n_tensors; i++) {
         const mal_tensor_info *x = &a->tensors[i], *y = &b->tensors[i];
         if (strcmp(x->name, y->name) || x->offset != y->offset || x->split_dim != y->split_dim ||

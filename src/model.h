@@ -119,9 +119,10 @@ void mal_model_destroy(mal_model *m);
  * an online plan change, which then needs less memory at its peak).  Views
  * into the gradients (m->g) dangle afterwards. */
 void mal_model_release_work(mal_model *m);
-/* Local.  1 when the two parts hold the same tensors at the same offsets
- * with the same local shapes (their state buffers are interchangeable). */
-int mal_model_same_layout(const mal_model *a, const mal_model *b);
+/* Local.  1 when part b begins with exactly part a: a's tensors are b's
+ * first ones, at the same offsets with the same local shapes (a's state
+ * buffers, grown to b's size, are b's with a's tensors in place). */
+int mal_model_extends(const mal_model *a, const mal_model *b);
 /* Local.  Point the parameter views (m->p) at m->params again, after the
  * buffer was replaced. */
 void mal_model_rebind_views(mal_model *m);

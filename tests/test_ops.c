@@ -149,6 +149,28 @@ static void test_memory(void)
     mal_kern_free(K, b);
     mal_kern_free(K, z);
     printf("%-14s %-34s ok\n", "memory", "alloc/zero/copy/to/from_host/sync");
+
+    /* resize keeps the prefix and adds zeros: small blocks (copied),
+     * mapped ones (remapped), growing across the mapping threshold and
+     * shrinking */
+    const size_t sizes[][2] = {
+        {1000, 3000}, {1000, 1 << 20}, {1 << 20, 3 << 20}, {3 << 20, 1 << 19}};
+    for (size_t k = 0; k < MAL_ARRAY_SIZE(sizes); k++) {
+        size_t from = sizes[k][0], to = sizes[k][1];
+        float *r = mal_kern_alloc(K, from * sizeof(float));
+        CHECK(r != NULL);
+        for (size_t i = 0; i < from; i++)
+            r[i] = (float)(i % 9973) + 0.5f;
+        r = mal_kern_resize(K, r, from * sizeof(float), to * sizeof(float));
+        CHECK(r != NULL);
+        CHECK_EQ_INT((uintptr_t)r % 64, 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < to; i++)
+            bad += r[i] != (i < from ? (float)(i % 9973) + 0.5f : 0.0f);
+        CHECK_EQ_INT(bad, 0);
+        mal_kern_free(K, r);
+    }
+    printf("%-14s %-34s ok\n", "memory", "resize (copy and remap paths)");
 }
 
 /* ------------------------------------------------------------------------ */
