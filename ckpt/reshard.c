@@ -68,14 +68,9 @@ int mal_reshard_rank_blocks(const mal_plan *plan, const mal_model_config *cfg, i
             int64_t parts = MAL_MIN((int64_t)k, MAL_MAX(1, len / MAL_MAX(1, min_rows)));
             for (int64_t i = 0; i < parts; i++) {
                 if (h[writers[i]].rank != rank) continue;
-                if (*n_blocks == cap) {
-                    cap = cap ? 2 * cap : 32;
-                    mal_owned_block *nb = realloc(*blocks, sizeof *nb * (size_t)cap);
-                    if (!nb) {
-                        rc = MAL_ERR(MAL_ENOMEM, "snapshot layout: out of memory");
-                        goto fail;
-                    }
-                    *blocks = nb;
+                if (mal_grow(blocks, &cap, *n_blocks, sizeof **blocks, 32)) {
+                    rc = MAL_ERR(MAL_ENOMEM, "snapshot layout: out of memory");
+                    goto fail;
                 }
                 (*blocks)[(*n_blocks)++] = (mal_owned_block){ti, pc->begin + len * i / parts,
                                                              pc->begin + len * (i + 1) / parts};

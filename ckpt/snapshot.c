@@ -808,14 +808,9 @@ static int snap_retain(const char *dir, int64_t cur, int keep_last)
             continue;
         }
         if (step == cur || strlen(e->d_name) >= sizeof v->name) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            snap_stepdir *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) {
-                rc = MAL_ERR(MAL_ENOMEM, "out of memory listing %s", dir);
-                goto done;
-            }
-            v = nv;
+        if (mal_grow(&v, &cap, n, sizeof *v, 16)) {
+            rc = MAL_ERR(MAL_ENOMEM, "out of memory listing %s", dir);
+            goto done;
         }
         v[n].step = step;
         strcpy(v[n].name, e->d_name);
@@ -1012,6 +1007,17 @@ static int snap_plists(hid_t *lcpl, hid_t *dcpl, const char *fpath)
     return 0;
 }
 
+/* Create HDF5 file `fpath` (it must not exist) with access list fapl; the
+ * fault-injection hook can fail it like a full disk. */
+static int snap_file_create(const char *fpath, hid_t fapl, hid_t *f)
+{
+    if (snap_fault())
+        return MAL_ERR(MAL_EIO, "cannot create snapshot file %s: %s", fpath, strerror(errno));
+    if ((*f = H5Fcreate(fpath, H5F_ACC_EXCL, H5P_DEFAULT, fapl)) < 0)
+        return SNAP_H5ERR(MAL_EIO, "cannot create snapshot file %s", fpath);
+    return 0;
+}
+
 /* Create the shard file's skeleton and record each block's byte address.
  *
  * HDF5 writes only the skeleton: attributes and datasets whose space is
@@ -1030,14 +1036,7 @@ static int snap_shard_create(snap_wshard *s, int64_t step)
         rc = SNAP_H5ERR(MAL_EIO, "%s: cannot set up the HDF5 file access list", fpath);
         goto done;
     }
-    if (snap_fault()) {
-        rc = MAL_ERR(MAL_EIO, "cannot create snapshot file %s: %s", fpath, strerror(errno));
-        goto done;
-    }
-    if ((f = H5Fcreate(fpath, H5F_ACC_EXCL, H5P_DEFAULT, fapl)) < 0) {
-        rc = SNAP_H5ERR(MAL_EIO, "cannot create snapshot file %s", fpath);
-        goto done;
-    }
+    if ((rc = snap_file_create(fpath, fapl, &f))) goto done;
     int32_t id = s->id;
     if ((rc = snap_write_root_attrs(f, step, fpath)) ||
         (rc = snap_attr_write(f, "shard", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &id, fpath,
@@ -1251,13 +1250,8 @@ int mal_snap_writer_add_shard(mal_snap_writer *w, int shard, const mal_snap_tens
                         sizeof(int64_t) * (size_t)blocks[i].ndim))
                 return MAL_ERR(MAL_EINVAL, "tensor '%s': shard %d declares the same block twice",
                                blocks[i].name, shard);
-    if (w->n_sh == w->cap_sh) {
-        int cap = w->cap_sh ? 2 * w->cap_sh : 4;
-        snap_wshard *ns = realloc(w->sh, sizeof *ns * (size_t)cap);
-        if (!ns) return MAL_ERR(MAL_ENOMEM, "out of memory declaring shard %d", shard);
-        w->sh = ns;
-        w->cap_sh = cap;
-    }
+    if (mal_grow(&w->sh, &w->cap_sh, w->n_sh, sizeof *w->sh, 4))
+        return MAL_ERR(MAL_ENOMEM, "out of memory declaring shard %d", shard);
     snap_wshard *s = &w->sh[w->n_sh];
     memset(s, 0, sizeof *s);
     s->id = shard;
@@ -1492,13 +1486,8 @@ static int snap_parse(snap_table *t, const char *p, size_t len, int rank, int *s
         uint64_t bytes = 0;
         snap_get(&r, &id, sizeof id);
         snap_get(&r, &bytes, sizeof bytes);
-        if (t->ns == t->cap_s) {
-            int cap = t->cap_s ? 2 * t->cap_s : 16;
-            snap_shard *nv = realloc(t->s, sizeof *nv * (size_t)cap);
-            if (!nv) return MAL_ERR(MAL_ENOMEM, "out of memory gathering shards");
-            t->s = nv;
-            t->cap_s = cap;
-        }
+        if (mal_grow(&t->s, &t->cap_s, t->ns, sizeof *t->s, 16))
+            return MAL_ERR(MAL_ENOMEM, "out of memory gathering shards");
         char fname[64];
         snprintf(fname, sizeof fname, SNAP_SHARD_FMT, id);
         t->s[t->ns] = (snap_shard){strdup(fname), id, bytes};
@@ -1647,14 +1636,7 @@ static int snap_write_index(const mal_snap_meta *meta, const snap_table *t, cons
         rc = SNAP_H5ERR(MAL_EIO, "%s: cannot set up HDF5", fpath);
         goto done;
     }
-    if (snap_fault()) {
-        rc = MAL_ERR(MAL_EIO, "cannot create snapshot file %s: %s", fpath, strerror(errno));
-        goto done;
-    }
-    if ((f = H5Fcreate(fpath, H5F_ACC_EXCL, H5P_DEFAULT, fapl)) < 0) {
-        rc = SNAP_H5ERR(MAL_EIO, "cannot create snapshot file %s", fpath);
-        goto done;
-    }
+    if ((rc = snap_file_create(fpath, fapl, &f))) goto done;
     const char *root = "the root group";
     if ((rc = snap_write_root_attrs(f, meta->step, fpath)) ||
         (rc = snap_attr_write(f, "consumed_samples", H5T_STD_I64LE, H5T_NATIVE_INT64, 0,

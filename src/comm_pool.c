@@ -50,13 +50,8 @@ int mal_comm_pool_get(mal_comm_pool *p, int purpose, const int *ranks, int n, ma
             *out = p->e[i].comm;
             return 0;
         }
-    if (p->n == p->cap) {
-        int cap = p->cap ? 2 * p->cap : 16;
-        entry *ne = realloc(p->e, sizeof *ne * (size_t)cap);
-        if (!ne) return MAL_ERR(MAL_ENOMEM, "comm pool: out of memory");
-        p->e = ne;
-        p->cap = cap;
-    }
+    if (mal_grow(&p->e, &p->cap, p->n, sizeof *p->e, 16))
+        return MAL_ERR(MAL_ENOMEM, "comm pool: out of memory");
     entry *e = &p->e[p->n];
     e->purpose = purpose;
     e->n = n;

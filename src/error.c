@@ -61,6 +61,19 @@ void mal_log_at(int level, const char *fmt, ...)
     fflush(f);
 }
 
+int mal_grow(void *array_ptr, int *cap, int n, size_t elem_size, int first)
+{
+    if (n < *cap) return 0;
+    int ncap = *cap ? 2 * *cap : first;
+    if (ncap <= n) ncap = n + 1;
+    void *old, *grown;
+    memcpy(&old, array_ptr, sizeof old); /* any T **, without aliasing it as void ** */
+    if (!(grown = realloc(old, elem_size * (size_t)ncap))) return -1;
+    memcpy(array_ptr, &grown, sizeof grown);
+    *cap = ncap;
+    return 0;
+}
+
 double mal_now(void)
 {
     struct timespec ts;

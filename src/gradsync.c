@@ -100,12 +100,8 @@ typedef struct {
 
 static int set_add_piece(set_acc *s, mal_sync_piece p)
 {
-    if (s->n_pieces == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 8;
-        mal_sync_piece *np = realloc(s->pieces, sizeof *np * (size_t)s->cap);
-        if (!np) return MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
-        s->pieces = np;
-    }
+    if (mal_grow(&s->pieces, &s->cap, s->n_pieces, sizeof *s->pieces, 8))
+        return MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
     s->pieces[s->n_pieces++] = p;
     return 0;
 }

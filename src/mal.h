@@ -53,6 +53,12 @@ void mal_log_at(int level, const char *fmt, ...) __attribute__((format(printf, 2
 /* Monotonic wall clock in seconds. */
 double mal_now(void);
 
+/* Local.  Room for element n (0-based) in the growable array whose pointer
+ * is at `array_ptr` (e.g. &v, v of any element type), with *cap elements of
+ * `elem_size` bytes allocated: the capacity doubles (starting at `first`)
+ * when n reaches it.  0, or -1 when out of memory (the array unchanged). */
+int mal_grow(void *array_ptr, int *cap, int n, size_t elem_size, int first);
+
 /* CRC-32C style checksum (software) of a byte range; used for snapshot
  * shards.  `crc` is the running value (start with 0). */
 uint32_t mal_crc32c(uint32_t crc, const void *buf, size_t len);

@@ -254,13 +254,7 @@ static void bucket_fini(bucket *bk)
 
 static MPI_Request *bucket_slot(bucket *bk)
 {
-    if (bk->n == bk->cap) {
-        int cap = bk->cap ? 2 * bk->cap : 64;
-        MPI_Request *nr = realloc(bk->reqs, sizeof *nr * (size_t)cap);
-        if (!nr) return NULL;
-        bk->reqs = nr;
-        bk->cap = cap;
-    }
+    if (mal_grow(&bk->reqs, &bk->cap, bk->n, sizeof *bk->reqs, 64)) return NULL;
     return &bk->reqs[bk->n++];
 }
 
@@ -301,13 +295,8 @@ static int post_piece(bucket *bk, float *base, const mal_range_shape *sh, int se
         if (send)
             copy_rows(buf, sh->width, base + sh->offset, sh->stride, sh->rows, sh->width);
         else {
-            if (bk->n_u == bk->cap_u) {
-                int cap = bk->cap_u ? 2 * bk->cap_u : 64;
-                unstage *nu = realloc(bk->u, sizeof *nu * (size_t)cap);
-                if (!nu) return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
-                bk->u = nu;
-                bk->cap_u = cap;
-            }
+            if (mal_grow(&bk->u, &bk->cap_u, bk->n_u, sizeof *bk->u, 64))
+                return MAL_ERR(MAL_ENOMEM, "migration: out of memory");
             bk->u[bk->n_u++] = (unstage){base, *sh, at};
         }
     }
@@ -338,76 +327,80 @@ static void copy_piece(const float *from, const mal_range_shape *a, float *to,
               a->rows > 1 ? a->stride : width, rows, width);
 }
 
-/* A piece this rank keeps: copied after everything is posted. */
-typedef struct {
-    const mal_tensor_info *ot, *nt;
-    int64_t begin, end;
-} kept_piece;
-
-typedef struct {
-    kept_piece *p;
-    int n, cap;
-} kept_list;
-
-/* Post this rank's sends and receives of global tensor `gt` and note the
- * pieces it keeps.  `old` / tr->model: this rank's old and new parts (NULL
- * if it holds none). */
-static int move_tensor(struct mal_trainer *tr, const mal_plan *old_plan, mal_model *old,
-                       const mal_tensor_info *gt, const int *node_of, int pass, move_stats *ms,
-                       bucket *direct, bucket *bk, kept_list *kl)
+/* Bytes of state (parameters and both Adam moments) in transfer t of gt. */
+static double state_bytes(const mal_tensor_info *gt, const transfer *t)
 {
-    mal_model *nm = tr->model;
-    const mal_tensor_info *nt = nm ? mal_model_find(nm, gt->name) : NULL;
-    /* A part that keeps its layout took over the old state buffers: what
-     * it sends is read from the new part, and what it keeps is in place. */
-    const int same = tr->mig_same_part;
-    if (same) old = nm;
-    const mal_tensor_info *ot = old ? mal_model_find(old, gt->name) : NULL;
-    transfer *t = NULL;
-    int n = 0, rc;
-    const int me = tr->world_rank;
-    if ((rc = plan_transfers(old_plan, &tr->plan, gt, node_of, &t, &n))) return rc;
-    MPI_Comm comm = mal_comm_mpi_handle(tr->world);
-    for (int i = 0; i < n && !rc; i++) {
-        double bytes = 3.0 * (double)mal_tensor_range_floats(gt, t[i].begin, t[i].end) * 4.0;
-        if (pass == 1 && t[i].src == t[i].dst)
-            ms->bytes_kept += bytes;
-        else if (pass == 1)
-            ms->bytes_moved += bytes;
-        if (t[i].src != me && t[i].dst != me) continue;
-        if (t[i].src == t[i].dst) {
-            if (pass == 2) continue;
-            tr->mig_times.bytes_kept += bytes;
-            if (same) continue; /* in place already */
-            if (kl->n == kl->cap) {
-                int cap = kl->cap ? 2 * kl->cap : 64;
-                kept_piece *np = realloc(kl->p, sizeof *np * (size_t)cap);
-                if (!np) {
-                    rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
-                    break;
-                }
-                kl->p = np;
-                kl->cap = cap;
-            }
-            kl->p[kl->n++] = (kept_piece){ot, nt, t[i].begin, t[i].end};
-            continue;
-        }
-        int send = t[i].src == me;
-        mal_range_shape sh;
-        mal_tensor_range_shape(send ? ot : nt, t[i].begin, t[i].end, &sh);
-        /* contiguous on both sides: pass 1; otherwise pass 2 - both ends
-         * decide alike, so messages between two ranks match in order */
-        if (t[i].direct != (pass == 1)) continue;
-        mal_model *m = send ? old : nm;
-        for (int g = 0; g < 3 && !rc; g++)
-            rc = post_piece(pass == 1 ? direct : bk, group_buf(m, g), &sh, send,
-                            send ? t[i].dst : t[i].src, comm);
-        if (send)
-            tr->mig_times.bytes_sent += bytes;
+    return 3.0 * (double)mal_tensor_range_floats(gt, t->begin, t->end) * sizeof(float);
+}
+
+/* Add the bytes of state that the n transfers of tensor gt move between
+ * ranks and keep in place. */
+static void tally(const mal_tensor_info *gt, const transfer *t, int n, double *moved, double *kept)
+{
+    for (int i = 0; i < n; i++) {
+        double b = state_bytes(gt, &t[i]);
+        if (t[i].src == t[i].dst)
+            *kept += b;
         else
-            tr->mig_times.bytes_received += bytes;
+            *moved += b;
     }
-    free(t);
+}
+
+/* A transfer this rank takes part in, with its tensor (index into `all`). */
+typedef struct {
+    int tensor;
+    transfer t;
+} my_transfer;
+
+/* The transfers of every tensor (in the global order) that involve this
+ * rank, and the whole job's totals.  Every rank computes the same lists. */
+static int collect_transfers(struct mal_trainer *tr, const mal_plan *old_plan,
+                             const mal_tensor_info *all, int n_all, const int *node_of,
+                             move_stats *ms, my_transfer **out, int *n_out)
+{
+    my_transfer *mine = NULL;
+    int n_mine = 0, cap = 0, rc = 0;
+    for (int i = 0; i < n_all && !rc; i++) {
+        transfer *t;
+        int n;
+        if ((rc = plan_transfers(old_plan, &tr->plan, &all[i], node_of, &t, &n))) break;
+        tally(&all[i], t, n, &ms->bytes_moved, &ms->bytes_kept);
+        for (int j = 0; j < n && !rc; j++) {
+            if (t[j].src != tr->world_rank && t[j].dst != tr->world_rank) continue;
+            if (mal_grow(&mine, &cap, n_mine, sizeof *mine, 64))
+                rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
+            else
+                mine[n_mine++] = (my_transfer){i, t[j]};
+        }
+        free(t);
+    }
+    if (rc) {
+        free(mine);
+        return rc;
+    }
+    *out = mine;
+    *n_out = n_mine;
+    return 0;
+}
+
+/* Post this rank's send or receive of transfer t (not a kept piece).
+ * `old` / tr->model: this rank's old and new parts. */
+static int post_transfer(struct mal_trainer *tr, mal_model *old, const mal_tensor_info *gt,
+                         const transfer *t, bucket *bk)
+{
+    const int send = t->src == tr->world_rank;
+    mal_model *m = send ? old : tr->model;
+    mal_range_shape sh;
+    mal_tensor_range_shape(mal_model_find(m, gt->name), t->begin, t->end, &sh);
+    double bytes = state_bytes(gt, t);
+    if (send)
+        tr->mig_times.bytes_sent += bytes;
+    else
+        tr->mig_times.bytes_received += bytes;
+    MPI_Comm comm = mal_comm_mpi_handle(tr->world);
+    int rc = 0;
+    for (int g = 0; g < 3 && !rc; g++)
+        rc = post_piece(bk, group_buf(m, g), &sh, send, send ? t->dst : t->src, comm);
     return rc;
 }
 
@@ -430,13 +423,7 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
         transfer *t;
         int n;
         if ((rc = plan_transfers(from, to, &all[i], node_of, &t, &n))) break;
-        for (int j = 0; j < n; j++) {
-            double b = 3.0 * (double)mal_tensor_range_floats(&all[i], t[j].begin, t[j].end) * 4.0;
-            if (t[j].src == t[j].dst)
-                *kept += b;
-            else
-                *moved += b;
-        }
+        tally(&all[i], t, n, moved, kept);
         free(t);
     }
     free(node_of);
@@ -512,12 +499,12 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
      * reuse memory just given back instead of fresh pages. */
     mal_model_release_work(old);
     tr->model = NULL;
-    tr->mig_same_part = 0;
     old_plan = tr->plan;
     tr->plan = next;
     mal_tensor_info *all = NULL;
     int n_all = 0, *node_of = NULL;
     move_stats ms = {0, 0};
+    int handed = 0; /* this rank's state buffers went to the new part */
     memset(&tr->mig_times, 0, sizeof tr->mig_times);
     tr->no_init = 1;
     rc = mal_trainer_build_part(tr);
@@ -545,9 +532,9 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
             *b[g] = x;
         }
         mal_model_rebind_views(tr->model);
-        tr->mig_same_part = 1;
+        handed = 1;
     }
-    tr->mig_times.handed_over = tr->mig_same_part;
+    tr->mig_times.handed_over = handed;
     mal_model_part full = mal_model_part_full(&tr->o.model);
     if ((rc = mal_model_layout(&tr->o.model, &full, &all, &n_all, NULL))) goto out;
     node_of = malloc(sizeof *node_of * (size_t)tr->world_size);
@@ -560,7 +547,13 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
         node_of[r] = r / rpn;
     double t_build = mal_now() - t0, t_move = mal_now();
     bucket direct = {0}, bk = {0};
-    kept_list kl = {0};
+    my_transfer *mine = NULL;
+    int n_mine = 0;
+    rc = collect_transfers(tr, &old_plan, all, n_all, node_of, &ms, &mine, &n_mine);
+    /* A part that begins with the old one took over its state buffers:
+     * what this rank sends is read from the new part, what it keeps is in
+     * place already. */
+    mal_model *src_part = handed ? tr->model : old;
     /* Pass 1 posts every piece that is contiguous on both sides, straight
      * from and into the parts: no memory, no waiting, so peers can pull what
      * this rank sends at once.  Pass 2 posts the others (staged where
@@ -571,13 +564,22 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
      * ends post every pair's messages in the same order (pass, then global
      * order), so they match in order. */
     for (int pass = 1; pass <= 2; pass++)
-        for (int i = 0; i < n_all && !rc; i++)
-            rc = move_tensor(tr, &old_plan, old, &all[i], node_of, pass, &ms, &direct, &bk, &kl);
+        for (int i = 0; i < n_mine && !rc; i++) {
+            const transfer *t = &mine[i].t;
+            if (t->src != t->dst && t->direct == (pass == 1))
+                rc =
+                    post_transfer(tr, src_part, &all[mine[i].tensor], t, pass == 1 ? &direct : &bk);
+        }
     /* What stays on this rank is copied while the peers pull what it sends. */
-    for (int i = 0; i < kl.n && !rc; i++) {
+    for (int i = 0; i < n_mine && !rc; i++) {
+        const transfer *t = &mine[i].t;
+        if (t->src != t->dst) continue;
+        const mal_tensor_info *gt = &all[mine[i].tensor];
+        tr->mig_times.bytes_kept += state_bytes(gt, t);
+        if (handed) continue;
         mal_range_shape a, b;
-        mal_tensor_range_shape(kl.p[i].ot, kl.p[i].begin, kl.p[i].end, &a);
-        mal_tensor_range_shape(kl.p[i].nt, kl.p[i].begin, kl.p[i].end, &b);
+        mal_tensor_range_shape(mal_model_find(old, gt->name), t->begin, t->end, &a);
+        mal_tensor_range_shape(mal_model_find(tr->model, gt->name), t->begin, t->end, &b);
         for (int g = 0; g < 3; g++)
             copy_piece(group_buf(old, g), &a, group_buf(tr->model, g), &b);
     }
@@ -585,7 +587,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     if (!rc) rc = bucket_flush(&direct);
     bucket_fini(&bk);
     bucket_fini(&direct);
-    free(kl.p);
+    free(mine);
     if (rc) goto out;
     t_move = mal_now() - t_move;
     /* Timed separately so the log tells this rank's own copying from waiting

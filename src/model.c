@@ -28,12 +28,8 @@ static uint64_t name_hash(const char *s)
 static int add_tensor(mal_model *m, int *cap, int layer, const char *name, int64_t rows,
                       int64_t cols, int split_dim, int decay, float std)
 {
-    if (m->n_tensors == *cap) {
-        *cap = *cap ? 2 * *cap : 32;
-        mal_tensor_info *nt = realloc(m->tensors, (size_t)*cap * sizeof *nt);
-        if (!nt) return MAL_ERR(MAL_ENOMEM, "model: out of memory for tensor table");
-        m->tensors = nt;
-    }
+    if (mal_grow(&m->tensors, cap, m->n_tensors, sizeof *m->tensors, 32))
+        return MAL_ERR(MAL_ENOMEM, "model: out of memory for tensor table");
     mal_tensor_info *t = &m->tensors[m->n_tensors++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);

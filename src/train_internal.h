@@ -104,7 +104,6 @@ struct mal_trainer {
     double migrated_bytes;     /* bytes moved by the last one (all ranks together) */
     double kept_bytes;         /* bytes of state the last one left in place */
     mal_migration_times mig_times; /* this rank's breakdown of the last one */
-    int mig_same_part;         /* during a change: this rank's part kept its layout */
 };
 
 #define MAL_HOSTNAME_LEN 64
