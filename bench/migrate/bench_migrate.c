@@ -25,6 +25,22 @@
 #include "reshard.h"
 #include "train.h"
 
+/* A whole number >= lo from option `opt`, or the run stops with status 2. */
+static long number(const char *opt, const char *arg, long lo)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end || v < lo) {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (!rank)
+            fprintf(stderr, "bench_migrate: %s expects a whole number >= %ld, not '%s'\n", opt, lo,
+                    arg);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return v;
+}
+
 static void die(const char *what)
 {
     fprintf(stderr, "bench_migrate: %s: %s\n", what, mal_errmsg());
@@ -120,33 +136,40 @@ int main(int argc, char **argv)
             pb = optarg;
             break;
         case 'r':
-            reps = atoi(optarg);
+            reps = (int)number("--reps", optarg, 1);
             break;
         case 'g':
-            gb = atoi(optarg);
+            gb = (int)number("--global-batch", optarg, 1);
             break;
         case 'u':
-            mb = atoi(optarg);
+            mb = (int)number("--micro-batch", optarg, 1);
             break;
         case 'd':
             dir = optarg;
             break;
         case 's':
-            steps = atoi(optarg);
+            steps = (int)number("--steps", optarg, 0);
             break;
         case 'o':
             online_only = 1;
             break;
         case 'w':
-            warm_mb = (size_t)atol(optarg);
+            warm_mb = (size_t)number("--warm-mb", optarg, 0);
             break;
         case 'i':
-            sscanf(optarg, "%d:%lf", &inj.rank, &inj.factor);
+            if (sscanf(optarg, "%d:%lf", &inj.rank, &inj.factor) != 2 || inj.rank < 0 ||
+                !(inj.factor >= 1.0)) {
+                if (!world->rank)
+                    fprintf(stderr,
+                            "bench_migrate: --inject expects RANK:FACTOR (factor >= 1), "
+                            "not '%s'\n",
+                            optarg);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
             break;
         default:
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
-    if (reps < 1) reps = 1;
     if (!pa || !pb) {
         if (!world->rank) fprintf(stderr, "bench_migrate: --plan-a and --plan-b are needed\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
