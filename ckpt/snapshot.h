@@ -1,8 +1,9 @@
 /* Training-state snapshots: the complete model and optimizer state plus the
  * progress counters needed to resume exactly, stored as HDF5 in one
  * directory per step, written by many processes at once and committed
- * atomically (ckpt/README.md and the comment at the top of ckpt/snapshot.c
- * describe the on-disk layout, format version 2).
+ * atomically (ckpt/README.md and the comment at the top of
+ * ckpt/snap_internal.h describe the on-disk layout, format version 2; that
+ * header also lists which ckpt/snap_*.c file implements what).
  *
  * A snapshot holds named float32 tensors ("param/layers.0.wq",
  * "adam_m/lm_head", ...).  Writers store *blocks*: hyper-rectangles (offset,
@@ -191,6 +192,12 @@ uint64_t mal_snapshot_bytes_read(const mal_snapshot *s);
 void mal_snapshot_close(mal_snapshot *s);
 
 /* ------------------------------------------------------------------ helpers */
+
+/* Local.  CRC-32C (Castagnoli) of `len` bytes at `buf`, continuing from
+ * `crc` (start with 0): the checksum of every stored block and of the
+ * index.  SSE4.2 instruction when the CPU has it, slicing-by-8 otherwise
+ * (MALLEUS_CRC32C_SOFTWARE=1 forces the latter); both give the same value. */
+uint32_t mal_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* Collective over `comm` (NULL: returns rc).  Agree on failure: if any
  * process passes rc != 0, every process returns the code of the lowest

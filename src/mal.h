@@ -59,10 +59,6 @@ double mal_now(void);
  * when n reaches it.  0, or -1 when out of memory (the array unchanged). */
 int mal_grow(void *array_ptr, int *cap, int n, size_t elem_size, int first);
 
-/* CRC-32C style checksum (software) of a byte range; used for snapshot
- * shards.  `crc` is the running value (start with 0). */
-uint32_t mal_crc32c(uint32_t crc, const void *buf, size_t len);
-
 #define MAL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAL_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MAL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -1,0 +1,326 @@
+/* Internal header of the snapshot layer (ckpt/snap_*.c): what the files
+ * that implement ckpt/snapshot.h share.  Nothing outside ckpt/snap_*.c
+ * includes it.  Internal names are snap_*; the public API (mal_snapshot_*,
+ * mal_snap_*) stays in snapshot.h.
+ *
+ * Who owns what (one file, one facility):
+ *   snap_fs.c      file system and atomic commit: paths, fsync, temporary
+ *                  names, rename, COMPLETE, `latest`, retention and debris,
+ *                  fault injection (N-th I/O) and the kill points
+ *   snap_h5.c      HDF5 plumbing: quiet error stacks, error conversion,
+ *                  attributes, property lists, plain table datasets
+ *   snap_crc32c.c  block checksums: CRC-32C and whole-file checksums
+ *   snap_blocks.c  block geometry: names, shapes, counts, tiling checks
+ *   snap_coord.c   coordination between processes: agreement on failure,
+ *                  broadcast, the block descriptors gathered at rank 0
+ *   snap_write.c   the write path: the collective writer and shard files
+ *   snap_index.c   the index: building the block table, writing index.h5
+ *                  (tables + virtual datasets) and loading it back
+ *   snap_read.c    the read path: opening a step directory, reading and
+ *                  verifying blocks
+ *
+ * On-disk layout (format "malleus-snapshot", format_version 2):
+ *
+ *   DIR/latest                 text "step_NNNNNNNN\n": the newest committed snapshot
+ *   DIR/step_NNNNNNNN/         one directory per snapshot (step zero-padded to 8)
+ *       shard_RRRRR.h5         blocks written by one process (usually rank R's)
+ *       index.h5               meta, block table, one virtual dataset per tensor
+ *       COMPLETE               completion marker, JSON, written last
+ *   DIR/.tmp-*.<pid>@<host>    work in progress of a writer (rank 0's pid and host)
+ *
+ * shard_RRRRR.h5: root attributes format, format_version, step, shard (int32);
+ * one float32 little-endian contiguous dataset per block at
+ * "<tensor name>/block_<o0>_<o1>..." (o = the block's offset), whose
+ * dimensions are the block's extent, with attributes global_shape,
+ * block_offset, block_extent (int64[ndim]).  Contiguous, allocated at
+ * creation, so every block is one byte range of the file; HDF5 writes only
+ * the skeleton and the data goes in with pwrite (see snap_shard_create).
+ *
+ * index.h5: root attributes format, format_version (int32), step,
+ * consumed_samples (int64), seed, rng_counter (uint64), config_json,
+ * train_json, plan_json (UTF-8 strings, absent = NULL), n_tensors,
+ * n_blocks, n_shards (int64).  Group /_malleus holds the block table:
+ *   shards        string[n_shards]   shard file names, relative to the step dir
+ *   shard_bytes   uint64[n_shards]   each shard file's size
+ *   tensors       string[n_tensors]  tensor names, byte-wise sorted
+ *   tensor_ndim   int32[n_tensors]
+ *   tensor_shape  int64[n_tensors][4]   (unused dimensions 1)
+ *   tensor_first_block, tensor_n_blocks   int64[n_tensors]: blocks of tensor
+ *                 i are rows first .. first+n-1 of the block arrays
+ *   block_shard   int32[n_blocks]    index into shards
+ *   block_offset, block_extent   int64[n_blocks][4]
+ *   block_addr    uint64[n_blocks]   byte address of the block's data in its shard
+ *   block_crc32c  uint32[n_blocks]   CRC-32C of the block's little-endian bytes
+ * Every tensor is also an HDF5 virtual dataset at its own name (float32,
+ * the global shape; attributes global_shape and n_blocks) mapping each block
+ * to its dataset in its shard file by a *relative* file name, so h5py or
+ * h5dump read a whole tensor from index.h5 wherever the directory lives.
+ *
+ * COMPLETE is a small JSON object:
+ *   {"format": "malleus-snapshot", "format_version": 2, "step": S,
+ *    "n_tensors": N, "n_blocks": B, "n_shards": K,
+ *    "index_bytes": L, "index_crc32c": C}
+ * C is the CRC-32C of the whole index.h5, which the reader checks before
+ * trusting the table; the table's per-block checksums then cover the data,
+ * verified whenever a block is read, and the shard sizes are checked at open.
+ */
+#ifndef MAL_SNAP_INTERNAL_H
+#define MAL_SNAP_INTERNAL_H
+
+#include <hdf5.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "mal.h"
+#include "snapshot.h"
+
+#define SNAP_INDEX_FILE "index.h5"
+#define SNAP_SHARD_FMT "shard_%05d.h5"
+#define SNAP_TABLE "_malleus"
+#define SNAP_COMPLETE "COMPLETE"
+#define SNAP_LATEST "latest"
+#define SNAP_TMP_PREFIX ".tmp-"
+#define SNAP_STEP_PREFIX "step_"
+#define SNAP_MAX_SMALL_FILE 65536
+#define SNAP_MAX_INDEX_BYTES ((size_t)1 << 30)
+#define SNAP_MSG 1024
+
+/* ---------------------------------------------------------------- shared types */
+
+/* One stored block, as gathered by the committing rank and as read from
+ * the index. */
+typedef struct {
+    char *name; /* not owned: points at the tensor's (reader) or the payload's (writer) name */
+    int ndim;
+    int64_t shape[MAL_SNAP_MAXDIM], offset[MAL_SNAP_MAXDIM], extent[MAL_SNAP_MAXDIM];
+    int shard;     /* index into the shard list */
+    uint64_t addr; /* byte address of the data in the shard file */
+    uint32_t crc;
+} snap_block;
+
+/* A shard file: as gathered (id = the writer's id) or as read (id = index). */
+typedef struct {
+    char *file; /* relative to the step directory */
+    int id;
+    uint64_t bytes;
+} snap_shard;
+
+/* A tensor of the index: its blocks are rows first .. first+n-1. */
+typedef struct {
+    char *name;
+    int ndim;
+    int64_t shape[MAL_SNAP_MAXDIM];
+    int64_t first, n; /* its blocks */
+} snap_tinfo;
+
+/* Test hook points of MALLEUS_TEST_SNAPSHOT_KILL (snapshot.h). */
+enum { SNAP_KILL_NONE, SNAP_KILL_DATA, SNAP_KILL_INDEX, SNAP_KILL_RENAME };
+
+/* A block being written: its description, progress and checksum so far. */
+typedef struct {
+    char *name;
+    int ndim;
+    int64_t shape[MAL_SNAP_MAXDIM], offset[MAL_SNAP_MAXDIM], extent[MAL_SNAP_MAXDIM];
+    int64_t count, written; /* floats */
+    uint64_t addr;
+    uint32_t crc;
+} snap_wblock;
+
+/* A shard file being written. */
+typedef struct {
+    int id;
+    char path[PATH_MAX];
+    int fd;
+    int n;
+    snap_wblock *b;
+    uint64_t bytes; /* file size, known once closed */
+} snap_wshard;
+
+/* The collective writer (snap_write.c; rank 0 commits in snap_fs.c). */
+struct mal_snap_writer {
+    mal_comm *comm;
+    int rank, size;
+    char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX], stepname[64];
+    mal_snap_meta meta; /* strings owned */
+    int n_sh, cap_sh;
+    snap_wshard *sh;
+    int kill;
+    int *counts, *displs; /* rank 0: [size], for gathering the descriptors */
+    int pending_rc;       /* a local failure inside begin, reported by finish */
+    char pending_msg[SNAP_MSG];
+};
+
+/* What a process tells the committing rank: a growable byte buffer. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} snap_buf;
+
+/* Everything rank 0 collected. */
+typedef struct {
+    snap_block *b;
+    int64_t nb, cap_b;
+    snap_shard *s;
+    int ns, cap_s;
+} snap_table;
+
+/* An open snapshot (snap_read.c; its table is loaded by snap_index.c). */
+struct mal_snapshot {
+    char *dir;
+    char *index_path;
+    mal_snap_meta meta;
+    int n_t;
+    snap_tinfo *t;
+    int64_t n_b;
+    snap_block *b;
+    int n_s;
+    snap_shard *s;
+    int *fd; /* [n_s], opened on first use */
+    float *chunk;
+    uint64_t bytes_read;
+};
+
+/* What COMPLETE says. */
+typedef struct {
+    int64_t step, n_blocks, index_bytes;
+    int n_tensors, n_shards;
+    uint32_t index_crc;
+} snap_marker;
+
+/* ---------------------------------------------------------------- snap_fs.c */
+
+/* True (with errno = EIO) when the armed fault (mal_snapshot_fault_nth_io)
+ * fires at this I/O step.  Every writer I/O step calls it once. */
+int snap_fault(void);
+/* out = a "/" b; MAL_EINVAL if it does not fit `len`. */
+int snap_join(char *out, size_t len, const char *a, const char *b);
+/* lstat succeeds. */
+int snap_exists(const char *path);
+/* fsync a file or a directory (EINVAL from a directory is fine). */
+int snap_fsync(const char *path, int is_dir);
+/* mkdir -p, fsyncing the parent of every directory it creates. */
+int snap_mkdirs(const char *dir);
+/* rm -rf without following symbolic links; a missing path is fine. */
+int snap_rmtree(const char *path);
+/* Remove a step directory, COMPLETE first (durably). */
+int snap_remove_step(const char *step_dir);
+/* "<pid>@<host>" of this process. */
+void snap_writer_id(char *out, size_t len);
+/* Write `content` to dir/name atomically (temporary, fsync, rename, fsync
+ * of dir); *renamed tells whether dir/name was replaced. */
+int snap_write_atomic(const char *dir, const char *name, const char *content, int *renamed);
+/* A small text file into a NUL-terminated malloc'ed buffer; MAL_ENOENT
+ * (no message) if it does not exist. */
+int snap_read_small(const char *path, char **out);
+/* "step_<digits>" -> step; -1 if `name` is not exactly that. */
+int64_t snap_parse_step_name(const char *name);
+/* All of `len` bytes at `off`, or an error naming the file and tensor. */
+int snap_pwrite_all(int fd, const void *buf, size_t len, off_t off, const char *fpath,
+                    const char *name);
+int snap_pread_all(int fd, void *buf, size_t len, off_t off, const char *path, const char *name);
+/* MALLEUS_TEST_SNAPSHOT_KILL=RANK:STEP:POINT (snapshot.h): the kill point of
+ * this rank for this step (SNAP_KILL_*), and the kill itself. */
+int snap_kill_point(int rank, int64_t step);
+void snap_die(int rank, const char *where);
+/* Rank 0, every process done: build and check the block table, write the
+ * index, rename the temporary directory, write COMPLETE, move `latest`,
+ * apply retention.  Cleans up after itself on failure. */
+int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last);
+/* Parse and check COMPLETE of `step_dir`. */
+int snap_read_marker(const char *step_dir, snap_marker *mk);
+
+/* ---------------------------------------------------------------- snap_h5.c */
+
+/* HDF5 prints its error stack on stderr by default; every public function
+ * silences it for its own duration and restores the caller's setting. */
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} snap_h5quiet;
+void snap_h5quiet_begin(snap_h5quiet *q);
+void snap_h5quiet_end(snap_h5quiet *q);
+/* Record `fmt` plus the innermost HDF5 reason.  Must be called right after
+ * the failing HDF5 call: the next API call clears the error stack. */
+int snap_h5err_at(const char *file, int line, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define SNAP_H5ERR(code, ...) snap_h5err_at(__FILE__, __LINE__, (code), __VA_ARGS__)
+/* Close file *f (set to -1 whatever happens). */
+int snap_h5close(hid_t *f, const char *fpath);
+/* File access list: POSIX driver, strong close, no file locking needed. */
+hid_t snap_fapl(void);
+int snap_attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, hsize_t count,
+                    const void *buf, const char *fpath, const char *obj);
+int snap_attr_write_str(hid_t loc, const char *name, const char *s, const char *fpath);
+int snap_attr_read_int(hid_t loc, const char *name, hid_t mtype, int count, void *buf,
+                       const char *fpath, const char *obj);
+int snap_attr_read_str(hid_t loc, const char *name, int optional, char **out, const char *fpath);
+/* format, format_version and step on the root group of an index or shard. */
+int snap_write_root_attrs(hid_t f, int64_t step, const char *fpath);
+int snap_plists(hid_t *lcpl, hid_t *dcpl, const char *fpath);
+int snap_file_create(const char *fpath, hid_t fapl, hid_t *f);
+/* Variable-length UTF-8 string type (caller closes it). */
+hid_t snap_vlen_str(void);
+/* Plain datasets of the block table (group SNAP_TABLE). */
+int snap_table_write(hid_t g, const char *name, hid_t ftype, hid_t mtype, int rank,
+                     const hsize_t *dims, const void *buf, const char *fpath);
+int snap_table_read(hid_t g, const char *name, hid_t mtype, int64_t count, int width, void *buf,
+                    const char *fpath);
+int snap_table_read_str(hid_t g, const char *name, int64_t count, char **out, const char *fpath);
+
+/* ---------------------------------------------------------------- snap_crc32c.c */
+
+/* CRC-32C and size of a whole file of at most `limit` bytes. */
+int snap_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, size_t limit);
+
+/* ---------------------------------------------------------------- snap_blocks.c */
+
+void snap_fmt_shape(char *buf, size_t len, int ndim, const int64_t *shape);
+/* Number of elements of a block; -1 on overflow. */
+int64_t snap_count(int ndim, const int64_t *ext);
+/* A block description (data not looked at): name, ndim, the block inside
+ * the shape. */
+int snap_check_block(const mal_snap_tensor *t);
+int snap_cmp_str(const void *a, const void *b);
+/* Names unique and none a group on the path of another; `v` sorted. */
+int snap_check_names_disjoint(char *const *v, int n);
+/* Blocks by name, then offset. */
+int snap_cmp_block(const void *a, const void *b);
+/* The n blocks of one tensor (sorted by offset) tile its shape exactly. */
+int snap_check_tiling(const snap_block *b, int64_t n);
+/* The dataset of a block inside its shard file: "<tensor>/block_<o0>_<o1>..". */
+void snap_block_dset(char *out, size_t len, const char *name, int ndim, const int64_t *offset);
+
+/* ---------------------------------------------------------------- snap_coord.c */
+
+/* Collective over c: broadcast `bytes` from root. */
+int snap_bcast(mal_comm *c, void *buf, size_t bytes, int root);
+void snap_put_i32(snap_buf *b, int32_t v);
+void snap_put_str(snap_buf *b, const char *s);
+/* This process's descriptor payload: its status (and message), or its
+ * shards and blocks. */
+int snap_serialize(const mal_snap_writer *w, int status, snap_buf *b);
+/* Rank 0: parse the payload of `rank` into t (names point into the
+ * payload); a failed rank gives its status and message. */
+int snap_parse(snap_table *t, const char *p, size_t len, int rank, int *status, const char **msg);
+void snap_table_free(snap_table *t);
+/* Collective over w's comm (more than one process): rank 0 receives every
+ * process's payload into *all (malloc'ed), payload r at w->displs[r],
+ * w->counts[r] bytes. */
+int snap_gather(mal_snap_writer *w, const snap_buf *mine, char **all);
+
+/* ---------------------------------------------------------------- snap_index.c */
+
+/* Rank 0: shards of t in id order (unique), blocks grouped by tensor and
+ * checked to tile each exactly; *ti (caller-freed, names pointing into t)
+ * describes the *nt tensors.  `what` names the snapshot in messages. */
+int snap_index_build(snap_table *t, snap_tinfo **ti, int *nt, const char *what);
+/* Write index.h5 at `fpath`: meta, block table, one virtual dataset per tensor. */
+int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_tinfo *ti, int nt,
+                     const char *fpath);
+/* Read and check the whole block table of s->index_path into s. */
+int snap_load_index(mal_snapshot *s, const snap_marker *mk);
+
+#endif /* MAL_SNAP_INTERNAL_H */
