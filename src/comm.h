@@ -70,11 +70,21 @@ struct mal_comm {
     void *impl;       /* backend state (e.g. the MPI_Comm) */
 };
 
-/* The MPI backend.  MPI must be initialised by the caller (the mains).
+/* The MPI backend.  MPI must be initialised first (mal_comm_init, or the
+ * caller's own MPI_Init).
  * Local: wrap MPI_COMM_WORLD (duplicated, so library traffic never matches
  * the caller's). */
 extern const mal_comm_ops mal_comm_mpi_ops;
 int mal_comm_mpi_world(mal_comm **out);
+
+/* Collective over the job (every process calls it once, first): start the
+ * communication layer (MPI_Init with the program's arguments) and return
+ * the communicator of all processes in *world, owned by the caller until
+ * mal_comm_finalize.  Programs call this instead of MPI themselves. */
+int mal_comm_init(int *argc, char ***argv, mal_comm **world);
+/* Collective: destroy `world` (may be NULL, e.g. after a failed init) and
+ * shut the communication layer down if mal_comm_init started it. */
+void mal_comm_finalize(mal_comm *world);
 
 /* Call-site wrappers. */
 static inline int mal_comm_split(mal_comm *p, int color, int key, mal_comm **out)

@@ -212,6 +212,24 @@ int mal_comm_mpi_world(mal_comm **out)
     return wrap_comm(dup, out);
 }
 
+int mal_comm_init(int *argc, char ***argv, mal_comm **world)
+{
+    int init = 0, rc;
+    *world = NULL;
+    MPI_Initialized(&init);
+    if (!init && (rc = MPI_Init(argc, argv)) != MPI_SUCCESS) return MAL_MPI_ERR(rc, "MPI_Init");
+    return mal_comm_mpi_world(world);
+}
+
+void mal_comm_finalize(mal_comm *world)
+{
+    int init = 0, fin = 0;
+    mal_comm_destroy(world);
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Finalize();
+}
+
 static int mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
 {
     MPI_Comm nc = MPI_COMM_NULL;

@@ -1,0 +1,199 @@
+/* malleus-train after its flags are parsed (train_cli.h). */
+#include "train_cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "kernels.h"
+#include "mal.h"
+#include "plan.h"
+#include "replan.h"
+
+void mal_train_cli_init(mal_train_cli *cli)
+{
+    memset(cli, 0, sizeof *cli);
+    cli->o = mal_train_defaults();
+    cli->model = "tiny";
+}
+
+int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg)
+{
+    mal_train_cli *cli = spec->ctx;
+    char *end;
+    if (cli->o.n_inject == MAL_TRAIN_CLI_MAX_INJECT)
+        return mal_opts_bad(spec, "at most %d --inject flags", MAL_TRAIN_CLI_MAX_INJECT);
+    errno = 0;
+    long r = strtol(arg, &end, 10);
+    if (errno || end == arg || *end != ':' || r < 0) goto bad;
+    double f = strtod(end + 1, &end);
+    if (!(f >= 1.0 && f <= 1000.0) || (*end && *end != ':')) goto bad;
+    long long from = 0, to = -1;
+    if (*end == ':') {
+        from = strtoll(end + 1, &end, 10);
+        if (from < 0 || (*end && *end != ':')) goto bad;
+        if (*end == ':') {
+            to = strtoll(end + 1, &end, 10);
+            if (*end || to <= from) goto bad;
+        }
+    }
+    cli->injects[cli->o.n_inject++] = (mal_inject){(int)r, f, from, to};
+    cli->o.inject = cli->injects;
+    return 0;
+bad:
+    return mal_opts_bad(spec,
+                        "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
+                        "[1, 1000] and FROM < TO, got '%s'",
+                        arg);
+}
+
+/* --profile FILE: one process, no communication.  Written beside the
+ * target and renamed: a failure leaves an existing file untouched. */
+static int measure(mal_train_cli *cli)
+{
+    mal_train_options *o = &cli->o;
+    const char *path = cli->measure_path;
+    int rc;
+    if ((rc = mal_config_load(&o->model, cli->model))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    if (o->threads > 0) mal_kernels_cpu_set_threads(o->threads);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "malleus-train: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    rc = mal_profile_measure(&o->model, o->micro_batch, o->tp ? o->tp : 1, f);
+    if (fclose(f) != 0 && !rc) rc = MAL_ERR(MAL_EIO, "writing %s failed", path);
+    if (!rc && rename(tmp, path) != 0)
+        rc = MAL_ERR(MAL_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (rc) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        remove(tmp);
+        return 1;
+    }
+    printf("malleus-train: profile of %s written to %s\n", o->model.name, path);
+    return 0;
+}
+
+/* The checks of the loaded inputs that need the job (its size); every
+ * rank makes them alike.  0, or an exit status (rank 0 printed why). */
+static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
+{
+    mal_train_options *o = &cli->o;
+    const int lead = world->rank == 0;
+    int rc;
+    if ((rc = mal_config_load(&o->model, cli->model))) {
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    if (cli->plan_path) {
+        if ((rc = mal_plan_read(plan, cli->plan_path))) {
+            if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+            return 2;
+        }
+        if (cli->micro_given && o->micro_batch != plan->micro_batch_size) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --micro-batch %d disagrees with the plan's "
+                        "micro_batch_size %d; drop the flag\n",
+                        o->micro_batch, plan->micro_batch_size);
+            return 2;
+        }
+        o->plan = plan;
+    }
+    if (o->adapt == MAL_ADAPT_ONLINE) {
+        /* The planner's profile is needed only at the first re-plan: check
+         * it now rather than fail then. */
+        mal_profile prof;
+        const char *pp = o->profile ? o->profile : o->model.name;
+        rc = o->profile && strchr(o->profile, '.') ? mal_profile_read(&prof, pp, o->micro_batch)
+                                                   : mal_profile_preset(&prof, pp, o->micro_batch);
+        mal_profile_fini(&prof);
+        if (rc) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --adapt online needs a planner profile: %s (give "
+                        "--planner-profile PRESET|FILE)\n",
+                        mal_errmsg());
+            return 2;
+        }
+    }
+    for (int i = 0; i < o->n_inject; i++)
+        if (o->inject[i].rank >= world->size) {
+            if (lead)
+                fprintf(stderr, "malleus-train: --inject names rank %d but the job has %d ranks\n",
+                        o->inject[i].rank, world->size);
+            return 2;
+        }
+    if (cli->baseline_rates) {
+        double *base = malloc(sizeof *base * (size_t)world->size);
+        if (!base || (rc = mal_rates_read(cli->baseline_rates, world->size, 2, base))) {
+            if (lead) fprintf(stderr, "malleus-train: %s\n", base ? mal_errmsg() : "out of memory");
+            free(base);
+            return 2;
+        }
+        o->plan_rates = base;
+    }
+    return 0;
+}
+
+int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, char ***argv)
+{
+    mal_train_options *o = &cli->o;
+    if (cli->plan_path && (o->dp || o->tp || o->pp))
+        return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
+    if (cli->measure_path) return measure(cli);
+
+    int status = 1, rc;
+    mal_comm *world = NULL;
+    mal_trainer *tr = NULL;
+    mal_plan plan;
+    mal_plan_init(&plan);
+    if ((rc = mal_comm_init(argc, argv, &world))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        goto out;
+    }
+    const int lead = world->rank == 0;
+    /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
+    if (!lead) mal_log_level = MAL_LOG_ERROR;
+    if ((status = check_inputs(cli, world, &plan))) goto out;
+    status = 1;
+    o->world = world;
+    if (cli->quiet > 0) mal_log_level = MAL_LOG_WARN;
+    if (cli->quiet < 0 && lead) mal_log_level = MAL_LOG_DEBUG;
+    if ((rc = mal_trainer_create(&tr, o))) {
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = rc == MAL_EINVAL || rc == MAL_ENOTSUP ? 2 : 1;
+        goto out;
+    }
+    if (cli->quiet <= 0 && lead) mal_trainer_print_summary(tr, stdout);
+    rc = mal_trainer_run(tr);
+    if (rc == MAL_TRAIN_REPLAN) {
+        if (lead)
+            printf("malleus-train: stopped at step %lld for a re-plan (exit status %d)\n",
+                   (long long)mal_trainer_steps_done(tr), MAL_TRAIN_EXIT_REPLAN);
+        status = MAL_TRAIN_EXIT_REPLAN;
+        goto out;
+    }
+    if (rc) {
+        fprintf(stderr, "malleus-train: rank %d: %s\n", world->rank, mal_errmsg());
+        /* Peers may be blocked waiting for this rank: take the job down. */
+        if (world->size > 1) mal_comm_abort(world, 1);
+        goto out;
+    }
+    status = 0;
+out:
+    mal_trainer_destroy(tr);
+    free((void *)o->plan_rates);
+    o->plan_rates = NULL;
+    mal_plan_fini(&plan);
+    mal_comm_finalize(world);
+    return status;
+}
