@@ -2,7 +2,7 @@
 # re-plan trigger policy) and malleus-replan.  Included by Makefile.am.
 libmalleus_a_SOURCES += replan/replan.h replan/profile.c replan/cost.c replan/lp.c \
 	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
-	replan/policy.h replan/policy.c
+	replan/policy.h replan/policy.c replan/tool.h replan/tool.c
 
 bin_PROGRAMS += malleus-replan
 malleus_replan_SOURCES = replan/replan_main.c
@@ -13,3 +13,7 @@ dist_check_SCRIPTS += tests/test_replan_cli.sh
 TESTS += tests/test_replan_cli.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py
+
+# Hostile planner inputs (issue 16): refusals naming the field, no overflow.
+check_PROGRAMS += tests/test_replan_inputs
+TESTS += tests/test_replan_inputs

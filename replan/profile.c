@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "mal.h"
@@ -24,8 +25,9 @@ void mal_cluster_fini(mal_cluster *c)
 int mal_cluster_regular(mal_cluster *c, int world_size, int ranks_per_node, double memory_mb)
 {
     memset(c, 0, sizeof *c);
-    if (world_size < 1)
-        return MAL_ERR(MAL_EINVAL, "cluster: world_size must be >= 1 (got %d)", world_size);
+    if (world_size < 1 || world_size > MAL_REPLAN_MAX_WORLD)
+        return MAL_ERR(MAL_EINVAL, "cluster: world_size must be 1..%d (got %d)",
+                       MAL_REPLAN_MAX_WORLD, world_size);
     if (ranks_per_node < 1)
         return MAL_ERR(MAL_EINVAL, "cluster: ranks_per_node must be >= 1 (got %d)", ranks_per_node);
     if (world_size % ranks_per_node)
@@ -69,19 +71,27 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
     json_t *rpn = json_object_get(root, "ranks_per_node");
     json_t *nodes = json_object_get(root, "nodes");
     if (nodes) {
+        /* two descriptions of one cluster: whichever were used, the other
+         * would be silently ignored or could disagree */
+        if (ws || rpn)
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: give either \"nodes\" or \"world_size\" with \"ranks_per_node\", "
+                           "not both (\"nodes\" lists every rank, so the world size is implied)",
+                           what);
         if (!json_is_array(nodes) || json_array_size(nodes) == 0)
             return MAL_ERR(MAL_EFORMAT, "%s: nodes must be a non-empty array of rank lists", what);
-        int world = 0;
+        size_t world_z = 0;
         for (size_t n = 0; n < json_array_size(nodes); n++) {
             json_t *nl = json_array_get(nodes, n);
             if (!json_is_array(nl) || json_array_size(nl) == 0)
                 return MAL_ERR(MAL_EFORMAT, "%s: nodes[%zu] must be a non-empty array of ranks",
                                what, n);
-            world += (int)json_array_size(nl);
+            world_z += json_array_size(nl);
         }
-        if (ws && (!json_is_integer(ws) || json_integer_value(ws) != world))
-            return MAL_ERR(MAL_EINVAL, "%s: world_size does not match the %d ranks listed in nodes",
-                           what, world);
+        if (world_z > MAL_REPLAN_MAX_WORLD)
+            return MAL_ERR(MAL_EINVAL, "%s: nodes list %zu ranks; the planner handles up to %d",
+                           what, world_z, MAL_REPLAN_MAX_WORLD);
+        int world = (int)world_z;
         c->node_of = malloc((size_t)world * sizeof *c->node_of);
         if (!c->node_of) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
         for (int r = 0; r < world; r++)
@@ -114,19 +124,31 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
     if (!json_is_integer(ws) || !json_is_integer(rpn))
         return MAL_ERR(MAL_EFORMAT, "%s: give world_size and ranks_per_node (integers), or nodes",
                        what);
-    return mal_cluster_regular(c, (int)json_integer_value(ws), (int)json_integer_value(rpn),
-                               memory_mb);
+    /* range-check before narrowing to int, so that 2^31 is not read as -2^31 */
+    json_int_t w = json_integer_value(ws), g = json_integer_value(rpn);
+    if (w < 1 || w > MAL_REPLAN_MAX_WORLD)
+        return MAL_ERR(MAL_EINVAL, "%s: world_size must be 1..%d (got %lld)", what,
+                       MAL_REPLAN_MAX_WORLD, (long long)w);
+    if (g < 1 || g > w)
+        return MAL_ERR(MAL_EINVAL, "%s: ranks_per_node must be 1..world_size (%lld) (got %lld)",
+                       what, (long long)w, (long long)g);
+    return mal_cluster_regular(c, (int)w, (int)g, memory_mb);
 }
 
-int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
+int mal_cluster_parse_buffer(mal_cluster *c, const char *buf, size_t len, const char *what)
 {
     memset(c, 0, sizeof *c);
     json_error_t jerr;
-    json_t *root = json_loads(json, 0, &jerr);
+    json_t *root = json_loadb(buf, len, 0, &jerr);
     if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
     int rc = cluster_from_json(c, root, what);
     json_decref(root);
     return rc;
+}
+
+int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
+{
+    return mal_cluster_parse_buffer(c, json, strlen(json), what);
 }
 
 int mal_cluster_read(mal_cluster *c, const char *path)
@@ -378,19 +400,37 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
     if ((rc = get_num(root, "layer_state_mb", what, &p->layer_state_mb, 0))) return rc;
     if ((rc = get_num(root, "embedding_state_mb", what, &p->embed_state_mb, 0))) return rc;
     if ((rc = get_num(root, "sync_time", what, &p->sync_time, 0))) return rc;
+    /* nominal TP groups split heads and the MLP: a model that they cannot
+     * split has no plan at all, so say so here rather than after planning */
+    if (p->n_heads > 0 && p->n_heads % p->tp)
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: n_heads %d is not divisible by the nominal TP size tp = %d (every TP "
+                       "group splits the heads evenly)",
+                       what, p->n_heads, p->tp);
+    if (p->ffn_hidden > 0 && p->ffn_hidden % p->tp)
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: ffn_hidden %d is not divisible by the nominal TP size tp = %d (every "
+                       "TP group splits the MLP evenly)",
+                       what, p->ffn_hidden, p->tp);
     if (!p->name[0]) snprintf(p->name, sizeof p->name, "custom");
     return 0;
 }
 
-int mal_profile_parse_string(mal_profile *p, const char *json, const char *what, int mbs)
+int mal_profile_parse_buffer(mal_profile *p, const char *buf, size_t len, const char *what,
+                             int mbs)
 {
     memset(p, 0, sizeof *p);
     json_error_t jerr;
-    json_t *root = json_loads(json, 0, &jerr);
+    json_t *root = json_loadb(buf, len, 0, &jerr);
     if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
     int rc = profile_from_json(p, root, what, mbs);
     json_decref(root);
     return rc;
+}
+
+int mal_profile_parse_string(mal_profile *p, const char *json, const char *what, int mbs)
+{
+    return mal_profile_parse_buffer(p, json, strlen(json), what, mbs);
 }
 
 int mal_profile_read(mal_profile *p, const char *path, int mbs)
@@ -471,7 +511,8 @@ static int parse_rank_key(const char *key, const char *what, int world, long *ra
     return 0;
 }
 
-int mal_rates_parse_string(const char *text, const char *what, int world, int window, double *rates)
+int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int world, int window,
+                           double *rates)
 {
     int rc = 0;
     double *ring = NULL;
@@ -480,10 +521,12 @@ int mal_rates_parse_string(const char *text, const char *what, int world, int wi
     for (int r = 0; r < world; r++)
         rates[r] = 1.0;
     if (window < 1) window = 1;
+    if (memchr(buf, '\0', len))
+        return MAL_ERR(MAL_EFORMAT, "%s: the rates contain a NUL byte (not a text file?)", what);
 
     /* the whole text as one JSON value: a {"rank": rate} map */
     json_error_t jerr;
-    json_t *root = json_loads(text, 0, &jerr);
+    json_t *root = json_loadb(buf, len, 0, &jerr);
     if (root && json_is_object(root) && !json_object_get(root, "step") &&
         !json_object_get(root, "rates") && !json_object_get(root, "rate")) {
         const char *key;
@@ -499,10 +542,19 @@ int mal_rates_parse_string(const char *text, const char *what, int world, int wi
     }
     json_decref(root);
 
-    /* JSON lines: keep the last `window` samples of every rank */
+    /* JSON lines: keep the last `window` samples of every rank; there are
+     * no more samples per rank than lines, which bounds the ring */
+    size_t n_lines = 1;
+    for (size_t i = 0; i < len; i++)
+        n_lines += buf[i] == '\n';
+    if ((size_t)window > n_lines) window = (int)n_lines;
     ring = calloc((size_t)world * (size_t)window, sizeof *ring);
     count = calloc((size_t)world, sizeof *count);
-    copy = strdup(text);
+    copy = malloc(len + 1);
+    if (copy) {
+        memcpy(copy, buf, len);
+        copy[len] = '\0';
+    }
     if (!ring || !count || !copy) {
         rc = MAL_ERR(MAL_ENOMEM, "%s: out of memory", what);
         goto cleanup;
@@ -535,12 +587,13 @@ int mal_rates_parse_string(const char *text, const char *what, int world, int wi
                              what, lineno);
                 goto cleanup;
             }
-            if ((int)json_array_size(arr) > world) {
+            size_t n_rates = json_array_size(arr); /* arr dies with o */
+            if (n_rates > (size_t)world) {
                 json_decref(o);
                 rc = MAL_ERR(MAL_EINVAL,
                              "%s: line %d: rates for %zu ranks, but rank %d is not in the cluster "
                              "(world size %d)",
-                             what, lineno, json_array_size(arr), world, world);
+                             what, lineno, n_rates, world, world);
                 goto cleanup;
             }
             for (size_t r = 0; r < json_array_size(arr); r++) {
@@ -604,10 +657,21 @@ cleanup:
     return rc;
 }
 
+int mal_rates_parse_string(const char *text, const char *what, int world, int window, double *rates)
+{
+    return mal_rates_parse_buffer(text, strlen(text), what, world, window, rates);
+}
+
 int mal_rates_read(const char *path, int world, int window, double *rates)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return MAL_ERR(MAL_ENOENT, "%s: cannot open rates file: %s", path, strerror(errno));
+    /* the whole file is read into memory: a device or a FIFO would never end */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return MAL_ERR(MAL_EINVAL, "%s: the rates must be a regular file", path);
+    }
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     int rc = 0;
@@ -627,7 +691,7 @@ int mal_rates_read(const char *path, int world, int window, double *rates)
     fclose(f);
     if (!buf) return MAL_ERR(MAL_ENOMEM, "%s: out of memory", path);
     buf[len] = '\0';
-    rc = mal_rates_parse_string(buf, path, world, window, rates);
+    rc = mal_rates_parse_buffer(buf, len, path, world, window, rates);
     free(buf);
     return rc;
 }

@@ -18,6 +18,13 @@
 #define MAL_REPLAN_NOISE_FLOOR 1.2
 /* Largest TP size the profile may describe (2^MAL_REPLAN_MAX_TP_LOG). */
 #define MAL_REPLAN_MAX_TP_LOG 10
+/* Largest world the planner accepts: a bound on what it allocates for
+ * input it has not checked yet (2^20 ranks; 10^9 used to take 19 GB). */
+#define MAL_REPLAN_MAX_WORLD (1 << 20)
+/* Rates above this count as this: a device a million times slower than a
+ * healthy one is as good as stopped (the plan suspends it whenever anything
+ * else is possible), and larger numbers only make the programs ill-scaled. */
+#define MAL_REPLAN_MAX_RATE 1e6
 
 /* ---- inputs -------------------------------------------------------------- */
 
@@ -35,6 +42,8 @@ int mal_cluster_regular(mal_cluster *c, int world_size, int ranks_per_node, doub
 /* Parse {"world_size", "ranks_per_node" | "nodes": [[ranks]...], "memory_mb"}
  * from a string / file.  Local; `c` initialised here; fini it even on error. */
 int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what);
+/* The same on `len` bytes that need no terminating NUL (fuzzing entry). */
+int mal_cluster_parse_buffer(mal_cluster *c, const char *buf, size_t len, const char *what);
 int mal_cluster_read(mal_cluster *c, const char *path);
 void mal_cluster_fini(mal_cluster *c);
 
@@ -62,6 +71,9 @@ int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size);
  * `p` initialised here; fini it even on error.  Local. */
 int mal_profile_parse_string(mal_profile *p, const char *json, const char *what,
                              int micro_batch_size);
+/* The same on `len` bytes that need no terminating NUL (fuzzing entry). */
+int mal_profile_parse_buffer(mal_profile *p, const char *buf, size_t len, const char *what,
+                             int micro_batch_size);
 int mal_profile_read(mal_profile *p, const char *path, int micro_batch_size);
 int mal_profile_write(const mal_profile *p, FILE *f);
 void mal_profile_fini(mal_profile *p);
@@ -79,13 +91,17 @@ double mal_profile_alpha(const mal_profile *p, int size);
 int mal_rates_read(const char *path, int world_size, int window, double *rates);
 int mal_rates_parse_string(const char *text, const char *what, int world_size, int window,
                            double *rates);
+/* The same on `len` bytes that need no terminating NUL (fuzzing entry); a
+ * NUL byte inside is MAL_EFORMAT. */
+int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int world_size,
+                           int window, double *rates);
 
 /* ---- cost model ---------------------------------------------------------- */
 
-/* Rate after the noise floor. */
+/* Rate after the noise floor (and the cap MAL_REPLAN_MAX_RATE). */
 static inline double mal_cost_floor(double x)
 {
-    return x < MAL_REPLAN_NOISE_FLOOR ? 1.0 : x;
+    return x < MAL_REPLAN_NOISE_FLOOR ? 1.0 : x > MAL_REPLAN_MAX_RATE ? MAL_REPLAN_MAX_RATE : x;
 }
 
 /* Most layers stage j of an S-stage pipeline with a TP group of `size` may

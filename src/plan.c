@@ -283,16 +283,21 @@ static int parse_json(mal_plan *plan, json_t *root, const char *what)
     return 0;
 }
 
-int mal_plan_parse_string(mal_plan *plan, const char *json, const char *what)
+int mal_plan_parse_buffer(mal_plan *plan, const char *buf, size_t len, const char *what)
 {
     mal_plan_init(plan);
     if (!what) what = "plan";
     json_error_t jerr;
-    json_t *root = json_loads(json, 0, &jerr);
+    json_t *root = json_loadb(buf, len, 0, &jerr);
     if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
     int rc = parse_json(plan, root, what);
     json_decref(root);
     return rc;
+}
+
+int mal_plan_parse_string(mal_plan *plan, const char *json, const char *what)
+{
+    return mal_plan_parse_buffer(plan, json, strlen(json), what);
 }
 
 int mal_plan_read(mal_plan *plan, const char *path)
@@ -595,6 +600,13 @@ int mal_plan_validate(const mal_plan *plan, int world_size, int n_layers, int n_
             goto cleanup;
         }
         total_mb += pl->micro_batches;
+        if (total_mb > INT_MAX) {
+            rc = MAL_ERR(MAL_EINVAL,
+                         "pipelines[%d].micro_batches: the micro-batches add up to more than "
+                         "%d",
+                         p, INT_MAX);
+            goto cleanup;
+        }
     }
     for (int i = 0; i < plan->n_suspended; i++) {
         int r = plan->suspended[i];
@@ -622,6 +634,14 @@ int mal_plan_validate(const mal_plan *plan, int world_size, int n_layers, int n_
                          r);
             goto cleanup;
         }
+    }
+    if ((long)plan->micro_batch_size * total_mb > INT_MAX) {
+        rc = MAL_ERR(MAL_EINVAL,
+                     "micro_batch_size: %d x %ld micro-batches = %ld samples per step, more than "
+                     "%d",
+                     plan->micro_batch_size, total_mb, (long)plan->micro_batch_size * total_mb,
+                     INT_MAX);
+        goto cleanup;
     }
     if ((long)plan->micro_batch_size * total_mb != (long)global_batch) {
         rc = MAL_ERR(MAL_EINVAL,
@@ -728,17 +748,22 @@ int mal_plan_world_size(const mal_plan *plan)
     return mx + 1;
 }
 
+/* Counts of a plan read from outside may not fit an int: -1 then. */
 int mal_plan_n_micro_batches(const mal_plan *plan)
 {
-    int n = 0;
-    for (int p = 0; p < plan->n_pipelines; p++)
+    long long n = 0;
+    for (int p = 0; p < plan->n_pipelines; p++) {
         n += plan->pipelines[p].micro_batches;
-    return n;
+        if (n > INT_MAX || n < INT_MIN) return -1;
+    }
+    return (int)n;
 }
 
 int mal_plan_global_batch(const mal_plan *plan)
 {
-    return plan->micro_batch_size * mal_plan_n_micro_batches(plan);
+    int n = mal_plan_n_micro_batches(plan);
+    long long g = (long long)plan->micro_batch_size * n;
+    return n < 0 || g > INT_MAX || g < INT_MIN ? -1 : (int)g;
 }
 
 static int cmp_int(const void *a, const void *b)

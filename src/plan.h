@@ -28,6 +28,8 @@
 #ifndef MAL_PLAN_H
 #define MAL_PLAN_H
 
+#include <stddef.h>
+
 #define MAL_PLAN_FORMAT "malleus-plan/1"
 
 typedef struct mal_plan_stage {
@@ -86,6 +88,8 @@ int mal_plan_copy(mal_plan *dst, const mal_plan *src);
  * messages (e.g. a path).  Checks the structure and types only; call
  * mal_plan_validate() for the layout rules.  Local. */
 int mal_plan_parse_string(mal_plan *plan, const char *json, const char *what);
+/* The same on `len` bytes that need no terminating NUL (fuzzing entry). */
+int mal_plan_parse_buffer(mal_plan *plan, const char *buf, size_t len, const char *what);
 int mal_plan_read(mal_plan *plan, const char *path);
 
 /* Serialise a plan.  mal_plan_to_string() returns a malloc'ed, NUL-terminated
@@ -128,6 +132,8 @@ int mal_plan_n_active(const mal_plan *plan);        /* ranks holding a stage */
 int mal_plan_world_size(const mal_plan *plan);      /* 1 + largest rank mentioned */
 int mal_plan_n_micro_batches(const mal_plan *plan); /* sum of micro_batches */
 int mal_plan_global_batch(const mal_plan *plan);    /* micro_batch_size x the above */
+/* (these two return -1 when the count does not fit an int, as in a plan
+ * read from outside that mal_plan_validate() would refuse) */
 
 /* 1 when two plans describe the same layout (same pipelines, stages, ranks in
  * the same order, micro-batches and suspended set; predicted times and

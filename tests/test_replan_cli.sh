@@ -2,9 +2,10 @@
 # malleus-replan command line: help and version, a tiny 8-rank plan that
 # passes the simulator's validation, determinism, --explain with a current
 # plan, and bad inputs (NaN / negative rates, unknown ranks, ranks not
-# divisible into nodes, memory too small) failing with a clear message.
+# divisible into nodes, memory too small, and issue 16's hostile inputs)
+# refused with status 2 and a message naming the field.
 set -u
-BIN="${top_builddir:-.}/malleus-replan"
+BIN="${REPLAN_BIN:-${top_builddir:-.}/malleus-replan}"
 T=$(mktemp -d "${TMPDIR:-/tmp}/test_replan_cli.XXXXXX") || exit 99
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -28,7 +29,8 @@ for o in --cluster --world-size --ranks-per-node --memory-mb --profile --model -
 done
 "$BIN" --version | grep -q "malleus-replan" || fail "--version"
 
-C="--world-size 8 --ranks-per-node 4 --memory-mb 100 --model tiny"
+C_NOMODEL="--world-size 8 --ranks-per-node 4 --memory-mb 100"
+C="$C_NOMODEL --model tiny"
 echo '{"3": 2.5, "6": 1.6}' >"$T/rates.json"
 "$BIN" $C -M 8 -r "$T/rates.json" -o "$T/p1.json" || fail "tiny plan"
 "$BIN" $C -M 8 -r "$T/rates.json" -o "$T/p2.json" || fail "tiny plan again"
@@ -48,18 +50,44 @@ printf '{"step":1,"rates":[1,1,1,9,1,1,1,1]}\n{"step":2,"rates":[1,1,1,3,1,1,1,1
 "$BIN" $C -M 8 -r "$T/metrics.jsonl" --summary -o "$T/p4.json" >"$T/sum" || fail "metrics rates"
 grep -q '"plan_seconds"' "$T/sum" || fail "--summary"
 
-# bad inputs
+# bad inputs: status 2 (bad usage or input), the message names the cause
 echo '{"3": "nan"}' >"$T/nan.json"
-expect_fail 1 "rank 3 has rate nan" $C -M 8 -r "$T/nan.json"
+expect_fail 2 "rank 3 has rate nan" $C -M 8 -r "$T/nan.json"
 echo '{"2": -2}' >"$T/neg.json"
-expect_fail 1 "rank 2 has rate -2" $C -M 8 -r "$T/neg.json"
+expect_fail 2 "rank 2 has rate -2" $C -M 8 -r "$T/neg.json"
 echo '{"12": 2.0}' >"$T/unk.json"
-expect_fail 1 "rank 12 is not in the cluster" $C -M 8 -r "$T/unk.json"
-expect_fail 1 "not divisible into nodes" --world-size 10 --ranks-per-node 4 --memory-mb 100 --model tiny -M 8
-expect_fail 1 "no plan fits in memory" --world-size 8 --ranks-per-node 4 --memory-mb 16.01 --model tiny -M 8
+expect_fail 2 "rank 12 is not in the cluster" $C -M 8 -r "$T/unk.json"
+expect_fail 2 "not divisible into nodes" --world-size 10 --ranks-per-node 4 --memory-mb 100 --model tiny -M 8
+expect_fail 2 "no plan fits in memory" --world-size 8 --ranks-per-node 4 --memory-mb 16.01 --model tiny -M 8
 echo '{"world_size": 8, "ranks_per_node": 4}' >"$T/cl.json"
-expect_fail 1 "memory_mb" -c "$T/cl.json" --model tiny -M 8
-expect_fail 1 "unknown preset" $C -M 8 --model 7b
+expect_fail 2 "memory_mb" -c "$T/cl.json" --model tiny -M 8
+expect_fail 2 "unknown preset" $C -M 8 --model 7b
+
+# issue 16's hostile planner inputs
+printf '{"step":1,"rates":[1,1,1,9,1,1,1,1,1,1]}\n' >"$T/long.jsonl"
+expect_fail 2 "rates for 10 ranks" $C -M 8 -r "$T/long.jsonl"
+# a world of 10^9 ranks is refused before it is allocated (it used to take
+# 19 GB; here 2 GB of address space would end it)
+( ulimit -v 2000000 2>/dev/null
+  "$BIN" --world-size 1000000000 --ranks-per-node 8 --memory-mb 100 --model tiny -M 8 \
+      >"$T/out" 2>"$T/err"; echo $? >"$T/rc" )
+[ "$(cat "$T/rc")" -eq 2 ] && grep -q "world_size must be 1..1048576" "$T/err" ||
+    fail "world of 10^9 ranks: exit $(cat "$T/rc"): $(cat "$T/err")"
+echo '{"world_size": 2147483648, "ranks_per_node": 8, "memory_mb": 100}' >"$T/big.json"
+expect_fail 2 "got 2147483648)" -c "$T/big.json" --model tiny -M 8
+echo '{"world_size": 8, "ranks_per_node": 4, "memory_mb": 100, "nodes": [[0,1,2,3],[4,5,6,7]]}' >"$T/both.json"
+expect_fail 2 '"nodes" or "world_size"' -c "$T/both.json" --model tiny -M 8
+echo '{"preset": "tiny", "n_heads": 3}' >"$T/heads.json"
+expect_fail 2 "n_heads 3 is not divisible" $C_NOMODEL -p "$T/heads.json" -M 8
+# a rank a trillion times slow: a plan that suspends it
+echo '{"3": 1e12}' >"$T/slow.json"
+"$BIN" $C -M 8 -r "$T/slow.json" -o "$T/slow-plan.json" 2>"$T/err" || fail "rate 1e12: $(cat "$T/err")"
+tr -d ' \n' <"$T/slow-plan.json" | grep -q '"suspended":\[3\]' || fail "rate 1e12: rank 3 not suspended"
+# a mutated plan whose global batch overflows an int, through --simulate
+sed 's/"micro_batch_size": 1/"micro_batch_size": 2147483647/' "$T/p1.json" >"$T/mutant.json"
+expect_fail 2 "micro_batch_size: 2147483647 x" $C -M 8 --simulate "$T/mutant.json"
+# rates that are not a regular file would be read forever
+expect_fail 2 "must be a regular file" $C -M 8 -r /dev/zero
 expect_fail 2 "exactly one of --profile" --world-size 8 --ranks-per-node 4 --memory-mb 100 -M 8
 expect_fail 2 "micro-batches" $C
 expect_fail 2 "unrecognized option" $C -M 8 --bogus

@@ -1,0 +1,234 @@
+/* malleus-replan's work as a library function (see tool.h): check that the
+ * options make sense together, read the profile, cluster, rates and current
+ * plan, then plan (or simulate a given plan) and write the plan and reports. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal.h"
+#include "plan.h"
+#include "replan.h"
+#include "sim.h"
+#include "tool.h"
+
+void mal_replan_opts_init(mal_replan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->window = 2;
+    o->micro_batch_size = 1;
+    o->search = MAL_REPLAN_AUTO;
+}
+
+int mal_replan_exit_status(int rc)
+{
+    if (rc == 0) return 0;
+    if (rc == MAL_EINVAL || rc == MAL_EFORMAT || rc == MAL_ENOENT || rc == MAL_EMISMATCH)
+        return 2;
+    return 1;
+}
+
+/* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
+ * checks nothing there. */
+static int heads_or_any(int n)
+{
+    return n > 0 ? n : 1 << 20;
+}
+
+/* --simulate: the plan in `path`, event by event, next to the closed form. */
+static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal_cluster *cl,
+                    const double *rates, FILE *out)
+{
+    mal_plan simp;
+    mal_cost_eval ev = {0};
+    double *pipe = NULL, sim;
+    int rc;
+    mal_plan_init(&simp);
+    if ((rc = mal_plan_read(&simp, o->simulate_path))) goto done;
+    /* the global batch is whatever the plan says, but it must fit an int */
+    long long gb = (long long)simp.micro_batch_size * mal_plan_n_micro_batches(&simp);
+    if ((rc = mal_plan_validate(&simp, cl->world_size, prof->n_layers, heads_or_any(prof->n_heads),
+                                heads_or_any(prof->ffn_hidden), (int)MAL_MIN(gb, 0x7fffffff))))
+        goto done;
+    pipe = malloc((size_t)simp.n_pipelines * sizeof *pipe);
+    if (!pipe) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = mal_sim_plan(&simp, prof, rates, cl->world_size, 0.0, &sim, pipe)) ||
+        (rc = mal_cost_eval_plan(&simp, prof, cl, rates, &ev)))
+        goto done;
+    double lt = prof->layer_time;
+    for (int i = 0; i < simp.n_pipelines; i++)
+        fprintf(out,
+                "pipeline %d: %d stages, %d micro-batches: simulated %.6f s, closed form %.6f s, "
+                "bubble-free %.6f s\n",
+                i, simp.pipelines[i].n_stages, simp.pipelines[i].micro_batches, pipe[i] * lt,
+                ev.time[i] * lt, simp.pipelines[i].micro_batches * ev.period[i] * lt);
+    fprintf(out, "step: simulated %.6f s, closed form %.6f s%s\n", sim * lt + prof->sync_time,
+            ev.step_time * lt + prof->sync_time, ev.memory_ok ? "" : " (plan exceeds memory)");
+    if (o->summary)
+        fprintf(out, "{\"simulated\": %.9g, \"closed_form\": %.9g, \"bubble_free\": %.9g}\n",
+                sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
+                ev.bubble_free * lt + prof->sync_time);
+done:
+    free(pipe);
+    mal_cost_eval_fini(&ev);
+    mal_plan_fini(&simp);
+    return rc;
+}
+
+/* --summary: one JSON line with the plan's times against the uniform plan
+ * and the capacity bound, and the search's statistics. */
+static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_replan_stats *st,
+                    FILE *f)
+{
+    const mal_profile *p = in->profile;
+    const mal_cluster *cl = in->cluster;
+    mal_plan uni;
+    mal_cost_eval eu = {0};
+    double tu = NAN, sim = NAN, simu = NAN;
+    if (mal_replan_uniform(in, &uni) == 0) {
+        if (mal_cost_eval_plan(&uni, p, cl, in->rates, &eu) == 0) tu = eu.step_time;
+        mal_sim_plan(&uni, p, in->rates, cl->world_size, 0.0, &simu, NULL);
+        mal_cost_eval_fini(&eu);
+        mal_plan_fini(&uni);
+    }
+    mal_clearerr();
+    mal_sim_plan(plan, p, in->rates, cl->world_size, 0.0, &sim, NULL);
+    double bound = mal_cost_capacity_bound(p, cl->world_size, in->rates, in->n_micro_batches);
+    double lt = p->layer_time, sy = p->sync_time;
+    int n_strag = 0;
+    for (int r = 0; r < cl->world_size; r++)
+        n_strag += in->rates[r] >= MAL_REPLAN_NOISE_FLOOR;
+    fprintf(f,
+            "{\"ranks\": %d, \"stragglers\": %d, \"suspended\": %d, \"pipelines\": %d, "
+            "\"plan_seconds\": %.6f, \"step\": %.9g, \"simulated\": %.9g, \"uniform\": %.9g, "
+            "\"uniform_simulated\": %.9g, \"bound\": %.9g, \"layer_lps\": %d, \"candidates\": %d, "
+            "\"pruned\": %d, \"exhaustive\": %d}\n",
+            cl->world_size, n_strag, plan->n_suspended, plan->n_pipelines, st->seconds,
+            plan->predicted_step_time, sim * lt + sy, tu * lt + sy, simu * lt + sy, bound * lt + sy,
+            st->n_layer_lps, st->n_candidates, st->n_pruned, st->exhaustive);
+}
+
+int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
+{
+    int rc = 0;
+    mal_cluster cl = {0};
+    mal_profile prof = {0};
+    mal_plan cur, plan;
+    double *rates = NULL;
+    mal_plan_init(&cur);
+    mal_plan_init(&plan);
+
+    /* options that exclude or need each other */
+    if (o->micro_batch_size < 1) {
+        rc = MAL_ERR(MAL_EINVAL, "--micro-batch-size must be >= 1");
+        goto done;
+    }
+    if (!!o->profile_path + !!o->model != 1) {
+        rc = MAL_ERR(MAL_EINVAL, "give exactly one of --profile FILE or --model NAME (see --help)");
+        goto done;
+    }
+    if (o->cluster_path && (o->world_size || o->ranks_per_node || o->memory_mb > 0)) {
+        rc = MAL_ERR(MAL_EINVAL,
+                     "--cluster and --world-size/--ranks-per-node/--memory-mb exclude each other");
+        goto done;
+    }
+    if (o->global_batch && o->n_micro_batches) {
+        rc = MAL_ERR(MAL_EINVAL, "give --micro-batches or --global-batch, not both");
+        goto done;
+    }
+
+    /* model profile */
+    rc = o->profile_path ? mal_profile_read(&prof, o->profile_path, o->micro_batch_size)
+                         : mal_profile_preset(&prof, o->model, o->micro_batch_size);
+    if (rc) goto done;
+    if (o->print_profile) {
+        rc = mal_profile_write(&prof, out);
+        goto done;
+    }
+    /* cluster */
+    if (o->cluster_path) {
+        rc = mal_cluster_read(&cl, o->cluster_path);
+    } else if (o->world_size && o->ranks_per_node && o->memory_mb > 0) {
+        rc = mal_cluster_regular(&cl, o->world_size, o->ranks_per_node, o->memory_mb);
+    } else {
+        rc = MAL_ERR(MAL_EINVAL,
+                     "give --cluster FILE, or --world-size, --ranks-per-node and --memory-mb");
+    }
+    if (rc) goto done;
+    /* rates: missing ranks are healthy */
+    rates = malloc((size_t)cl.world_size * sizeof *rates);
+    if (!rates) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int r = 0; r < cl.world_size; r++)
+        rates[r] = 1.0;
+    if (o->rates_path && (rc = mal_rates_read(o->rates_path, cl.world_size, o->window, rates)))
+        goto done;
+    if (o->current_path && (rc = mal_plan_read(&cur, o->current_path))) goto done;
+    /* batch: micro-batches from the options, else from the current plan */
+    int n_mb = o->n_micro_batches, dp = o->pipelines;
+    if (o->global_batch) {
+        if (o->global_batch % o->micro_batch_size) {
+            rc = MAL_ERR(MAL_EINVAL, "global batch %d is not a multiple of the micro-batch size %d",
+                         o->global_batch, o->micro_batch_size);
+            goto done;
+        }
+        n_mb = o->global_batch / o->micro_batch_size;
+    }
+    if (!n_mb && o->current_path) n_mb = mal_plan_n_micro_batches(&cur);
+    if (n_mb < 1) {
+        rc = MAL_ERR(MAL_EINVAL, "give --micro-batches or --global-batch (or --current)");
+        goto done;
+    }
+    if (!dp && o->current_path) dp = cur.n_pipelines;
+
+    mal_replan_input in = {0};
+    in.cluster = &cl;
+    in.profile = &prof;
+    in.rates = rates;
+    in.micro_batch_size = o->micro_batch_size;
+    in.n_micro_batches = n_mb;
+    in.nominal_dp = dp;
+    in.current = o->current_path ? &cur : NULL;
+    in.search = o->search;
+
+    if (o->simulate_path) {
+        rc = simulate(o, &prof, &cl, rates, out);
+        goto done;
+    }
+
+    /* plan (or the nominal uniform plan with its predicted time) */
+    mal_replan_stats st = {0};
+    if (o->uniform) {
+        rc = mal_replan_uniform(&in, &plan);
+        mal_cost_eval ev;
+        if (!rc && !(rc = mal_cost_eval_plan(&plan, &prof, &cl, rates, &ev))) {
+            plan.predicted_step_time = ev.step_time * prof.layer_time + prof.sync_time;
+            mal_cost_eval_fini(&ev);
+        }
+    } else {
+        rc = mal_replan(&in, &plan, &st);
+    }
+    if (rc) goto done;
+    if (o->out_path) {
+        if ((rc = mal_plan_write(&plan, o->out_path))) goto done;
+    } else {
+        char *s = NULL;
+        if ((rc = mal_plan_to_string(&plan, &s))) goto done;
+        fputs(s, out);
+        free(s);
+    }
+    FILE *rep = o->out_path ? out : info;
+    if (o->explain && (rc = mal_replan_explain(rep, &in, &plan))) goto done;
+    if (o->summary) summary(&in, &plan, &st, rep);
+done:
+    free(rates);
+    mal_plan_fini(&cur);
+    mal_plan_fini(&plan);
+    mal_cluster_fini(&cl);
+    mal_profile_fini(&prof);
+    return rc;
+}

@@ -1,0 +1,49 @@
+/* malleus-replan as one library call: the command line's options in a struct
+ * and the function that carries them out (read the inputs, plan or simulate,
+ * write the plan and the reports).  replan/replan_main.c is only the option
+ * table that fills the struct; tests and other programs call this directly. */
+#ifndef MAL_REPLAN_TOOL_H
+#define MAL_REPLAN_TOOL_H
+
+#include <stdio.h>
+
+/* What the command line asked for.  Strings are borrowed (not copied); 0 /
+ * NULL means "not given".  See `malleus-replan --help` for each field. */
+typedef struct mal_replan_opts {
+    const char *cluster_path;  /* --cluster */
+    int world_size;            /* --world-size */
+    int ranks_per_node;        /* --ranks-per-node */
+    double memory_mb;          /* --memory-mb */
+    const char *profile_path;  /* --profile */
+    const char *model;         /* --model */
+    const char *rates_path;    /* --rates */
+    int window;                /* --window (default 2) */
+    int micro_batch_size;      /* --micro-batch-size (default 1) */
+    int n_micro_batches;       /* --micro-batches */
+    int global_batch;          /* --global-batch */
+    int pipelines;             /* --pipelines */
+    const char *current_path;  /* --current */
+    const char *out_path;      /* --output (NULL: the plan goes to `out`) */
+    const char *simulate_path; /* --simulate */
+    int explain;               /* --explain */
+    int uniform;               /* --uniform */
+    int summary;               /* --summary */
+    int print_profile;         /* --print-profile */
+    int search;                /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
+} mal_replan_opts;
+
+/* The defaults (window 2, micro-batch size 1, automatic search).  Local. */
+void mal_replan_opts_init(mal_replan_opts *o);
+
+/* Carry out `o`: the plan (or the simulation report, or the profile) goes to
+ * `out`, unless --output names a file; --explain and --summary go to `out`
+ * when the plan went to a file and to `info` otherwise.  Returns 0 or a
+ * negative MAL_E* code with the message in mal_errmsg(); user mistakes are
+ * MAL_EINVAL / MAL_EFORMAT / MAL_ENOENT naming the option or field.  Local. */
+int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info);
+
+/* The exit status for a result of mal_replan_tool_run(): 0 done, 2 bad usage
+ * or input (the error names what to fix), 1 any other failure. */
+int mal_replan_exit_status(int rc);
+
+#endif /* MAL_REPLAN_TOOL_H */
