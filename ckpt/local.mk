@@ -4,7 +4,8 @@
 # The snapshot layer, one facility per file (ckpt/snap_internal.h lists them).
 libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fs.c ckpt/snap_h5.c \
 	ckpt/snap_crc32c.c ckpt/snap_blocks.c ckpt/snap_coord.c ckpt/snap_write.c \
-	ckpt/snap_index.c ckpt/snap_read.c ckpt/train_ckpt.c ckpt/reshard.h ckpt/reshard.c
+	ckpt/snap_index.c ckpt/snap_read.c ckpt/train_ckpt.c ckpt/reshard.h ckpt/reshard.c \
+	ckpt/reshard_cli.c
 EXTRA_DIST += ckpt/README.md
 
 bin_PROGRAMS += malleus-reshard

@@ -288,6 +288,19 @@ static void rs_human(char *out, size_t len, double bytes)
     snprintf(out, len, "%.*f %s", k ? 2 : 0, bytes, u[k]);
 }
 
+void mal_reshard_summary(const mal_reshard_stats *st, char *out, size_t len)
+{
+    char r[32], wr[32], rate[32];
+    rs_human(r, sizeof r, (double)st->bytes_read);
+    rs_human(wr, sizeof wr, (double)st->bytes_written);
+    rs_human(rate, sizeof rate, st->seconds > 0 ? (double)st->bytes_written / st->seconds : 0);
+    snprintf(out, len,
+             "step %lld: %d tensors into %d shard files, %s read, %s written in %.2f s (%s/s, %d "
+             "process%s) -> %s",
+             (long long)st->step, st->n_tensors, st->n_shards, r, wr, st->seconds, rate,
+             st->n_procs, st->n_procs == 1 ? "" : "es", st->out_path);
+}
+
 typedef struct {
     FILE *f;
     double t0, last;

@@ -26,7 +26,8 @@
 #include "model.h"
 #include "plan.h"
 
-#define MAL_RESHARD_MEM_DEFAULT ((size_t)256 << 20)
+#define MAL_RESHARD_MEM_DEFAULT_MIB 256
+#define MAL_RESHARD_MEM_DEFAULT ((size_t)MAL_RESHARD_MEM_DEFAULT_MIB << 20)
 
 /* Local.  The blocks `rank` writes into a snapshot of a run under `plan`,
  * with the tensor table of its part (both caller-freed; empty for a
@@ -83,5 +84,31 @@ typedef struct {
  * the same code on every process; *st (may be NULL) is filled on success,
  * the same on every process. */
 int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats *st);
+
+/* Local.  The one-line summary of a run, as malleus-reshard prints it
+ * after "malleus-reshard: " ("step 300: 117 tensors into 7 shard files,
+ * 1.20 GiB read, 1.20 GiB written in 3.10 s (396.00 MiB/s, 2 processes)
+ * -> DEST/step_00000300"), into `out` (`len` bytes, caller-owned). */
+void mal_reshard_summary(const mal_reshard_stats *st, char *out, size_t len);
+
+/* What malleus-reshard's command line asks for (ckpt/reshard_main.c fills
+ * it from its option table). */
+typedef struct {
+    const char *src;       /* SNAPSHOT */
+    const char *plan_path; /* PLAN.json */
+    const char *dst_dir;   /* DEST */
+    size_t mem_bytes;      /* --mem (0: default) */
+    int keep_last;         /* --keep */
+    int progress;          /* --progress 1, --no-progress 0, neither -1 (on a terminal) */
+    int quiet;             /* --quiet: no progress, no summary */
+} mal_reshard_cli;
+
+/* Collective over `world`: run malleus-reshard as `cli` describes.  Every
+ * process reads the plan; rank 0 draws progress (when asked, or on a
+ * terminal) and prints the summary to stdout and any error to stderr
+ * ("malleus-reshard: <message>").  Returns the program's exit status, the
+ * same on every process: 0 done, 1 refused or failed (nothing committed),
+ * 2 bad input (the plan file cannot be read or is not a valid plan). */
+int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli);
 
 #endif /* MAL_RESHARD_H */

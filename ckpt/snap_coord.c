@@ -1,55 +1,24 @@
 /* Coordination of the processes that write a snapshot together: the
  * agreement on failure (every process returns the first failing rank's
- * code and message), the broadcast rank 0 uses to hand out names and
- * verdicts, and the block descriptors every process sends rank 0 when its
+ * code and message) and the block descriptors every process sends rank 0 when its
  * shards are written (a byte payload: serialized here, gathered to rank 0,
  * parsed there into the block table that snap_index.c checks and writes).
  */
 #include "snap_internal.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_mpi.h"
+/* ---------------------------------------------------------------- agreement */
 
-/* ---------------------------------------------------------------- MPI plumbing */
-
-/* Every collective here is non-blocking plus mal_mpi_wait: MPICH's
- * blocking calls spin and starve oversubscribed ranks (comm_mpi.h). */
-static int snap_mpi(mal_comm *c, MPI_Comm *out)
-{
-    *out = mal_comm_mpi_handle(c);
-    if (*out == MPI_COMM_NULL)
-        return MAL_ERR(MAL_ENOTSUP, "snapshots need an MPI communicator (the control plane)");
-    return 0;
-}
-
-int snap_bcast(mal_comm *c, void *buf, size_t bytes, int root)
-{
-    MPI_Comm m;
-    MPI_Request rq;
-    int rc = snap_mpi(c, &m);
-    if (rc) return rc;
-    if (bytes > INT_MAX) return MAL_ERR(MAL_EINVAL, "snapshot broadcast of %zu bytes", bytes);
-    if ((rc = MAL_MPI_ERR(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, m, &rq), "MPI_Ibcast")))
-        return rc;
-    return mal_mpi_wait(&rq, MPI_STATUS_IGNORE, "snapshot broadcast");
-}
-
+/* Through the comm table's control plane (comm.h): small host messages,
+ * sleeping waits, whatever backend carries the data plane. */
 int mal_snapshot_agree(mal_comm *comm, int rc)
 {
     if (!comm || comm->size <= 1) return rc;
-    MPI_Comm m;
-    MPI_Request rq;
-    int r = snap_mpi(comm, &m);
-    if (r) return r;
-    int mine = rc ? comm->rank : comm->size, first = comm->size;
-    if ((r = MAL_MPI_ERR(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, m, &rq),
-                         "MPI_Iallreduce")) ||
-        (r = mal_mpi_wait(&rq, MPI_STATUS_IGNORE, "snapshot agreement")))
-        return r;
+    int first = rc ? comm->rank : comm->size, r;
+    if ((r = mal_comm_allreduce_min_int(comm, &first, 1))) return r;
     if (first >= comm->size) return 0;
     struct {
         int rc;
@@ -60,7 +29,7 @@ int mal_snapshot_agree(mal_comm *comm, int rc)
         e.rc = rc;
         snprintf(e.msg, sizeof e.msg, "%s", mal_errmsg());
     }
-    if ((r = snap_bcast(comm, &e, sizeof e, first))) return r;
+    if ((r = mal_comm_broadcast(comm, &e, sizeof e, first))) return r;
     if (comm->rank != first) return MAL_ERR(e.rc, "rank %d: %s", first, e.msg);
     return rc;
 }
@@ -232,42 +201,17 @@ int snap_parse(snap_table *t, const char *p, size_t len, int rank, int *status, 
 
 /* ---------------------------------------------------------------- gathering */
 
-/* Sizes first, then a broadcast saying whether rank 0 could make room for
- * everything (a failed allocation must not leave peers waiting in a gather
- * nobody receives), then the descriptors. */
+/* One gather-v (comm.h) brings every payload to rank 0; it fails on every
+ * process alike when rank 0 cannot take them, so nobody waits for a
+ * gather that never happens.  Rank 0 then removes its temporary
+ * directory: nothing will be committed from it. */
 int snap_gather(mal_snap_writer *w, const snap_buf *mine, char **all)
 {
-    int *counts = w->counts, *displs = w->displs;
-    MPI_Comm m;
-    MPI_Request rq;
-    int mpi_rc, len = mine->len > INT_MAX ? -1 : (int)mine->len, ok = 1;
-    if ((mpi_rc = snap_mpi(w->comm, &m)) ||
-        (mpi_rc = MAL_MPI_ERR(MPI_Igather(&len, 1, MPI_INT, counts, 1, MPI_INT, 0, m, &rq),
-                              "MPI_Igather")) ||
-        (mpi_rc = mal_mpi_wait(&rq, MPI_STATUS_IGNORE, "gathering snapshot descriptors")))
-        return mpi_rc;
-    if (w->rank == 0) {
-        int64_t total = 0;
-        for (int r = 0; r < w->size; r++) {
-            if (counts[r] < 0 || total + counts[r] > INT_MAX) ok = 0;
-            displs[r] = (int)total;
-            total += counts[r] > 0 ? counts[r] : 0;
-        }
-        if (ok && !(*all = malloc((size_t)total + 1))) ok = 0;
-    }
-    if ((mpi_rc = snap_bcast(w->comm, &ok, sizeof ok, 0))) return mpi_rc;
-    if (!ok) {
-        mpi_rc = MAL_ERR(MAL_ENOMEM,
-                         "rank 0 cannot hold the block descriptors of %d processes (out of "
-                         "memory or over 2 GiB)",
-                         w->size);
-        if (w->rank == 0) snap_rmtree(w->tmp);
-        return mpi_rc;
-    }
-    if ((mpi_rc = MAL_MPI_ERR(
-             MPI_Igatherv(mine->p, len, MPI_BYTE, *all, counts, displs, MPI_BYTE, 0, m, &rq),
-             "MPI_Igatherv")) ||
-        (mpi_rc = mal_mpi_wait(&rq, MPI_STATUS_IGNORE, "gathering snapshot descriptors")))
-        return mpi_rc;
-    return 0;
+    void *got = NULL;
+    int rc = mal_comm_gatherv(w->comm, mine->p, mine->len, 0, &got, w->counts);
+    *all = got;
+    if (!rc) return 0;
+    if (w->rank == 0) snap_rmtree(w->tmp);
+    return MAL_ERR(rc, "gathering the block descriptors of %d processes at rank 0: %s", w->size,
+                   mal_errmsg());
 }

@@ -11,8 +11,9 @@
  *                  attributes, property lists, plain table datasets
  *   snap_crc32c.c  block checksums: CRC-32C and whole-file checksums
  *   snap_blocks.c  block geometry: names, shapes, counts, tiling checks
- *   snap_coord.c   coordination between processes: agreement on failure,
- *                  broadcast, the block descriptors gathered at rank 0
+ *   snap_coord.c   coordination between processes (through the comm
+ *                  table's control plane): agreement on failure, the block
+ *                  descriptors gathered at rank 0
  *   snap_write.c   the write path: the collective writer and shard files
  *   snap_index.c   the index: building the block table, writing index.h5
  *                  (tables + virtual datasets) and loading it back
@@ -147,7 +148,7 @@ struct mal_snap_writer {
     int n_sh, cap_sh;
     snap_wshard *sh;
     int kill;
-    int *counts, *displs; /* rank 0: [size], for gathering the descriptors */
+    size_t *counts;       /* rank 0: [size], sizes of the gathered descriptors */
     int pending_rc;       /* a local failure inside begin, reported by finish */
     char pending_msg[SNAP_MSG];
 };
@@ -295,8 +296,6 @@ void snap_block_dset(char *out, size_t len, const char *name, int ndim, const in
 
 /* ---------------------------------------------------------------- snap_coord.c */
 
-/* Collective over c: broadcast `bytes` from root. */
-int snap_bcast(mal_comm *c, void *buf, size_t bytes, int root);
 void snap_put_i32(snap_buf *b, int32_t v);
 void snap_put_str(snap_buf *b, const char *s);
 /* This process's descriptor payload: its status (and message), or its
@@ -307,7 +306,7 @@ int snap_serialize(const mal_snap_writer *w, int status, snap_buf *b);
 int snap_parse(snap_table *t, const char *p, size_t len, int rank, int *status, const char **msg);
 void snap_table_free(snap_table *t);
 /* Collective over w's comm (more than one process): rank 0 receives every
- * process's payload into *all (malloc'ed), payload r at w->displs[r],
+ * process's payload into *all (malloc'ed), back to back, payload r of
  * w->counts[r] bytes. */
 int snap_gather(mal_snap_writer *w, const snap_buf *mine, char **all);
 

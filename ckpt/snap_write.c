@@ -129,7 +129,6 @@ static void snap_writer_free(mal_snap_writer *w)
         snap_wshard_free(&w->sh[i]);
     free(w->sh);
     free(w->counts);
-    free(w->displs);
     free(w->meta.config_json);
     free(w->meta.train_json);
     free(w->meta.plan_json);
@@ -202,15 +201,13 @@ int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir
     snprintf(w->dir, sizeof w->dir, "%s", dir);
     if (w->rank == 0) {
         w->counts = calloc((size_t)w->size, sizeof *w->counts);
-        w->displs = calloc((size_t)w->size, sizeof *w->displs);
-        res->rc = !w->counts || !w->displs
-                      ? MAL_ERR(MAL_ENOMEM, "out of memory starting a snapshot")
-                      : snap_begin_root(w, dir, meta);
+        res->rc = !w->counts ? MAL_ERR(MAL_ENOMEM, "out of memory starting a snapshot")
+                             : snap_begin_root(w, dir, meta);
         if (res->rc) snprintf(res->msg, sizeof res->msg, "%s", mal_errmsg());
         memcpy(res->tmp, w->tmp, sizeof w->tmp);
         memcpy(res->final, w->final, sizeof w->final);
     }
-    if (comm && comm->size > 1 && (rc = snap_bcast(comm, res, sizeof *res, 0))) goto done;
+    if (comm && comm->size > 1 && (rc = mal_comm_broadcast(comm, res, sizeof *res, 0))) goto done;
     if (res->rc) {
         rc = res->rc;
         if (w->rank != 0) MAL_ERR(rc, "rank 0: %s", res->msg);
@@ -398,25 +395,26 @@ int mal_snap_writer_finish(mal_snap_writer *w, int local_rc, int keep_last, char
         int rc, failed;
         char msg[SNAP_MSG];
     } res = {0, -1, ""};
-    int *counts = w->counts, *displs = w->displs, one_count = 0, one_displ = 0;
+    size_t *counts = w->counts, one_count = 0;
     char *all = NULL;
-    int mpi_rc = 0, multi = w->comm && w->size > 1;
+    int comm_rc = 0, multi = w->comm && w->size > 1;
     if (multi) {
-        if ((mpi_rc = snap_gather(w, &mine, &all))) goto mpi_failed;
+        if ((comm_rc = snap_gather(w, &mine, &all))) goto comm_failed;
     } else {
         all = mine.p;
         mine.p = NULL;
         counts = &one_count;
-        displs = &one_displ;
-        one_count = (int)mine.len;
+        one_count = mine.len;
     }
 
     if (w->rank == 0) {
         snap_table t = {0};
+        size_t at = 0;
         for (int r = 0; r < w->size; r++) {
             int status = 0;
             const char *msg = NULL;
-            int prc = snap_parse(&t, all + displs[r], (size_t)counts[r], r, &status, &msg);
+            int prc = snap_parse(&t, all + at, counts[r], r, &status, &msg);
+            at += counts[r];
             if (prc && res.failed < 0) {
                 res.rc = prc;
                 res.failed = 0;
@@ -437,13 +435,13 @@ int mal_snap_writer_finish(mal_snap_writer *w, int local_rc, int keep_last, char
         }
         snap_table_free(&t);
     }
-    if (multi && (mpi_rc = snap_bcast(w->comm, &res, sizeof res, 0))) goto mpi_failed;
+    if (multi && (comm_rc = mal_comm_broadcast(w->comm, &res, sizeof res, 0))) goto comm_failed;
     rc = res.rc;
     if (rc && w->rank != res.failed) MAL_ERR(rc, "rank %d: %s", res.failed, res.msg);
     if (!rc && out_path) snprintf(out_path, out_len, "%s", w->final);
     goto done;
-mpi_failed:
-    rc = mpi_rc;
+comm_failed:
+    rc = comm_rc;
 done:
     free(all);
     free(mine.p);

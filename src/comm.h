@@ -61,6 +61,21 @@ struct mal_comm_ops {
     /* Local: terminate every rank of the job (last resort after an error
      * that leaves peers blocked). */
     void (*abort)(mal_comm *c, int code);
+
+    /* ---- control plane: small host messages (snapshot coordination,
+     * agreement on failure); MPI serves these whatever the data plane. */
+    /* Collective: in-place minimum of n ints, the same on every rank. */
+    int (*allreduce_min_int)(mal_comm *c, int *buf, size_t n);
+    /* Collective: gather a different number of bytes from every rank at
+     * root.  Each rank passes its own `bytes` at `send`.  At root, *out
+     * (malloc'ed, the caller frees it) holds them back to back in rank
+     * order and counts[0 .. size-1] (caller-owned, read at root only) how
+     * many came from each rank; elsewhere *out is NULL.  A total root
+     * cannot take -- over INT_MAX bytes (MAL_EINVAL) or out of memory
+     * (MAL_ENOMEM) -- fails on every rank alike before any data moves, so
+     * no rank is left waiting. */
+    int (*gatherv)(mal_comm *c, const void *send, size_t bytes, int root, void **out,
+                   size_t *counts);
 };
 
 struct mal_comm {
@@ -132,5 +147,14 @@ static inline int mal_comm_irecv(mal_comm *c, void *buf, size_t bytes, int peer,
 }
 static inline int mal_comm_wait(mal_comm *c, mal_comm_req *req) { return c->ops->wait(req); }
 static inline void mal_comm_abort(mal_comm *c, int code) { c->ops->abort(c, code); }
+static inline int mal_comm_allreduce_min_int(mal_comm *c, int *buf, size_t n)
+{
+    return c->ops->allreduce_min_int(c, buf, n);
+}
+static inline int mal_comm_gatherv(mal_comm *c, const void *send, size_t bytes, int root,
+                                   void **out, size_t *counts)
+{
+    return c->ops->gatherv(c, send, bytes, root, out, counts);
+}
 
 #endif /* MAL_COMM_H */

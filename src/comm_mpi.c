@@ -444,6 +444,73 @@ static int mpi_barrier(mal_comm *c)
     return mal_mpi_wait(&req, MPI_STATUS_IGNORE, "barrier");
 }
 
+/* ---- control plane ---------------------------------------------------- */
+
+static int mpi_allreduce_min_int(mal_comm *c, int *buf, size_t n)
+{
+    return allreduce(c, buf, n, MPI_INT, sizeof *buf, MPI_MIN, "all-reduce (min, int)");
+}
+
+/* Sizes first, then root's verdict on them (a total it cannot take must
+ * not leave the others waiting in a gather nobody receives), then the
+ * bytes.  The int arrays of the reduce-scatter path carry MPI's counts and
+ * displacements: one collective at a time runs on a communicator. */
+static int mpi_gatherv(mal_comm *c, const void *send, size_t bytes, int root, void **out,
+                       size_t *counts)
+{
+    const char *what = "gather-v";
+    int err = check_root(c, root, what);
+    *out = NULL;
+    if (err) return err;
+    mpi_impl *im = c->impl;
+    MPI_Comm comm = comm_of(c);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int len = bytes > INT_MAX ? -1 : (int)bytes, verdict = 0, rc;
+    char *all = NULL;
+    if ((rc = MPI_Igather(&len, 1, MPI_INT, im->counts, 1, MPI_INT, root, comm, &req)) !=
+        MPI_SUCCESS)
+        return MAL_MPI_ERR(rc, what);
+    if ((err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, what))) return err;
+    if (c->rank == root) {
+        int64_t total = 0;
+        for (int r = 0; r < c->size; r++) {
+            if (im->counts[r] < 0 || total + im->counts[r] > INT_MAX) verdict = MAL_EINVAL;
+            im->displs[r] = (int)MAL_MIN(total, INT_MAX);
+            total += MAL_MAX(im->counts[r], 0);
+        }
+        if (!verdict && !(all = malloc((size_t)total + 1))) verdict = MAL_ENOMEM;
+    }
+    if ((rc = MPI_Ibcast(&verdict, 1, MPI_INT, root, comm, &req)) != MPI_SUCCESS) {
+        free(all);
+        return MAL_MPI_ERR(rc, what);
+    }
+    if ((err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, what))) {
+        free(all);
+        return err;
+    }
+    if (verdict == MAL_EINVAL)
+        return MAL_ERR(verdict,
+                       "gather-v: the %d ranks' contributions to rank %d add up to more than "
+                       "%d bytes (one MPI call); gather them in pieces",
+                       c->size, root, INT_MAX);
+    if (verdict)
+        return MAL_ERR(verdict, "gather-v: rank %d is out of memory for what %d ranks send", root,
+                       c->size);
+    rc = MPI_Igatherv(send, len, MPI_BYTE, all, im->counts, im->displs, MPI_BYTE, root, comm, &req);
+    if (rc != MPI_SUCCESS) err = MAL_MPI_ERR(rc, what);
+    if (!err) err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, what);
+    if (err) {
+        free(all);
+        return err;
+    }
+    if (c->rank == root) {
+        for (int r = 0; r < c->size; r++)
+            counts[r] = (size_t)im->counts[r];
+        *out = all;
+    }
+    return 0;
+}
+
 /* ---- point to point --------------------------------------------------- */
 
 static int post_p2p(mal_comm *c, void *buf, size_t bytes, int peer, int tag, int is_recv,
@@ -531,4 +598,6 @@ const mal_comm_ops mal_comm_mpi_ops = {
     .irecv = mpi_irecv,
     .wait = mpi_wait,
     .abort = mpi_abort,
+    .allreduce_min_int = mpi_allreduce_min_int,
+    .gatherv = mpi_gatherv,
 };

@@ -193,6 +193,69 @@ static void test_broadcast_gather(mal_comm *c, const char *label)
     (void)label;
 }
 
+/* Control plane: min over ints, and gather-v with a different size from
+ * every member (member r sends 3r + 1 bytes, member 1 none) at the last
+ * member; a total over INT_MAX fails on every member before any data
+ * moves, and the communicator works on afterwards. */
+static void test_control(mal_comm *c, const char *label)
+{
+    int wr = c->world_ranks[c->rank];
+    /* element 0: the lowest world rank; element 1: the lowest of a value
+     * only member size/2 holds; element 2: INT_MIN survives */
+    int v[3] = {wr, c->rank == c->size / 2 ? -7 - wr : 1000, c->rank == 0 ? INT32_MIN : 5};
+    CHECK_OK(mal_comm_allreduce_min_int(c, v, 3));
+    int lowest = c->world_ranks[0];
+    for (int r = 1; r < c->size; r++)
+        lowest = MAL_MIN(lowest, c->world_ranks[r]);
+    CHECK_EQ_INT(v[0], lowest);
+    CHECK_EQ_INT(v[1], -7 - c->world_ranks[c->size / 2]);
+    CHECK_EQ_INT(v[2], INT32_MIN);
+    CHECK_OK(mal_comm_allreduce_min_int(c, v, 0));
+
+    int root = c->size - 1;
+    size_t mine = c->rank == 1 ? 0 : 3 * (size_t)c->rank + 1;
+    unsigned char send[64];
+    for (size_t i = 0; i < mine; i++)
+        send[i] = pattern(wr, i);
+    size_t *counts = malloc(sizeof *counts * (size_t)c->size);
+    void *out = (void *)counts; /* must come back NULL off the root */
+    CHECK(counts);
+    CHECK_OK(mal_comm_gatherv(c, send, mine, root, &out, counts));
+    if (c->rank == root) {
+        const unsigned char *p = out;
+        CHECK(p != NULL);
+        for (int r = 0; r < c->size; r++) {
+            size_t want = r == 1 ? 0 : 3 * (size_t)r + 1;
+            CHECK_EQ_INT(counts[r], want);
+            for (size_t i = 0; i < want; i++)
+                CHECK_EQ_INT(*p++, pattern(c->world_ranks[r], i));
+        }
+    } else {
+        CHECK(out == NULL);
+    }
+    free(out);
+
+    /* a contribution over INT_MAX bytes (member 0's claim; its buffer is
+     * never read): MAL_EINVAL everywhere, and nothing is left in flight */
+    out = NULL;
+    CHECK_EQ_INT(mal_comm_gatherv(c, send, c->rank == 0 ? (size_t)INT32_MAX + 1 : 1, root, &out,
+                                  counts),
+                 MAL_EINVAL);
+    CHECK(out == NULL);
+    CHECK_EQ_INT(mal_comm_gatherv(c, send, 1, c->size, &out, counts), MAL_EINVAL);
+    int one = 1;
+    CHECK_OK(mal_comm_gatherv(c, &one, sizeof one, 0, &out, counts));
+    if (c->rank == 0) {
+        for (int r = 0; r < c->size; r++)
+            CHECK_EQ_INT(counts[r], sizeof one);
+        CHECK_EQ_INT(((int *)out)[c->size - 1], 1);
+    }
+    free(out);
+    free(counts);
+    CHECK_OK(mal_comm_barrier(c));
+    (void)label;
+}
+
 /* Ring: every member sends to the next and receives from the previous. */
 static void test_ring(mal_comm *c, const char *label)
 {
@@ -255,6 +318,7 @@ static void run_ops(mal_comm *c, const char *label)
     test_allreduce(c, mc, 100, label);
     test_allreduce(c, mc, 20011, label);
     test_broadcast_gather(c, label);
+    test_control(c, label);
     test_ring(c, label);
 }
 

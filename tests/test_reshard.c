@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -198,7 +197,7 @@ static int run_pairs(const char *dir, const char *src_path, int n_dst, char **ds
     snprintf(name, sizeof name, "step_%08d", SNAP_AT);
     join(step3, snap_a, name);
     double ref[STEPS] = {0}, again[STEPS] = {0};
-    double t0 = MPI_Wtime();
+    double t0 = mal_now();
     train(&src, snap_a, 0, 1, STEPS, ref);
     /* the same plan continues bit for bit */
     train(&src, snap_a, 1, 0, STEPS, again);
@@ -208,7 +207,7 @@ static int run_pairs(const char *dir, const char *src_path, int n_dst, char **ds
     if (world->rank == 0)
         printf("%s resume on %s: steps %d-%d %s the uninterrupted run (%.2f s)\n",
                same ? "PASS" : "FAIL", src_path, SNAP_AT + 1, STEPS,
-               same ? "repeat bit for bit" : "DIFFER from", MPI_Wtime() - t0);
+               same ? "repeat bit for bit" : "DIFFER from", mal_now() - t0);
     int failed = !same;
 
     for (int k = 0; k < n_dst; k++) {
@@ -217,7 +216,7 @@ static int run_pairs(const char *dir, const char *src_path, int n_dst, char **ds
         char out[4096], sub[64], *pj;
         snprintf(sub, sizeof sub, "dst%d", k);
         join(out, dir, sub);
-        t0 = MPI_Wtime();
+        t0 = mal_now();
         /* tiny buffers, so that blocks go through in slabs: rows of 1 KiB,
          * and for one pair pieces of single rows */
         mal_reshard_options ro = {
@@ -225,7 +224,7 @@ static int run_pairs(const char *dir, const char *src_path, int n_dst, char **ds
         mal_reshard_stats st;
         CHECK_OK(mal_reshard(world, &ro, &st));
         CHECK(st.bytes_written > 0 && st.bytes_read >= st.bytes_written);
-        double t_reshard = MPI_Wtime() - t0;
+        double t_reshard = mal_now() - t0;
         CHECK_OK(mal_plan_to_string(&dst, &pj));
         compare_snapshots(step3, st.out_path, pj);
         free(pj);
@@ -415,8 +414,7 @@ static int run_h5py_demo(const char *dir, const char *plan_path)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    CHECK_OK(mal_comm_mpi_world(&world));
+    CHECK_OK(mal_comm_init(&argc, &argv, &world));
     mal_log_level = MAL_LOG_WARN;
     /* small enough that replicas share the writing of `tiny`'s matrices
      * (64 x 64 floats): blocks split across data-parallel replicas, in the
@@ -433,10 +431,9 @@ int main(int argc, char **argv)
         if (world->rank == 0)
             fprintf(stderr, "usage: test_reshard DIR SRC.json DST.json... | --corrupt DIR PLAN | "
                             "--h5py-demo DIR PLAN\n");
-        MPI_Abort(MPI_COMM_WORLD, MAL_TEST_ERROR);
+        mal_comm_abort(world, MAL_TEST_ERROR);
         return MAL_TEST_ERROR;
     }
-    mal_comm_destroy(world);
-    MPI_Finalize();
+    mal_comm_finalize(world);
     return failed ? 1 : 0;
 }

@@ -5,7 +5,8 @@
  * (overlap, gaps, shape disagreement, incomplete blocks, duplicate shards),
  * the latest pointer, retention, crash debris, corruption and version
  * checks, argument errors, injected failures of every I/O step, a failure
- * inside HDF5 (file size limit) and the same round trip after MPI_Init.
+ * inside HDF5 (file size limit) and the same round trip after the
+ * communication layer (MPI) was started.
  * The multi-process writer is tested by tests/test_snapshot_mpi.c.
  *
  * `test_snapshot --write-demo DIR` only writes a known snapshot into DIR for
@@ -20,7 +21,6 @@
 #include <ftw.h>
 #include <hdf5.h>
 #include <limits.h>
-#include <mpi.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -1030,11 +1030,13 @@ static void test_hdf5_failure(void)
     tset_free(&big);
 }
 
-/* The same module in a program that called MPI_Init (sec2 driver, one rank). */
+/* The same module in a program that started MPI (mal_comm_init; the sec2
+ * driver, one rank). */
 static void test_after_mpi_init(int *argc, char ***argv)
 {
     char d[PATH_MAX], p[PATH_MAX];
-    CHECK(MPI_Init(argc, argv) == MPI_SUCCESS);
+    mal_comm *world = NULL;
+    CHECK_OK(mal_comm_init(argc, argv, &world));
     tset s;
     tset_std(&s, 1300);
     path2(d, base, "mpi");
@@ -1043,7 +1045,7 @@ static void test_after_mpi_init(int *argc, char ***argv)
     mal_snap_meta m = meta_std(4);
     check_snapshot(p, &m, &s);
     tset_free(&s);
-    CHECK(MPI_Finalize() == MPI_SUCCESS);
+    mal_comm_finalize(world);
 }
 
 /* ------------------------------------------------------------ demo for h5py */

@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +37,7 @@ static mal_comm *world;
     do {                                                                                           \
         if (rc) {                                                                                  \
             fprintf(stderr, "bench_snapshot: rank %d: %s\n", world->rank, mal_errmsg());           \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+            mal_comm_abort(world, 1);                                                              \
         }                                                                                          \
     } while (0)
 
@@ -132,8 +131,11 @@ static double read_local(const char *step_dir, mal_model *m)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    if (mal_comm_mpi_world(&world)) return 1;
+    if (mal_comm_init(&argc, &argv, &world)) {
+        fprintf(stderr, "bench_snapshot: %s\n", mal_errmsg());
+        mal_comm_finalize(world);
+        return 1;
+    }
     const char *dir = "/tmp/malleus-bench-snapshot", *model = NULL;
     int tp = world->size, reps = 1, c;
     static const struct option lo[] = {{"dir", 1, 0, 'd'},
@@ -154,7 +156,7 @@ int main(int argc, char **argv)
             if (world->rank == 0)
                 fprintf(stderr,
                         "usage: bench_snapshot [--dir DIR] [--model CFG] [--tp N] [--reps N]\n");
-            MPI_Abort(MPI_COMM_WORLD, 2);
+            mal_comm_abort(world, 2);
         }
     }
     mal_log_level = MAL_LOG_WARN;
@@ -281,7 +283,6 @@ int main(int argc, char **argv)
     mal_trainer_destroy(tr);
     rmtree(snapdir);
     rmtree(newdir);
-    mal_comm_destroy(world);
-    MPI_Finalize();
+    mal_comm_finalize(world);
     return 0;
 }

@@ -1,0 +1,45 @@
+/* malleus-reshard's run, behind its option table (ckpt/reshard_main.c):
+ * read the plan, reshard, report.  A library function so that the main
+ * stays an option table and one call (reshard.h). */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "mal.h"
+#include "plan.h"
+#include "reshard.h"
+
+int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
+{
+    const int lead = world->rank == 0;
+    int status = 1, rc;
+    mal_plan plan;
+    mal_plan_init(&plan);
+    if (!lead) mal_log_level = MAL_LOG_ERROR;
+    /* every process reads the plan: the same file gives the same answer */
+    if ((rc = mal_plan_read(&plan, cli->plan_path))) {
+        if (lead) fprintf(stderr, "malleus-reshard: %s\n", mal_errmsg());
+        status = 2;
+        goto out;
+    }
+    mal_reshard_options o = {.src = cli->src,
+                             .dst_dir = cli->dst_dir,
+                             .plan = &plan,
+                             .mem_bytes = cli->mem_bytes,
+                             .keep_last = cli->keep_last};
+    int progress = cli->progress < 0 ? isatty(STDOUT_FILENO) : cli->progress;
+    if (lead && progress && !cli->quiet) o.progress = stdout;
+    mal_reshard_stats st;
+    if ((rc = mal_reshard(world, &o, &st))) {
+        if (lead) fprintf(stderr, "malleus-reshard: %s\n", mal_errmsg());
+        goto out;
+    }
+    if (lead && !cli->quiet) {
+        char line[4096 + 512];
+        mal_reshard_summary(&st, line, sizeof line);
+        printf("malleus-reshard: %s\n", line);
+    }
+    status = 0;
+out:
+    mal_plan_fini(&plan);
+    return status;
+}
