@@ -9,15 +9,22 @@
 
 #include "mal.h"
 
-const char *const mal_config_presets[] = {"tiny", "small", "32b", "70b", "110b", NULL};
+const char *const mal_config_presets[] = {"tiny", "small", "124m", "1b", "32b", "70b", "110b", NULL};
 
 /* The paper's models use the LLaMA tokenizer (32000 tokens) and 4096-token
  * sequences; they exist here for planning and memory estimates.  `tiny` is
  * for tests (fast, TP sizes up to 8 divide its heads and FFN), `small`
- * (~26 M parameters) for benchmarks; both use the byte-level vocabulary. */
+ * (~26 M parameters) for benchmarks; both use the byte-level vocabulary.
+ * `124m` and `1b` are the single-GPU benchmark shapes people compare
+ * trainers on (GPT-2-small-like and TinyLlama-like widths, LLaMA layers,
+ * the LLaMA tokenizer's 32000 tokens): bench/gpu/ measures them against
+ * PyTorch; they train on token files of that vocabulary or on synthetic
+ * tokens (--data synthetic:32000, src/data_synth.h). */
 static const mal_model_config presets[] = {
     {"tiny", 256, 64, 4, 8, 128, 32, 10000.0f, 1e-5f},
     {"small", 256, 512, 8, 8, 1408, 256, 10000.0f, 1e-5f},
+    {"124m", 32000, 768, 12, 12, 2048, 1024, 10000.0f, 1e-5f},
+    {"1b", 32000, 2048, 16, 16, 5632, 2048, 10000.0f, 1e-5f},
     {"32b", 32000, 6656, 60, 64, 17920, 4096, 10000.0f, 1e-5f},
     {"70b", 32000, 8192, 80, 64, 28672, 4096, 10000.0f, 1e-5f},
     {"110b", 32000, 8192, 80, 64, 49152, 4096, 10000.0f, 1e-5f},
@@ -134,7 +141,7 @@ int mal_config_load(mal_model_config *cfg, const char *spec)
     if (!f) {
         int e = errno;
         return MAL_ERR(e == ENOENT ? MAL_ENOENT : MAL_EIO,
-                       "model \"%s\" is neither a preset (tiny, small, 32b, 70b, 110b) nor a "
+                       "model \"%s\" is neither a preset (tiny, small, 124m, 1b, 32b, 70b, 110b) nor a "
                        "readable JSON file: %s",
                        spec, strerror(e));
     }

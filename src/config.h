@@ -18,8 +18,8 @@ typedef struct {
     float norm_eps;
 } mal_model_config;
 
-/* Local.  Fill `cfg` from a preset name ("tiny", "small", "32b", "70b",
- * "110b") or, if `spec` names no preset, from a JSON file at that path.
+/* Local.  Fill `cfg` from a preset name ("tiny", "small", "124m", "1b",
+ * "32b", "70b", "110b") or, if `spec` names no preset, from a JSON file at that path.
  * Validates the result (mal_config_validate).  Errors: MAL_ENOENT (neither a
  * preset nor a readable file), MAL_EFORMAT (bad JSON, missing or mistyped
  * field, unknown field), MAL_EINVAL (inconsistent values). */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "corpus.h"
+#include "data_synth.h"
 #include "mal.h"
 #include "rng.h"
 
@@ -21,6 +22,7 @@ struct mal_data {
     uint16_t *tokens;
     size_t n_tokens;
     int max_token;
+    int synth_vocab; /* > 0: synthetic data (data_synth.h), no tokens */
 };
 
 static const char default_name[] = "built-in corpus";
@@ -240,6 +242,20 @@ int mal_data_open(mal_data **out, const char *path, int format)
     char *name = NULL;
 
     *out = NULL;
+    int synth_vocab = 0;
+    if ((rc = mal_data_synth_spec(path, &synth_vocab)) < 0) return rc;
+    if (rc) {
+        /* Generated on demand by mal_data_sample: no token array, unbounded. */
+        if (!(*out = calloc(1, sizeof **out)) || !((*out)->name = strdup(path))) {
+            free(*out);
+            *out = NULL;
+            return MAL_ERR(MAL_ENOMEM, "out of memory opening %s", path);
+        }
+        (*out)->n_tokens = SIZE_MAX;
+        (*out)->max_token = synth_vocab - 1;
+        (*out)->synth_vocab = synth_vocab;
+        return 0;
+    }
     if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
         return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
     rc = read_whole_file(path, "token file", &buf, &len);
@@ -350,6 +366,10 @@ int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos,
                        "data set %s has %zu tokens, fewer than sequence length + 1 = %lld: use a "
                        "larger token file or a shorter sequence length",
                        d->name, d->n_tokens, (long long)T + 1);
+    if (d->synth_vocab) {
+        mal_data_synth_window(seed, d->synth_vocab, step, pos, T, inputs, targets);
+        return 0;
+    }
     uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos,
                                  (uint64_t)(d->n_tokens - (size_t)T));
     const uint16_t *w = d->tokens + off;

@@ -47,7 +47,9 @@ enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2 };
  *                than the header's token count;
  *   MAL_ECORRUPT fewer bytes than the header's token count (truncated file);
  *   MAL_EINVAL   unknown format.
- * On success *out is a new object the caller releases with mal_data_destroy. */
+ * On success *out is a new object the caller releases with mal_data_destroy.
+ * `path` "synthetic:V" opens generated tokens instead (src/data_synth.h):
+ * unbounded (n_tokens SIZE_MAX, tokens NULL), max_token V - 1. */
 int mal_data_open(mal_data **out, const char *path, int format);
 
 /* Local.  The built-in default corpus (see src/corpus.h): generated

@@ -377,7 +377,10 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
                 (double)mal_acts_bytes(tr->model, pl->micro_batch_size) / 1048576.0);
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
-    fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
+    if (mal_data_n_tokens(tr->data) == SIZE_MAX) /* synthetic: generated */
+        fprintf(f, "| data tokens          | %-40s |\n", "unbounded (generated)");
+    else
+        fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
     fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch,
             pl->micro_batch_size);
     fprintf(f, "| ranks / pipelines    | %4d / %-33d |\n", tr->world_size, pl->n_pipelines);

@@ -22,11 +22,12 @@ int main(int argc, char **argv)
     const mal_opt opts[] = {
         {MAL_OPT_SECTION, .help = "Model and data:"},
         {MAL_OPT_STRING, "model", .metavar = "PRESET|FILE", .target = &cli.model,
-         .help = "model config: tiny, small, 32b, 70b, 110b, or a JSON file\n"
-                 "with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
+         .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
+                 "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
                  "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
         {MAL_OPT_STRING, "data", .metavar = "FILE", .target = &o->data_path,
-         .help = "token file (llm.c format or headerless uint16);\n"
+         .help = "token file (llm.c format or headerless uint16), or\n"
+                 "synthetic:V for generated tokens 0..V-1 (benchmarks);\n"
                  "default: the built-in corpus (byte-level, vocab 256)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
