@@ -73,6 +73,9 @@ void mal_opts_usage(const mal_opts_spec *spec, FILE *f)
         char label[128];
         if (o->label)
             snprintf(label, sizeof label, "%s", o->label);
+        else if (o->short_name)
+            snprintf(label, sizeof label, "-%c, --%s%s%s", o->short_name, o->name,
+                     o->metavar ? " " : "", o->metavar ? o->metavar : "");
         else
             snprintf(label, sizeof label, "--%s%s%s", o->name, o->metavar ? " " : "",
                      o->metavar ? o->metavar : "");

@@ -90,5 +90,5 @@ expect_fail 2 "micro_batch_size: 2147483647 x" $C -M 8 --simulate "$T/mutant.jso
 expect_fail 2 "must be a regular file" $C -M 8 -r /dev/zero
 expect_fail 2 "exactly one of --profile" --world-size 8 --ranks-per-node 4 --memory-mb 100 -M 8
 expect_fail 2 "micro-batches" $C
-expect_fail 2 "unrecognized option" $C -M 8 --bogus
+expect_fail 2 "unknown option" $C -M 8 --bogus
 echo "test_replan_cli: ok"
