@@ -40,14 +40,9 @@ static char *train_json(const mal_train_options *o)
     return s;
 }
 
-/* The snapshot tensor groups of the model: parameters and both Adam moments. */
-static const char *const state_groups[] = {"param", "adam_m", "adam_v"};
-enum { N_GROUPS = 3 };
-
-static float *state_buffer(mal_model *m, int g)
-{
-    return g == 0 ? m->params : g == 1 ? m->adam_m : m->adam_v;
-}
+/* The snapshot tensor groups of the model: parameters and both Adam
+ * moments (mal_model_state_name gives their names). */
+enum { N_GROUPS = MAL_STATE_N_SAVED };
 
 /* The block of tensor t covering [begin, end) along its axis. */
 static void axis_block(const mal_tensor_info *t, int64_t begin, int64_t end, mal_snap_tensor *b)
@@ -117,7 +112,7 @@ static int save_local(struct mal_trainer *tr, mal_snap_writer *w)
         for (int i = 0; i < nob; i++) {
             int k = g * nob + i;
             const mal_tensor_info *t = &m->tensors[ob[i].tensor];
-            snprintf(names[k], sizeof names[k], "%s/%s", state_groups[g], t->name);
+            snprintf(names[k], sizeof names[k], "%s/%s", mal_model_state_name(g), t->name);
             blocks[k].name = names[k];
             axis_block(t, ob[i].begin, ob[i].end, &blocks[k]);
         }
@@ -131,7 +126,7 @@ static int save_local(struct mal_trainer *tr, mal_snap_writer *w)
         for (int i = 0; i < nob; i++) {
             const mal_tensor_info *t = &m->tensors[ob[i].tensor];
             if (have != ob[i].tensor) {
-                mal_kern_to_host(m->k, host, state_buffer(m, g) + t->offset, t->n * sizeof(float));
+                mal_kern_to_host(m->k, host, mal_model_state(m, g) + t->offset, t->n * sizeof(float));
                 if ((rc = mal_kern_sync(m->k))) goto out;
                 have = ob[i].tensor;
             }
@@ -228,7 +223,7 @@ static int restore_local(struct mal_trainer *tr, mal_snapshot *s)
         for (int i = 0; i < m->n_tensors && !rc; i++) {
             const mal_tensor_info *t = &m->tensors[i];
             char name[96];
-            snprintf(name, sizeof name, "%s/%s", state_groups[g], t->name);
+            snprintf(name, sizeof name, "%s/%s", mal_model_state_name(g), t->name);
             mal_snap_tensor want = {.name = name, .ndim = t->ndim, .data = host};
             for (int d = 0; d < t->ndim; d++) {
                 want.shape[d] = t->shape[d];
@@ -236,9 +231,10 @@ static int restore_local(struct mal_trainer *tr, mal_snapshot *s)
                 want.extent[d] = t->local_shape[d];
             }
             if ((rc = mal_snapshot_read_block(s, &want))) break;
-            mal_kern_from_host(m->k, state_buffer(m, g) + t->offset, host, t->n * sizeof(float));
+            mal_kern_from_host(m->k, mal_model_state(m, g) + t->offset, host, t->n * sizeof(float));
             rc = mal_kern_sync(m->k);
         }
+    if (!rc) mal_model_refresh_working(m);
     free(host);
     return rc;
 }

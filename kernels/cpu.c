@@ -12,9 +12,23 @@
  * compile-time trip count (fully vectorised), then a scalar tail, with
  * restrict pointers and branch-free element functions (cpu_expf, cpu_sel).
  *
- * Operations run synchronously on the calling thread.  A problem that a
- * void operation cannot return (a token or target out of range, no memory
- * for a RoPE table) is recorded with MAL_ERR and returned by the next sync().
+ * Operations run synchronously on the calling thread, so the instance's
+ * queue is trivially in order and events read the process's CPU clock.  A
+ * problem that a void operation cannot return (a token or target out of
+ * range, no memory for a RoPE table) is recorded with MAL_ERR and returned
+ * by the instance's next sync().
+ *
+ * Two backends share this code (the registry entries at the end): "cpu",
+ * whose device buffers are plain host memory (host_addressable), and
+ * "cpu-opaque", a test backend whose buffer handles are the real address
+ * plus OPAQUE_OFFSET (1 << 62).  Such an address is non-canonical on
+ * x86-64 (bits 47-63 differ), so any dereference outside this file faults
+ * at once; the instance layer at the end of the file translates handles
+ * back (dev()) before calling the implementations above it, which only
+ * ever see real addresses.  Everything else - the arithmetic, the
+ * allocator - is the same, so the two give bit-identical results and
+ * cpu-opaque proves that no code outside the backends touches device
+ * memory.
  */
 #include "kernels.h"
 #include "mal.h"
@@ -27,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* Elements per vectorised block: a multiple of every SIMD width (4, 8, 16
  * floats) the compiler may choose. */
@@ -48,15 +63,19 @@
 /* ------------------------------------------------------------------------ */
 /* Deferred errors                                                            */
 
-/* Sticky error for sync(): the first failure since the last sync wins.
- * Operations of one backend instance are issued from one thread (as on a
- * GPU stream); the atomic only keeps a stray second thread well-defined. */
-static _Atomic int cpu_err;
+/* An instance: the handle offset (0 for cpu) and the sticky error for
+ * sync(): the first failure since the last sync wins.  Operations of one
+ * instance are issued from one thread (as on a GPU stream); the atomic only
+ * keeps a stray second thread well-defined. */
+typedef struct {
+    uintptr_t off;
+    _Atomic int err;
+} cpu_state;
 
-static void cpu_fail(int err)
+static void cpu_fail(cpu_state *st, int err)
 {
     int expected = 0;
-    atomic_compare_exchange_strong(&cpu_err, &expected, err);
+    atomic_compare_exchange_strong(&st->err, &expected, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -120,7 +139,7 @@ typedef struct {
     int mapped;
 } blk_hdr;
 
-static void *cpu_alloc(size_t bytes)
+static void *blk_alloc(size_t bytes)
 {
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded < bytes || rounded > SIZE_MAX - HDR) return NULL; /* overflow */
@@ -147,7 +166,7 @@ static void *cpu_alloc(size_t bytes)
     return p + HDR;
 }
 
-static void cpu_free(void *ptr)
+static void blk_free(void *ptr)
 {
     if (!ptr) return;
     char *p = (char *)ptr - HDR;
@@ -161,9 +180,9 @@ static void cpu_free(void *ptr)
 /* A mapped block grows by remapping its pages (no copy: mremap moves page
  * table entries if it has to move at all), so an online plan change that
  * extends a part keeps the old state where it is. */
-static void *cpu_resize(void *ptr, size_t old_bytes, size_t new_bytes)
+static void *blk_resize(void *ptr, size_t old_bytes, size_t new_bytes)
 {
-    if (!ptr) return cpu_alloc(new_bytes);
+    if (!ptr) return blk_alloc(new_bytes);
     char *p = (char *)ptr - HDR;
     blk_hdr *h = (blk_hdr *)p;
     size_t rounded = (new_bytes + 63) & ~(size_t)63;
@@ -175,10 +194,10 @@ static void *cpu_resize(void *ptr, size_t old_bytes, size_t new_bytes)
         ((blk_hdr *)q)->total = total; /* pages added by mremap read as zero */
         return q + HDR;
     }
-    char *n = cpu_alloc(new_bytes);
+    char *n = blk_alloc(new_bytes);
     if (!n) return NULL;
     memcpy(n, ptr, MAL_MIN(old_bytes, new_bytes));
-    cpu_free(ptr);
+    blk_free(ptr);
     return n;
 }
 
@@ -192,21 +211,6 @@ static void cpu_copy(float *dst, const float *src, size_t n)
     if (n && dst != src) memmove(dst, src, n * sizeof *dst);
 }
 
-static void cpu_to_host(void *host_dst, const void *dev_src, size_t bytes)
-{
-    if (bytes && host_dst != dev_src) memmove(host_dst, dev_src, bytes);
-}
-
-static void cpu_from_host(void *dev_dst, const void *host_src, size_t bytes)
-{
-    if (bytes && dev_dst != host_src) memmove(dev_dst, host_src, bytes);
-}
-
-/* Everything already ran; report (and clear) a deferred error. */
-static int cpu_sync(void)
-{
-    return atomic_exchange(&cpu_err, 0);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Element-wise building blocks (restrict: callers resolve aliasing)         */
@@ -478,11 +482,12 @@ CPU_SIMD static void rope_rotate(float *restrict v, const float *restrict c,
 }
 
 /* Rotate pairs (2i, 2i+1) of every head by +angle (dir = 1) or -angle. */
-static void rope_apply(float *x, int B, int T, int H, int hd, float theta, float dir)
+static void rope_apply(cpu_state *st, float *x, int B, int T, int H, int hd, float theta,
+                       float dir)
 {
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
     if (hd % 2) {
-        cpu_fail(MAL_ERR(MAL_EINVAL,
+        cpu_fail(st, MAL_ERR(MAL_EINVAL,
                          "rope: head dimension %d is odd; RoPE rotates pairs, "
                          "use an even head dimension",
                          hd));
@@ -491,7 +496,7 @@ static void rope_apply(float *x, int B, int T, int H, int hd, float theta, float
     int rows, owned, h2 = hd / 2;
     const float *cs = rope_get(T, hd, theta, &rows, &owned);
     if (!cs) {
-        cpu_fail(MAL_ERR(MAL_ENOMEM, "rope: no memory for a %d x %d cos/sin table", T, h2));
+        cpu_fail(st, MAL_ERR(MAL_ENOMEM, "rope: no memory for a %d x %d cos/sin table", T, h2));
         return;
     }
     for (int b = 0; b < B; b++)
@@ -504,15 +509,15 @@ static void rope_apply(float *x, int B, int T, int H, int hd, float theta, float
     if (owned) free((void *)cs);
 }
 
-static void cpu_rope_fwd(float *x, int B, int T, int H, int hd, float theta)
+static void cpu_rope_fwd(cpu_state *st, float *x, int B, int T, int H, int hd, float theta)
 {
-    rope_apply(x, B, T, H, hd, theta, 1.0f);
+    rope_apply(st, x, B, T, H, hd, theta, 1.0f);
 }
 
 /* The rotation is orthogonal, so its transpose is the inverse rotation. */
-static void cpu_rope_bwd(float *dx, int B, int T, int H, int hd, float theta)
+static void cpu_rope_bwd(cpu_state *st, float *dx, int B, int T, int H, int hd, float theta)
 {
-    rope_apply(dx, B, T, H, hd, theta, -1.0f);
+    rope_apply(st, dx, B, T, H, hd, theta, -1.0f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -695,7 +700,7 @@ static void cpu_scale(float *x, size_t n, float s)
     vec_scale(x, n, s);
 }
 
-CPU_SIMD static double cpu_sumsq(const float *restrict x, size_t n)
+CPU_SIMD static double sumsq_run(const float *restrict x, size_t n)
 {
     double acc[8] = {0}, s = 0.0;
     size_t i = 0;
@@ -714,12 +719,13 @@ CPU_SIMD static double cpu_sumsq(const float *restrict x, size_t n)
 
 /* out (N,C) = wte[tokens[n]].  The table size is not passed, so only
  * negative ids can be caught here; a negative id gives a zero row. */
-static void cpu_embedding_fwd(float *out, const int *tokens, const float *wte, int N, int C)
+static void cpu_embedding_fwd(cpu_state *st, float *out, const int *tokens, const float *wte,
+                              int N, int C)
 {
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
         if (tokens[n] < 0) {
-            cpu_fail(MAL_ERR(MAL_EINVAL,
+            cpu_fail(st, MAL_ERR(MAL_EINVAL,
                              "embedding: token %d at position %d is negative; "
                              "check the data file and the vocabulary size",
                              tokens[n], n));
@@ -747,8 +753,8 @@ static void cpu_embedding_bwd(float *dwte, const float *dout, const int *tokens,
  * term (pass 3).  The target logit is read before pass 2 because dlogits may
  * be logits.  A target outside [0, V) gives a NaN loss, a zero gradient row
  * and an error from sync(). */
-static void cpu_xent_fwd_bwd(float *losses, float *dlogits, const float *logits, const int *targets,
-                             int N, int V, float dscale)
+static void cpu_xent_fwd_bwd(cpu_state *st, float *losses, float *dlogits, const float *logits,
+                             const int *targets, int N, int V, float dscale)
 {
     if (V <= 0) return;
     for (int n = 0; n < N; n++) {
@@ -756,7 +762,7 @@ static void cpu_xent_fwd_bwd(float *losses, float *dlogits, const float *logits,
         float *d = dlogits ? dlogits + (size_t)n * V : NULL;
         int tgt = targets[n];
         if (tgt < 0 || tgt >= V) {
-            cpu_fail(MAL_ERR(MAL_EINVAL,
+            cpu_fail(st, MAL_ERR(MAL_EINVAL,
                              "cross-entropy: target %d at position %d is outside "
                              "the vocabulary [0, %d); check the data file and "
                              "the model's vocab size",
@@ -802,37 +808,372 @@ CPU_SIMD static void cpu_adamw(float *restrict param, const float *restrict grad
 
 /* ------------------------------------------------------------------------ */
 
-void mal_kernels_cpu_set_threads(int n)
+/* ------------------------------------------------------------------------ */
+/* Instances: handles, memory, queue, events                                 */
+
+/* cpu-opaque's handle offset: real address + 2^62 is non-canonical on
+ * x86-64 (user addresses are below 2^47), so the host faults on it. */
+#define OPAQUE_OFFSET ((uintptr_t)1 << 62)
+
+static cpu_state *st_of(mal_kern k)
 {
-    openblas_set_num_threads(n < 1 ? 1 : n);
+    return k->impl;
 }
 
-const mal_kernels_ops mal_kernels_cpu = {
+/* The real address behind a device buffer handle (NULL stays NULL). */
+static inline void *dev(mal_kern k, const void *p)
+{
+    return p ? (void *)((uintptr_t)p - st_of(k)->off) : NULL;
+}
+#define F(p) ((float *)dev(k, (p)))
+#define CF(p) ((const float *)dev(k, (p)))
+
+static void *handle(mal_kern k, void *real)
+{
+    return real ? (void *)((uintptr_t)real + st_of(k)->off) : NULL;
+}
+
+static void *op_alloc(mal_kern k, size_t bytes)
+{
+    return handle(k, blk_alloc(bytes));
+}
+
+static void op_free(mal_kern k, void *p)
+{
+    blk_free(dev(k, p));
+}
+
+static void *op_resize(mal_kern k, void *p, size_t old_bytes, size_t new_bytes)
+{
+    return handle(k, blk_resize(dev(k, p), old_bytes, new_bytes));
+}
+
+/* Host memory is never paged out by this backend's own doing; plain
+ * aligned memory serves as "pinned". */
+static void *op_host_alloc(mal_kern k, size_t bytes)
+{
+    (void)k;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded < bytes) return NULL;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+static void op_host_free(mal_kern k, void *p)
+{
+    (void)k;
+    free(p);
+}
+
+static void op_zero(mal_kern k, void *x, size_t bytes)
+{
+    if (bytes) memset(dev(k, x), 0, bytes);
+}
+
+static void op_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src, size_t spitch,
+                        size_t width, size_t rows, mal_copy_kind kind)
+{
+    char *d = kind == MAL_COPY_D2H ? dst : dev(k, dst);
+    const char *s = kind == MAL_COPY_H2D ? src : dev(k, src);
+    if (!width || !rows || d == s) return;
+    if (rows == 1 || (dpitch == width && spitch == width)) {
+        memmove(d, s, width * rows);
+        return;
+    }
+    for (size_t r = 0; r < rows; r++)
+        memcpy(d + r * dpitch, s + r * spitch, width);
+}
+
+/* Everything already ran; report (and clear) a deferred error. */
+static int op_sync(mal_kern k)
+{
+    return atomic_exchange(&st_of(k)->err, 0);
+}
+
+static void op_queue_wait(mal_kern k)
+{
+    (void)k;
+}
+
+/* An event is the process's CPU time when it was recorded: with more ranks
+ * than cores (tests, workstations) a rank descheduled by the OS for a few
+ * milliseconds is not a slow device, and wall time would say it is. */
+struct mal_kern_event {
+    double t;
+};
+
+static mal_kern_event *op_event_create(mal_kern k)
+{
+    (void)k;
+    return calloc(1, sizeof(mal_kern_event));
+}
+
+static void op_event_destroy(mal_kern k, mal_kern_event *e)
+{
+    (void)k;
+    free(e);
+}
+
+static void op_event_record(mal_kern k, mal_kern_event *e)
+{
+    (void)k;
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double op_event_elapsed(mal_kern k, mal_kern_event *a, mal_kern_event *b)
+{
+    (void)k;
+    return b->t - a->t;
+}
+
+static void *op_native_queue(mal_kern k)
+{
+    (void)k;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Instances: operations (translate handles, call the implementations)      */
+
+static void op_matmul_fwd(mal_kern k, void *out, const void *inp, const void *weight, int N, int C,
+                          int OC, int accumulate)
+{
+    cpu_matmul_fwd(F(out), CF(inp), CF(weight), N, C, OC, accumulate);
+}
+
+static void op_matmul_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
+                          const void *inp, const void *weight, int N, int C, int OC)
+{
+    cpu_matmul_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), N, C, OC);
+}
+
+static void op_rmsnorm_fwd(mal_kern k, void *out, float *rstd, const void *inp, const void *weight,
+                           int N, int C, float eps)
+{
+    cpu_rmsnorm_fwd(F(out), F(rstd), CF(inp), CF(weight), N, C, eps);
+}
+
+static void op_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
+                           const void *inp, const void *weight, const float *rstd, int N, int C)
+{
+    cpu_rmsnorm_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), CF(rstd), N, C);
+}
+
+static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, float theta)
+{
+    cpu_rope_fwd(st_of(k), F(x), B, T, H, hd, theta);
+}
+
+static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, float theta)
+{
+    cpu_rope_bwd(st_of(k), F(dx), B, T, H, hd, theta);
+}
+
+/* The probabilities (B,H,T,T) are kept; the backward reuses T*T floats of
+ * its scratch per head, but takes the same size so that a caller may share
+ * one buffer for every micro-batch. */
+static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *saved,
+                               size_t *scratch)
+{
+    (void)k, (void)hd;
+    size_t bytes = (size_t)B * (size_t)H * (size_t)T * (size_t)T * sizeof(float);
+    if (saved) *saved = bytes;
+    if (scratch) *scratch = bytes;
+}
+
+static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, const void *kk,
+                             const void *v, int B, int T, int H, int hd)
+{
+    cpu_attention_fwd(F(out), F(saved), CF(q), CF(kk), CF(v), B, T, H, hd);
+}
+
+static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
+                             const void *dout, const void *q, const void *kk, const void *v,
+                             const void *saved, int B, int T, int H, int hd)
+{
+    cpu_attention_bwd(F(dq), F(dk), F(dv), F(scratch), CF(dout), CF(q), CF(kk), CF(v), CF(saved), B,
+                      T, H, hd);
+}
+
+static void op_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up, size_t n)
+{
+    cpu_swiglu_fwd(F(out), CF(gate), CF(up), n);
+}
+
+static void op_swiglu_bwd(mal_kern k, void *dgate, void *dup, const void *dout, const void *gate,
+                          const void *up, size_t n)
+{
+    cpu_swiglu_bwd(F(dgate), F(dup), CF(dout), CF(gate), CF(up), n);
+}
+
+static void op_add(mal_kern k, void *out, const void *a, const void *b, size_t n)
+{
+    cpu_add(F(out), CF(a), CF(b), n);
+}
+
+static void op_accumulate(mal_kern k, float *y, const float *x, size_t n)
+{
+    cpu_accumulate(F(y), CF(x), n);
+}
+
+static void op_scale(mal_kern k, float *x, size_t n, float s)
+{
+    cpu_scale(F(x), n, s);
+}
+
+/* Run by run into the device-side accumulator, in order: the same sums as
+ * adding one sumsq per run on the host. */
+static void op_sumsq(mal_kern k, double *acc, const float *x, size_t rows, size_t width,
+                     size_t pitch)
+{
+    double *a = dev(k, acc);
+    const float *p = CF(x);
+    for (size_t r = 0; r < rows; r++)
+        *a += sumsq_run(p + r * pitch, width);
+}
+
+static void op_embedding_fwd(mal_kern k, void *out, const int *tokens, const void *wte, int N,
+                             int C)
+{
+    cpu_embedding_fwd(st_of(k), F(out), dev(k, tokens), CF(wte), N, C);
+}
+
+static void op_embedding_bwd(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
+                             int C)
+{
+    cpu_embedding_bwd(F(dwte), CF(dout), dev(k, tokens), N, C);
+}
+
+static void op_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits, const void *logits,
+                            const int *targets, int N, int V, float dscale)
+{
+    cpu_xent_fwd_bwd(st_of(k), F(losses), F(dlogits), CF(logits), dev(k, targets), N, V, dscale);
+}
+
+/* The CPU backends compute in fp32, so a working copy is the master itself
+ * (or, if a caller keeps a separate one, an fp32 copy of it). */
+static void op_cast_working(mal_kern k, void *work, const float *master, size_t n)
+{
+    float *w = F(work);
+    const float *p = CF(master);
+    if (w && w != p && n) memmove(w, p, n * sizeof *w);
+}
+
+static void op_adamw(mal_kern k, float *param, void *work, const float *grad, float *m, float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, int t)
+{
+    cpu_adamw(F(param), CF(grad), F(m), F(v), n, lr, beta1, beta2, eps, weight_decay, grad_scale,
+              t);
+    op_cast_working(k, work, param, n);
+}
+
+static const mal_kernels_ops cpu_ops = {
+    .alloc = op_alloc,
+    .free = op_free,
+    .resize = op_resize,
+    .host_alloc = op_host_alloc,
+    .host_free = op_host_free,
+    .zero = op_zero,
+    .memcpy2d = op_memcpy2d,
+    .sync = op_sync,
+    .queue_wait = op_queue_wait,
+    .event_create = op_event_create,
+    .event_destroy = op_event_destroy,
+    .event_record = op_event_record,
+    .event_elapsed = op_event_elapsed,
+    .native_queue = op_native_queue,
+    .matmul_fwd = op_matmul_fwd,
+    .matmul_bwd = op_matmul_bwd,
+    .rmsnorm_fwd = op_rmsnorm_fwd,
+    .rmsnorm_bwd = op_rmsnorm_bwd,
+    .rope_fwd = op_rope_fwd,
+    .rope_bwd = op_rope_bwd,
+    .attention_bytes = op_attention_bytes,
+    .attention_fwd = op_attention_fwd,
+    .attention_bwd = op_attention_bwd,
+    .swiglu_fwd = op_swiglu_fwd,
+    .swiglu_bwd = op_swiglu_bwd,
+    .add = op_add,
+    .accumulate = op_accumulate,
+    .scale = op_scale,
+    .sumsq = op_sumsq,
+    .embedding_fwd = op_embedding_fwd,
+    .embedding_bwd = op_embedding_bwd,
+    .xent_fwd_bwd = op_xent_fwd_bwd,
+    .adamw = op_adamw,
+    .cast_working = op_cast_working,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Registry entries                                                           */
+
+static int cpu_probe(void)
+{
+    return 0;
+}
+
+static int create(const char *name, uintptr_t off, const mal_kern_config *cfg, mal_kern *out)
+{
+    *out = NULL;
+    if (cfg->compute != MAL_F32)
+        return MAL_ERR(MAL_ENOTSUP,
+                       "the %s backend computes in fp32 only, not %s: choose fp32, or a GPU "
+                       "backend (--device cuda) for %s",
+                       name, mal_dtype_name(cfg->compute), mal_dtype_name(cfg->compute));
+    mal_kern k = calloc(1, sizeof *k);
+    cpu_state *st = calloc(1, sizeof *st);
+    if (!k || !st) {
+        free(k);
+        free(st);
+        return MAL_ERR(MAL_ENOMEM, "out of memory creating a %s kernel instance", name);
+    }
+    st->off = off;
+    atomic_init(&st->err, 0);
+    k->ops = &cpu_ops;
+    k->name = name;
+    k->compute = MAL_F32;
+    k->host_addressable = off == 0;
+    k->impl = st;
+    /* OpenBLAS's thread count is per process, as is the machine's set of
+     * cores this instance computes on. */
+    if (cfg->threads > 0) openblas_set_num_threads(cfg->threads);
+    *out = k;
+    return 0;
+}
+
+static int cpu_create(const mal_kern_config *cfg, mal_kern *out)
+{
+    return create("cpu", 0, cfg, out);
+}
+
+static int opaque_create(const mal_kern_config *cfg, mal_kern *out)
+{
+    return create("cpu-opaque", OPAQUE_OFFSET, cfg, out);
+}
+
+static void cpu_destroy(mal_kern k)
+{
+    if (!k) return;
+    free(k->impl);
+    free(k);
+}
+
+const mal_kern_backend mal_kern_backend_cpu = {
     .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .resize = cpu_resize,
-    .zero = cpu_zero,
-    .copy = cpu_copy,
-    .to_host = cpu_to_host,
-    .from_host = cpu_from_host,
-    .sync = cpu_sync,
-    .matmul_fwd = cpu_matmul_fwd,
-    .matmul_bwd = cpu_matmul_bwd,
-    .rmsnorm_fwd = cpu_rmsnorm_fwd,
-    .rmsnorm_bwd = cpu_rmsnorm_bwd,
-    .rope_fwd = cpu_rope_fwd,
-    .rope_bwd = cpu_rope_bwd,
-    .attention_fwd = cpu_attention_fwd,
-    .attention_bwd = cpu_attention_bwd,
-    .swiglu_fwd = cpu_swiglu_fwd,
-    .swiglu_bwd = cpu_swiglu_bwd,
-    .add = cpu_add,
-    .accumulate = cpu_accumulate,
-    .scale = cpu_scale,
-    .sumsq = cpu_sumsq,
-    .embedding_fwd = cpu_embedding_fwd,
-    .embedding_bwd = cpu_embedding_bwd,
-    .xent_fwd_bwd = cpu_xent_fwd_bwd,
-    .adamw = cpu_adamw,
+    .what = "CPU cores, OpenBLAS (fp32)",
+    .is_default = 1,
+    .probe = cpu_probe,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+};
+
+const mal_kern_backend mal_kern_backend_cpu_opaque = {
+    .name = "cpu-opaque",
+    .what = "test backend: cpu whose buffers the host cannot dereference",
+    .is_default = 0,
+    .probe = cpu_probe,
+    .create = opaque_create,
+    .destroy = cpu_destroy,
 };

@@ -1,258 +1,436 @@
-/* The table of compute operations that the model and optimizer run on.
+/* The table of compute operations that the model and optimizer run on, and
+ * the registry of its backends by name.
  *
- * One table per backend (CPU now; CUDA behind the same table later).  All
- * float / int pointers passed to the operations are *device* buffers obtained
- * from mal_kern_alloc() of the same backend; the model never dereferences
- * them on the host.  Host <-> device traffic goes through mal_kern_to_host()
- * and mal_kern_from_host().
+ * A backend (kernels/cpu.c, later kernels/cuda/) exports one
+ * mal_kern_backend; mal_kern_create() looks it up by name ("cpu",
+ * "cpu-opaque", "cuda") and returns an *instance* (mal_kern): the ops table
+ * plus the backend's state for one device - on a GPU its stream, its
+ * cuBLASLt handle and workspace.  Every operation receives the instance;
+ * call sites use the inline mal_kern_* wrappers below.
  *
- * Operations are void: a backend may queue them asynchronously.  Errors are
- * reported by mal_kern_sync(), which waits for everything queued so far and
- * returns 0 or a negative MAL_E* code.  Compute-time measurement (the
- * straggler monitor) brackets work with mal_kern_sync().
+ * Buffers.  Pointers passed to operations are *device buffers* obtained
+ * from mal_kern_alloc() of the same instance, except where an argument is
+ * named host_*.  Host code never dereferences a device buffer, memcpy()s or
+ * memset()s it: bytes move only through the copy operations (memcpy2d and
+ * its wrappers), so the same code runs whether buffers live in host or in
+ * device memory.  `host_addressable` says whether the host may dereference
+ * this instance's device buffers; consumers that take a zero-copy path
+ * (the MPI data plane) check it and stage through pinned host buffers
+ * (host_alloc) where it is 0.  Pointer arithmetic on device buffers (views
+ * at an offset) is allowed; dereferencing is not.  The cpu-opaque backend
+ * enforces this: its buffer handles fault on any host access.
  *
- * Conventions (row-major everywhere):
- *   N = B*T tokens, C = d_model, OC = output channels, V = vocab,
- *   H = heads (local to this TP rank), hd = head dimension.
- *   Backward operations ACCUMULATE (+=) into every gradient they produce; the
- *   caller zeroes gradient buffers when needed.  A NULL gradient pointer means
- *   "not needed" where stated.
+ * Element types (DESIGN.md, "Precision").  The model's *state* is fp32
+ * whatever the backend computes in: master parameters, gradients (fp32
+ * accumulation: a bf16 matrix product's backward adds into fp32 gradients,
+ * as Megatron's main_grad) and both Adam moments, so snapshots and
+ * gradient sync never depend on the compute type.  The instance's
+ * `compute` dtype (mal_dtype) is what activations, backward scratch and
+ * the *working copy* of the weights hold; with MAL_F32 the working copy is
+ * the master parameters themselves (same memory, no copy).  In the
+ * signatures below:
+ *   void *       - compute dtype of the instance (activations, working
+ *                  weights, activation gradients), n = element count;
+ *   float *      - fp32 always (master parameters, gradients, Adam
+ *                  moments, RMSNorm statistics, per-token losses);
+ *   int *        - int32 token ids.
+ * The optimizer updates the fp32 master and refreshes the working copy in
+ * the same pass (a fused cast; nothing when they alias).  The CPU backends
+ * compute in fp32 only.
+ *
+ * Execution queue.  Operations are void and may run asynchronously, in
+ * issue order, on the instance's queue (a CUDA stream; the CPU backends run
+ * each operation to completion on the calling thread before returning, so
+ * their queue is trivially in order).  Host memory named in a copy may be
+ * read or written until the queue has passed that copy: wait with
+ * queue_wait() or sync() before touching it.  Errors an operation cannot
+ * return are kept and reported by the next sync(), which also waits for
+ * everything queued; queue_wait() waits without taking the error.  Device
+ * time is measured with events (event_record / event_elapsed) on the queue,
+ * never by host clocks around asynchronous work.
+ *
+ * Shapes (row-major everywhere): N = B*T tokens, C = d_model,
+ * OC = output channels, V = vocab, H = heads (local to this TP rank),
+ * hd = head dimension.  Backward operations ACCUMULATE (+=) into every
+ * gradient they produce; the caller zeroes gradient buffers when needed.
+ * A NULL gradient pointer means "not needed" where stated.
  */
 #ifndef MAL_KERNELS_H
 #define MAL_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+/* Element types of compute buffers.  State buffers are always MAL_F32. */
+typedef enum { MAL_F32 = 0, MAL_BF16 = 1 } mal_dtype;
+
+/* Bytes per element of dtype t. */
+static inline size_t mal_dtype_bytes(mal_dtype t) { return t == MAL_BF16 ? 2 : 4; }
+/* "fp32", "bf16". */
+const char *mal_dtype_name(mal_dtype t);
+
+/* Directions of memcpy2d (cudaMemcpy2DAsync's, without host to host). */
+typedef enum {
+    MAL_COPY_D2D = 0, /* device buffer to device buffer of the same instance */
+    MAL_COPY_D2H = 1, /* device buffer to host memory (pinned or not) */
+    MAL_COPY_H2D = 2, /* host memory to device buffer */
+} mal_copy_kind;
+
+typedef struct mal_kernels mal_kernels;
+typedef mal_kernels *mal_kern;
 typedef struct mal_kernels_ops mal_kernels_ops;
+typedef struct mal_kern_event mal_kern_event;
+
+/* What to create an instance with. */
+typedef struct {
+    mal_dtype compute; /* compute dtype (MAL_F32) */
+    int threads;       /* CPU backends: BLAS threads (0: leave the library's choice) */
+    int device;        /* GPU backends: device ordinal (-1: the backend's choice) */
+} mal_kern_config;
+
+/* MAL_F32, threads 0, device -1. */
+mal_kern_config mal_kern_config_default(void);
+
+/* One instance of a backend.  Created and destroyed by the registry
+ * (mal_kern_create / mal_kern_destroy); the fields are read-only to
+ * everyone but the backend. */
+struct mal_kernels {
+    const mal_kernels_ops *ops;
+    const char *name;     /* the backend's registry name */
+    mal_dtype compute;    /* element type of activations and working weights */
+    int host_addressable; /* 1: the host may dereference device buffers */
+    void *impl;           /* backend state (queue, handles, workspace) */
+};
 
 struct mal_kernels_ops {
-    const char *name; /* "cpu", "cuda" */
-
     /* --- memory ------------------------------------------------------- */
-    void *(*alloc)(size_t bytes);          /* zero-filled; NULL on failure */
-    void (*free)(void *p);
-    /* Grow or shrink block p (from alloc, `old_bytes` long) to `new_bytes`,
-     * keeping the first min(old, new) bytes; what is added is zero.  May
-     * move it (p is then invalid); NULL on failure (p is then untouched). */
-    void *(*resize)(void *p, size_t old_bytes, size_t new_bytes);
-    void (*zero)(float *x, size_t n);
-    void (*copy)(float *dst, const float *src, size_t n); /* device to device */
-    void (*to_host)(void *host_dst, const void *dev_src, size_t bytes);
-    void (*from_host)(void *dev_dst, const void *host_src, size_t bytes);
-    int (*sync)(void); /* wait for queued work; 0 or MAL_E* */
+    /* Device buffer of `bytes`, zero-filled; NULL on failure. */
+    void *(*alloc)(mal_kern k, size_t bytes);
+    void (*free)(mal_kern k, void *p);
+    /* Grow or shrink device buffer p (from alloc, `old_bytes` long) to
+     * `new_bytes`, keeping the first min(old, new) bytes; what is added is
+     * zero.  May move it (p is then invalid); NULL on failure (p is then
+     * untouched). */
+    void *(*resize)(mal_kern k, void *p, size_t old_bytes, size_t new_bytes);
+    /* Pinned (page-locked) host memory for staging transfers: host
+     * addressable whatever the backend, uninitialised; NULL on failure.
+     * A backend whose pinning is slow pools these itself. */
+    void *(*host_alloc)(mal_kern k, size_t bytes);
+    void (*host_free)(mal_kern k, void *p);
+    /* bytes of device buffer x = 0 (queued). */
+    void (*zero)(mal_kern k, void *x, size_t bytes);
+    /* Strided 2-D copy (queued), cudaMemcpy2DAsync's semantics: `rows` runs
+     * of `width` bytes, the i-th from src + i*spitch to dst + i*dpitch
+     * (pitches >= width when rows > 1).  `kind` says which side is device
+     * memory.  Runs must not overlap unless dst == src. */
+    void (*memcpy2d)(mal_kern k, void *dst, size_t dpitch, const void *src, size_t spitch,
+                     size_t width, size_t rows, mal_copy_kind kind);
+
+    /* --- queue and time ----------------------------------------------- */
+    /* Wait for everything queued; return the first deferred error since
+     * the last sync (and clear it), or 0. */
+    int (*sync)(mal_kern k);
+    /* Wait for everything queued; deferred errors stay for sync(). */
+    void (*queue_wait)(mal_kern k);
+    /* Events mark a point of the queue.  create: NULL on failure. */
+    mal_kern_event *(*event_create)(mal_kern k);
+    void (*event_destroy)(mal_kern k, mal_kern_event *e);
+    /* Record e at the current end of the queue (queued). */
+    void (*event_record)(mal_kern k, mal_kern_event *e);
+    /* Device seconds between two recorded events; waits for `b`.  For the
+     * CPU backends this is the process's CPU time between the two records
+     * (a rank descheduled by the OS is not a slow device). */
+    double (*event_elapsed)(mal_kern k, mal_kern_event *a, mal_kern_event *b);
+    /* The native queue (a cudaStream_t for CUDA) for other libraries that
+     * must order their work against this instance (NCCL); NULL for CPU. */
+    void *(*native_queue)(mal_kern k);
 
     /* --- linear algebra ----------------------------------------------- */
     /* out (N,OC) = inp (N,C) @ weight (OC,C)^T, or += when accumulate != 0 */
-    void (*matmul_fwd)(float *out, const float *inp, const float *weight, int N,
-                       int C, int OC, int accumulate);
+    void (*matmul_fwd)(mal_kern k, void *out, const void *inp, const void *weight, int N, int C,
+                       int OC, int accumulate);
     /* dinp (N,C) += dout (N,OC) @ weight (OC,C);
-     * dweight (OC,C) += dout (N,OC)^T @ inp (N,C).
+     * dweight (OC,C, fp32) += dout (N,OC)^T @ inp (N,C).
      * dinp or dweight may be NULL (not computed). */
-    void (*matmul_bwd)(float *dinp, float *dweight, const float *dout,
-                       const float *inp, const float *weight, int N, int C,
-                       int OC);
+    void (*matmul_bwd)(mal_kern k, void *dinp, float *dweight, const void *dout, const void *inp,
+                       const void *weight, int N, int C, int OC);
 
     /* --- normalisation ------------------------------------------------ */
-    /* RMSNorm: rstd[n] = 1/sqrt(mean_c(inp[n,c]^2) + eps);
-     * out (N,C) = inp * rstd * weight (C). */
-    void (*rmsnorm_fwd)(float *out, float *rstd, const float *inp,
-                        const float *weight, int N, int C, float eps);
-    /* dinp (N,C) += ..., dweight (C) += ... (both required) */
-    void (*rmsnorm_bwd)(float *dinp, float *dweight, const float *dout,
-                        const float *inp, const float *weight,
-                        const float *rstd, int N, int C);
+    /* RMSNorm: rstd[n] = 1/sqrt(mean_c(inp[n,c]^2) + eps) (fp32);
+     * out (N,C) = inp * rstd * weight (C, working weights). */
+    void (*rmsnorm_fwd)(mal_kern k, void *out, float *rstd, const void *inp, const void *weight,
+                        int N, int C, float eps);
+    /* dinp (N,C) += ..., dweight (C, fp32) += ... (both required) */
+    void (*rmsnorm_bwd)(mal_kern k, void *dinp, float *dweight, const void *dout, const void *inp,
+                        const void *weight, const float *rstd, int N, int C);
 
     /* --- rotary position embedding ------------------------------------ */
     /* In place on x (B,T,H,hd), hd even.  Pairs (2i, 2i+1) of each head are
      * rotated by angle t * theta^(-2i/hd), t = position 0..T-1 (the
      * interleaved convention of the original LLaMA code). */
-    void (*rope_fwd)(float *x, int B, int T, int H, int hd, float theta);
+    void (*rope_fwd)(mal_kern k, void *x, int B, int T, int H, int hd, float theta);
     /* In place on dx (B,T,H,hd): the transpose (inverse rotation). */
-    void (*rope_bwd)(float *dx, int B, int T, int H, int hd, float theta);
+    void (*rope_bwd)(mal_kern k, void *dx, int B, int T, int H, int hd, float theta);
 
     /* --- causal self-attention ---------------------------------------- */
-    /* q, k, v, out: (B,T,H,hd).  att (B,H,T,T) receives the softmax
-     * probabilities P[b,h,t,s] = softmax_s<=t(q_t . k_s / sqrt(hd)), zero for
-     * s > t.  out[b,t,h] = sum_s P[b,h,t,s] v[b,s,h]. */
-    void (*attention_fwd)(float *out, float *att, const float *q,
-                          const float *k, const float *v, int B, int T, int H,
-                          int hd);
-    /* dq, dk, dv (B,T,H,hd) +=; scratch: B*H*T*T floats, contents undefined
-     * on return. */
-    void (*attention_bwd)(float *dq, float *dk, float *dv, float *scratch,
-                          const float *dout, const float *q, const float *k,
-                          const float *v, const float *att, int B, int T,
-                          int H, int hd);
+    /* Bytes the forward pass keeps for the backward (`saved`) and the
+     * backward's scratch needs, for one call of shape (B, T, H, hd).  The
+     * CPU backend keeps the probabilities (B,H,T,T) in both; a fused
+     * (flash) backend keeps a row statistic per query instead. */
+    void (*attention_bytes)(mal_kern k, int B, int T, int H, int hd, size_t *saved,
+                            size_t *scratch);
+    /* q, k, v, out: (B,T,H,hd).  out[b,t,h] = sum_{s<=t} P[b,h,t,s] v[b,s,h]
+     * with P = softmax_s<=t(q_t . k_s / sqrt(hd)); `saved` (attention_bytes)
+     * receives what the backward needs (CPU: P, zero for s > t). */
+    void (*attention_fwd)(mal_kern k, void *out, void *saved, const void *q, const void *kk,
+                          const void *v, int B, int T, int H, int hd);
+    /* dq, dk, dv (B,T,H,hd) +=; scratch: attention_bytes' scratch, contents
+     * undefined on return.  A NULL dq, dk or dv is skipped. */
+    void (*attention_bwd)(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
+                          const void *dout, const void *q, const void *kk, const void *v,
+                          const void *saved, int B, int T, int H, int hd);
 
     /* --- elementwise ---------------------------------------------------- */
     /* SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) */
-    void (*swiglu_fwd)(float *out, const float *gate, const float *up,
-                       size_t n);
+    void (*swiglu_fwd)(mal_kern k, void *out, const void *gate, const void *up, size_t n);
     /* dgate, dup (n) += */
-    void (*swiglu_bwd)(float *dgate, float *dup, const float *dout,
-                       const float *gate, const float *up, size_t n);
-    /* out = a + b (out may alias a or b) */
-    void (*add)(float *out, const float *a, const float *b, size_t n);
-    /* y += x */
-    void (*accumulate)(float *y, const float *x, size_t n);
-    /* x *= s */
-    void (*scale)(float *x, size_t n, float s);
-    /* returns sum_i x[i]^2 in double precision (synchronises) */
-    double (*sumsq)(const float *x, size_t n);
+    void (*swiglu_bwd)(mal_kern k, void *dgate, void *dup, const void *dout, const void *gate,
+                       const void *up, size_t n);
+    /* out = a + b, compute dtype (out may alias a or b) */
+    void (*add)(mal_kern k, void *out, const void *a, const void *b, size_t n);
+    /* y += x (fp32) */
+    void (*accumulate)(mal_kern k, float *y, const float *x, size_t n);
+    /* x *= s (fp32) */
+    void (*scale)(mal_kern k, float *x, size_t n, float s);
+    /* acc[0] (one double, device) += sum over `rows` runs of `width`
+     * floats, `pitch` floats apart, of x^2 (accumulated in double; queued:
+     * no host sync).  The caller reads acc once, after all its runs. */
+    void (*sumsq)(mal_kern k, double *acc, const float *x, size_t rows, size_t width,
+                  size_t pitch);
 
     /* --- embedding ------------------------------------------------------ */
-    /* out (N,C) = wte[tokens[n]] ; wte (V,C); tokens (N) int32 */
-    void (*embedding_fwd)(float *out, const int *tokens, const float *wte,
-                          int N, int C);
-    /* dwte (V,C) += scatter of dout (N,C) by tokens */
-    void (*embedding_bwd)(float *dwte, const float *dout, const int *tokens,
-                          int N, int C);
+    /* out (N,C) = wte[tokens[n]] ; wte (V,C) working weights; tokens (N) */
+    void (*embedding_fwd)(mal_kern k, void *out, const int *tokens, const void *wte, int N, int C);
+    /* dwte (V,C, fp32) += scatter of dout (N,C) by tokens */
+    void (*embedding_bwd)(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
+                          int C);
 
     /* --- loss ----------------------------------------------------------- */
     /* Softmax cross-entropy over V classes, fused with its gradient.
-     * losses (N) = logsumexp(logits[n]) - logits[n, targets[n]];
+     * losses (N, fp32) = logsumexp(logits[n]) - logits[n, targets[n]];
      * if dlogits != NULL: dlogits (N,V) = (softmax(logits[n]) - onehot) *
      * dscale  (written, not accumulated; dlogits may alias logits). */
-    void (*xent_fwd_bwd)(float *losses, float *dlogits, const float *logits,
+    void (*xent_fwd_bwd)(mal_kern k, float *losses, void *dlogits, const void *logits,
                          const int *targets, int N, int V, float dscale);
 
     /* --- optimizer ------------------------------------------------------ */
-    /* AdamW with decoupled weight decay, over n elements, step t >= 1:
+    /* AdamW with decoupled weight decay over n fp32 elements, step t >= 1:
      *   g = grad * grad_scale
      *   m = beta1 m + (1-beta1) g ;  v = beta2 v + (1-beta2) g^2
      *   mhat = m / (1-beta1^t) ;  vhat = v / (1-beta2^t)
-     *   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param) */
-    void (*adamw)(float *param, const float *grad, float *m, float *v,
-                  size_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, float grad_scale, int t);
+     *   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+     * then work[i] = param[i] in the compute dtype (`work`: the working
+     * copy; NULL or == param when it aliases the master). */
+    void (*adamw)(mal_kern k, float *param, void *work, const float *grad, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int t);
+    /* work (n, compute dtype) = master (n, fp32): refresh a working copy
+     * after the master changed outside the optimizer (initialisation,
+     * restore, migration).  Nothing when they alias. */
+    void (*cast_working)(mal_kern k, void *work, const float *master, size_t n);
 };
 
-/* Backends.  mal_kernels_cpu is always present. */
-extern const mal_kernels_ops mal_kernels_cpu;
+/* ---- registry ----------------------------------------------------------- */
 
-/* Set the number of threads the CPU backend (and its BLAS) may use. */
-void mal_kernels_cpu_set_threads(int n);
+/* One kernel backend, registered by name in kernels/registry.c (one line
+ * per backend, guarded by the configure macro that builds it). */
+typedef struct {
+    const char *name;   /* "cpu", "cpu-opaque", "cuda" */
+    const char *what;   /* one line for --help */
+    int is_default;     /* a candidate for the default (not test backends) */
+    /* 0 when an instance can be created on this machine, else MAL_E* with
+     * the reason recorded (no GPU, no driver). */
+    int (*probe)(void);
+    int (*create)(const mal_kern_config *cfg, mal_kern *out);
+    void (*destroy)(mal_kern k);
+} mal_kern_backend;
 
-/* Inline wrappers so that call sites read like function calls on a backend
- * handle rather than `k->f(...)` everywhere. */
-typedef const mal_kernels_ops *mal_kern;
+/* Local.  The backends of this build, NULL-terminated, in default order. */
+extern const mal_kern_backend *const mal_kern_backends[];
 
-static inline void *mal_kern_alloc(mal_kern kern, size_t bytes) { return kern->alloc(bytes); }
-static inline void mal_kern_free(mal_kern kern, void *p) { kern->free(p); }
-static inline void *mal_kern_resize(mal_kern kern, void *p, size_t old_bytes, size_t new_bytes)
+/* Local.  The backend called `name`, or NULL with the reason recorded:
+ * MAL_EINVAL for a name no build knows, MAL_ENOTSUP for one this build was
+ * configured without, MAL_EDEVICE for one that has no device here; the
+ * message lists what this build has. */
+int mal_kern_lookup(const char *name, const mal_kern_backend **out);
+
+/* Local.  The default backend's name: the first registered default
+ * candidate whose probe succeeds ("cuda" where a GPU is present, else
+ * "cpu"). */
+const char *mal_kern_default_name(void);
+
+/* Local.  "cpu, cpu-opaque" (the names of this build, `sep` between them)
+ * into buf. */
+void mal_kern_names(char *buf, size_t len, const char *sep);
+
+/* Local.  Create an instance of backend `name` (NULL: the default) with
+ * `cfg` (NULL: defaults).  Errors as mal_kern_lookup, and MAL_ENOTSUP when
+ * the backend cannot compute in cfg->compute.  The caller owns *out and
+ * frees it with mal_kern_destroy after every buffer of it. */
+int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out);
+void mal_kern_destroy(mal_kern k);
+
+/* ---- call-site wrappers ------------------------------------------------- */
+
+static inline void *mal_kern_alloc(mal_kern k, size_t bytes) { return k->ops->alloc(k, bytes); }
+static inline void mal_kern_free(mal_kern k, void *p) { k->ops->free(k, p); }
+static inline void *mal_kern_resize(mal_kern k, void *p, size_t old_bytes, size_t new_bytes)
 {
-    return kern->resize(p, old_bytes, new_bytes);
+    return k->ops->resize(k, p, old_bytes, new_bytes);
 }
-static inline int mal_kern_sync(mal_kern kern) { return kern->sync(); }
-
-static inline void mal_kern_zero(mal_kern kern, float *x, size_t n)
+static inline void *mal_kern_host_alloc(mal_kern k, size_t bytes)
 {
-    kern->zero(x, n);
+    return k->ops->host_alloc(k, bytes);
 }
-
-static inline void mal_kern_copy(mal_kern kern, float *dst, const float *src, size_t n)
+static inline void mal_kern_host_free(mal_kern k, void *p) { k->ops->host_free(k, p); }
+static inline void mal_kern_zero(mal_kern k, void *x, size_t bytes) { k->ops->zero(k, x, bytes); }
+static inline void mal_kern_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src,
+                                     size_t spitch, size_t width, size_t rows, mal_copy_kind kind)
 {
-    kern->copy(dst, src, n);
+    k->ops->memcpy2d(k, dst, dpitch, src, spitch, width, rows, kind);
 }
-
-static inline void mal_kern_to_host(mal_kern kern, void *host_dst, const void *dev_src, size_t bytes)
+/* Contiguous copies: device to device, device to host, host to device. */
+static inline void mal_kern_copy(mal_kern k, void *dst, const void *src, size_t bytes)
 {
-    kern->to_host(host_dst, dev_src, bytes);
+    k->ops->memcpy2d(k, dst, bytes, src, bytes, bytes, 1, MAL_COPY_D2D);
 }
-
-static inline void mal_kern_from_host(mal_kern kern, void *dev_dst, const void *host_src, size_t bytes)
+static inline void mal_kern_to_host(mal_kern k, void *host_dst, const void *src, size_t bytes)
 {
-    kern->from_host(dev_dst, host_src, bytes);
+    k->ops->memcpy2d(k, host_dst, bytes, src, bytes, bytes, 1, MAL_COPY_D2H);
 }
-
-static inline void mal_kern_matmul_fwd(mal_kern kern, float *out, const float *inp, const float *weight, int N, int C, int OC, int accumulate)
+static inline void mal_kern_from_host(mal_kern k, void *dst, const void *host_src, size_t bytes)
 {
-    kern->matmul_fwd(out, inp, weight, N, C, OC, accumulate);
+    k->ops->memcpy2d(k, dst, bytes, host_src, bytes, bytes, 1, MAL_COPY_H2D);
 }
-
-static inline void mal_kern_matmul_bwd(mal_kern kern, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int N, int C, int OC)
+static inline int mal_kern_sync(mal_kern k) { return k->ops->sync(k); }
+static inline void mal_kern_queue_wait(mal_kern k) { k->ops->queue_wait(k); }
+static inline mal_kern_event *mal_kern_event_create(mal_kern k) { return k->ops->event_create(k); }
+static inline void mal_kern_event_destroy(mal_kern k, mal_kern_event *e)
 {
-    kern->matmul_bwd(dinp, dweight, dout, inp, weight, N, C, OC);
+    if (e) k->ops->event_destroy(k, e);
 }
-
-static inline void mal_kern_rmsnorm_fwd(mal_kern kern, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)
+static inline void mal_kern_event_record(mal_kern k, mal_kern_event *e)
 {
-    kern->rmsnorm_fwd(out, rstd, inp, weight, N, C, eps);
+    k->ops->event_record(k, e);
 }
-
-static inline void mal_kern_rmsnorm_bwd(mal_kern kern, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, const float *rstd, int N, int C)
+static inline double mal_kern_event_elapsed(mal_kern k, mal_kern_event *a, mal_kern_event *b)
 {
-    kern->rmsnorm_bwd(dinp, dweight, dout, inp, weight, rstd, N, C);
+    return k->ops->event_elapsed(k, a, b);
 }
+static inline void *mal_kern_native_queue(mal_kern k) { return k->ops->native_queue(k); }
 
-static inline void mal_kern_rope_fwd(mal_kern kern, float *x, int B, int T, int H, int hd, float theta)
+static inline void mal_kern_matmul_fwd(mal_kern k, void *out, const void *inp, const void *weight,
+                                       int N, int C, int OC, int accumulate)
 {
-    kern->rope_fwd(x, B, T, H, hd, theta);
+    k->ops->matmul_fwd(k, out, inp, weight, N, C, OC, accumulate);
 }
-
-static inline void mal_kern_rope_bwd(mal_kern kern, float *dx, int B, int T, int H, int hd, float theta)
+static inline void mal_kern_matmul_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
+                                       const void *inp, const void *weight, int N, int C, int OC)
 {
-    kern->rope_bwd(dx, B, T, H, hd, theta);
+    k->ops->matmul_bwd(k, dinp, dweight, dout, inp, weight, N, C, OC);
 }
-
-static inline void mal_kern_attention_fwd(mal_kern kern, float *out, float *att, const float *q, const float *k, const float *v, int B, int T, int H, int hd)
+static inline void mal_kern_rmsnorm_fwd(mal_kern k, void *out, float *rstd, const void *inp,
+                                        const void *weight, int N, int C, float eps)
 {
-    kern->attention_fwd(out, att, q, k, v, B, T, H, hd);
+    k->ops->rmsnorm_fwd(k, out, rstd, inp, weight, N, C, eps);
 }
-
-static inline void mal_kern_attention_bwd(mal_kern kern, float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *att, int B, int T, int H, int hd)
+static inline void mal_kern_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
+                                        const void *inp, const void *weight, const float *rstd,
+                                        int N, int C)
 {
-    kern->attention_bwd(dq, dk, dv, scratch, dout, q, k, v, att, B, T, H, hd);
+    k->ops->rmsnorm_bwd(k, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
-
-static inline void mal_kern_swiglu_fwd(mal_kern kern, float *out, const float *gate, const float *up, size_t n)
+static inline void mal_kern_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd,
+                                     float theta)
 {
-    kern->swiglu_fwd(out, gate, up, n);
+    k->ops->rope_fwd(k, x, B, T, H, hd, theta);
 }
-
-static inline void mal_kern_swiglu_bwd(mal_kern kern, float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n)
+static inline void mal_kern_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd,
+                                     float theta)
 {
-    kern->swiglu_bwd(dgate, dup, dout, gate, up, n);
+    k->ops->rope_bwd(k, dx, B, T, H, hd, theta);
 }
-
-static inline void mal_kern_add(mal_kern kern, float *out, const float *a, const float *b, size_t n)
+static inline void mal_kern_attention_bytes(mal_kern k, int B, int T, int H, int hd,
+                                            size_t *saved, size_t *scratch)
 {
-    kern->add(out, a, b, n);
+    k->ops->attention_bytes(k, B, T, H, hd, saved, scratch);
 }
-
-static inline void mal_kern_accumulate(mal_kern kern, float *y, const float *x, size_t n)
+static inline void mal_kern_attention_fwd(mal_kern k, void *out, void *saved, const void *q,
+                                          const void *kk, const void *v, int B, int T, int H,
+                                          int hd)
 {
-    kern->accumulate(y, x, n);
+    k->ops->attention_fwd(k, out, saved, q, kk, v, B, T, H, hd);
 }
-
-static inline void mal_kern_scale(mal_kern kern, float *x, size_t n, float s)
+static inline void mal_kern_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
+                                          const void *dout, const void *q, const void *kk,
+                                          const void *v, const void *saved, int B, int T, int H,
+                                          int hd)
 {
-    kern->scale(x, n, s);
+    k->ops->attention_bwd(k, dq, dk, dv, scratch, dout, q, kk, v, saved, B, T, H, hd);
 }
-
-static inline double mal_kern_sumsq(mal_kern kern, const float *x, size_t n)
+static inline void mal_kern_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up,
+                                       size_t n)
 {
-    return kern->sumsq(x, n);
+    k->ops->swiglu_fwd(k, out, gate, up, n);
 }
-
-static inline void mal_kern_embedding_fwd(mal_kern kern, float *out, const int *tokens, const float *wte, int N, int C)
+static inline void mal_kern_swiglu_bwd(mal_kern k, void *dgate, void *dup, const void *dout,
+                                       const void *gate, const void *up, size_t n)
 {
-    kern->embedding_fwd(out, tokens, wte, N, C);
+    k->ops->swiglu_bwd(k, dgate, dup, dout, gate, up, n);
 }
-
-static inline void mal_kern_embedding_bwd(mal_kern kern, float *dwte, const float *dout, const int *tokens, int N, int C)
+static inline void mal_kern_add(mal_kern k, void *out, const void *a, const void *b, size_t n)
 {
-    kern->embedding_bwd(dwte, dout, tokens, N, C);
+    k->ops->add(k, out, a, b, n);
 }
-
-static inline void mal_kern_xent_fwd_bwd(mal_kern kern, float *losses, float *dlogits, const float *logits, const int *targets, int N, int V, float dscale)
+static inline void mal_kern_accumulate(mal_kern k, float *y, const float *x, size_t n)
 {
-    kern->xent_fwd_bwd(losses, dlogits, logits, targets, N, V, dscale);
+    k->ops->accumulate(k, y, x, n);
 }
-
-static inline void mal_kern_adamw(mal_kern kern, float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t)
+static inline void mal_kern_scale(mal_kern k, float *x, size_t n, float s)
 {
-    kern->adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    k->ops->scale(k, x, n, s);
+}
+static inline void mal_kern_sumsq(mal_kern k, double *acc, const float *x, size_t rows,
+                                  size_t width, size_t pitch)
+{
+    k->ops->sumsq(k, acc, x, rows, width, pitch);
+}
+static inline void mal_kern_embedding_fwd(mal_kern k, void *out, const int *tokens,
+                                          const void *wte, int N, int C)
+{
+    k->ops->embedding_fwd(k, out, tokens, wte, N, C);
+}
+static inline void mal_kern_embedding_bwd(mal_kern k, float *dwte, const void *dout,
+                                          const int *tokens, int N, int C)
+{
+    k->ops->embedding_bwd(k, dwte, dout, tokens, N, C);
+}
+static inline void mal_kern_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits,
+                                         const void *logits, const int *targets, int N, int V,
+                                         float dscale)
+{
+    k->ops->xent_fwd_bwd(k, losses, dlogits, logits, targets, N, V, dscale);
+}
+static inline void mal_kern_adamw(mal_kern k, float *param, void *work, const float *grad,
+                                  float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                                  float eps, float weight_decay, float grad_scale, int t)
+{
+    k->ops->adamw(k, param, work, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                  t);
+}
+static inline void mal_kern_cast_working(mal_kern k, void *work, const float *master, size_t n)
+{
+    k->ops->cast_working(k, work, master, n);
 }
 
 #endif /* MAL_KERNELS_H */

@@ -101,6 +101,32 @@ int mal_comm_init(int *argc, char ***argv, mal_comm **world);
  * shut the communication layer down if mal_comm_init started it. */
 void mal_comm_finalize(mal_comm *world);
 
+/* ---- registry ---------------------------------------------------------- */
+
+/* One communication backend by name (src/comm_registry.c). */
+typedef struct {
+    const char *name; /* "mpi", "nccl" */
+    const char *what; /* one line for --help */
+    /* 0 when usable on this machine, else MAL_E* with the reason recorded */
+    int (*probe)(void);
+    const mal_comm_ops *ops;
+} mal_comm_backend;
+
+/* Local.  The backends of this build, NULL-terminated. */
+extern const mal_comm_backend *const mal_comm_backends[];
+
+/* Local.  The backend called `name`: 0, or MAL_EINVAL for a name no build
+ * knows, MAL_ENOTSUP for one this build lacks, MAL_EDEVICE for one unusable
+ * here, with a message that lists what this build has. */
+int mal_comm_lookup(const char *name, const mal_comm_backend **out);
+
+/* Local.  The default backend for kernel backend `device`: "nccl" for a
+ * GPU backend where NCCL is built, else "mpi". */
+const char *mal_comm_default_name(const char *device);
+
+/* Local.  "mpi" (the names of this build, `sep` between them) into buf. */
+void mal_comm_names(char *buf, size_t len, const char *sep);
+
 /* Call-site wrappers. */
 static inline int mal_comm_split(mal_comm *p, int color, int key, mal_comm **out)
 {

@@ -285,22 +285,28 @@ int mal_gradsync_run(struct mal_trainer *tr)
 double mal_gradsync_local_sumsq(struct mal_trainer *tr)
 {
     mal_model *m = tr->model;
-    double s = 0;
+    mal_kern k = m->k;
+    /* Every range adds into one device-side accumulator; the host reads it
+     * once.  A column range of a row-major matrix is a run per row. */
+    mal_kern_zero(k, tr->norm_acc, sizeof(double));
     for (int i = 0; i < tr->n_norm; i++) {
         const mal_norm_range *r = &tr->norm[i];
         const mal_tensor_info *t = &m->tensors[r->tensor];
         int64_t off = local_axis_off(t);
         if (t->ndim == 1 || t->axis == 0) {
             int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1;
-            s += mal_kern_sumsq(m->k, m->grads + t->offset + (r->begin - off) * cols,
-                                (size_t)((r->end - r->begin) * cols));
+            size_t n = (size_t)((r->end - r->begin) * cols);
+            mal_kern_sumsq(k, tr->norm_acc, m->grads + t->offset + (r->begin - off) * cols, 1, n,
+                           n);
         } else {
-            for (int64_t row = 0; row < t->local_shape[0]; row++)
-                s += mal_kern_sumsq(
-                    m->k, m->grads + t->offset + row * t->local_shape[1] + (r->begin - off),
-                    (size_t)(r->end - r->begin));
+            mal_kern_sumsq(k, tr->norm_acc, m->grads + t->offset + (r->begin - off),
+                           (size_t)t->local_shape[0], (size_t)(r->end - r->begin),
+                           (size_t)t->local_shape[1]);
         }
     }
+    double s = 0;
+    mal_kern_to_host(k, &s, tr->norm_acc, sizeof s);
+    mal_kern_queue_wait(k);
     return s;
 }
 

@@ -106,10 +106,6 @@ out:
     return rc;
 }
 
-static float *group_buf(mal_model *m, int g)
-{
-    return g == 0 ? m->params : g == 1 ? m->adam_m : m->adam_v;
-}
 
 /* One piece that one new holder needs: from `src` (== dst: kept in place).
  * `direct`: contiguous on both sides (posted in the first pass). */
@@ -400,7 +396,7 @@ static int post_transfer(struct mal_trainer *tr, mal_model *old, const mal_tenso
     MPI_Comm comm = mal_comm_mpi_handle(tr->world);
     int rc = 0;
     for (int g = 0; g < 3 && !rc; g++)
-        rc = post_piece(bk, group_buf(m, g), &sh, send, send ? t->dst : t->src, comm);
+        rc = post_piece(bk, mal_model_state(m, g), &sh, send, send ? t->dst : t->src, comm);
     return rc;
 }
 
@@ -516,20 +512,19 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
      * new size (the CPU backend remaps the pages: no copy); the new part's
      * fresh, untouched buffers go with the old part. */
     if (old && tr->model && mal_model_extends(old, tr->model)) {
-        float **a[] = {&old->params, &old->adam_m, &old->adam_v};
-        float **b[] = {&tr->model->params, &tr->model->adam_m, &tr->model->adam_v};
         size_t old_bytes = old->n_params * sizeof(float),
                new_bytes = tr->model->n_params * sizeof(float);
-        for (int g = 0; g < 3; g++) {
-            float *x = *a[g];
+        for (int g = 0; g < MAL_STATE_N_SAVED; g++) {
+            float **a = mal_model_state_ref(old, g), **b = mal_model_state_ref(tr->model, g);
+            float *x = *a;
             if (new_bytes != old_bytes && !(x = mal_kern_resize(old->k, x, old_bytes, new_bytes))) {
                 /* groups before g were handed over already: no way back */
                 rc = MAL_ERR(MAL_ENOMEM, "migration: cannot grow the state buffers to %zu bytes",
                              new_bytes);
                 goto out;
             }
-            *a[g] = *b[g];
-            *b[g] = x;
+            *a = *b;
+            *b = x;
         }
         mal_model_rebind_views(tr->model);
         handed = 1;
@@ -581,7 +576,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
         mal_tensor_range_shape(mal_model_find(old, gt->name), t->begin, t->end, &a);
         mal_tensor_range_shape(mal_model_find(tr->model, gt->name), t->begin, t->end, &b);
         for (int g = 0; g < 3; g++)
-            copy_piece(group_buf(old, g), &a, group_buf(tr->model, g), &b);
+            copy_piece(mal_model_state(old, g), &a, mal_model_state(tr->model, g), &b);
     }
     if (!rc) rc = bucket_flush(&bk);
     if (!rc) rc = bucket_flush(&direct);
@@ -589,6 +584,8 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     bucket_fini(&direct);
     free(mine);
     if (rc) goto out;
+    /* the parameters arrived in the master copy (fp32) */
+    if (!handed) mal_model_refresh_working(tr->model);
     t_move = mal_now() - t_move;
     /* Timed separately so the log tells this rank's own copying from waiting
      * for the slowest rank to finish receiving. */

@@ -115,24 +115,28 @@ int mal_model_layout(const mal_model_config *cfg, const mal_model_part *part,
     return 0;
 }
 
-static void make_views(mal_model *m, float *base, mal_model_views *v)
+/* Views of the tensors in `base`, a buffer of elements of `esz` bytes laid
+ * out like the state (pointer arithmetic on a device buffer: no access). */
+static void make_views(mal_model *m, void *base, size_t esz, mal_model_views *v)
 {
     int i = 0;
-    v->tok_embedding = m->part.has_embed ? base + m->tensors[i++].offset : NULL;
+#define AT() ((char *)base + m->tensors[i++].offset * esz)
+    v->tok_embedding = m->part.has_embed ? AT() : NULL;
     for (int l = 0; l < m->n_local_layers; l++) {
         mal_layer_views *lv = &v->layer[l];
-        lv->attn_norm = base + m->tensors[i++].offset;
-        lv->wq = base + m->tensors[i++].offset;
-        lv->wk = base + m->tensors[i++].offset;
-        lv->wv = base + m->tensors[i++].offset;
-        lv->wo = base + m->tensors[i++].offset;
-        lv->mlp_norm = base + m->tensors[i++].offset;
-        lv->w1 = base + m->tensors[i++].offset;
-        lv->w3 = base + m->tensors[i++].offset;
-        lv->w2 = base + m->tensors[i++].offset;
+        lv->attn_norm = AT();
+        lv->wq = AT();
+        lv->wk = AT();
+        lv->wv = AT();
+        lv->wo = AT();
+        lv->mlp_norm = AT();
+        lv->w1 = AT();
+        lv->w3 = AT();
+        lv->w2 = AT();
     }
-    v->final_norm = m->part.has_head ? base + m->tensors[i++].offset : NULL;
-    v->lm_head = m->part.has_head ? base + m->tensors[i++].offset : NULL;
+    v->final_norm = m->part.has_head ? AT() : NULL;
+    v->lm_head = m->part.has_head ? AT() : NULL;
+#undef AT
 }
 
 int mal_model_init_params(mal_model *m, uint64_t seed)
@@ -160,9 +164,11 @@ int mal_model_init_params(mal_model *m, uint64_t seed)
             }
         }
     }
-    m->k->from_host(m->params, host, m->n_params * sizeof(float));
+    mal_kern_from_host(m->k, m->params, host, m->n_params * sizeof(float));
+    mal_model_refresh_working(m);
+    int rc = mal_kern_sync(m->k);
     free(host);
-    return mal_kern_sync(m->k);
+    return rc;
 }
 
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
@@ -196,6 +202,7 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     m->cfg = *cfg;
     m->part = *part;
     m->k = k;
+    m->esz = mal_dtype_bytes(k->compute);
     m->max_B = max_B;
     m->n_local_layers = part->layer_end - part->layer_begin;
     m->n_heads_local = cfg->n_heads / part->tp_size;
@@ -203,9 +210,9 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     m->ffn_local = cfg->ffn_hidden / part->tp_size;
 
     if ((rc = build_layout(m))) goto fail;
-    m->p.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->p.layer);
+    m->w.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->w.layer);
     m->g.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->g.layer);
-    if (!m->p.layer || !m->g.layer) {
+    if (!m->w.layer || !m->g.layer) {
         rc = MAL_ERR(MAL_ENOMEM, "model: out of memory");
         goto fail;
     }
@@ -219,17 +226,26 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
                      bytes);
         goto fail;
     }
-    make_views(m, m->params, &m->p);
-    make_views(m, m->grads, &m->g);
+    /* fp32 compute reads the master parameters themselves */
+    m->work = m->params;
+    if (k->compute != MAL_F32 && !(m->work = mal_kern_alloc(k, m->n_params * m->esz + m->esz))) {
+        rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate the %s working weights",
+                     mal_dtype_name(k->compute));
+        goto fail;
+    }
+    make_views(m, m->work, m->esz, &m->w);
+    make_views(m, m->grads, sizeof(float), &m->g);
 
     size_t N = (size_t)max_B * (size_t)cfg->seq_len, C = (size_t)cfg->d_model;
-    size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
-    size_t TT = (size_t)max_B * m->n_heads_local * (size_t)cfg->seq_len * (size_t)cfg->seq_len;
-    float **bufs[] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
-                      &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
-    size_t sizes[] = {N * C, N * C, N * C, N * A, N * A, N * A, N * A, TT, N * F, N * F, N * F};
+    size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local, att;
+    mal_kern_attention_bytes(k, max_B, cfg->seq_len, m->n_heads_local, m->head_dim, NULL, &att);
+    void **bufs[] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
+                     &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
+    size_t e = m->esz;
+    size_t sizes[] = {N * C * e, N * C * e, N * C * e, N * A * e, N * A * e, N * A * e,
+                      N * A * e, att,       N * F * e, N * F * e, N * F * e};
     for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++) {
-        *bufs[i] = mal_kern_alloc(k, sizes[i] * sizeof(float));
+        *bufs[i] = mal_kern_alloc(k, sizes[i]);
         if (!*bufs[i]) {
             rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate backward scratch");
             goto fail;
@@ -246,12 +262,25 @@ fail:
 void mal_model_destroy(mal_model *m)
 {
     if (!m) return;
-    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->d_res0,
-                     m->d_res1, m->d_h,   m->d_q,    m->d_k,    m->d_v,
-                     m->d_ao,   m->d_att, m->d_g,    m->d_u,    m->d_s};
+    void *bufs[] = {m->work != m->params ? m->work : NULL,
+                    m->params,
+                    m->grads,
+                    m->adam_m,
+                    m->adam_v,
+                    m->d_res0,
+                    m->d_res1,
+                    m->d_h,
+                    m->d_q,
+                    m->d_k,
+                    m->d_v,
+                    m->d_ao,
+                    m->d_att,
+                    m->d_g,
+                    m->d_u,
+                    m->d_s};
     for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
         if (bufs[i]) mal_kern_free(m->k, bufs[i]);
-    free(m->p.layer);
+    free(m->w.layer);
     free(m->g.layer);
     free(m->tensors);
     free(m);
@@ -260,8 +289,13 @@ void mal_model_destroy(mal_model *m)
 void mal_model_release_work(mal_model *m)
 {
     if (!m) return;
-    float **bufs[] = {&m->grads, &m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k,
-                      &m->d_v,   &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
+    /* the working copy is only read by the passes: a separate one goes */
+    if (m->work != m->params) mal_kern_free(m->k, m->work);
+    m->work = NULL;
+    if (m->grads) mal_kern_free(m->k, m->grads);
+    m->grads = NULL;
+    void **bufs[] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
+                     &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
     for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++) {
         if (*bufs[i]) mal_kern_free(m->k, *bufs[i]);
         *bufs[i] = NULL;
@@ -270,7 +304,51 @@ void mal_model_release_work(mal_model *m)
 
 void mal_model_rebind_views(mal_model *m)
 {
-    make_views(m, m->params, &m->p);
+    if (m->k->compute == MAL_F32) m->work = m->params;
+    make_views(m, m->work, m->esz, &m->w);
+    mal_model_refresh_working(m);
+}
+
+void mal_model_refresh_working(mal_model *m)
+{
+    if (m->work && m->work != m->params)
+        mal_kern_cast_working(m->k, m->work, m->params, m->n_params);
+}
+
+float **mal_model_state_ref(mal_model *m, int g)
+{
+    switch (g) {
+    case MAL_STATE_PARAM: return &m->params;
+    case MAL_STATE_ADAM_M: return &m->adam_m;
+    case MAL_STATE_ADAM_V: return &m->adam_v;
+    default: return &m->grads;
+    }
+}
+
+float *mal_model_state(const mal_model *m, int g)
+{
+    return *mal_model_state_ref((mal_model *)m, g);
+}
+
+const char *mal_model_state_name(int g)
+{
+    static const char *const names[] = {"param", "adam_m", "adam_v", "grad"};
+    return g >= 0 && g <= MAL_STATE_GRAD ? names[g] : "?";
+}
+
+int mal_model_state_to_host(const mal_model *m, int g, const mal_tensor_info *t, float *host)
+{
+    mal_kern_to_host(m->k, host, mal_model_state(m, g) + t->offset, t->n * sizeof(float));
+    return mal_kern_sync(m->k);
+}
+
+int mal_model_state_from_host(mal_model *m, int g, const mal_tensor_info *t, const float *host)
+{
+    mal_kern_from_host(m->k, mal_model_state(m, g) + t->offset, host, t->n * sizeof(float));
+    if (g == MAL_STATE_PARAM && m->work != m->params)
+        mal_kern_cast_working(m->k, (char *)m->work + t->offset * m->esz,
+                              m->params + t->offset, t->n);
+    return mal_kern_sync(m->k);
 }
 
 int mal_model_extends(const mal_model *a, const mal_model *b)
@@ -295,7 +373,7 @@ const mal_tensor_info *mal_model_find(const mal_model *m, const char *name)
 
 void mal_model_zero_grad(mal_model *m)
 {
-    mal_kern_zero(m->k, m->grads, m->n_params);
+    mal_kern_zero(m->k, m->grads, m->n_params * sizeof(float));
 }
 
 /* ---- activations ---------------------------------------------------- */
@@ -303,32 +381,35 @@ void mal_model_zero_grad(mal_model *m)
 /* Per-layer activation arrays, in the order they are carved from the block. */
 enum { A_H1, A_RSTD1, A_Q, A_K, A_V, A_ATT, A_AO, A_MID, A_H2, A_RSTD2, A_G, A_U, A_S, A_NARR };
 
-static void layer_sizes(const mal_model *m, int B, size_t sz[A_NARR])
+/* Every array starts at a multiple of 64 bytes (16 floats), so vector loads
+ * never straddle. */
+static size_t pad64(size_t bytes)
+{
+    return (bytes + 63) & ~(size_t)63;
+}
+
+/* Bytes of each per-layer array for micro-batches of B sequences. */
+static void layer_bytes(const mal_model *m, int B, size_t sz[A_NARR])
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
-    size_t T = (size_t)m->cfg.seq_len;
-    size_t s[A_NARR] = {N * C, N,     N * A, N * A, N * A, (size_t)B * m->n_heads_local * T * T,
-                        N * A, N * C, N * C, N,     N * F, N * F,
-                        N * F};
+    size_t e = m->esz, f = sizeof(float), att;
+    mal_kern_attention_bytes(m->k, B, m->cfg.seq_len, m->n_heads_local, m->head_dim, &att, NULL);
+    size_t s[A_NARR] = {N * C * e, N * f,     N * A * e, N * A * e, N * A * e, att,      N * A * e,
+                        N * C * e, N * C * e, N * f,     N * F * e, N * F * e, N * F * e};
     memcpy(sz, s, sizeof s);
-}
-
-static size_t pad16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
 }
 
 size_t mal_acts_bytes(const mal_model *m, int B)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
-    size_t V = (size_t)m->cfg.vocab, sz[A_NARR], total = 0;
-    layer_sizes(m, B, sz);
+    size_t V = (size_t)m->cfg.vocab, sz[A_NARR], total = 0, e = m->esz, f = sizeof(float);
+    layer_bytes(m, B, sz);
     for (int i = 0; i < A_NARR; i++)
-        total += pad16(sz[i]) * (size_t)m->n_local_layers;
-    total += pad16(N * C) * (size_t)(m->n_local_layers + 1); /* residual stream */
-    if (m->part.has_head) total += pad16(N * C) + pad16(N) + pad16(N * V) + pad16(N);
-    return total * sizeof(float) + 2 * pad16(N) * sizeof(int);
+        total += pad64(sz[i]) * (size_t)m->n_local_layers;
+    total += pad64(N * C * e) * (size_t)(m->n_local_layers + 1); /* residual stream */
+    if (m->part.has_head) total += pad64(N * C * e) + pad64(N * f) + pad64(N * V * e) + pad64(N * f);
+    return total + 2 * pad64(N * sizeof(int));
 }
 
 int mal_acts_create(mal_acts **out, const mal_model *m, int B)
@@ -340,37 +421,40 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     if (!a) return MAL_ERR(MAL_ENOMEM, "activations: out of memory");
     a->B = B;
     a->T = m->cfg.seq_len;
-    float ***arrs[A_NARR] = {&a->h1,  &a->rstd1, &a->q,     &a->k, &a->v, &a->att, &a->ao,
-                             &a->mid, &a->h2,    &a->rstd2, &a->g, &a->u, &a->s};
-    a->res = calloc((size_t)L + 1, sizeof(float *));
+    /* float ** and void ** arrays alike hold device pointers */
+    void ***arrs[A_NARR] = {&a->h1,  (void ***)&a->rstd1, &a->q,  &a->k, &a->v,
+                            &a->att, &a->ao,              &a->mid, &a->h2,
+                            (void ***)&a->rstd2,          &a->g,  &a->u, &a->s};
+    a->res = calloc((size_t)L + 1, sizeof(void *));
     int ok = a->res != NULL;
     for (int i = 0; i < A_NARR; i++)
-        ok = ok && (*arrs[i] = calloc((size_t)L + 1, sizeof(float *)));
+        ok = ok && (*arrs[i] = calloc((size_t)L + 1, sizeof(void *)));
     size_t bytes = mal_acts_bytes(m, B);
     if (ok) a->block = mal_kern_alloc(m->k, bytes);
     if (!ok || !a->block) {
         mal_acts_destroy(m, a);
         return MAL_ERR(MAL_ENOMEM, "activations: cannot allocate %zu bytes", bytes);
     }
-    size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
+    size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model, e = m->esz;
     size_t sz[A_NARR];
-    layer_sizes(m, B, sz);
-    float *p = a->block;
-    for (int l = 0; l <= L; l++, p += pad16(N * C))
+    layer_bytes(m, B, sz);
+    /* carving a device buffer: pointer arithmetic only */
+    char *p = a->block;
+    for (int l = 0; l <= L; l++, p += pad64(N * C * e))
         a->res[l] = p;
     for (int l = 0; l < L; l++)
         for (int i = 0; i < A_NARR; i++) {
             (*arrs[i])[l] = p;
-            p += pad16(sz[i]);
+            p += pad64(sz[i]);
         }
     if (m->part.has_head) {
-        a->hf = p, p += pad16(N * C);
-        a->rstdf = p, p += pad16(N);
-        a->logits = p, p += pad16(N * (size_t)m->cfg.vocab);
-        a->losses = p, p += pad16(N);
+        a->hf = p, p += pad64(N * C * e);
+        a->rstdf = (float *)p, p += pad64(N * sizeof(float));
+        a->logits = p, p += pad64(N * (size_t)m->cfg.vocab * e);
+        a->losses = (float *)p, p += pad64(N * sizeof(float));
     }
     a->tokens = (int *)p;
-    a->targets = a->tokens + pad16(N);
+    a->targets = (int *)(p + pad64(N * sizeof(int)));
     *out = a;
     return 0;
 }
@@ -379,8 +463,9 @@ void mal_acts_destroy(const mal_model *m, mal_acts *a)
 {
     if (!a) return;
     if (a->block) mal_kern_free(m->k, a->block);
-    float **arrs[A_NARR] = {a->h1,  a->rstd1, a->q,     a->k, a->v, a->att, a->ao,
-                            a->mid, a->h2,    a->rstd2, a->g, a->u, a->s};
+    void **arrs[A_NARR] = {a->h1,  (void **)a->rstd1, a->q,  a->k,   a->v,
+                           a->att, a->ao,             a->mid, a->h2, (void **)a->rstd2,
+                           a->g,   a->u,              a->s};
     for (int i = 0; i < A_NARR; i++)
         free(arrs[i]);
     free(a->res);
@@ -390,8 +475,10 @@ void mal_acts_destroy(const mal_model *m, mal_acts *a)
 void mal_acts_set_batch(const mal_model *m, mal_acts *a, const int *inputs, const int *targets)
 {
     size_t N = (size_t)a->B * (size_t)a->T;
-    m->k->from_host(a->tokens, inputs, N * sizeof(int));
-    m->k->from_host(a->targets, targets, N * sizeof(int));
+    mal_kern_from_host(m->k, a->tokens, inputs, N * sizeof(int));
+    mal_kern_from_host(m->k, a->targets, targets, N * sizeof(int));
+    /* the caller may refill its host arrays as soon as this returns */
+    mal_kern_queue_wait(m->k);
 }
 
 double mal_acts_loss_sum(const mal_model *m, const mal_acts *a)
@@ -399,7 +486,8 @@ double mal_acts_loss_sum(const mal_model *m, const mal_acts *a)
     size_t N = (size_t)a->B * (size_t)a->T;
     float *h = malloc(N * sizeof(float));
     if (!h) return NAN;
-    m->k->to_host(h, a->losses, N * sizeof(float));
+    mal_kern_to_host(m->k, h, a->losses, N * sizeof(float));
+    mal_kern_queue_wait(m->k);
     double s = 0;
     for (size_t i = 0; i < N; i++)
         s += h[i];
@@ -409,7 +497,7 @@ double mal_acts_loss_sum(const mal_model *m, const mal_acts *a)
 
 /* ---- forward / backward ---------------------------------------------- */
 
-static int tp_reduce(mal_model *m, float *x, size_t n)
+static int tp_reduce(mal_model *m, void *x, size_t n)
 {
     if (m->part.tp_size == 1) return 0;
     if (!m->tp_allreduce)
@@ -418,7 +506,7 @@ static int tp_reduce(mal_model *m, float *x, size_t n)
     return m->tp_allreduce(m->tp_ctx, x, n);
 }
 
-int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_scale)
+int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_scale)
 {
     mal_kern k = m->k;
     const mal_model_config *c = &m->cfg;
@@ -427,13 +515,13 @@ int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_s
     int rc;
 
     if (m->part.has_embed)
-        mal_kern_embedding_fwd(k, a->res[0], a->tokens, m->p.tok_embedding, N, C);
+        mal_kern_embedding_fwd(k, a->res[0], a->tokens, m->w.tok_embedding, N, C);
     else if (inp != a->res[0])
-        mal_kern_copy(k, a->res[0], inp, (size_t)N * C);
+        mal_kern_copy(k, a->res[0], inp, (size_t)N * C * m->esz);
 
     for (int l = 0; l < m->n_local_layers; l++) {
-        const mal_layer_views *w = &m->p.layer[l];
-        float *x = a->res[l];
+        const mal_layer_views *w = &m->w.layer[l];
+        void *x = a->res[l];
         mal_kern_rmsnorm_fwd(k, a->h1[l], a->rstd1[l], x, w->attn_norm, N, C, c->norm_eps);
         mal_kern_matmul_fwd(k, a->q[l], a->h1[l], w->wq, N, C, A, 0);
         mal_kern_matmul_fwd(k, a->k[l], a->h1[l], w->wk, N, C, A, 0);
@@ -451,23 +539,23 @@ int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_s
         mal_kern_matmul_fwd(k, a->g[l], a->h2[l], w->w1, N, C, F, 0);
         mal_kern_matmul_fwd(k, a->u[l], a->h2[l], w->w3, N, C, F, 0);
         mal_kern_swiglu_fwd(k, a->s[l], a->g[l], a->u[l], (size_t)N * F);
-        float *y = a->res[l + 1];
+        void *y = a->res[l + 1];
         mal_kern_matmul_fwd(k, y, a->s[l], w->w2, N, F, C, 0);
         if ((rc = tp_reduce(m, y, (size_t)N * C))) return rc;
         mal_kern_add(k, y, y, a->mid[l], (size_t)N * C);
     }
 
     if (m->part.has_head) {
-        float *x = a->res[m->n_local_layers];
-        mal_kern_rmsnorm_fwd(k, a->hf, a->rstdf, x, m->p.final_norm, N, C, c->norm_eps);
-        mal_kern_matmul_fwd(k, a->logits, a->hf, m->p.lm_head, N, C, V, 0);
+        void *x = a->res[m->n_local_layers];
+        mal_kern_rmsnorm_fwd(k, a->hf, a->rstdf, x, m->w.final_norm, N, C, c->norm_eps);
+        mal_kern_matmul_fwd(k, a->logits, a->hf, m->w.lm_head, N, C, V, 0);
         mal_kern_xent_fwd_bwd(k, a->losses, dloss_scale != 0.0f ? a->logits : NULL, a->logits,
                               a->targets, N, V, dloss_scale);
     }
     return 0;
 }
 
-int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **dinp)
+int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
 {
     mal_kern k = m->k;
     const mal_model_config *c = &m->cfg;
@@ -477,29 +565,30 @@ int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **din
     int rc;
     /* d0: gradient of the residual stream leaving the current layer;
      * d1: gradient of the mid-layer residual. */
-    float *d0 = m->d_res0, *d1 = m->d_res1;
+    void *d0 = m->d_res0, *d1 = m->d_res1;
+    const size_t e = m->esz;
 
     if (m->part.has_head) {
-        float *x = a->res[m->n_local_layers];
-        mal_kern_zero(k, m->d_h, NC);
-        mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->p.lm_head, N, C, V);
-        mal_kern_zero(k, d0, NC);
-        mal_kern_rmsnorm_bwd(k, d0, m->g.final_norm, m->d_h, x, m->p.final_norm, a->rstdf, N, C);
+        void *x = a->res[m->n_local_layers];
+        mal_kern_zero(k, m->d_h, NC * e);
+        mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->w.lm_head, N, C, V);
+        mal_kern_zero(k, d0, NC * e);
+        mal_kern_rmsnorm_bwd(k, d0, m->g.final_norm, m->d_h, x, m->w.final_norm, a->rstdf, N, C);
     } else {
-        mal_kern_copy(k, d0, dout, NC);
+        mal_kern_copy(k, d0, dout, NC * e);
     }
 
     for (int l = m->n_local_layers - 1; l >= 0; l--) {
-        const mal_layer_views *w = &m->p.layer[l];
+        const mal_layer_views *w = &m->w.layer[l];
         mal_layer_views *gw = &m->g.layer[l];
         /* MLP block: y = mid + swiglu(h2 W1^T, h2 W3^T) W2^T */
-        mal_kern_copy(k, d1, d0, NC);
-        mal_kern_zero(k, m->d_s, (size_t)N * F);
+        mal_kern_copy(k, d1, d0, NC * e);
+        mal_kern_zero(k, m->d_s, (size_t)N * F * e);
         mal_kern_matmul_bwd(k, m->d_s, gw->w2, d0, a->s[l], w->w2, N, F, C);
-        mal_kern_zero(k, m->d_g, (size_t)N * F);
-        mal_kern_zero(k, m->d_u, (size_t)N * F);
+        mal_kern_zero(k, m->d_g, (size_t)N * F * e);
+        mal_kern_zero(k, m->d_u, (size_t)N * F * e);
         mal_kern_swiglu_bwd(k, m->d_g, m->d_u, m->d_s, a->g[l], a->u[l], (size_t)N * F);
-        mal_kern_zero(k, m->d_h, NC);
+        mal_kern_zero(k, m->d_h, NC * e);
         mal_kern_matmul_bwd(k, m->d_h, gw->w1, m->d_g, a->h2[l], w->w1, N, C, F);
         mal_kern_matmul_bwd(k, m->d_h, gw->w3, m->d_u, a->h2[l], w->w3, N, C, F);
         /* Column-parallel input: each TP rank saw only its FFN columns. */
@@ -508,21 +597,21 @@ int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **din
                              C);
 
         /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T */
-        mal_kern_zero(k, m->d_ao, (size_t)N * A);
+        mal_kern_zero(k, m->d_ao, (size_t)N * A * e);
         mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, a->ao[l], w->wo, N, A, C);
-        mal_kern_zero(k, m->d_q, (size_t)N * A);
-        mal_kern_zero(k, m->d_k, (size_t)N * A);
-        mal_kern_zero(k, m->d_v, (size_t)N * A);
+        mal_kern_zero(k, m->d_q, (size_t)N * A * e);
+        mal_kern_zero(k, m->d_k, (size_t)N * A * e);
+        mal_kern_zero(k, m->d_v, (size_t)N * A * e);
         mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->q[l], a->k[l],
                                a->v[l], a->att[l], B, T, Hl, hd);
         mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, c->rope_theta);
         mal_kern_rope_bwd(k, m->d_k, B, T, Hl, hd, c->rope_theta);
-        mal_kern_zero(k, m->d_h, NC);
+        mal_kern_zero(k, m->d_h, NC * e);
         mal_kern_matmul_bwd(k, m->d_h, gw->wq, m->d_q, a->h1[l], w->wq, N, C, A);
         mal_kern_matmul_bwd(k, m->d_h, gw->wk, m->d_k, a->h1[l], w->wk, N, C, A);
         mal_kern_matmul_bwd(k, m->d_h, gw->wv, m->d_v, a->h1[l], w->wv, N, C, A);
         if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
-        mal_kern_copy(k, d0, d1, NC);
+        mal_kern_copy(k, d0, d1, NC * e);
         mal_kern_rmsnorm_bwd(k, d0, gw->attn_norm, m->d_h, a->res[l], w->attn_norm, a->rstd1[l], N,
                              C);
     }

@@ -8,10 +8,23 @@
  * w3 by rows = heads / FFN columns; wo, w2 by columns).  One process holding
  * everything is the part {0, n_layers, embed, head, tp 1}.
  *
- * Parameters, gradients and both Adam moments each live in one contiguous
- * device allocation with identical layout; every tensor is a view at the same
- * offset in all four (mal_tensor_info).  Activations live in a mal_acts per
- * micro-batch in flight, so a pipeline schedule can keep several.
+ * Buffers and element types (kernels.h, DESIGN.md "Precision"):
+ *  - the *state*: master parameters, gradients and both Adam moments, fp32
+ *    whatever the backend computes in, each one contiguous device buffer
+ *    with identical layout; every tensor is a view at the same offset in
+ *    all four (mal_tensor_info).  Snapshots, gradient sync and migration
+ *    move these (mal_model_state names them by group);
+ *  - the *working weights* `work`: the parameters in the kernel instance's
+ *    compute dtype, which the forward and backward passes read.  With fp32
+ *    compute they are the master parameters themselves (work == params: no
+ *    copy, no extra bytes); otherwise a separate buffer at the same element
+ *    offsets, refreshed by the optimizer (fused) and by
+ *    mal_model_refresh_working after the master changed in other ways;
+ *  - activations and backward scratch in the compute dtype (their float
+ *    statistics - RMSNorm rstd, per-token losses - stay fp32).
+ * Activations live in a mal_acts per micro-batch in flight, so a pipeline
+ * schedule can keep several.  Every buffer is a device buffer of the
+ * model's kernel instance: only kernel operations touch their contents.
  *
  * Shapes in comments: B micro-batch, T sequence, N = B*T, C d_model,
  * Hl local heads, hd head dim, Fl local FFN hidden, V vocab.
@@ -57,25 +70,40 @@ typedef struct {
     float init_std;      /* normal(0, init_std); 0 means "ones" (norm weights) */
 } mal_tensor_info;
 
-/* Tensor-parallel all-reduce (sum, in place) over the part's TP group; the
- * runtime supplies it when tp_size > 1. */
-typedef int (*mal_tp_allreduce_fn)(void *ctx, float *x, size_t n);
+/* Tensor-parallel all-reduce (sum, in place) of n elements of the compute
+ * dtype over the part's TP group; the runtime supplies it when
+ * tp_size > 1. */
+typedef int (*mal_tp_allreduce_fn)(void *ctx, void *x, size_t n);
 
+/* Views of one buffer per tensor (device pointers): into the working
+ * weights (compute dtype) or into the gradients (fp32). */
 typedef struct mal_layer_views {
-    float *attn_norm; /* (C) */
-    float *wq, *wk, *wv; /* (Hl*hd, C) each */
-    float *wo;        /* (C, Hl*hd) */
-    float *mlp_norm;  /* (C) */
-    float *w1, *w3;   /* (Fl, C) gate, up */
-    float *w2;        /* (C, Fl) down */
+    void *attn_norm; /* (C) */
+    void *wq, *wk, *wv; /* (Hl*hd, C) each */
+    void *wo;        /* (C, Hl*hd) */
+    void *mlp_norm;  /* (C) */
+    void *w1, *w3;   /* (Fl, C) gate, up */
+    void *w2;        /* (C, Fl) down */
 } mal_layer_views;
 
 typedef struct mal_model_views {
-    float *tok_embedding;  /* (V, C) or NULL */
+    void *tok_embedding;  /* (V, C) or NULL */
     mal_layer_views *layer; /* [n_local_layers] */
-    float *final_norm;     /* (C) or NULL */
-    float *lm_head;        /* (V, C) or NULL */
+    void *final_norm;     /* (C) or NULL */
+    void *lm_head;        /* (V, C) or NULL */
 } mal_model_views;
+
+/* The groups of the fp32 state, each one buffer of n_params floats with the
+ * layout of the tensor table.  PARAM, ADAM_M and ADAM_V are what snapshots
+ * store and migration moves (the first MAL_STATE_N_SAVED); GRAD is rebuilt
+ * every step. */
+enum {
+    MAL_STATE_PARAM = 0,
+    MAL_STATE_ADAM_M = 1,
+    MAL_STATE_ADAM_V = 2,
+    MAL_STATE_GRAD = 3,
+    MAL_STATE_N_SAVED = 3,
+};
 
 typedef struct mal_model {
     mal_model_config cfg;
@@ -88,14 +116,18 @@ typedef struct mal_model {
     mal_tensor_info *tensors;
     size_t n_params; /* local floats */
 
-    float *params, *grads, *adam_m, *adam_v; /* device, n_params each */
-    mal_model_views p, g;                    /* views into params and grads */
+    /* fp32 state (device, n_params floats each); use mal_model_state() to
+     * name one by group */
+    float *params, *grads, *adam_m, *adam_v;
+    void *work;           /* working weights, compute dtype (== params for fp32) */
+    size_t esz;           /* bytes per element of the compute dtype */
+    mal_model_views w, g; /* views into work and grads */
 
-    /* backward scratch shared by all micro-batches (device) */
-    float *d_res0, *d_res1, *d_h;         /* (N,C) */
-    float *d_q, *d_k, *d_v, *d_ao;        /* (N,Hl*hd) */
-    float *d_att;                         /* (B,Hl,T,T) */
-    float *d_g, *d_u, *d_s;               /* (N,Fl) */
+    /* backward scratch shared by all micro-batches (device, compute dtype) */
+    void *d_res0, *d_res1, *d_h;          /* (N,C) */
+    void *d_q, *d_k, *d_v, *d_ao;         /* (N,Hl*hd) */
+    void *d_att;                          /* attention backward scratch (kernels.h) */
+    void *d_g, *d_u, *d_s;                /* (N,Fl) */
     int max_B;
 
     mal_tp_allreduce_fn tp_allreduce;
@@ -103,9 +135,10 @@ typedef struct mal_model {
 } mal_model;
 
 /* Local.  Create the part of the model described by `part`, for micro-batches
- * of up to `max_B` sequences, on kernel backend `k`.  Parameters are
- * initialised from `seed` (see mal_model_init_params); gradients and Adam
- * moments are zero.  The model owns all its buffers. */
+ * of up to `max_B` sequences, on kernel instance `k` (not owned; it must
+ * outlive the model).  Parameters are initialised from `seed` (see
+ * mal_model_init_params); gradients and Adam moments are zero.  The model
+ * owns all its buffers. */
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                      int max_B, mal_kern k, uint64_t seed);
 
@@ -123,9 +156,32 @@ void mal_model_release_work(mal_model *m);
  * first ones, at the same offsets with the same local shapes (a's state
  * buffers, grown to b's size, are b's with a's tensors in place). */
 int mal_model_extends(const mal_model *a, const mal_model *b);
-/* Local.  Point the parameter views (m->p) at m->params again, after the
- * buffer was replaced. */
+/* Local.  Point the working weights and their views (m->w) at the state
+ * again after m->params was replaced (a state buffer handed over by an
+ * online plan change), and refresh the working copy when it is separate. */
 void mal_model_rebind_views(mal_model *m);
+
+/* Local.  The fp32 state buffer of group g (MAL_STATE_*), owned by the
+ * model: the one way code outside the model names parameters, Adam
+ * moments or gradients by index.  NULL for a released gradient. */
+float *mal_model_state(const mal_model *m, int g);
+/* Local.  Where that buffer's pointer is kept, for handing buffers
+ * between parts (ownership moves with the pointer). */
+float **mal_model_state_ref(mal_model *m, int g);
+/* Local.  "param", "adam_m", "adam_v", "grad": the groups' names in
+ * snapshots and messages. */
+const char *mal_model_state_name(int g);
+
+/* Local.  Copy the local shard of tensor t (a table entry of m) of state
+ * group g into host memory `host` (t->n floats) / from it, through the
+ * kernel table; waits for the copy.  For tests and tools that inspect or
+ * set the state; 0 or the kernel's deferred error. */
+int mal_model_state_to_host(const mal_model *m, int g, const mal_tensor_info *t, float *host);
+int mal_model_state_from_host(mal_model *m, int g, const mal_tensor_info *t, const float *host);
+
+/* Local.  Bring the working weights up to date with the master parameters
+ * (nothing when they are the same memory). */
+void mal_model_refresh_working(mal_model *m);
 
 /* Local.  (Re)initialise parameters: element i (global row-major index) of a
  * tensor is normal(0, std) drawn from (seed, hash of the tensor's global
@@ -141,14 +197,18 @@ int mal_model_layout(const mal_model_config *cfg, const mal_model_part *part,
 /* Local.  Look up a tensor by global name; NULL if this part lacks it. */
 const mal_tensor_info *mal_model_find(const mal_model *m, const char *name);
 
-/* Activations of one micro-batch in flight (device buffers). */
+/* Activations of one micro-batch in flight (device buffers; void * ones
+ * in the compute dtype, float * ones fp32). */
 typedef struct mal_acts {
     int B, T;
     int *tokens, *targets; /* (N) */
-    float **res;           /* [n_local_layers+1] (N,C): residual stream entering each layer; last = output */
-    float **h1, **rstd1, **q, **k, **v, **att, **ao, **mid, **h2, **rstd2, **g, **u, **s;
-    float *hf, *rstdf;     /* final norm (N,C), (N) */
-    float *logits;         /* (N,V); overwritten by dlogits when training */
+    void **res;            /* [n_local_layers+1] (N,C): residual stream entering each layer; last = output */
+    void **h1, **q, **k, **v, **ao, **mid, **h2, **g, **u, **s;
+    void **att;            /* what attention keeps for its backward (kernels.h) */
+    float **rstd1, **rstd2; /* (N) */
+    void *hf;              /* final norm (N,C) */
+    float *rstdf;          /* (N) */
+    void *logits;          /* (N,V); overwritten by dlogits when training */
     float *losses;         /* (N) */
     void *block;           /* the single allocation behind all of the above */
 } mal_acts;
@@ -157,7 +217,8 @@ typedef struct mal_acts {
 int mal_acts_create(mal_acts **out, const mal_model *m, int B);
 void mal_acts_destroy(const mal_model *m, mal_acts *a);
 
-/* Local.  Copy a batch's tokens and targets (host, B*T int32 each) in. */
+/* Local.  Copy a batch's tokens and targets (host, B*T int32 each) in; the
+ * host arrays may be reused when it returns. */
 void mal_acts_set_batch(const mal_model *m, mal_acts *a, const int *inputs, const int *targets);
 
 /* Local (collective over the TP group when tp_size > 1).  Forward pass of
@@ -168,14 +229,14 @@ void mal_acts_set_batch(const mal_model *m, mal_acts *a, const int *inputs, cons
  * a->logits is overwritten by dL/dlogits for L = dloss_scale * sum(losses)
  * (fused, so that backward can follow).  The output activation of a part
  * without head is a->res[n_local_layers]. */
-int mal_model_forward(mal_model *m, mal_acts *a, const float *inp, float dloss_scale);
+int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_scale);
 
 /* Local (collective over the TP group when tp_size > 1).  Backward pass;
  * accumulates parameter gradients into m->grads.  For a part without head,
  * `dout` (N,C) is the gradient of its output.  For a part without
  * embedding, *dinp receives a model-owned (N,C) buffer holding the gradient
  * of its input, valid until the next backward. */
-int mal_model_backward(mal_model *m, mal_acts *a, const float *dout, float **dinp);
+int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp);
 
 /* Local.  Sum of a->losses (double, synchronises). */
 double mal_acts_loss_sum(const mal_model *m, const mal_acts *a);
@@ -183,7 +244,8 @@ double mal_acts_loss_sum(const mal_model *m, const mal_acts *a);
 /* Local.  Zero all gradients. */
 void mal_model_zero_grad(mal_model *m);
 
-/* Bytes of activations one micro-batch of B sequences needs on this part. */
+/* Bytes of activations one micro-batch of B sequences needs on this part
+ * (compute dtype, fp32 statistics, int32 tokens). */
 size_t mal_acts_bytes(const mal_model *m, int B);
 
 #endif /* MAL_MODEL_H */

@@ -3,7 +3,7 @@
  * Every step, right after the step-wide all-reduce (so all ranks start it at
  * the same moment and share the cores alike), every rank - suspended ones
  * too, so that their recovery is noticed - times a fixed probe workload (one
- * matrix product of the kernel table).  Only kernels are timed, never a wait
+ * matrix product on the trainer's kernel instance) with device events.  Only kernels are timed, never a wait
  * on a peer: a synchronous all-reduce makes every rank's step equally long
  * and hides the slow one.  A rank's straggling rate is its probe time over
  * the median probe time of all ranks: the majority sets the healthy
@@ -51,21 +51,32 @@ double mal_inject_stretch(struct mal_trainer *tr, double dt)
 
 int mal_monitor_setup(struct mal_trainer *tr)
 {
-    const mal_kernels_ops *k = &mal_kernels_cpu;
+    mal_kern k = tr->k;
     int n = tr->o.probe_n > 0 ? tr->o.probe_n : 192, rc;
     tr->probe_n = n;
-    size_t bytes = (size_t)n * n * sizeof(float);
+    /* fp32 host values, held in the compute dtype on the device: the
+     * working-copy cast converts them where the two differ */
+    size_t count = (size_t)n * n, bytes = count * mal_dtype_bytes(k->compute);
     tr->probe_a = mal_kern_alloc(k, bytes);
     tr->probe_w = mal_kern_alloc(k, bytes);
     tr->probe_out = mal_kern_alloc(k, bytes);
-    if (!tr->probe_a || !tr->probe_w || !tr->probe_out)
+    tr->probe_ev[0] = mal_kern_event_create(k);
+    tr->probe_ev[1] = mal_kern_event_create(k);
+    float *h = malloc(count * sizeof(float)), *hd = mal_kern_alloc(k, count * sizeof(float));
+    if (!tr->probe_a || !tr->probe_w || !tr->probe_out || !tr->probe_ev[0] || !tr->probe_ev[1] ||
+        !h || !hd) {
+        free(h);
+        if (hd) mal_kern_free(k, hd);
         return MAL_ERR(MAL_ENOMEM, "monitor: out of memory for the probe");
-    float *h = malloc(bytes);
-    if (!h) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
-    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)((i * 7919u) % 1000) * 1e-3f;
-    k->from_host(tr->probe_a, h, bytes);
-    k->from_host(tr->probe_w, h, bytes);
+    }
+    for (size_t i = 0; i < count; i++) h[i] = (float)((i * 7919u) % 1000) * 1e-3f;
+    mal_kern_from_host(k, hd, h, count * sizeof(float));
+    mal_kern_cast_working(k, tr->probe_a, hd, count);
+    mal_kern_cast_working(k, tr->probe_w, hd, count);
+    rc = mal_kern_sync(k);
+    mal_kern_free(k, hd);
     free(h);
+    if (rc) return rc;
 
     /* Node names, for the metrics file (and the planner's node map). */
     char name[MAL_HOSTNAME_LEN];
@@ -115,11 +126,15 @@ int mal_monitor_set_plan(struct mal_trainer *tr, const double *rates)
 
 void mal_monitor_teardown(struct mal_trainer *tr)
 {
-    const mal_kernels_ops *k = &mal_kernels_cpu;
+    mal_kern k = tr->k;
     if (tr->probe_a) mal_kern_free(k, tr->probe_a);
     if (tr->probe_w) mal_kern_free(k, tr->probe_w);
     if (tr->probe_out) mal_kern_free(k, tr->probe_out);
     tr->probe_a = tr->probe_w = tr->probe_out = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (k) mal_kern_event_destroy(k, tr->probe_ev[i]);
+        tr->probe_ev[i] = NULL;
+    }
     mal_policy_destroy(tr->policy);
     tr->policy = NULL;
     free(tr->hostnames);
@@ -128,30 +143,24 @@ void mal_monitor_teardown(struct mal_trainer *tr)
     tr->rates = NULL;
 }
 
-/* Time of the probe on the device.  For the CPU backend that is the
- * process's CPU time, not wall time: with more ranks than cores (tests,
- * workstations) a rank descheduled by the OS for a few milliseconds is not a
- * slow device, and wall time would say it is.  (A GPU backend times its
- * kernels with device events, which the same argument favours.) */
-static double device_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
+/* Time of the probe on the device, by the instance's events: device time,
+ * never wall time around the calls.  For the CPU backends an event reads
+ * the process's CPU time: with more ranks than cores (tests, workstations)
+ * a rank descheduled by the OS for a few milliseconds is not a slow device,
+ * and wall time would say it is.  A GPU backend's events time its kernels,
+ * which the same argument favours. */
 double mal_monitor_probe(struct mal_trainer *tr)
 {
-    const mal_kernels_ops *k = &mal_kernels_cpu;
+    mal_kern k = tr->k;
     int n = tr->probe_n;
     /* The fastest of five runs: a context switch or a cold cache only ever
      * makes a run slower, a slow device makes all five slower. */
     double best = 1e30;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = device_seconds();
+        mal_kern_event_record(k, tr->probe_ev[0]);
         mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
-        mal_kern_sync(k);
-        double dt = device_seconds() - t0;
+        mal_kern_event_record(k, tr->probe_ev[1]);
+        double dt = mal_kern_event_elapsed(k, tr->probe_ev[0], tr->probe_ev[1]);
         if (dt < best) best = dt;
     }
     return mal_inject_stretch(tr, best);

@@ -31,8 +31,11 @@ void mal_optim_update(mal_model *m, const mal_optim_config *oc, int64_t step, fl
 {
     for (int i = 0; i < m->n_tensors; i++) {
         const mal_tensor_info *t = &m->tensors[i];
-        mal_kern_adamw(m->k, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
-                       m->adam_v + t->offset, t->n, lr, oc->beta1, oc->beta2, oc->eps,
-                       t->decay ? oc->weight_decay : 0.0f, grad_scale, (int)(step + 1));
+        /* the working copy is refreshed in the same pass (nothing to do
+         * when it is the master itself) */
+        mal_kern_adamw(m->k, m->params + t->offset, (char *)m->work + t->offset * m->esz,
+                       m->grads + t->offset, m->adam_m + t->offset, m->adam_v + t->offset, t->n,
+                       lr, oc->beta1, oc->beta2, oc->eps, t->decay ? oc->weight_decay : 0.0f,
+                       grad_scale, (int)(step + 1));
     }
 }

@@ -30,7 +30,8 @@ float mal_optim_clip_scale(const mal_optim_config *oc, double grad_norm);
 
 /* Local.  One AdamW update of every tensor of the part at step `step`
  * (0-based; bias correction uses step+1), gradients multiplied by
- * grad_scale first. */
+ * grad_scale first; the fp32 master parameters and moments are updated and
+ * the working weights refreshed (queued on the model's kernel instance). */
 void mal_optim_update(mal_model *m, const mal_optim_config *oc, int64_t step, float lr,
                       float grad_scale);
 

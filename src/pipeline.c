@@ -41,7 +41,7 @@ int mal_pipeline_setup(struct mal_trainer *tr)
     /* Micro-batches in flight on stage j: the warm-up forwards plus one. */
     tr->n_slots = MAL_MIN(tr->n_micro, tr->n_stages - j);
     const int B = tr->plan.micro_batch_size;
-    const size_t NC = (size_t)B * tr->o.model.seq_len * tr->o.model.d_model;
+    const size_t NC = (size_t)B * tr->o.model.seq_len * tr->o.model.d_model * tr->model->esz;
     /* Fan-out: how many ranks of a neighbouring stage one rank feeds. */
     int tp = tr->loc.tp_size;
     tr->max_fanout = 1 + MAL_MAX(tr->n_next, tr->n_prev) / (tp ? tp : 1);
@@ -58,10 +58,10 @@ int mal_pipeline_setup(struct mal_trainer *tr)
         tr->gsend_reqs[s] = calloc((size_t)tr->max_fanout, sizeof(mal_comm_req *));
         if (!tr->send_reqs[s] || !tr->gsend_reqs[s])
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
-        if (j > 0 && !(tr->grad_send[s] = mal_kern_alloc(tr->model->k, NC * sizeof(float))))
+        if (j > 0 && !(tr->grad_send[s] = mal_kern_alloc(tr->model->k, NC)))
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     }
-    if (j + 1 < tr->n_stages && !(tr->grad_recv = mal_kern_alloc(tr->model->k, NC * sizeof(float))))
+    if (j + 1 < tr->n_stages && !(tr->grad_recv = mal_kern_alloc(tr->model->k, NC)))
         return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     return 0;
 }
@@ -100,11 +100,12 @@ static int drain(struct mal_trainer *tr, mal_comm_req **reqs)
     return 0;
 }
 
-static int recv_from(struct mal_trainer *tr, float *buf, size_t n, int peer, int tag)
+/* Receive `bytes` of activations (or their gradient) into device buffer buf. */
+static int recv_from(struct mal_trainer *tr, void *buf, size_t bytes, int peer, int tag)
 {
     double t0 = mal_now();
     mal_comm_req *req;
-    int rc = mal_comm_irecv(tr->world, buf, n * sizeof(float), peer, tag, &req);
+    int rc = mal_comm_irecv(tr->world, buf, bytes, peer, tag, &req);
     if (!rc) rc = mal_comm_wait(tr->world, req);
     tr->times.pp += mal_now() - t0;
     return rc;
@@ -112,12 +113,12 @@ static int recv_from(struct mal_trainer *tr, float *buf, size_t n, int peer, int
 
 /* Post sends of `buf` to every rank r of `peers` (size n_peers) with
  * r mod my_tp == my tp rank. */
-static int send_to(struct mal_trainer *tr, const float *buf, size_t n, const int *peers,
+static int send_to(struct mal_trainer *tr, const void *buf, size_t bytes, const int *peers,
                    int n_peers, int tag, mal_comm_req **reqs)
 {
     int k = 0;
     for (int r = tr->loc.tp_rank; r < n_peers; r += tr->loc.tp_size) {
-        int rc = mal_comm_isend(tr->world, buf, n * sizeof(float), peers[r], tag, &reqs[k++]);
+        int rc = mal_comm_isend(tr->world, buf, bytes, peers[r], tag, &reqs[k++]);
         if (rc) return rc;
     }
     return 0;
@@ -141,7 +142,7 @@ static int forward(struct mal_trainer *tr, int64_t step, int mb, float dscale)
     mal_model *m = tr->model;
     int slot = mb % tr->n_slots, rc;
     mal_acts *a = tr->acts[slot];
-    const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model;
+    const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model * m->esz; /* bytes */
     /* The slot's previous activation send must be done before res[] is
      * overwritten. */
     if ((rc = drain(tr, tr->send_reqs[slot]))) return rc;
@@ -167,15 +168,15 @@ static int backward(struct mal_trainer *tr, int mb)
     mal_model *m = tr->model;
     int slot = mb % tr->n_slots, rc;
     mal_acts *a = tr->acts[slot];
-    const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model;
-    const float *dout = NULL;
+    const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model * m->esz; /* bytes */
+    const void *dout = NULL;
     if (!m->part.has_head) {
         int peer = tr->next_ranks[tr->loc.tp_rank % tr->n_next];
         if ((rc = recv_from(tr, tr->grad_recv, NC, peer, tag_of(mb, TAG_GRAD)))) return rc;
         dout = tr->grad_recv;
     }
     double t0 = mal_now(), tp0 = tr->times.tp;
-    float *dinp = NULL;
+    void *dinp = NULL;
     if ((rc = mal_model_backward(m, a, dout, &dinp))) return rc;
     if (!m->part.has_embed) {
         if ((rc = drain(tr, tr->gsend_reqs[slot]))) return rc;

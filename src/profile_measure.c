@@ -36,21 +36,22 @@ static double rss_mb(void)
 }
 
 /* Seconds of one layer fwd+bwd on TP size t (rank 0 of the group). */
-static int time_layer(const mal_model_config *cfg, int B, int t, int reps, double *out)
+static int time_layer(mal_kern k, const mal_model_config *cfg, int B, int t, int reps,
+                      double *out)
 {
     mal_model_part part = {0, 1, 0, 0, t, 0};
     mal_model *m = NULL;
     mal_acts *a = NULL;
-    float *dout = NULL;
+    void *dout = NULL;
     double *ts = malloc(sizeof *ts * (size_t)reps);
     int rc;
     if (!ts) return MAL_ERR(MAL_ENOMEM, "profile: out of memory");
-    if ((rc = mal_model_create(&m, cfg, &part, B, &mal_kernels_cpu, 1))) goto out;
+    if ((rc = mal_model_create(&m, cfg, &part, B, k, 1))) goto out;
     /* No all-reduce: the part computes its own shard only. */
     m->part.tp_size = 1;
     if ((rc = mal_acts_create(&a, m, B))) goto out;
     size_t NC = (size_t)B * cfg->seq_len * cfg->d_model;
-    dout = mal_kern_alloc(m->k, NC * sizeof(float));
+    dout = mal_kern_alloc(m->k, NC * m->esz);
     if (!dout) {
         rc = MAL_ERR(MAL_ENOMEM, "profile: out of memory");
         goto out;
@@ -58,7 +59,7 @@ static int time_layer(const mal_model_config *cfg, int B, int t, int reps, doubl
     for (int r = 0; r < reps + 1; r++) {
         double t0 = mal_now();
         if ((rc = mal_model_forward(m, a, a->res[0], 0.0f))) goto out;
-        float *dinp;
+        void *dinp;
         if ((rc = mal_model_backward(m, a, dout, &dinp))) goto out;
         if ((rc = mal_kern_sync(m->k))) goto out;
         if (r > 0) ts[r - 1] = mal_now() - t0; /* first run warms caches */
@@ -73,7 +74,7 @@ out:
     return rc;
 }
 
-int mal_profile_measure(const mal_model_config *cfg, int B, int nominal_tp, FILE *f)
+int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nominal_tp, FILE *f)
 {
     const double MB = 1048576.0;
     double overhead = rss_mb();
@@ -87,7 +88,7 @@ int mal_profile_measure(const mal_model_config *cfg, int B, int nominal_tp, FILE
                        nominal_tp, cfg->n_heads, cfg->ffn_hidden);
     for (int l = 0; (1 << l) <= nominal_tp; l++) {
         int t = 1 << l;
-        if ((rc = time_layer(cfg, B, t, 7, &times[l]))) return rc;
+        if ((rc = time_layer(k, cfg, B, t, 7, &times[l]))) return rc;
         n_sizes++;
     }
     int ln = n_sizes - 1;
@@ -108,11 +109,15 @@ int mal_profile_measure(const mal_model_config *cfg, int B, int nominal_tp, FILE
     if ((rc = mal_model_layout(cfg, &hpart, &tens, &n_t, &n_embed))) return rc;
     free(tens);
     mal_model *m;
-    if ((rc = mal_model_create(&m, cfg, &lpart, B, &mal_kernels_cpu, 1))) return rc;
+    if ((rc = mal_model_create(&m, cfg, &lpart, B, k, 1))) return rc;
     double acts = (double)mal_acts_bytes(m, B);
+    /* fp32 master parameters, gradients, Adam m and v, plus a working copy
+     * where the instance computes in another dtype */
+    double per_param = 16.0 + (m->work != m->params ? (double)m->esz : 0.0);
+    double esz = (double)m->esz;
     mal_model_destroy(m);
-    double layer_state = 16.0 * (double)n_layer;
-    double logits = 2.0 * 4.0 * (double)B * cfg->seq_len * cfg->vocab;
+    double layer_state = per_param * (double)n_layer;
+    double logits = 2.0 * esz * (double)B * cfg->seq_len * cfg->vocab;
 
     fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n",
             cfg->name, cfg->n_layers, nominal_tp);
@@ -123,10 +128,11 @@ int mal_profile_measure(const mal_model_config *cfg, int B, int nominal_tp, FILE
     fprintf(f, "},\n  \"layer_memory_mb\": [");
     for (int d = 0; d < 16; d++)
         fprintf(f, "%s%.4f", d ? ", " : "", (layer_state + acts * (d + 1)) / MB);
-    fprintf(f, "],\n  \"embedding_memory_mb\": %.4f,\n", (16.0 * (double)n_embed + logits) / MB);
+    fprintf(f, "],\n  \"embedding_memory_mb\": %.4f,\n",
+            (per_param * (double)n_embed + logits) / MB);
     fprintf(f, "  \"overhead_mb\": %.1f,\n  \"layer_time\": %.6g,\n", overhead, times[ln]);
     fprintf(f, "  \"layer_state_mb\": %.4f,\n  \"embedding_state_mb\": %.4f,\n",
-            16.0 * (double)n_layer_full / MB, 16.0 * (double)n_embed / MB);
+            per_param * (double)n_layer_full / MB, per_param * (double)n_embed / MB);
     fprintf(f, "  \"sync_time\": 0.0\n}\n");
     return ferror(f) ? MAL_ERR(MAL_EIO, "profile: write failed") : 0;
 }

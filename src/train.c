@@ -60,7 +60,7 @@ static int make_plan(mal_trainer *tr)
     return 0;
 }
 
-static int tp_allreduce(void *ctx, float *x, size_t n)
+static int tp_allreduce(void *ctx, void *x, size_t n)
 {
     mal_trainer *tr = ctx;
     double t0 = mal_now();
@@ -80,8 +80,8 @@ int mal_trainer_build_part(mal_trainer *tr)
     if ((rc = mal_layout_part(&tr->plan, &tr->o.model, tr->world_rank, &part, &active)) || !active)
         return rc;
     /* A resumed run or an online plan change overwrites every parameter. */
-    return mal_model_create_ex(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size,
-                               &mal_kernels_cpu, tr->o.seed, !tr->no_init);
+    return mal_model_create_ex(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
+                               tr->o.seed, !tr->no_init);
 }
 
 /* Everything around the part: TP group, pipeline buffers, gradient-sync
@@ -108,6 +108,8 @@ int mal_trainer_wire_part(mal_trainer *tr)
         if (!tr->inputs || !tr->targets) return MAL_ERR(MAL_ENOMEM, "out of memory");
     }
     if (!tr->model) return 0; /* suspended: no state to sync */
+    if (!(tr->norm_acc = mal_kern_alloc(tr->k, sizeof(double))))
+        return MAL_ERR(MAL_ENOMEM, "out of memory");
     if (tr->world) return mal_gradsync_setup(tr);
     /* one rank: it counts every gradient in the norm */
     tr->norm = calloc((size_t)tr->model->n_tensors, sizeof *tr->norm);
@@ -126,6 +128,8 @@ void mal_trainer_unwire_part(mal_trainer *tr)
     if (tr->model) mal_pipeline_teardown(tr);
     mal_gradsync_teardown(tr);
     tr->tp = NULL; /* the pool keeps it */
+    if (tr->norm_acc) mal_kern_free(tr->k, tr->norm_acc);
+    tr->norm_acc = NULL;
     free(tr->inputs);
     free(tr->targets);
     tr->inputs = tr->targets = NULL;
@@ -179,7 +183,12 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
     if (tr->o.optim.total_steps <= 0) tr->o.optim.total_steps = (int)o->steps;
 
-    if (o->threads > 0) mal_kernels_cpu_set_threads(o->threads);
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = o->threads;
+    if ((rc = mal_kern_create(o->device, &kc, &tr->k))) goto fail;
+    tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
+    const mal_comm_backend *cb;
+    if ((rc = mal_comm_lookup(tr->comm_name, &cb))) goto fail;
     if ((rc = make_plan(tr))) goto fail;
     rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
                       : mal_data_open_default(&tr->data);
@@ -219,11 +228,14 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_data_destroy(tr->data);
     mal_plan_fini(&tr->plan);
     free(tr->rank_times);
+    /* last: every device buffer above was the instance's */
+    mal_kern_destroy(tr->k);
     free(tr);
 }
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
 mal_model *mal_trainer_model(mal_trainer *tr) { return tr->model; }
+mal_kern mal_trainer_kernels(const mal_trainer *tr) { return tr->k; }
 const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
 
 int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept)
@@ -399,8 +411,8 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
             (unsigned long long)tr->o.seed);
     fprintf(f, "| lr / warmup / wd     | %-10g / %5d / %-19g |\n", (double)tr->o.optim.lr,
             tr->o.optim.warmup_steps, (double)tr->o.optim.weight_decay);
-    fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", mal_kernels_cpu.name,
-            tr->world ? tr->world->ops->name : "none");
+    fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", tr->k->name,
+            tr->world ? tr->comm_name : "none");
     fprintf(f, "| build: CUDA / NCCL   | %-18s / %-19s |\n",
 #ifdef HAVE_CUDA
             "compiled in",

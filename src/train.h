@@ -14,6 +14,7 @@
 
 #include "comm.h"
 #include "config.h"
+#include "kernels.h"
 #include "optim.h"
 #include "plan.h"
 
@@ -53,6 +54,10 @@ typedef struct {
     int resume;             /* continue from the latest snapshot in snapshot_dir */
     const char *metrics_path;  /* JSON lines, one per step; NULL: none */
     int threads;            /* BLAS threads (0: leave the default) */
+    const char *device;     /* kernel backend by name (kernels.h registry; NULL: the
+                             * default for this build and machine) */
+    const char *comm;       /* communication backend by name, the data plane (comm.h
+                             * registry; NULL: the default for the device) */
     int log_every;          /* print a step line every N steps (0: never) */
 
     /* straggler monitor and adaptation */
@@ -167,9 +172,13 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
  * anything (evaluation; one-rank runs only). */
 int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss);
 
-/* Local.  Measure a planner profile of `cfg` on this machine (one layer's
- * forward + backward per TP size up to nominal_tp, memory from the runtime's
- * own layout) and write it as JSON to f (replan/README.md). */
-int mal_profile_measure(const mal_model_config *cfg, int micro_batch, int nominal_tp, FILE *f);
+/* Local.  Measure a planner profile of `cfg` on kernel instance k (one
+ * layer's forward + backward per TP size up to nominal_tp, memory from the
+ * runtime's own layout) and write it as JSON to f (replan/README.md). */
+int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int micro_batch, int nominal_tp,
+                        FILE *f);
+
+/* Local.  The kernel instance the trainer computes on (owned by it). */
+mal_kern mal_trainer_kernels(const mal_trainer *tr);
 
 #endif /* MAL_TRAIN_H */

@@ -61,15 +61,23 @@ static int measure(mal_train_cli *cli)
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
-    if (o->threads > 0) mal_kernels_cpu_set_threads(o->threads);
+    mal_kern k = NULL;
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = o->threads;
+    if ((rc = mal_kern_create(o->device, &kc, &k))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) {
         fprintf(stderr, "malleus-train: cannot write %s: %s\n", path, strerror(errno));
+        mal_kern_destroy(k);
         return 1;
     }
-    rc = mal_profile_measure(&o->model, o->micro_batch, o->tp ? o->tp : 1, f);
+    rc = mal_profile_measure(k, &o->model, o->micro_batch, o->tp ? o->tp : 1, f);
+    mal_kern_destroy(k);
     if (fclose(f) != 0 && !rc) rc = MAL_ERR(MAL_EIO, "writing %s failed", path);
     if (!rc && rename(tmp, path) != 0)
         rc = MAL_ERR(MAL_EIO, "cannot write %s: %s", path, strerror(errno));
@@ -90,6 +98,15 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     const int lead = world->rank == 0;
     int rc;
     if ((rc = mal_config_load(&o->model, cli->model))) {
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    /* Backends by name: one this build lacks, or that has no device here,
+     * is a usage error like any other. */
+    const mal_kern_backend *kb;
+    const mal_comm_backend *cb;
+    if ((rc = mal_kern_lookup(o->device ? o->device : mal_kern_default_name(), &kb)) ||
+        (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->name), &cb))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -142,6 +159,23 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
         o->plan_rates = base;
     }
     return 0;
+}
+
+void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t comm_len)
+{
+    char names[256];
+    mal_kern_names(names, sizeof names, ", ");
+    snprintf(dev, dev_len,
+             "kernel backend: %s in this build (default: a GPU\n"
+             "backend where a GPU is present, else cpu; cpu-opaque\n"
+             "is the test backend whose buffers the host cannot read)",
+             names);
+    mal_comm_names(names, sizeof names, ", ");
+    snprintf(comm, comm_len,
+             "communication backend of the data plane: %s in this\n"
+             "build (default: nccl with a GPU backend where built,\n"
+             "else mpi; the control plane is always MPI)",
+             names);
 }
 
 int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, char ***argv)

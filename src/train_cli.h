@@ -34,6 +34,10 @@ void mal_train_cli_init(mal_train_cli *cli);
  * printed. */
 int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg);
 
+/* Local.  --help texts for --device and --comm, listing the backends of
+ * this build (kernels.h and comm.h registries). */
+void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t comm_len);
+
 /* Collective over all processes of the job (it initialises and finalises
  * the communication layer; argc/argv go to it).  Run what cli describes and
  * return the exit status; messages go to stdout/stderr (rank 0 speaks for

@@ -48,6 +48,8 @@ typedef struct {
 struct mal_trainer {
     mal_train_options o;
     mal_data *data;
+    mal_kern k;                /* the kernel instance (owned): every device buffer's */
+    const char *comm_name;     /* the data plane's backend */
 
     /* layout */
     mal_plan plan;
@@ -65,9 +67,8 @@ struct mal_trainer {
     mal_model *model;
     int n_slots;               /* micro-batches in flight on this stage */
     mal_acts **acts;           /* [n_slots] */
-    float **act_send;          /* [n_slots] NULL: activations are sent from acts->res[L] */
-    float *grad_recv;          /* (N,C) gradient from the next stage */
-    float **grad_send;         /* [n_slots] (N,C) copies of input gradients in flight */
+    void *grad_recv;           /* (N,C) gradient from the next stage (compute dtype) */
+    void **grad_send;          /* [n_slots] (N,C) copies of input gradients in flight */
     mal_comm_req ***send_reqs; /* [n_slots][max fan-out] pending activation sends */
     mal_comm_req ***gsend_reqs;/* [n_slots][max fan-out] pending gradient sends */
     int max_fanout;
@@ -82,6 +83,7 @@ struct mal_trainer {
     mal_comm *sync_world;     /* all ranks: the sync groups' messages (own) */
     int n_norm;
     mal_norm_range *norm;
+    double *norm_acc;         /* device: the step's sum of squares (one double) */
 
     /* progress and output */
     int64_t step;
@@ -93,7 +95,8 @@ struct mal_trainer {
 
     /* straggler monitor (monitor.c) */
     int probe_n;
-    float *probe_a, *probe_w, *probe_out;
+    void *probe_a, *probe_w, *probe_out;
+    mal_kern_event *probe_ev[2];
     double inject_now;         /* injection factor of the current step (1: none) */
     int check_every_all;       /* the policy's cadence, known on every rank */
     char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */

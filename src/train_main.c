@@ -19,6 +19,8 @@ int main(int argc, char **argv)
     mal_train_cli_init(&cli);
     mal_train_options *o = &cli.o;
     mal_optim_config *op = &o->optim;
+    char device_help[512], comm_help[512];
+    mal_train_cli_backends_help(device_help, sizeof device_help, comm_help, sizeof comm_help);
     const mal_opt opts[] = {
         {MAL_OPT_SECTION, .help = "Model and data:"},
         {MAL_OPT_STRING, "model", .metavar = "PRESET|FILE", .target = &cli.model,
@@ -74,6 +76,10 @@ int main(int argc, char **argv)
          .help = "global gradient-norm clip, 0 = off (default: 1.0)"},
         {MAL_OPT_INT, "threads", .metavar = "N", .target = &o->threads, .lo = 1, .hi = 1024,
          .help = "BLAS threads (default: OpenBLAS's choice)"},
+
+        {MAL_OPT_SECTION, .help = "Backends:"},
+        {MAL_OPT_STRING, "device", .metavar = "NAME", .target = &o->device, .help = device_help},
+        {MAL_OPT_STRING, "comm", .metavar = "NAME", .target = &o->comm, .help = comm_help},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

@@ -26,7 +26,12 @@ int main(void)
     mal_model_part part = mal_model_part_full(&cfg);
     mal_model *m;
     mal_acts *a;
-    CHECK_OK(mal_model_create(&m, &cfg, &part, B, &mal_kernels_cpu, 7));
+    /* the cpu backend: its buffers are host memory, which this test sets and
+     * reads directly */
+    mal_kern k;
+    CHECK_OK(mal_kern_create("cpu", NULL, &k));
+    CHECK(k->host_addressable);
+    CHECK_OK(mal_model_create(&m, &cfg, &part, B, k, 7));
     CHECK_OK(mal_acts_create(&a, m, B));
 
     /* Larger initial weights than training uses, so every path through the
@@ -107,5 +112,6 @@ int main(void)
     free(tg);
     mal_acts_destroy(m, a);
     mal_model_destroy(m);
+    mal_kern_destroy(k);
     return 0;
 }

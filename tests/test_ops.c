@@ -1,4 +1,5 @@
-/* Tests every operation of the CPU kernel table (kernels/cpu.c):
+/* Tests every operation of the CPU kernel table (kernels/cpu.c), the
+ * registry (kernels/registry.c) and the cpu-opaque backend:
  *   forward results against naive double-precision references written out
  *   here (triple-loop matmul, explicit attention loops, formulas);
  *   backward results against central finite differences of
@@ -7,7 +8,15 @@
  *   the accumulate (+=) convention of every backward, NULL gradients of
  *   matmul_bwd, attention causality and its probability rows, in-place
  *   cross-entropy, the RoPE table cache under changing shapes, and errors
- *   reported through sync().
+ *   reported through sync();
+ *   strided 2-D copies in every direction, the strided sum of squares into
+ *   a device accumulator, events, pinned host buffers, the working-copy
+ *   cast and the optimizer's refresh of a separate working copy;
+ *   backends by name: unknown, not built, the default, bf16 refused by
+ *   the CPU backends;
+ *   cpu-opaque: bit-identical results to cpu through staged copies, not
+ *   host-addressable, and a host dereference of its buffer kills a child
+ *   process with SIGSEGV.
  * Shapes are small and odd so that the vectorised blocks and the scalar
  * tails of every loop both run.  One line per check; exit 1 on any failure. */
 #include "kernels.h"
@@ -16,12 +25,15 @@
 #include "rng.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-static mal_kern K = &mal_kernels_cpu;
+static mal_kern K;
 static int n_failed;
 
 /* Finite-difference step (absolute; inputs are O(1)). */
@@ -139,10 +151,10 @@ static void test_memory(void)
     fill(host, n, 1, 1.0);
     mal_kern_from_host(K, a, host, n * sizeof(float));
     float *b = fbuf(n);
-    mal_kern_copy(K, b, a, n);
+    mal_kern_copy(K, b, a, n * sizeof(float));
     mal_kern_to_host(K, back, b, n * sizeof(float));
     CHECK(memcmp(host, back, sizeof host) == 0);
-    mal_kern_zero(K, b, n - 1);
+    mal_kern_zero(K, b, (n - 1) * sizeof(float));
     CHECK(b[0] == 0.0f && b[n - 2] == 0.0f && b[n - 1] == host[n - 1]);
     CHECK_EQ_INT(mal_kern_sync(K), 0);
     mal_kern_free(K, a);
@@ -625,11 +637,27 @@ static void test_elementwise(size_t n)
     mal_kern_scale(K, a, n, -0.37f);
     report("scale", "x *= s", max_rel(a, ref, n), 1e-7);
 
+    /* into a device-side accumulator: one contiguous run, then the odd
+     * columns [2, 2+w) of a (rows x cols) matrix as strided runs, added on */
     double s = 0.0;
     for (size_t i = 0; i < n; i++)
         s += (double)a0[i] * a0[i];
-    double got = mal_kern_sumsq(K, a0, n);
+    double *acc = mal_kern_alloc(K, sizeof(double)), got;
+    mal_kern_zero(K, acc, sizeof(double));
+    mal_kern_sumsq(K, acc, a0, 1, n, n);
+    mal_kern_to_host(K, &got, acc, sizeof got);
+    CHECK_OK(mal_kern_sync(K));
     report("sumsq", "sum x^2 (double)", fabs(got - s) / s, 1e-12);
+    const size_t rows = 5, cols = 10, w = 3;
+    CHECK(rows * cols <= n);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 2; c < 2 + w; c++)
+            s += (double)a0[r * cols + c] * a0[r * cols + c];
+    mal_kern_sumsq(K, acc, a0 + 2, rows, w, cols);
+    mal_kern_to_host(K, &got, acc, sizeof got);
+    CHECK_OK(mal_kern_sync(K));
+    report("sumsq", "+ strided runs, one read", fabs(got - s) / s, 1e-12);
+    mal_kern_free(K, acc);
 
     free(ref);
     float *bufs[] = {a, b, o, a0};
@@ -763,7 +791,7 @@ static void test_xent(int N, int V, float offset)
     report("xent", "in place == out of place (dlogits)", max_rel_f(inpl, d, nl), 0.0);
     report("xent", "in place == out of place (losses)", max_rel_f(l2, xe.losses, N), 0.0);
     /* no dlogits: losses only */
-    mal_kern_zero(K, l2, N);
+    mal_kern_zero(K, l2, N * sizeof(float));
     mal_kern_xent_fwd_bwd(K, l2, NULL, xe.logits, xe.tgt, N, V, xe.dscale);
     report("xent", "dlogits=NULL losses", max_rel_f(l2, xe.losses, N), 0.0);
 
@@ -804,7 +832,7 @@ static void test_adamw(size_t n)
             double mh = rm[i] / (1.0 - pow(b1, t)), vh = rv[i] / (1.0 - pow(b2, t));
             rp_[i] -= lr * (mh / (sqrt(vh) + eps) + wd * rp_[i]);
         }
-        mal_kern_adamw(K, p, g, m, v, n, lr, b1, b2, eps, wd, gs, t);
+        mal_kern_adamw(K, p, p, g, m, v, n, lr, b1, b2, eps, wd, gs, t);
         ep = fmax(ep, max_rel(p, rp_, n));
         em_ = fmax(em_, max_rel(m, rm, n));
         ev = fmax(ev, max_rel(v, rv, n));
@@ -812,6 +840,14 @@ static void test_adamw(size_t n)
     report("adamw", "3 steps: param", ep, 1e-6);
     report("adamw", "3 steps: m", em_, 1e-6);
     report("adamw", "3 steps: v", ev, 1e-6);
+    /* a separate working copy is refreshed in the same pass */
+    float *work = fbuf(n);
+    mal_kern_adamw(K, p, work, g, m, v, n, lr, b1, b2, eps, wd, gs, 4);
+    report("adamw", "refreshes a separate working copy", max_rel_f(work, p, n), 0.0);
+    mal_kern_zero(K, work, n * sizeof(float));
+    mal_kern_cast_working(K, work, p, n);
+    report("cast_working", "fp32 working copy", max_rel_f(work, p, n), 0.0);
+    mal_kern_free(K, work);
     free(rp_);
     free(rm);
     free(rv);
@@ -820,11 +856,211 @@ static void test_adamw(size_t n)
         mal_kern_free(K, bufs[i]);
 }
 
+/* ------------------------------------------------------------------------ */
+/* strided copies, pinned buffers, events */
+
+/* A (rows x cols) block of floats at column c0 of a (rows x pitch) matrix,
+ * moved every way memcpy2d goes: host -> device into a pitched layout,
+ * device -> device between pitches, device -> host back to a dense block. */
+static void test_memcpy2d(void)
+{
+    enum { ROWS = 7, COLS = 5, SP = 13, DP = 9 };
+    float host[ROWS * SP], back[ROWS * COLS];
+    fill(host, ROWS * SP, 120, 1.0);
+    float *a = fbuf(ROWS * SP), *b = fbuf(ROWS * DP);
+    float *pin = mal_kern_host_alloc(K, ROWS * SP * sizeof(float));
+    CHECK(pin != NULL);
+    memcpy(pin, host, sizeof host);
+    /* H2D: the whole pitched matrix from pinned memory */
+    mal_kern_memcpy2d(K, a, SP * sizeof(float), pin, SP * sizeof(float), SP * sizeof(float), ROWS,
+                      MAL_COPY_H2D);
+    /* D2D: columns [3, 3+COLS) of a into columns [2, 2+COLS) of b */
+    mal_kern_memcpy2d(K, b + 2, DP * sizeof(float), a + 3, SP * sizeof(float),
+                      COLS * sizeof(float), ROWS, MAL_COPY_D2D);
+    /* D2H: back to a dense block */
+    mal_kern_memcpy2d(K, back, COLS * sizeof(float), b + 2, DP * sizeof(float),
+                      COLS * sizeof(float), ROWS, MAL_COPY_D2H);
+    CHECK_OK(mal_kern_sync(K));
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++)
+            bad += back[r * COLS + c] != host[r * SP + 3 + c];
+    /* nothing outside the copied columns of b was written */
+    float bh[ROWS * DP];
+    mal_kern_to_host(K, bh, b, sizeof bh);
+    CHECK_OK(mal_kern_sync(K));
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < DP; c++)
+            bad += (c < 2 || c >= 2 + COLS) && bh[r * DP + c] != 0.0f;
+    CHECK_EQ_INT(bad, 0);
+    mal_kern_host_free(K, pin);
+    mal_kern_free(K, a);
+    mal_kern_free(K, b);
+    printf("%-14s %-34s ok\n", "memcpy2d", "H2D, D2D, D2H with pitches");
+}
+
+/* An event pair around a matrix product measures device (CPU) time > 0. */
+static void test_events(void)
+{
+    int n = 96;
+    float *a = fbuf((size_t)n * n), *o = fbuf((size_t)n * n);
+    mal_kern_event *e0 = mal_kern_event_create(K), *e1 = mal_kern_event_create(K);
+    CHECK(e0 && e1);
+    mal_kern_event_record(K, e0);
+    for (int i = 0; i < 20; i++)
+        mal_kern_matmul_fwd(K, o, a, a, n, n, n, 0);
+    mal_kern_event_record(K, e1);
+    double t = mal_kern_event_elapsed(K, e0, e1);
+    mal_kern_queue_wait(K);
+    CHECK(t > 0 && t < 60);
+    CHECK(mal_kern_native_queue(K) == NULL);
+    mal_kern_event_destroy(K, e0);
+    mal_kern_event_destroy(K, e1);
+    mal_kern_free(K, a);
+    mal_kern_free(K, o);
+    printf("%-14s %-34s ok (%.2e s)\n", "events", "record/elapsed around 20 matmuls", t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the registry */
+
+static void test_registry(void)
+{
+    const mal_kern_backend *b;
+    CHECK_OK(mal_kern_lookup("cpu", &b));
+    CHECK(!strcmp(b->name, "cpu"));
+    CHECK_OK(mal_kern_lookup("cpu-opaque", &b));
+    CHECK_EQ_INT(mal_kern_lookup("nosuch", &b), MAL_EINVAL);
+    CHECK(b == NULL && strstr(mal_errmsg(), "cpu, cpu-opaque"));
+    CHECK_EQ_INT(mal_kern_lookup("cuda", &b), MAL_ENOTSUP);
+    CHECK(strstr(mal_errmsg(), "not compiled into this build"));
+    CHECK(!strcmp(mal_kern_default_name(), "cpu"));
+    char names[128];
+    mal_kern_names(names, sizeof names, " ");
+    CHECK(!strcmp(names, "cpu cpu-opaque"));
+    /* the CPU backends compute in fp32 only */
+    mal_kern_config c = mal_kern_config_default();
+    c.compute = MAL_BF16;
+    mal_kern k = NULL;
+    CHECK_EQ_INT(mal_kern_create("cpu", &c, &k), MAL_ENOTSUP);
+    CHECK(k == NULL && strstr(mal_errmsg(), "fp32 only"));
+    CHECK_EQ_INT(mal_kern_create("cpu-opaque", &c, &k), MAL_ENOTSUP);
+    CHECK(K->host_addressable == 1 && K->compute == MAL_F32);
+    printf("%-14s %-34s ok\n", "registry", "names, default, not built, bf16 refused");
+}
+
+/* ------------------------------------------------------------------------ */
+/* cpu-opaque */
+
+/* Copy n host floats into a new device buffer of instance k. */
+static float *upload(mal_kern k, const float *host, size_t n)
+{
+    float *d = mal_kern_alloc(k, n * sizeof(float));
+    CHECK(d != NULL);
+    mal_kern_from_host(k, d, host, n * sizeof(float));
+    return d;
+}
+
+/* n floats of device buffer d of k, into host memory (caller frees). */
+static float *download(mal_kern k, const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof(float));
+    CHECK(h != NULL);
+    mal_kern_to_host(k, h, d, n * sizeof(float));
+    CHECK_OK(mal_kern_sync(k));
+    return h;
+}
+
+/* The same few operations on cpu and cpu-opaque from the same host inputs:
+ * identical bits, with every byte moved by the copy operations. */
+static void opaque_same(mal_kern O)
+{
+    enum { N = 6, C = 37, OC = 11 };
+    float x[N * C], w[OC * C], ln[C];
+    fill(x, N * C, 130, 1.0);
+    fill(w, OC * C, 131, 1.0);
+    fill(ln, C, 132, 1.0);
+    mal_kern ks[2] = {K, O};
+    float *res[2][5];
+    double ss[2];
+    for (int b = 0; b < 2; b++) {
+        mal_kern k = ks[b];
+        float *dx = upload(k, x, N * C), *dw = upload(k, w, OC * C), *dl = upload(k, ln, C);
+        float *out = mal_kern_alloc(k, N * OC * sizeof(float));
+        float *h = mal_kern_alloc(k, N * C * sizeof(float)), *rstd = mal_kern_alloc(k, N * 4);
+        float *g = mal_kern_alloc(k, OC * C * 4), *m = mal_kern_alloc(k, OC * C * 4);
+        float *v = mal_kern_alloc(k, OC * C * 4);
+        double *acc = mal_kern_alloc(k, sizeof(double));
+        mal_kern_matmul_fwd(k, out, dx, dw, N, C, OC, 0);
+        mal_kern_rmsnorm_fwd(k, h, rstd, dx, dl, N, C, 1e-5f);
+        mal_kern_matmul_bwd(k, NULL, g, out, dx, dw, N, C, OC);
+        mal_kern_adamw(k, dw, dw, g, m, v, OC * C, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+        mal_kern_zero(k, acc, sizeof(double));
+        mal_kern_sumsq(k, acc, g + 1, OC, 5, C);
+        mal_kern_to_host(k, &ss[b], acc, sizeof(double));
+        res[b][0] = download(k, out, N * OC);
+        res[b][1] = download(k, h, N * C);
+        res[b][2] = download(k, rstd, N);
+        res[b][3] = download(k, dw, OC * C);
+        res[b][4] = download(k, m, OC * C);
+        void *bufs[] = {dx, dw, dl, out, h, rstd, g, m, v, acc};
+        for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+            mal_kern_free(k, bufs[i]);
+    }
+    const size_t n[5] = {N * OC, N * C, N, OC * C, OC * C};
+    int same = ss[0] == ss[1];
+    for (int i = 0; i < 5; i++) {
+        same &= memcmp(res[0][i], res[1][i], n[i] * sizeof(float)) == 0;
+        free(res[0][i]);
+        free(res[1][i]);
+    }
+    CHECK(same);
+}
+
+/* A host dereference of a cpu-opaque buffer must kill the process at once:
+ * tried in a child, which must die of SIGSEGV (or SIGBUS). */
+static void opaque_faults(mal_kern O)
+{
+    float *d = mal_kern_alloc(O, 64 * sizeof(float));
+    CHECK(d != NULL);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        volatile float *p = d;
+        float x = p[3]; /* must fault */
+        printf("host read a cpu-opaque buffer: %g\n", (double)x);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS));
+    mal_kern_free(O, d);
+}
+
+static void test_opaque(void)
+{
+    mal_kern O = NULL;
+    mal_kern_config c = mal_kern_config_default();
+    c.threads = 1;
+    CHECK_OK(mal_kern_create("cpu-opaque", &c, &O));
+    CHECK(O->host_addressable == 0 && !strcmp(O->name, "cpu-opaque"));
+    opaque_same(O);
+    opaque_faults(O);
+    mal_kern_destroy(O);
+    printf("%-14s %-34s ok\n", "cpu-opaque", "same bits as cpu; host access faults");
+}
+
 int main(void)
 {
-    mal_kernels_cpu_set_threads(1);
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = 1;
+    CHECK_OK(mal_kern_create("cpu", &kc, &K));
     CHECK(strcmp(K->name, "cpu") == 0);
+    test_registry();
     test_memory();
+    test_memcpy2d();
+    test_events();
     test_matmul(10, 6, 7);
     test_matmul(5, 37, 19);
     test_rmsnorm(10, 6);
@@ -840,6 +1076,8 @@ int main(void)
     test_xent(6, 37, 0.0f);
     test_xent(3, 37, 1000.0f); /* stability: large logits */
     test_adamw(53);
+    test_opaque();
+    mal_kern_destroy(K);
     if (n_failed) {
         printf("%d check(s) FAILED\n", n_failed);
         return 1;
