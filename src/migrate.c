@@ -585,7 +585,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     free(mine);
     if (rc) goto out;
     /* the parameters arrived in the master copy (fp32) */
-    if (!handed) mal_model_refresh_working(tr->model);
+    if (!handed && tr->model) mal_model_refresh_working(tr->model);
     t_move = mal_now() - t_move;
     /* Timed separately so the log tells this rank's own copying from waiting
      * for the slowest rank to finish receiving. */

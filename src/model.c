@@ -311,7 +311,7 @@ void mal_model_rebind_views(mal_model *m)
 
 void mal_model_refresh_working(mal_model *m)
 {
-    if (m->work && m->work != m->params)
+    if (m && m->work && m->work != m->params)
         mal_kern_cast_working(m->k, m->work, m->params, m->n_params);
 }
 
