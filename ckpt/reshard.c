@@ -8,7 +8,9 @@
  * and the snapshot writer commits the result collectively. */
 #include "reshard.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -263,19 +265,111 @@ static int rs_check_tensors(const rs_plan *p, mal_snapshot *s, const char *src)
     return 0;
 }
 
-/* The destination must not be the source's own snapshot directory. */
-static int rs_check_dst(const char *step_dir, const char *dst)
+/* `path` as an absolute path without symbolic links, "." or "..", whether
+ * or not it exists yet: the longest prefix that exists, resolved by
+ * realpath, then the rest of the components applied by hand, as mkdir -p
+ * would create them. */
+static int rs_resolve(const char *path, char *out, size_t len)
 {
-    char a[PATH_MAX], b[PATH_MAX], *slash;
-    if (!realpath(step_dir, a) || !realpath(dst, b)) return 0; /* dst not there yet: fine */
+    char pre[PATH_MAX], res[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof pre)
+        return MAL_ERR(MAL_EINVAL, "path '%s' is empty or too long", path);
+    memcpy(pre, path, n + 1);
+    const char *rest = "";
+    /* strip components from the end until what is left exists */
+    for (;;) {
+        if (realpath(pre[0] ? pre : ".", res)) break;
+        char *slash = strrchr(pre, '/');
+        if (!slash) {
+            rest = path;
+            pre[0] = '\0';
+        } else if (slash == pre) {
+            rest = path + 1;
+            pre[1] = '\0';
+        } else {
+            *slash = '\0';
+            rest = path + (slash - pre) + 1;
+            continue;
+        }
+        if (!realpath(pre[0] ? pre : ".", res))
+            return MAL_ERR(MAL_EIO, "cannot resolve %s: %s", pre[0] ? pre : ".", strerror(errno));
+        break;
+    }
+    size_t k = strlen(res);
+    while (*rest) {
+        const char *e = strchr(rest, '/');
+        size_t c = e ? (size_t)(e - rest) : strlen(rest);
+        if (c == 2 && rest[0] == '.' && rest[1] == '.') {
+            while (k > 1 && res[k - 1] != '/')
+                k--;
+            if (k > 1) k--; /* the slash, except the root's */
+            res[k] = '\0';
+        } else if (c > 0 && !(c == 1 && rest[0] == '.')) {
+            if (k + 1 + c >= sizeof res) return MAL_ERR(MAL_EINVAL, "path %s is too long", path);
+            if (k > 1) res[k++] = '/';
+            memcpy(res + k, rest, c);
+            k += c;
+            res[k] = '\0';
+        }
+        rest += c + (e ? 1 : 0);
+    }
+    if (k >= len) return MAL_ERR(MAL_EINVAL, "path %s is too long", path);
+    memcpy(out, res, k + 1);
+    return 0;
+}
+
+/* The `n` bytes at `name` are "step_" and digits: a snapshot's step
+ * directory (snapshot.h). */
+static int rs_is_step_name(const char *name, size_t n)
+{
+    if (n <= 5 || strncmp(name, "step_", 5)) return 0;
+    for (size_t i = 5; i < n; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+
+/* `b` is `a` or lies below it (both resolved). */
+static int rs_inside(const char *a, const char *b)
+{
     size_t la = strlen(a);
-    int inside = !strncmp(a, b, la) && (b[la] == '/' || b[la] == '\0');
-    if ((slash = strrchr(a, '/')) && slash != a) *slash = '\0'; /* the step dir's parent */
-    if (inside || !strcmp(a, b))
+    if (la == 1) return 1; /* "/" */
+    return !strncmp(a, b, la) && (b[la] == '/' || b[la] == '\0');
+}
+
+int mal_reshard_check_dest(const char *step_dir, const char *dst)
+{
+    char src[PATH_MAX], tree[PATH_MAX], d[PATH_MAX];
+    int rc;
+    if (!realpath(step_dir, src))
+        return MAL_ERR(MAL_ENOENT, "cannot resolve the snapshot %s: %s", step_dir, strerror(errno));
+    if ((rc = rs_resolve(dst, d, sizeof d))) return rc;
+    /* The source tree: a step directory's parent is the snapshot directory
+     * whose `latest` and retention govern it. */
+    snprintf(tree, sizeof tree, "%s", src);
+    char *slash = strrchr(tree, '/');
+    if (slash && slash != tree && rs_is_step_name(slash + 1, strlen(slash + 1))) *slash = '\0';
+    if (rs_inside(tree, d))
         return MAL_ERR(MAL_EINVAL,
-                       "the destination %s is the source snapshot's own directory; "
-                       "malleus-reshard never writes into its source: give another directory",
-                       dst);
+                       "the destination %s (%s) is inside the source snapshot %s: "
+                       "malleus-reshard never writes into its source; give a directory "
+                       "outside %s",
+                       dst, d, tree, tree);
+    /* DEST above the source: writing there creates step_* and `latest`,
+     * removes .tmp-* debris and uncommitted step_* directories, and
+     * retention removes old step_* ones; the source must be in none. */
+    if (rs_inside(d, src)) {
+        const char *rel = src + strlen(d) + (strlen(d) > 1 ? 1 : 0);
+        size_t c = strcspn(rel, "/");
+        int risky = rs_is_step_name(rel, c) || !strncmp(rel, ".tmp-", 5) ||
+                    (c == 6 && !strncmp(rel, "latest", 6));
+        if (risky)
+            return MAL_ERR(MAL_EINVAL,
+                           "the source snapshot %s lies in %s/%.*s, which writing a snapshot into "
+                           "%s would remove or replace: malleus-reshard never writes into its "
+                           "source; give another directory",
+                           src, d, (int)c, rel, dst);
+    }
     return 0;
 }
 
@@ -541,7 +635,7 @@ int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats 
                      p.cfg.n_layers, p.cfg.n_heads, p.cfg.ffn_hidden, gb, why);
         goto agreed;
     }
-    if ((rc = rs_check_dst(step_dir, o->dst_dir))) goto agreed;
+    if ((rc = mal_reshard_check_dest(step_dir, o->dst_dir))) goto agreed;
     mal_model_part full = mal_model_part_full(&p.cfg);
     if ((rc = mal_model_layout(&p.cfg, &full, &p.full, &p.n_full, NULL))) goto agreed;
     p.names = calloc((size_t)N_GROUPS * (size_t)p.n_full, sizeof *p.names);

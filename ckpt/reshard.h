@@ -78,12 +78,24 @@ typedef struct {
  * is missing or not committed (MAL_ENOENT / MAL_ECORRUPT), a plan that does
  * not fit the snapshot's model or global batch (MAL_EINVAL: mal_plan_validate
  * against the stored config), a snapshot whose tensors are not those of its
- * model (MAL_EMISMATCH), a destination that is the source's own directory
- * (MAL_EINVAL).  A checksum failure while reading fails the whole run
+ * model (MAL_EMISMATCH), a destination inside the source
+ * (mal_reshard_check_dest: MAL_EINVAL).  A run that fails leaves no
+ * directory it created (the snapshot writer's rule).  A checksum failure while reading fails the whole run
  * (MAL_ECORRUPT, naming the file and tensor) and commits nothing.  Returns
  * the same code on every process; *st (may be NULL) is filled on success,
  * the same on every process. */
 int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats *st);
+
+/* Local.  Refuse (MAL_EINVAL, with a message saying what to do) a
+ * destination `dst` that would write into the source snapshot
+ * `step_dir` (a step directory, as mal_snapshot_resolve gives it), compared
+ * as resolved paths (symbolic links, "." and ".."; for a `dst` that does
+ * not exist yet, its longest existing prefix): `dst` inside the step
+ * directory or inside the snapshot directory that holds it (its `latest`
+ * and retention govern the source), and `dst` above the source when the
+ * source lies in an entry a writer of `dst` removes or replaces (step_*,
+ * .tmp-*, latest).  MAL_ENOENT if `step_dir` cannot be resolved. */
+int mal_reshard_check_dest(const char *step_dir, const char *dst);
 
 /* Local.  The one-line summary of a run, as malleus-reshard prints it
  * after "malleus-reshard: " ("step 300: 117 tensors into 7 shard files,
@@ -108,7 +120,8 @@ typedef struct {
  * terminal) and prints the summary to stdout and any error to stderr
  * ("malleus-reshard: <message>").  Returns the program's exit status, the
  * same on every process: 0 done, 1 refused or failed (nothing committed),
- * 2 bad input (the plan file cannot be read or is not a valid plan). */
+ * 2 bad input (the plan file cannot be read or is not a valid plan, or
+ * DEST lies inside the source: mal_reshard_check_dest). */
 int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli);
 
 #endif /* MAL_RESHARD_H */

@@ -7,6 +7,7 @@
 #include "mal.h"
 #include "plan.h"
 #include "reshard.h"
+#include "snapshot.h"
 
 int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
 {
@@ -17,6 +18,18 @@ int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
     if (!lead) mal_log_level = MAL_LOG_ERROR;
     /* every process reads the plan: the same file gives the same answer */
     if ((rc = mal_plan_read(&plan, cli->plan_path))) {
+        if (lead) fprintf(stderr, "malleus-reshard: %s\n", mal_errmsg());
+        status = 2;
+        goto out;
+    }
+    /* DEST inside the source is bad input (status 2); every process
+     * checks and all agree, so none runs on alone into the collectives.
+     * A source that cannot be resolved is mal_reshard's to report. */
+    char step_dir[4096];
+    rc = mal_snapshot_resolve(cli->src, step_dir, sizeof step_dir) == 0
+             ? mal_reshard_check_dest(step_dir, cli->dst_dir)
+             : 0;
+    if ((rc = mal_snapshot_agree(world, rc))) {
         if (lead) fprintf(stderr, "malleus-reshard: %s\n", mal_errmsg());
         status = 2;
         goto out;

@@ -22,7 +22,9 @@ static const char usage[] =
     "  PLAN.json         the new plan (malleus-plan/1); it must fit the model stored in\n"
     "                    the snapshot (layers, heads, FFN size) and its global batch\n"
     "  DEST              directory for the new snapshot (DEST/step_N and DEST/latest);\n"
-    "                    never the snapshot's own directory: the source is only read\n";
+    "                    never inside the source's snapshot directory (nor above the\n"
+    "                    source where writing DEST would remove it): the source is\n"
+    "                    only read; a run that fails leaves no directory it created\n";
 
 static const char footer[] =
     "\n"
@@ -30,7 +32,8 @@ static const char footer[] =
     "shard files):\n"
     "  malleus-reshard snap plan8.json snap-new\n"
     "  mpiexec -n 4 malleus-reshard snap/step_00000300 plan6.json snap-new\n"
-    "Exit status: 0 done, 1 refused or failed (nothing committed), 2 usage error.\n";
+    "Exit status: 0 done, 1 refused or failed (nothing committed), 2 usage error or a\n"
+    "DEST inside the source.\n";
 
 /* --help states the default of --mem */
 _Static_assert(MAL_RESHARD_MEM_DEFAULT_MIB == 256, "update --mem's help");

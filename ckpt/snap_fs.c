@@ -77,11 +77,13 @@ int snap_fsync(const char *path, int is_dir)
     return 0;
 }
 
-/* mkdir -p, fsyncing the parent of every directory it creates. */
-int snap_mkdirs(const char *dir)
+/* mkdir -p, fsyncing the parent of every directory it creates, and
+ * recording which it created (see snap_internal.h). */
+int snap_mkdirs(const char *dir, snap_created *made)
 {
     char buf[PATH_MAX];
     size_t len = strlen(dir);
+    made->n = 0;
     if (len == 0 || len >= sizeof buf)
         return MAL_ERR(MAL_EINVAL, "snapshot directory name '%s' is empty or too long", dir);
     memcpy(buf, dir, len + 1);
@@ -90,6 +92,8 @@ int snap_mkdirs(const char *dir)
         char c = buf[i];
         buf[i] = '\0';
         if (mkdir(buf, 0755) == 0) {
+            /* beyond the room for it, a created directory is just kept */
+            if (made->n < SNAP_MAX_CREATED) made->len[made->n++] = i;
             char parent[PATH_MAX];
             memcpy(parent, buf, i + 1);
             char *slash = strrchr(parent, '/');
@@ -111,6 +115,19 @@ int snap_mkdirs(const char *dir)
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return MAL_ERR(MAL_EIO, "snapshot location %s exists but is not a directory", dir);
     return 0;
+}
+
+void snap_unmkdirs(const char *dir, const snap_created *made)
+{
+    char buf[PATH_MAX];
+    for (int k = made->n - 1; k >= 0; k--) {
+        if (made->len[k] >= sizeof buf) return;
+        memcpy(buf, dir, made->len[k]);
+        buf[made->len[k]] = '\0';
+        /* rmdir, never more: what someone else put there since stays */
+        if (rmdir(buf) != 0) return;
+        mal_log(MAL_LOG_DEBUG, "snapshot: removed %s, created for a snapshot that failed", buf);
+    }
 }
 
 static int snap_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)

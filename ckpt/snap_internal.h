@@ -139,6 +139,14 @@ typedef struct {
     uint64_t bytes; /* file size, known once closed */
 } snap_wshard;
 
+/* The directories snap_mkdirs created, outermost first, as lengths of the
+ * prefixes of its `dir` that name them. */
+#define SNAP_MAX_CREATED 64
+typedef struct {
+    int n;
+    size_t len[SNAP_MAX_CREATED];
+} snap_created;
+
 /* The collective writer (snap_write.c; rank 0 commits in snap_fs.c). */
 struct mal_snap_writer {
     mal_comm *comm;
@@ -149,6 +157,7 @@ struct mal_snap_writer {
     snap_wshard *sh;
     int kill;
     size_t *counts;       /* rank 0: [size], sizes of the gathered descriptors */
+    snap_created made;    /* rank 0: directories begin created for `dir` */
     int pending_rc;       /* a local failure inside begin, reported by finish */
     char pending_msg[SNAP_MSG];
 };
@@ -202,8 +211,13 @@ int snap_join(char *out, size_t len, const char *a, const char *b);
 int snap_exists(const char *path);
 /* fsync a file or a directory (EINVAL from a directory is fine). */
 int snap_fsync(const char *path, int is_dir);
-/* mkdir -p, fsyncing the parent of every directory it creates. */
-int snap_mkdirs(const char *dir);
+/* mkdir -p, fsyncing the parent of every directory it creates; *made
+ * records those (also when it fails half-way). */
+int snap_mkdirs(const char *dir, snap_created *made);
+/* Remove, innermost first, the directories of `made` (created for `dir`)
+ * while they are empty: a snapshot that failed leaves no directory behind
+ * that it created itself, and never removes more. */
+void snap_unmkdirs(const char *dir, const snap_created *made);
 /* rm -rf without following symbolic links; a missing path is fine. */
 int snap_rmtree(const char *path);
 /* Remove a step directory, COMPLETE first (durably). */

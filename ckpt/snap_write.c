@@ -152,7 +152,7 @@ static int snap_begin_root(mal_snap_writer *w, const char *dir, const mal_snap_m
         return rc;
     if (strlen(w->tmp) + 32 >= PATH_MAX)
         return MAL_ERR(MAL_EINVAL, "snapshot directory name %s is too long", dir);
-    if ((rc = snap_mkdirs(dir))) return rc;
+    if ((rc = snap_mkdirs(dir, &w->made))) return rc;
     /* A committed snapshot of this step is trusted: never replace it.  An
      * uncommitted one is debris of a crash and goes. */
     if (snap_exists(marker))
@@ -203,6 +203,7 @@ int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir
         w->counts = calloc((size_t)w->size, sizeof *w->counts);
         res->rc = !w->counts ? MAL_ERR(MAL_ENOMEM, "out of memory starting a snapshot")
                              : snap_begin_root(w, dir, meta);
+        if (res->rc) snap_unmkdirs(w->dir, &w->made);
         if (res->rc) snprintf(res->msg, sizeof res->msg, "%s", mal_errmsg());
         memcpy(res->tmp, w->tmp, sizeof w->tmp);
         memcpy(res->final, w->final, sizeof w->final);
@@ -443,6 +444,8 @@ int mal_snap_writer_finish(mal_snap_writer *w, int local_rc, int keep_last, char
 comm_failed:
     rc = comm_rc;
 done:
+    /* nothing committed: the directories begin made for it go too */
+    if (rc && w->rank == 0) snap_unmkdirs(w->dir, &w->made);
     free(all);
     free(mine.p);
     snap_writer_free(w);

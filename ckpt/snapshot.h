@@ -106,7 +106,9 @@ int mal_snap_writer_put(mal_snap_writer *w, int h, int block, const float *data,
  *
  * Returns the same code on every process: 0, or the first failing rank's
  * code with its message (prefixed "rank N:" elsewhere).  On failure nothing
- * trusted changed: `latest` and every committed snapshot stay as they were.
+ * trusted changed: `latest` and every committed snapshot stay as they were,
+ * and the directories begin created for `dir` (mkdir -p) are removed again
+ * while empty, so a failed first snapshot leaves no empty `dir` behind.
  * `out_path` (may be NULL; `out_len` bytes) receives the final step
  * directory.  Frees `w`. */
 int mal_snap_writer_finish(mal_snap_writer *w, int local_rc, int keep_last, char *out_path,

@@ -1,8 +1,10 @@
 #!/bin/sh
 # malleus-reshard's command line: --help; usage errors (exit 2); refusals
 # with a clear message and exit 1 for a plan of another model (layers,
-# heads), an incomplete snapshot, a missing one, the source as destination;
-# the source is never modified; one process and two processes under mpiexec
+# heads), an incomplete snapshot, a missing one; exit 2 for a destination
+# inside the source (resolved paths) or above it where its writer would
+# remove the source; a run that fails half-way leaves no directory it
+# created; the source is never modified; one process and two processes under mpiexec
 # write identical files; a round trip 1 -> 8 -> 1 ranks resumes the run
 # exactly; progress only on a terminal (or --progress), a summary line.
 set -u
@@ -47,12 +49,51 @@ expect 2 "nosuch.json" "$W/snap" "$W/nosuch.json" "$W/x"
 expect 1 "does not fit the snapshot's model \(4 layers.*layers" "$W/snap" "$P/wrong_layers.json" "$W/x"
 expect 1 "does not fit the snapshot's model.*(TP|8 heads)" "$W/snap" "$P/wrong_heads.json" "$W/x"
 expect 1 "does not exist" "$W/nothing" "$P/one.json" "$W/x"
-expect 1 "never writes into its source" "$W/snap" "$P/one.json" "$W/snap"
+# DEST inside the source, as resolved paths (issue 16): the snapshot
+# directory, a step directory, below either (also through a symbolic link or
+# "..", and when SNAPSHOT names the step directory), and a source inside the
+# very directory DEST's writer would clean up: refused with status 2 before
+# anything is written, and no DEST left behind
+expect 2 "never writes into its source" "$W/snap" "$P/one.json" "$W/snap"
+expect 2 "never writes into its source" "$W/snap" "$P/one.json" "$W/snap/sub"
+expect 2 "never writes into its source" "$W/snap" "$P/one.json" "$W/snap/step_00000003"
+expect 2 "never writes into its source" "$W/snap" "$P/one.json" "$W/snap/step_00000003/sub/deeper"
+expect 2 "never writes into its source" "$W/snap/step_00000003" "$P/one.json" "$W/snap/sub"
+expect 2 "never writes into its source" "$W/snap/step_00000003" "$P/one.json" "$W/snap"
+expect 2 "never writes into its source" "$W/snap" "$P/one.json" "$W/elsewhere/../snap/./sub"
+ln -s "$W/snap" "$W/link"
+expect 2 "never writes into its source" "$W/link" "$P/one.json" "$W/snap/sub"
+expect 2 "never writes into its source" "$W/snap" "$P/one.json" "$W/link/sub"
+for d in sub step_00000003/sub; do [ ! -e "$W/snap/$d" ] || fail "a refused run left $W/snap/$d"; done
+[ ! -e "$W/elsewhere" ] || fail "a refused run left $W/elsewhere"
+# the source inside DEST's uncommitted-looking step_00000001 (retention there
+# would remove it as debris of a crash)
+mkdir -p "$W/outer/step_00000001"
+cp -r "$W/snap" "$W/outer/step_00000001/snap"
+expect 2 "would remove or replace" "$W/outer/step_00000001/snap" "$P/one.json" "$W/outer"
+[ ! -e "$W/outer/latest" ] || fail "a refused run wrote into $W/outer"
+# a source below DEST in a directory no writer touches is harmless
+mkdir -p "$W/outer2"
+cp -r "$W/snap" "$W/outer2/snap"
+"$R" --quiet "$W/outer2/snap" "$P/one.json" "$W/outer2" >"$W/out" 2>&1 ||
+    fail "a source in a plain directory below DEST was refused: $(cat "$W/out")"
 cp -r "$W/snap" "$W/broken"
 rm "$W/broken/step_00000003/COMPLETE"
 expect 1 "COMPLETE" "$W/broken" "$P/one.json" "$W/x"
 expect 1 "COMPLETE" "$W/broken/step_00000003" "$P/one.json" "$W/x"
 [ ! -e "$W/x/latest" ] || fail "a refused run committed something"
+# a run that fails half-way (a flipped byte in the source's tensor data)
+# commits nothing and leaves none of the directories it created
+cp -r "$W/snap" "$W/bad"
+f="$W/bad/step_00000003/shard_00000.h5"
+off=$(($(wc -c <"$f") / 2))
+b=$(od -An -tu1 -j $off -N1 "$f" | tr -d ' ')
+printf "$(printf '\\%03o' $(((b + 1) % 256)))" | dd of="$f" bs=1 seek=$off conv=notrunc 2>/dev/null
+expect 1 "fails its checksum" "$W/bad" "$P/one.json" "$W/fresh/a/b"
+[ ! -e "$W/fresh" ] || fail "a failed run left $(find "$W/fresh")"
+mkdir "$W/kept"
+expect 1 "fails its checksum" "$W/bad" "$P/one.json" "$W/kept/a"
+[ -d "$W/kept" ] && [ ! -e "$W/kept/a" ] || fail "a failed run removed too much or too little of $W/kept"
 
 # one process and two share the work: the same files
 "$R" "$W/snap" "$P/mixed_tp.json" "$W/d1" >"$W/out1" 2>&1 || { cat "$W/out1"; fail "reshard 1 process"; }

@@ -979,7 +979,41 @@ static void test_fault_injection(void)
     }
     CHECK(nth < 200);
     CHECK(n_failed >= 10); /* mkdir, create, data, fsyncs, renames, COMPLETE, latest */
-    printf("fault injection: %d I/O steps failed one by one, all clean\n", n_failed);
+
+    /* The first snapshot into directories that do not exist yet: a failure
+     * leaves none of the directories the writer created (the outermost,
+     * "fresh", included), and never removes more. */
+    char top[PATH_MAX], nested[PATH_MAX];
+    path2(top, base, "fresh");
+    path2(nested, top, "a/b");
+    int n_fresh = 0;
+    for (nth = 1; nth < 200; nth++) {
+        mal_snap_meta m = meta_std(7);
+        mal_snapshot_fault_nth_io = nth;
+        int rc = mal_snapshot_write(nested, &m, s.t, s.n, 0, NULL, 0);
+        int fired = mal_snapshot_fault_nth_io == 0;
+        mal_snapshot_fault_nth_io = 0;
+        if (rc == 0) {
+            rmtree(top);
+            if (!fired) break;
+            continue;
+        }
+        n_fresh++;
+        CHECK_EQ_INT(rc, MAL_EIO);
+        /* only a committed snapshot (just `latest` failed) keeps them */
+        char marker[PATH_MAX];
+        path2(marker, nested, "step_00000007/COMPLETE");
+        if (exists(top) && !exists(marker)) {
+            fprintf(stderr, "fault %d of a first snapshot left %s behind: %s\n", nth, top,
+                    mal_errmsg());
+            exit(1);
+        }
+        rmtree(top);
+    }
+    CHECK(nth < 200 && n_fresh >= 10);
+    printf("fault injection: %d I/O steps failed one by one, all clean; %d of a first snapshot "
+           "into new directories, none left behind\n",
+           n_failed, n_fresh);
     tset_free(&s);
 }
 
