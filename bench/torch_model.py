@@ -27,6 +27,8 @@ import torch.nn.functional as F
 PRESETS = {
     "tiny": dict(vocab=256, d_model=64, n_layers=4, n_heads=8, ffn_hidden=128, seq_len=32),
     "small": dict(vocab=256, d_model=512, n_layers=8, n_heads=8, ffn_hidden=1408, seq_len=256),
+    "124m": dict(vocab=32000, d_model=768, n_layers=12, n_heads=12, ffn_hidden=2048, seq_len=1024),
+    "1b": dict(vocab=32000, d_model=2048, n_layers=16, n_heads=16, ffn_hidden=5632, seq_len=2048),
 }
 F32 = np.float32
 
