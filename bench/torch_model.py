@@ -14,7 +14,6 @@
 #   h2 = rmsnorm(x) * mlp_norm;  x = x + (silu(h2 W1^T) * (h2 W3^T)) W2^T
 # then rmsnorm(x) * final_norm, logits = h lm_head^T, cross-entropy.
 
-import json
 import math
 import os
 
@@ -24,26 +23,15 @@ import torch.nn.functional as F
 
 # ---- model configurations (mirror src/config.c's presets) -----------------
 
-PRESETS = {
-    "tiny": dict(vocab=256, d_model=64, n_layers=4, n_heads=8, ffn_hidden=128, seq_len=32),
-    "small": dict(vocab=256, d_model=512, n_layers=8, n_heads=8, ffn_hidden=1408, seq_len=256),
-    "124m": dict(vocab=32000, d_model=768, n_layers=12, n_heads=12, ffn_hidden=2048, seq_len=1024),
-    "1b": dict(vocab=32000, d_model=2048, n_layers=16, n_heads=16, ffn_hidden=5632, seq_len=2048),
-}
+import presets  # noqa: E402  (bench/presets.py: src/config.c's shapes)
+from presets import PRESETS  # noqa: E402,F401
 F32 = np.float32
 
 
 def model_config(spec):
     """A preset name or a JSON text/dict -> dict with every field (float
     fields as the float32 values the C code holds)."""
-    if isinstance(spec, str) and spec in PRESETS:
-        cfg = dict(PRESETS[spec])
-    elif isinstance(spec, str):
-        cfg = json.loads(spec)
-    else:
-        cfg = dict(spec)
-    cfg.setdefault("rope_theta", 10000.0)
-    cfg.setdefault("norm_eps", 1e-5)
+    cfg = presets.config(spec)
     cfg["rope_theta"] = float(F32(cfg["rope_theta"]))
     cfg["norm_eps"] = float(F32(cfg["norm_eps"]))
     return cfg

@@ -13,22 +13,19 @@
 #     is twice the forward.
 # Recomputation is not model work and is never counted.
 
-import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import presets  # noqa: E402
 
 PEAK_BF16 = 989e12  # H100 SXM dense bf16 (datasheet)
 GEMM_MEASURED = 785e12  # 8192^3 bf16 GEMM on the H100 machine, ../shared/gpu/README.md
 
 
 def model_config(spec):
-    """A preset name (bench/torch_model.py's PRESETS) or a JSON text/path."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import torch_model as tm
-    if isinstance(spec, str) and spec not in tm.PRESETS and os.path.exists(spec):
-        with open(spec) as f:
-            spec = json.load(f)
-    return tm.model_config(spec)
+    """A preset name (bench/presets.py), a JSON text or file, a dict."""
+    return presets.config(spec)
 
 
 def matmul_params(cfg):
