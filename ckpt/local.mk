@@ -5,11 +5,13 @@
 libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fs.c ckpt/snap_h5.c \
 	ckpt/snap_crc32c.c ckpt/snap_blocks.c ckpt/snap_coord.c ckpt/snap_write.c \
 	ckpt/snap_index.c ckpt/snap_read.c ckpt/train_ckpt.c ckpt/reshard.h ckpt/reshard.c \
-	ckpt/reshard_cli.c
+	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c
 EXTRA_DIST += ckpt/README.md
 
 bin_PROGRAMS += malleus-reshard
 malleus_reshard_SOURCES = ckpt/reshard_main.c
+bin_PROGRAMS += malleus-export
+malleus_export_SOURCES = ckpt/export_main.c
 
 # One process: CRC-32C, blocks and tiling, commit protocol, corruption,
 # fault injection.
@@ -39,3 +41,9 @@ TESTS += tests/test_reshard_cli.sh
 check_PROGRAMS += bench/snapshot/bench_snapshot
 bench_snapshot_bench_snapshot_SOURCES = bench/snapshot/bench_snapshot.c
 EXTRA_DIST += bench/snapshot/run.sh bench/snapshot/README.md bench/snapshot/model.json
+
+# malleus-export: an independent rotate-half LLaMA reads the safetensors
+# (CI), and transformers' LlamaForCausalLM where it can be had (else 77).
+dist_check_SCRIPTS += tests/test_export.sh tests/test_export_hf.sh
+TESTS += tests/test_export.sh tests/test_export_hf.sh
+EXTRA_DIST += tests/export_setup.sh tests/hf_ref.py

@@ -1,0 +1,238 @@
+# Checks a Hugging Face export (malleus-export) against Malleus's own loss,
+# driven by tests/test_export.sh (--impl torch) and tests/test_export_hf.sh
+# (--impl transformers).
+#
+# Given the export directory, the token file, and the loss malleus-train
+# reported for the same parameters on the global batch of step K (the
+# metrics line of step K+1 of a run whose snapshot at step K was exported),
+# this script re-draws that batch with the documented sampler and computes
+# the mean cross-entropy of the exported model on it, in float32, with
+#   --impl transformers: transformers' LlamaForCausalLM.from_pretrained, every
+#       key of the checkpoint and of the model matched (none missing,
+#       unexpected or of another shape);
+#   --impl torch: an independent PyTorch implementation of Hugging Face's
+#       LLaMA (rotate_half rotary embedding, written from the modelling code's
+#       conventions, not from Malleus) that reads model.safetensors with its
+#       own parser of the format (8-byte little-endian header length, JSON
+#       header, raw little-endian tensors), checking the header's offsets
+#       tile the data exactly.
+# --perturb no-permute undoes the q/k row permutation after loading (what an
+# exporter that forgot it would have written): the losses must then differ,
+# which shows the comparison can fail.  --bf16 DIR (torch only) also checks
+# a bf16 export of the same snapshot holds exactly torch's round-to-nearest-
+# even bf16 of the fp32 export.
+# Exit status: 0 match, 1 mismatch, 77 a module is missing, 99 error.
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+sys.dont_write_bytecode = True
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    print("hf_ref: skipped: %s" % e)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import torch_model as tm  # noqa: E402  (only its sampler: load_tokens, sample_batch)
+
+
+# ---- safetensors, parsed here --------------------------------------------
+
+
+def read_safetensors(path):
+    """{name: float32 numpy array}, {metadata}; raises on any format error."""
+    raw = open(path, "rb").read()
+    if len(raw) < 8:
+        raise RuntimeError("%s: shorter than the 8-byte header length" % path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    if 8 + n > len(raw):
+        raise RuntimeError("%s: header length %d beyond the file" % (path, n))
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    meta = header.pop("__metadata__", {})
+    spans, out = [], {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        shape = tuple(e["shape"])
+        esize = {"F32": 4, "BF16": 2}[e["dtype"]]
+        if end - b != esize * int(np.prod(shape)):
+            raise RuntimeError("%s: %s: %d bytes for shape %s" % (path, name, end - b, shape))
+        spans.append((b, end))
+        buf = data[b:end]
+        if e["dtype"] == "F32":
+            arr = np.frombuffer(buf, dtype="<f4").astype(np.float32)
+        else:  # bf16: the upper half of a float32
+            arr = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        out[name] = arr.reshape(shape)
+    spans.sort()
+    pos = 0
+    for b, end in spans:
+        if b != pos:
+            raise RuntimeError("%s: tensor data not contiguous at byte %d" % (path, pos))
+        pos = end
+    if pos != len(data):
+        raise RuntimeError("%s: %d data bytes, the header covers %d" % (path, len(data), pos))
+    return out, meta
+
+
+# ---- an independent Hugging Face LLaMA forward ----------------------------
+
+
+def hf_names(L):
+    names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        names += [p + s + ".weight" for s in (
+            "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+            "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+            "mlp.down_proj")]
+    return names
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rms(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def torch_logits(cfg, W, tokens):
+    """LlamaForCausalLM's forward, float32: tokens (B,T) -> logits (B,T,V)."""
+    B, T = tokens.shape
+    C, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    hd, eps = C // H, cfg["rms_norm_eps"]
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    emb = torch.cat((ang, ang), dim=-1)
+    cos, sin = emb.cos()[None, None], emb.sin()[None, None]  # (1,1,T,hd)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = F.embedding(tokens, W["model.embed_tokens.weight"])
+    for l in range(L):
+        w = lambda s: W["model.layers.%d.%s.weight" % (l, s)]  # noqa: E731
+        h = rms(x, w("input_layernorm"), eps)
+        q = F.linear(h, w("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
+        k = F.linear(h, w("self_attn.k_proj")).view(B, T, H, hd).transpose(1, 2)
+        v = F.linear(h, w("self_attn.v_proj")).view(B, T, H, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        att = (torch.matmul(q, k.transpose(2, 3)) / math.sqrt(hd) + mask).softmax(dim=-1)
+        o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(o, w("self_attn.o_proj"))
+        h = rms(x, w("post_attention_layernorm"), eps)
+        x = x + F.linear(F.silu(F.linear(h, w("mlp.gate_proj"))) * F.linear(h, w("mlp.up_proj")),
+                         w("mlp.down_proj"))
+    return F.linear(rms(x, W["model.norm.weight"], eps), W["lm_head.weight"])
+
+
+def unpermute(w, H):
+    """Rotate-half rows back to interleaved pairs, within every head."""
+    rows, cols = w.shape
+    hd = rows // H
+    return w.reshape(H, 2, hd // 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="a Hugging Face export vs Malleus's loss")
+    ap.add_argument("--impl", choices=["torch", "transformers"], required=True)
+    ap.add_argument("--export", required=True, help="malleus-export's output directory")
+    ap.add_argument("--data", required=True, help="the token file the run trained on")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--step", type=int, required=True, help="K: the exported snapshot's step")
+    ap.add_argument("--global-batch", type=int, required=True)
+    ap.add_argument("--loss", type=float, required=True,
+                    help="malleus-train's loss for step K's batch with these parameters")
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--perturb", choices=["none", "no-permute"], default="none")
+    ap.add_argument("--bf16", help="(torch) a bf16 export of the same snapshot to check")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+
+    cfg = json.load(open(os.path.join(a.export, "config.json")))
+    if cfg.get("architectures") != ["LlamaForCausalLM"] or cfg.get("tie_word_embeddings"):
+        print("hf_ref: MISMATCH: config.json is not an untied LlamaForCausalLM: %s" % cfg)
+        return 1
+    T, H = cfg["max_position_embeddings"], cfg["num_attention_heads"]
+    tokens = tm.load_tokens(a.data)
+    x, y = tm.sample_batch(tokens, a.seed, a.step, 0, a.global_batch, T)
+
+    if a.impl == "transformers":
+        try:
+            from transformers import LlamaForCausalLM
+        except ImportError as e:
+            print("hf_ref: skipped: %s" % e)
+            return 77
+        model, info = LlamaForCausalLM.from_pretrained(
+            a.export, output_loading_info=True, torch_dtype=torch.float32,
+            attn_implementation="eager")
+        bad = {k: v for k, v in info.items() if v}
+        if bad:
+            print("hf_ref: MISMATCH: keys not matched strictly: %s" % bad)
+            return 1
+        model.eval()
+        with torch.no_grad():
+            if a.perturb == "no-permute":
+                for layer in model.model.layers:
+                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                        proj.weight.copy_(unpermute(proj.weight, H))
+            logits = model(input_ids=x).logits
+        what = "transformers %s LlamaForCausalLM" % __import__("transformers").__version__
+    else:
+        W, meta = read_safetensors(os.path.join(a.export, "model.safetensors"))
+        if meta.get("format") != "pt":
+            print("hf_ref: MISMATCH: __metadata__ lacks format 'pt': %s" % meta)
+            return 1
+        want = set(hf_names(cfg["num_hidden_layers"]))
+        if set(W) != want:
+            print("hf_ref: MISMATCH: tensors %s missing, %s unexpected"
+                  % (sorted(want - set(W)), sorted(set(W) - want)))
+            return 1
+        if a.bf16:
+            Wb, _ = read_safetensors(os.path.join(a.bf16, "model.safetensors"))
+            nbad = 0
+            for n, w in W.items():
+                ref = torch.from_numpy(w).to(torch.bfloat16).to(torch.float32).numpy()
+                got = Wb[n]
+                same = (ref.view(np.uint32) == got.view(np.uint32)) | (np.isnan(ref) & np.isnan(got))
+                nbad += int((~same).sum())
+            print("bf16 export vs torch's bf16 rounding of the fp32 export: %d elements differ"
+                  % nbad)
+            if nbad:
+                print("hf_ref: MISMATCH: bf16 export is not round-to-nearest-even of fp32")
+                return 1
+        Wt = {n: torch.from_numpy(w.copy()) for n, w in W.items()}
+        if a.perturb == "no-permute":
+            for n in Wt:
+                if n.endswith(("q_proj.weight", "k_proj.weight")):
+                    Wt[n] = unpermute(Wt[n], H)
+        with torch.no_grad():
+            logits = torch_logits(cfg, Wt, x)
+        what = "independent PyTorch rotate-half LLaMA"
+
+    V = logits.shape[-1]
+    loss = float(F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1)))
+    rel = abs(loss - a.loss) / abs(a.loss)
+    print("%s on step %d's batch (%d x %d tokens): loss %.8f; malleus-train %.8f; rel. diff %.2e%s"
+          % (what, a.step, a.global_batch, T, loss, a.loss, rel,
+             " [perturbed: %s]" % a.perturb if a.perturb != "none" else ""))
+    if not rel <= a.rtol:
+        print("hf_ref: MISMATCH: relative difference %.3g > %g" % (rel, a.rtol))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (OSError, RuntimeError, KeyError, ValueError) as e:
+        print("hf_ref: error: %s" % e)
+        sys.exit(99)
