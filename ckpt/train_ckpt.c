@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "layout.h"
+#include "load.h"
 #include "mal.h"
 #include "reshard.h"
 #include "snapshot.h"
@@ -208,37 +209,6 @@ static int check_meta(const struct mal_trainer *tr, const mal_snap_meta *meta, c
     return 0;
 }
 
-/* Read this rank's local shard of every tensor of every group.  Memory:
- * one local tensor on the host plus the reader's chunk. */
-static int restore_local(struct mal_trainer *tr, mal_snapshot *s)
-{
-    mal_model *m = tr->model;
-    size_t max_t = 0;
-    for (int i = 0; i < m->n_tensors; i++)
-        max_t = MAL_MAX(max_t, m->tensors[i].n);
-    float *host = malloc((max_t + 1) * sizeof(float));
-    if (!host) return MAL_ERR(MAL_ENOMEM, "resume: out of memory");
-    int rc = 0;
-    for (int g = 0; g < N_GROUPS && !rc; g++)
-        for (int i = 0; i < m->n_tensors && !rc; i++) {
-            const mal_tensor_info *t = &m->tensors[i];
-            char name[96];
-            snprintf(name, sizeof name, "%s/%s", mal_model_state_name(g), t->name);
-            mal_snap_tensor want = {.name = name, .ndim = t->ndim, .data = host};
-            for (int d = 0; d < t->ndim; d++) {
-                want.shape[d] = t->shape[d];
-                want.offset[d] = d == t->split_dim ? t->split_off : 0;
-                want.extent[d] = t->local_shape[d];
-            }
-            if ((rc = mal_snapshot_read_block(s, &want))) break;
-            mal_kern_from_host(m->k, mal_model_state(m, g) + t->offset, host, t->n * sizeof(float));
-            rc = mal_kern_sync(m->k);
-        }
-    if (!rc) mal_model_refresh_working(m);
-    free(host);
-    return rc;
-}
-
 int mal_train_ckpt_restore(struct mal_trainer *tr)
 {
     char path[4096];
@@ -246,7 +216,7 @@ int mal_train_ckpt_restore(struct mal_trainer *tr)
     int rc = mal_snapshot_find_latest(tr->o.snapshot_dir, path, sizeof path);
     if (!rc) rc = mal_snapshot_open(&s, path);
     if (!rc) rc = check_meta(tr, mal_snapshot_meta(s), path);
-    if (!rc && tr->model) rc = restore_local(tr, s);
+    if (!rc && tr->model) rc = mal_load_state(s, tr->model, N_GROUPS);
     /* A rank that failed (a corrupt block only it reads) must stop all:
      * every rank returns the first failure, so nothing trains on a
      * partly loaded state. */

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Draw tokens/s over steps from a malleus-train metrics file, with straggler
-onsets and re-plans marked.
+onsets and re-plans marked, and below it the training loss and (where the run
+measured it, --eval-every) the validation loss.
 
 usage: plot-metrics.py METRICS.jsonl OUT.png [--inject R:F[:FROM[:TO]] ...]
                        [--title TEXT] [--threshold 1.2]
@@ -29,6 +30,7 @@ def main():
     a = ap.parse_args()
 
     steps, tput, replans, onsets, rates = [], [], [], [], {}
+    losses, val_steps, val = [], [], []
     try:
         with open(a.metrics) as f:
             for n, line in enumerate(f, 1):
@@ -43,6 +45,10 @@ def main():
                     sys.exit("plot-metrics: %s line %d: missing step or tokens_per_s" % (a.metrics, n))
                 steps.append(d["step"])
                 tput.append(d["tokens_per_s"])
+                losses.append(d.get("loss"))
+                if "val_loss" in d:
+                    val_steps.append(d["step"])
+                    val.append(d["val_loss"])
                 if d.get("replan"):
                     replans.append(d["step"])
                 if "rates" in d:
@@ -72,7 +78,8 @@ def main():
                     onsets.append((s, "rank %d slow" % r))
             prev = hot
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, (ax, lax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 2]})
     ax.plot(steps, tput, lw=1.4, color="#1f77b4", label="tokens/s")
     top = max(tput) * 1.15
     for s, label in onsets:
@@ -81,14 +88,28 @@ def main():
     for i, s in enumerate(replans):
         ax.axvline(s, color="#2ca02c", lw=1, label="re-plan" if i == 0 else None)
     ax.set_ylim(0, top)
-    ax.set_xlabel("step")
     ax.set_ylabel("tokens / s")
     ax.set_title(a.title)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
+    pts = [(s, l) for s, l in zip(steps, losses) if l is not None]
+    lax.plot([s for s, _ in pts], [l for _, l in pts], lw=1.2, color="#7f7f7f", label="training loss")
+    if val:
+        lax.plot(val_steps, val, "o-", ms=3.5, lw=1.4, color="#ff7f0e", label="validation loss")
+        best = min(range(len(val)), key=val.__getitem__)
+        lax.annotate("best %.4f (step %d)" % (val[best], val_steps[best]),
+                     (val_steps[best], val[best]), xytext=(0, 10), textcoords="offset points",
+                     fontsize=8, color="#ff7f0e", ha="right" if best > len(val) / 2 else "left")
+    for s in replans:
+        lax.axvline(s, color="#2ca02c", lw=1)
+    lax.set_xlabel("step")
+    lax.set_ylabel("loss")
+    lax.grid(alpha=0.3)
+    lax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
-    print("plot-metrics: wrote %s (%d steps, %d re-plans)" % (a.out, len(steps), len(replans)))
+    print("plot-metrics: wrote %s (%d steps, %d re-plans, %d validation points)"
+          % (a.out, len(steps), len(replans), len(val)))
 
 
 if __name__ == "__main__":

@@ -397,7 +397,10 @@ static void para_qa(gen *g)
     }
 }
 
-int mal_corpus_generate(char **text, size_t *len)
+/* Run the generator to the first paragraph end at or after `train_bytes`
+ * (the corpus; it ends at *split) and on to the first one at least
+ * `extra_bytes` after that. */
+static int generate(size_t train_bytes, size_t extra_bytes, char **text, size_t *len, size_t *split)
 {
     /* Paragraph kinds, weighted: prose and arithmetic dominate. */
     static void (*const kinds[])(gen *) = {para_story, para_story, para_story,   para_arith,
@@ -406,14 +409,16 @@ int mal_corpus_generate(char **text, size_t *len)
     gen g = {0};
     *text = NULL;
     *len = 0;
-    g.cap = MAL_CORPUS_TARGET_BYTES + 4096;
+    g.cap = train_bytes + extra_bytes + 4096;
     g.buf = malloc(g.cap);
     if (!g.buf)
         return MAL_ERR(MAL_ENOMEM, "out of memory generating the built-in corpus (%zu bytes)",
                        g.cap);
-    while (g.len < MAL_CORPUS_TARGET_BYTES && !g.oom) {
+    *split = 0;
+    while ((!*split || g.len < *split + extra_bytes) && !g.oom) {
         PICK(&g, kinds)(&g);
         put(&g, "\n\n");
+        if (!*split && g.len >= train_bytes) *split = g.len;
     }
     if (g.oom) {
         free(g.buf);
@@ -422,5 +427,24 @@ int mal_corpus_generate(char **text, size_t *len)
     g.buf[g.len] = '\0'; /* put_n always leaves room for it */
     *text = g.buf;
     *len = g.len;
+    return 0;
+}
+
+int mal_corpus_generate(char **text, size_t *len)
+{
+    size_t split;
+    return generate(MAL_CORPUS_TARGET_BYTES, 0, text, len, &split);
+}
+
+int mal_corpus_generate_heldout(char **text, size_t *len)
+{
+    char *all;
+    size_t n, split;
+    int rc = generate(MAL_CORPUS_TARGET_BYTES, MAL_CORPUS_HELDOUT_BYTES, &all, &n, &split);
+    if (rc) return rc;
+    /* the tail moves to the front of the buffer; the corpus part is dropped */
+    memmove(all, all + split, n - split + 1);
+    *text = all;
+    *len = n - split;
     return 0;
 }

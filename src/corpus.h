@@ -20,4 +20,15 @@
  * few hundred steps. */
 int mal_corpus_generate(char **text, size_t *len);
 
+/* Approximate size of the held-out text that follows the corpus. */
+#define MAL_CORPUS_HELDOUT_BYTES 150000
+
+/* Local.  The held-out continuation of the corpus (the default validation
+ * data): the same generator run on past the corpus's last paragraph, to
+ * the first paragraph end at or after MAL_CORPUS_HELDOUT_BYTES more bytes.
+ * The corpus itself is unchanged by it and never contains these bytes, so
+ * a run that trains on the corpus never sees them.  Ownership as
+ * mal_corpus_generate. */
+int mal_corpus_generate_heldout(char **text, size_t *len);
+
 #endif /* MAL_CORPUS_H */

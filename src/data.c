@@ -26,6 +26,7 @@ struct mal_data {
 };
 
 static const char default_name[] = "built-in corpus";
+static const char heldout_name[] = "built-in corpus, held-out part";
 
 /* ---- little-endian helpers ------------------------------------------- */
 
@@ -298,19 +299,20 @@ cleanup:
     return rc;
 }
 
-int mal_data_open_default(mal_data **out)
+/* The built-in corpus, or its held-out continuation, as byte tokens. */
+static int open_generated(mal_data **out, int (*generate)(char **, size_t *), const char *what)
 {
     char *text = NULL, *name = NULL;
     size_t len = 0;
     uint16_t *tokens = NULL;
 
     *out = NULL;
-    int rc = mal_corpus_generate(&text, &len);
+    int rc = generate(&text, &len);
     if (rc) return rc;
     tokens = malloc(len * sizeof *tokens);
-    name = strdup(default_name);
+    name = strdup(what);
     if (!tokens || !name) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the built-in corpus (%zu tokens)", len);
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the %s (%zu tokens)", what, len);
         goto cleanup;
     }
     for (size_t i = 0; i < len; i++)
@@ -325,6 +327,16 @@ cleanup:
     free(tokens);
     free(text);
     return rc;
+}
+
+int mal_data_open_default(mal_data **out)
+{
+    return open_generated(out, mal_corpus_generate, default_name);
+}
+
+int mal_data_open_heldout(mal_data **out)
+{
+    return open_generated(out, mal_corpus_generate_heldout, heldout_name);
 }
 
 void mal_data_destroy(mal_data *d)

@@ -32,6 +32,12 @@ enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2 };
  * same seed.  Part of the sampling contract: changing it changes every run. */
 #define MAL_DATA_SALT 0x5A4D504C45444154ull
 
+/* The seed validation sequences are drawn with, whatever the run's --seed:
+ * validation sequence j (j = 0, 1, ...) of a file is
+ * mal_data_sample(d, MAL_DATA_VAL_SEED, 0, j, ...), so the validation set
+ * is a fixed function of the validation file (and T) alone. */
+#define MAL_DATA_VAL_SEED 0x76616C69646174ull
+
 /* Vocabulary size of the byte-level tokenizer and the built-in corpus. */
 #define MAL_DATA_BYTE_VOCAB 256
 
@@ -56,6 +62,11 @@ int mal_data_open(mal_data **out, const char *path, int format);
  * deterministically in memory, byte-level tokens 0..255 (vocab 256).  Its
  * name is "built-in corpus".  Caller releases *out with mal_data_destroy. */
 int mal_data_open_default(mal_data **out);
+
+/* Local.  The held-out continuation of the built-in corpus (corpus.h:
+ * text the corpus never contains, from the same generator), the default
+ * validation data.  Its name is "built-in corpus, held-out part". */
+int mal_data_open_heldout(mal_data **out);
 
 /* Local.  Release everything; NULL is allowed. */
 void mal_data_destroy(mal_data *d);

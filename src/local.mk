@@ -7,11 +7,13 @@ libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h \
 	src/optim.h src/optim.c \
 	src/train.h src/train.c src/train_internal.h \
 	src/pipeline.c src/gradsync.c src/layout.h src/layout.c src/monitor.c \
-	src/migrate.c src/profile_measure.c \
+	src/migrate.c src/profile_measure.c src/eval.c src/sample.h src/sample.c \
 	src/opts.h src/opts.c src/train_cli.h src/train_cli.c
 
 bin_PROGRAMS += malleus-train
 malleus_train_SOURCES = src/train_main.c
+bin_PROGRAMS += malleus-sample
+malleus_sample_SOURCES = src/sample_main.c
 
 libmalleus_a_SOURCES += src/slices.h src/slices.c
 check_PROGRAMS += tests/test_slices

@@ -13,6 +13,8 @@
  * then alternates one forward and one backward, then drains the remaining
  * backwards.  Micro-batch k of pipeline p covers the global batch positions
  * first_sample + k*B ... + B-1, so the data never depends on the layout.
+ * Evaluation and generation (eval.c) run forward-only passes through the
+ * same stages, with their own sequences (mal_pass).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -124,20 +126,20 @@ static int send_to(struct mal_trainer *tr, const void *buf, size_t bytes, const 
     return 0;
 }
 
-static int load_micro_batch(struct mal_trainer *tr, mal_acts *a, int64_t step, int mb)
+/* The sequences of training step `step`: micro-batch mb of pipeline p
+ * covers the global batch positions first_sample + mb*B ... + B-1. */
+static int load_train(struct mal_trainer *tr, const mal_pass *pass, int mb, int B, int T)
 {
-    const int B = a->B, T = a->T;
     for (int i = 0; i < B; i++) {
         int64_t pos = tr->first_sample + (int64_t)mb * B + i;
-        int rc = mal_data_sample(tr->data, tr->o.seed, step, pos, T, tr->inputs + (size_t)i * T,
-                                 tr->targets + (size_t)i * T);
+        int rc = mal_data_sample(tr->data, tr->o.seed, pass->step, pos, T,
+                                 tr->inputs + (size_t)i * T, tr->targets + (size_t)i * T);
         if (rc) return rc;
     }
-    mal_acts_set_batch(tr->model, a, tr->inputs, tr->targets);
     return 0;
 }
 
-static int forward(struct mal_trainer *tr, int64_t step, int mb, float dscale)
+static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float dscale)
 {
     mal_model *m = tr->model;
     int slot = mb % tr->n_slots, rc;
@@ -146,8 +148,10 @@ static int forward(struct mal_trainer *tr, int64_t step, int mb, float dscale)
     /* The slot's previous activation send must be done before res[] is
      * overwritten. */
     if ((rc = drain(tr, tr->send_reqs[slot]))) return rc;
-    if (m->part.has_embed || m->part.has_head)
-        if ((rc = load_micro_batch(tr, a, step, mb))) return rc;
+    if (m->part.has_embed || m->part.has_head) {
+        if ((rc = pass->load(tr, pass, mb, a->B, a->T))) return rc;
+        mal_acts_set_batch(m, a, tr->inputs, tr->targets);
+    }
     if (!m->part.has_embed) {
         int peer = tr->prev_ranks[tr->loc.tp_rank % tr->n_prev];
         if ((rc = recv_from(tr, a->res[0], NC, peer, tag_of(mb, TAG_ACT)))) return rc;
@@ -190,23 +194,42 @@ static int backward(struct mal_trainer *tr, int mb)
     return 0;
 }
 
-int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale)
+/* Every send of the pass completes before its buffers are touched again. */
+static int drain_all(struct mal_trainer *tr)
 {
-    const int m = tr->n_micro, S = tr->n_stages, j = tr->loc.stage;
-    const int warm = MAL_MIN(S - j - 1, m);
-    int rc, f = 0, b = 0;
-    for (; f < warm; f++)
-        if ((rc = forward(tr, step, f, dscale))) return rc;
-    for (; f < m; f++, b++) {
-        if ((rc = forward(tr, step, f, dscale))) return rc;
-        if ((rc = backward(tr, b))) return rc;
-    }
-    for (; b < m; b++)
-        if ((rc = backward(tr, b))) return rc;
-    /* All sends of this step complete before the optimizer touches anything. */
+    int rc;
     for (int s = 0; s < tr->n_slots; s++) {
         if ((rc = drain(tr, tr->send_reqs[s]))) return rc;
         if ((rc = drain(tr, tr->gsend_reqs[s]))) return rc;
     }
     return 0;
+}
+
+int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale)
+{
+    const int m = tr->n_micro, S = tr->n_stages, j = tr->loc.stage;
+    const int warm = MAL_MIN(S - j - 1, m);
+    const mal_pass pass = {load_train, step, NULL};
+    int rc, f = 0, b = 0;
+    for (; f < warm; f++)
+        if ((rc = forward(tr, &pass, f, dscale))) return rc;
+    for (; f < m; f++, b++) {
+        if ((rc = forward(tr, &pass, f, dscale))) return rc;
+        if ((rc = backward(tr, b))) return rc;
+    }
+    for (; b < m; b++)
+        if ((rc = backward(tr, b))) return rc;
+    /* All sends of this step complete before the optimizer touches anything. */
+    return drain_all(tr);
+}
+
+int mal_pipeline_forward_only(struct mal_trainer *tr, const mal_pass *pass, int n_micro)
+{
+    /* Stages only ever wait on earlier stages' sends of earlier
+     * micro-batches, so forwards in order need no schedule. */
+    for (int mb = 0; mb < n_micro; mb++) {
+        int rc = forward(tr, pass, mb, 0.0f);
+        if (rc) return rc;
+    }
+    return drain_all(tr);
 }

@@ -206,6 +206,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
                      mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
         goto fail;
     }
+    if ((rc = mal_eval_setup(tr))) goto fail;
     tr->no_init = o->resume;
     if ((rc = setup_layout(tr))) goto fail;
     if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail;
@@ -226,6 +227,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_comm_pool_destroy(tr->pool);
     mal_comm_destroy(tr->sync_world);
     mal_data_destroy(tr->data);
+    mal_eval_teardown(tr);
     mal_plan_fini(&tr->plan);
     free(tr->rank_times);
     /* last: every device buffer above was the instance's */
@@ -253,28 +255,6 @@ void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
 {
     return mal_gradsync_replica_mismatch(tr, count);
-}
-
-int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss)
-{
-    if (tr->world_size != 1)
-        return MAL_ERR(MAL_ENOTSUP, "evaluation is implemented for one-rank runs only");
-    const int B = tr->plan.micro_batch_size, T = tr->o.model.seq_len;
-    const int n_micro = tr->o.global_batch / B;
-    mal_acts *a = tr->acts[0];
-    double sum = 0;
-    int rc;
-    for (int mb = 0; mb < n_micro; mb++) {
-        for (int i = 0; i < B; i++)
-            if ((rc = mal_data_sample(tr->data, tr->o.seed, step, (int64_t)mb * B + i, T,
-                                      tr->inputs + (size_t)i * T, tr->targets + (size_t)i * T)))
-                return rc;
-        mal_acts_set_batch(tr->model, a, tr->inputs, tr->targets);
-        if ((rc = mal_model_forward(tr->model, a, NULL, 0.0f))) return rc;
-        sum += mal_acts_loss_sum(tr->model, a);
-    }
-    *loss = sum / ((double)tr->o.global_batch * T);
-    return mal_kern_sync(tr->model->k);
 }
 
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
@@ -464,6 +444,7 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         fprintf(f, "]");
     }
     if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
+    if (st->has_val) fprintf(f, ", \"val_loss\": %.7g", st->val_loss);
     fprintf(f, "}\n");
     if (fflush(f) != 0)
         return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
@@ -491,25 +472,32 @@ int mal_trainer_run(mal_trainer *tr)
     } else if (rc) {
         return rc;
     }
+    if (tr->o.eval_only) return mal_eval_only(tr);
     const int width = snprintf(NULL, 0, "%lld", (long long)tr->o.steps);
     while (tr->step < tr->o.steps) {
         mal_step_stats st;
         if ((rc = mal_trainer_step(tr, &st))) return rc;
+        if ((rc = mal_eval_after_step(tr, &st))) return rc;
         if (lead && (rc = write_metrics(tr, &st))) return rc;
-        if (lead && tr->o.log_every > 0 && (st.step % tr->o.log_every == 0 || st.step == tr->o.steps)) {
+        if (lead && tr->o.log_every > 0 &&
+            (st.step % tr->o.log_every == 0 || st.step == tr->o.steps || st.has_val)) {
+            char val[32] = "";
+            if (st.has_val) snprintf(val, sizeof val, " | val %.4f", st.val_loss);
             if (tr->world_size > 1)
                 mal_log(MAL_LOG_INFO,
-                        "step %*lld/%lld | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | "
+                        "step %*lld/%lld | loss %.4f%s | lr %.2e | norm %6.3f | %8.0f tok/s | "
                         "%8.1f ms | slowest rank %d (%.1f ms compute)",
-                        width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
-                        st.grad_norm, st.tokens_per_s, 1e3 * st.step_s, st.slowest_rank,
-                        1e3 * st.ranks[st.slowest_rank].compute_s);
+                        width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
+                        (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s,
+                        st.slowest_rank, 1e3 * st.ranks[st.slowest_rank].compute_s);
             else
                 mal_log(MAL_LOG_INFO,
-                        "step %*lld/%lld | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %8.1f ms",
-                        width, (long long)st.step, (long long)tr->o.steps, st.loss, (double)st.lr,
-                        st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
+                        "step %*lld/%lld | loss %.4f%s | lr %.2e | norm %6.3f | %8.0f tok/s | "
+                        "%8.1f ms",
+                        width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
+                        (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
         }
+        if ((rc = mal_sample_after_step(tr, &st))) return rc;
         if (st.replan && tr->step < tr->o.steps) {
             if (lead)
                 mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
@@ -529,5 +517,6 @@ int mal_trainer_run(mal_trainer *tr)
             return rc;
     }
     if (tr->o.snapshot_dir && tr->saved_step != tr->step && (rc = mal_trainer_save(tr))) return rc;
+    mal_eval_summary(tr);
     return 0;
 }

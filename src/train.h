@@ -71,7 +71,19 @@ typedef struct {
     double device_memory_mb;   /* for the planner (0: 16384) */
     const char *profile;       /* planner profile: preset name or JSON file (NULL: derived) */
     const double *plan_rates;  /* [world] rates the given plan was made with (NULL: all 1) */
+
+    /* validation and samples (src/eval.c) */
+    const char *val_data_path; /* NULL: the built-in corpus's held-out part (only when
+                                * training on the built-in corpus) */
+    int val_data_format;       /* MAL_DATA_AUTO / LLMC / RAW16 */
+    int eval_every;            /* validation loss every N steps and at the end (0: never) */
+    int eval_batches;          /* validation batches of global_batch sequences (0: 4) */
+    int eval_only;             /* mal_trainer_run reports the validation loss, trains nothing */
+    int sample_every;          /* rank 0 prints a sample every N steps (0: never) */
+    const char *sample_prompt; /* its prompt (NULL: "\n"; token ids when not byte-level) */
 } mal_train_options;
+
+enum { MAL_EVAL_BATCHES_DEFAULT = 4, MAL_SAMPLE_EVERY_TOKENS = 64 };
 
 /* Defaults for everything but the model (which the caller loads). */
 mal_train_options mal_train_defaults(void);
@@ -97,6 +109,8 @@ typedef struct {
     const double *rates;   /* straggling rate of every rank (rank 0 only) */
     int replan;            /* the monitor advised a re-plan at this step (all ranks) */
     int trigger_rank;      /* the rank that triggered it (-1: none) */
+    int has_val;           /* val_loss was measured after this step (mal_trainer_run) */
+    double val_loss;       /* validation loss of the parameters after this step */
 } mal_step_stats;
 
 /* Collective over opts->world.  Validate options and the plan, load data,
@@ -168,9 +182,21 @@ int mal_trainer_replica_mismatch(mal_trainer *tr, double *count);
 int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_model_config *cfg,
                         int ranks_per_node, double *moved, double *kept);
 
-/* Local.  Mean loss of the global batch of step `step` without updating
- * anything (evaluation; one-rank runs only). */
-int mal_trainer_eval(mal_trainer *tr, int64_t step, double *loss);
+/* Collective.  Validation loss of the current parameters: the mean
+ * per-token loss over the first eval_batches x global_batch sequences of
+ * the validation data's fixed stream (data.h, MAL_DATA_VAL_SEED), computed
+ * by forward passes through this plan's pipelines; the same for every plan
+ * and rank count up to float summation order.  Needs validation data (set
+ * up when eval_every, eval_only or val_data_path is given). */
+int mal_trainer_evaluate(mal_trainer *tr, double *loss);
+int mal_trainer_eval_batches(const mal_trainer *tr);
+
+struct mal_sample_options;
+/* Collective.  Generate n_new tokens after prompt[0..n_prompt) with the
+ * current parameters (forward passes on pipeline 0; sample.h's choice of
+ * each token); every rank receives the same out[0 .. n_prompt+n_new). */
+int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_new,
+                       const struct mal_sample_options *so, int *out);
 
 /* Local.  Measure a planner profile of `cfg` on kernel instance k (one
  * layer's forward + backward per TP size up to nominal_tp, memory from the

@@ -107,6 +107,11 @@ struct mal_trainer {
     double migrated_bytes;     /* bytes moved by the last one (all ranks together) */
     double kept_bytes;         /* bytes of state the last one left in place */
     mal_migration_times mig_times; /* this rank's breakdown of the last one */
+
+    /* validation (eval.c) */
+    mal_data *val;             /* validation data (NULL: no evaluation) */
+    double best_val;           /* best validation loss of this run so far */
+    int64_t best_val_step;     /* its step (-1: none yet) */
 };
 
 #define MAL_HOSTNAME_LEN 64
@@ -114,6 +119,22 @@ struct mal_trainer {
 /* pipeline.c: run this rank's part of the 1F1B schedule for step `step`.
  * Collective over the pipeline (and TP groups). */
 int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale);
+
+/* What a pass through the pipeline reads: load() fills tr->inputs and
+ * tr->targets (B sequences of T tokens) for micro-batch mb of this rank's
+ * pipeline (called on its first and last stages). */
+typedef struct mal_pass {
+    int (*load)(struct mal_trainer *tr, const struct mal_pass *pass, int mb, int B, int T);
+    int64_t step;    /* for load: the training step */
+    const void *ctx; /* for load */
+} mal_pass;
+
+/* pipeline.c: forward passes only (no gradients) of micro-batches
+ * 0 .. n_micro-1 of `pass` through this rank's pipeline; the last stage
+ * adds each one's per-token loss sum to tr->loss_local and leaves its
+ * logits in tr->acts[mb % tr->n_slots].  Collective over the pipeline (and
+ * TP groups). */
+int mal_pipeline_forward_only(struct mal_trainer *tr, const mal_pass *pass, int n_micro);
 int mal_pipeline_setup(struct mal_trainer *tr);
 void mal_pipeline_teardown(struct mal_trainer *tr);
 
@@ -135,6 +156,18 @@ double mal_monitor_probe(struct mal_trainer *tr);        /* local, seconds */
 int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st); /* collective */
 double mal_inject_factor(const struct mal_trainer *tr, int64_t step);
 double mal_inject_stretch(struct mal_trainer *tr, double dt);
+
+/* eval.c: open / release the validation data (local). */
+int mal_eval_setup(struct mal_trainer *tr);
+void mal_eval_teardown(struct mal_trainer *tr);
+/* eval.c, for mal_trainer_run (collective): the validation loss into *st
+ * when --eval-every makes it due (or at the last step); a sample printed
+ * by rank 0 when --sample-every makes it due; --eval-only's whole run; the
+ * end-of-run line on the best validation loss (rank 0, local). */
+int mal_eval_after_step(struct mal_trainer *tr, mal_step_stats *st);
+int mal_sample_after_step(struct mal_trainer *tr, const mal_step_stats *st);
+int mal_eval_only(struct mal_trainer *tr);
+void mal_eval_summary(const struct mal_trainer *tr);
 
 /* ckpt/train_ckpt.c: write a snapshot of the state / restore from the
  * newest one in o.snapshot_dir. */

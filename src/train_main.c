@@ -35,6 +35,33 @@ int main(int argc, char **argv)
          .choices = data_formats, .values = data_format_values,
          .help = "auto, llmc or raw16 (default: auto)"},
 
+        {MAL_OPT_SECTION, .help = "Validation and samples:"},
+        {MAL_OPT_STRING, "val-data", .metavar = "FILE", .target = &o->val_data_path,
+         .help = "validation token file (formats as --data); default: the\n"
+                 "built-in corpus's held-out part (when training on the\n"
+                 "built-in corpus; training never samples it)"},
+        {MAL_OPT_CHOICE, "val-data-format", .metavar = "F", .target = &o->val_data_format,
+         .choices = data_formats, .values = data_format_values,
+         .help = "auto, llmc or raw16 (default: auto)"},
+        {MAL_OPT_INT, "eval-every", .metavar = "N", .target = &o->eval_every, .lo = 0,
+         .hi = INT_MAX,
+         .help = "validation loss every N steps and at the end (default: 0 =\n"
+                 "never): val_loss in the metrics and the step line"},
+        {MAL_OPT_INT, "eval-batches", .metavar = "K", .target = &o->eval_batches, .lo = 1,
+         .hi = 1 << 20,
+         .help = "validation batches of --global-batch sequences (default: 4);\n"
+                 "the same K x global-batch sequences every time, on every plan"},
+        {MAL_OPT_FLAG, "eval-only", .target = &o->eval_only, .ival = 1,
+         .help = "report the validation loss and exit without training\n"
+                 "(with --resume: the newest snapshot's; with\n"
+                 "--sample-every: and a sample)"},
+        {MAL_OPT_INT, "sample-every", .metavar = "N", .target = &o->sample_every, .lo = 0,
+         .hi = INT_MAX,
+         .help = "print a 64-token sample every N steps (default: 0 = never)"},
+        {MAL_OPT_STRING, "sample-prompt", .metavar = "TEXT", .target = &o->sample_prompt,
+         .help = "its prompt (default: a newline; token ids when the\n"
+                 "vocabulary is not byte-level)"},
+
         {MAL_OPT_SECTION,
          .help = "Parallel layout (run under mpiexec or srun, one rank per device):"},
         {MAL_OPT_STRING, "plan", .metavar = "FILE", .target = &cli.plan_path,

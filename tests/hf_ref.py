@@ -154,6 +154,9 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--perturb", choices=["none", "no-permute"], default="none")
     ap.add_argument("--bf16", help="(torch) a bf16 export of the same snapshot to check")
+    ap.add_argument("--greedy", nargs=3, metavar=("PROMPT", "N", "FILE"),
+                    help="also continue PROMPT greedily by N tokens and compare with FILE "
+                         "(malleus-sample --temperature 0's output)")
     a = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -185,6 +188,12 @@ def main():
                     for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
                         proj.weight.copy_(unpermute(proj.weight, H))
             logits = model(input_ids=x).logits
+
+        def continue_greedily(ids, n):
+            with torch.no_grad():
+                out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                                     pad_token_id=0)
+            return out[0].tolist()
         what = "transformers %s LlamaForCausalLM" % __import__("transformers").__version__
     else:
         W, meta = read_safetensors(os.path.join(a.export, "model.safetensors"))
@@ -216,6 +225,14 @@ def main():
                     Wt[n] = unpermute(Wt[n], H)
         with torch.no_grad():
             logits = torch_logits(cfg, Wt, x)
+
+        def continue_greedily(ids, n):
+            ids = list(ids)
+            with torch.no_grad():
+                for _ in range(n):
+                    lg = torch_logits(cfg, Wt, torch.tensor([ids[-T:]]))
+                    ids.append(int(lg[0, -1].argmax()))
+            return ids
         what = "independent PyTorch rotate-half LLaMA"
 
     V = logits.shape[-1]
@@ -227,6 +244,18 @@ def main():
     if not rel <= a.rtol:
         print("hf_ref: MISMATCH: relative difference %.3g > %g" % (rel, a.rtol))
         return 1
+    if a.greedy:
+        prompt, n, path = a.greedy[0].encode(), int(a.greedy[1]), a.greedy[2]
+        ids = continue_greedily(list(prompt), n)
+        # malleus-sample's printing: printable ASCII, newline and tab as
+        # they are, every other byte as \xNN
+        text = "".join(chr(c) if c in (9, 10) or 32 <= c < 127 else "\\x%02x" % c for c in ids)
+        want = open(path).read()
+        want = want[:-1] if want.endswith("\n") else want
+        print("greedy continuation (%s): %r" % (what, text))
+        if text != want:
+            print("hf_ref: MISMATCH: malleus-sample --temperature 0 wrote %r" % want)
+            return 1
     return 0
 
 

@@ -29,3 +29,7 @@ EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
 check_PROGRAMS += tests/test_online_reshard
 dist_check_SCRIPTS += tests/test_online_reshard.sh
 TESTS += tests/test_online_reshard.sh
+
+# Validation loss on 1 process and two 8-rank plans, samples, malleus-sample.
+dist_check_SCRIPTS += tests/test_eval.sh
+TESTS += tests/test_eval.sh

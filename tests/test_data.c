@@ -499,6 +499,56 @@ static void test_default_corpus(void)
     mal_data_destroy(d);
 }
 
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The held-out continuation: the training corpus is the same bytes as
+ * before it existed (pinned), the held-out text is new text from the same
+ * generator, and the data sets hold exactly one each. */
+static void test_heldout_corpus(void)
+{
+    char *t, *h;
+    size_t n, nh;
+    CHECK_OK(mal_corpus_generate(&t, &n));
+    CHECK_OK(mal_corpus_generate_heldout(&h, &nh));
+    printf("corpus %zu bytes (FNV-1a %016llx), held-out %zu bytes\n", n,
+           (unsigned long long)fnv1a(t, n), nh);
+    /* the corpus of every run so far: adding the held-out part changed nothing */
+    CHECK_EQ_INT(n, 1500105);
+    CHECK(fnv1a(t, n) == 0xf0ae69d25e3bcd3dull);
+    CHECK(nh >= MAL_CORPUS_HELDOUT_BYTES && nh < MAL_CORPUS_HELDOUT_BYTES + 20000);
+    CHECK(h[nh] == '\0' && strlen(h) == nh);
+    CHECK(!strncmp(h + nh - 2, "\n\n", 2) && h[0] != '\n');
+    /* New text, not a copy: of 20 windows of 160 bytes spread over it,
+     * most appear nowhere in the corpus (short templated paragraphs may). */
+    int unseen = 0;
+    for (int w = 0; w < 20; w++) {
+        char win[161];
+        memcpy(win, h + (nh - 161) / 20 * (size_t)w, 160);
+        win[160] = '\0';
+        unseen += strstr(t, win) == NULL;
+    }
+    printf("held-out windows not in the corpus: %d of 20\n", unseen);
+    CHECK(unseen >= 15);
+    mal_data *d, *v;
+    CHECK_OK(mal_data_open_default(&d));
+    CHECK_OK(mal_data_open_heldout(&v));
+    CHECK_EQ_INT(mal_data_n_tokens(d), n);
+    CHECK_EQ_INT(mal_data_n_tokens(v), nh);
+    CHECK(strcmp(mal_data_name(v), "built-in corpus, held-out part") == 0);
+    for (size_t i = 0; i < nh; i++)
+        if (mal_data_tokens(v)[i] != (unsigned char)h[i]) CHECK(!"held-out tokens differ");
+    mal_data_destroy(d);
+    mal_data_destroy(v);
+    free(t);
+    free(h);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "test_data.XXXXXX");
@@ -512,6 +562,7 @@ int main(void)
     test_sampling();
     test_tokenize_bytes();
     test_default_corpus();
+    test_heldout_corpus();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) return MAL_TEST_ERROR;

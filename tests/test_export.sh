@@ -4,7 +4,8 @@
 # own rotate-half LLaMA on the batch whose loss malleus-train reported for
 # the exported parameters; the losses must agree within 1e-5 (fp32), the bf16
 # export must be exactly torch's round-to-nearest-even of the fp32 one, and
-# with the q/k permutation undone the comparison must fail.  Then: a
+# with the q/k permutation undone the comparison must fail; and its greedy
+# continuation of a prompt must be malleus-sample --temperature 0's.  Then: a
 # snapshot resharded onto an 8-rank plan exports to the same bytes; an
 # uncommitted or corrupt snapshot is refused (exit 2, nothing written); a
 # target that is a link to /dev/null is written through; usage errors.
@@ -30,7 +31,7 @@ ls "$W/hf" | grep -q tmp && fail "temporary files left in the export directory"
 
 if "$PYTHON3" -c 'import torch, numpy' 2>/dev/null; then
     "$PYTHON3" "$REF" --impl torch --export "$W/hf" --bf16 "$W/hf-bf16" --data "$W/tokens.bin" \
-        --seed $SEED --step $K --global-batch $GB --loss "$LOSS"
+        --seed $SEED --step $K --global-batch $GB --loss "$LOSS" --greedy "$PROMPT" $NGREEDY "$W/greedy"
     rc=$?
     [ $rc -eq 0 ] || fail "reference check exit $rc"
     "$PYTHON3" "$REF" --impl torch --export "$W/hf" --data "$W/tokens.bin" --seed $SEED \

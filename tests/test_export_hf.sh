@@ -2,8 +2,9 @@
 # malleus-export's checkpoint in the real Hugging Face library: transformers'
 # LlamaForCausalLM.from_pretrained loads it with every key matched, and its
 # loss on the batch whose loss malleus-train reported for the exported
-# parameters agrees within 1e-5 (fp32); with the q/k permutation undone it
-# must not.
+# parameters agrees within 1e-5 (fp32), and its generate() continues a
+# prompt greedily as malleus-sample --temperature 0 does; with the q/k
+# permutation undone the loss must not agree.
 #
 # transformers is not packaged by Debian.  The test uses, in this order: a
 # $PYTHON3 that imports it; $MALLEUS_HF_SITE (default
@@ -66,7 +67,7 @@ trap 'rm -rf "$W"' EXIT
 "$EXPORT" --quiet "$W/snap/step_000000$K" "$W/hf" || { echo "$TAG: FAIL: export failed"; exit 1; }
 
 "$PYTHON3" "$REF" --impl transformers --export "$W/hf" --data "$W/tokens.bin" --seed $SEED \
-    --step $K --global-batch $GB --loss "$LOSS"
+    --step $K --global-batch $GB --loss "$LOSS" --greedy "$PROMPT" $NGREEDY "$W/greedy"
 rc=$?
 [ $rc -eq 0 ] || { echo "$TAG: FAIL (exit $rc)"; exit $rc; }
 "$PYTHON3" "$REF" --impl transformers --export "$W/hf" --data "$W/tokens.bin" --seed $SEED \

@@ -29,11 +29,12 @@ static mal_train_options base_options(void)
 static void test_initial_loss(void)
 {
     mal_train_options o = base_options();
+    o.eval_only = 1;
     mal_trainer *tr;
     CHECK_OK(mal_trainer_create(&tr, &o));
     double loss;
-    CHECK_OK(mal_trainer_eval(tr, 0, &loss));
-    printf("untrained loss %.4f, ln(vocab) %.4f\n", loss, log(o.model.vocab));
+    CHECK_OK(mal_trainer_evaluate(tr, &loss));
+    printf("untrained validation loss %.4f, ln(vocab) %.4f\n", loss, log(o.model.vocab));
     CHECK_CLOSE(loss, log(o.model.vocab), 0.02, 0.0);
     mal_trainer_destroy(tr);
 }
