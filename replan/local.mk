@@ -1,6 +1,7 @@
 # replan/: the planner (cost model, lp_solve programs, search, 1F1B simulator,
 # re-plan trigger policy) and malleus-replan.  Included by Makefile.am.
 libmalleus_a_SOURCES += replan/replan.h replan/profile.c replan/cost.c replan/lp.c \
+	replan/search.h replan/options.c replan/layers.c replan/eval.c \
 	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
 	replan/policy.h replan/policy.c replan/tool.h replan/tool.c
 
@@ -17,3 +18,8 @@ EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py
 # Hostile planner inputs (issue 16): refusals naming the field, no overflow.
 check_PROGRAMS += tests/test_replan_inputs
 TESTS += tests/test_replan_inputs
+
+# The planner's objective against an independent exact enumeration.
+check_PROGRAMS += tests/test_replan_exact
+TESTS += tests/test_replan_exact
+EXTRA_DIST += tests/replan_ref.h

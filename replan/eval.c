@@ -1,0 +1,379 @@
+/* Steps B/C of the planner for one grouping of the specials into blocks:
+ * the best step time over every way of sharing the H healthy full groups
+ * out (any number joins each block's pipeline; the rest form pipelines of
+ * their own, of any lengths and number) and every split of the
+ * micro-batches.
+ *
+ * For a trial step time T, a pipeline of period P and S stages can run
+ * m = floor(T / P) - S + 1 micro-batches, and must run at least S (1F1B).
+ * T is feasible when the pipelines together can run M.  Healthy-only
+ * pipelines are interchangeable, so the most they run with R healthy groups
+ * is an unbounded knapsack g(R) = max sum f(h_j), sum h_j = R, f(h) the
+ * count of one pipeline of h; a dynamic programme over the blocks adds each
+ * block's best use of its healthy groups.  Both are exact; feasibility is
+ * monotone in T, and the optimum is one of the values (m + S - 1) P, so a
+ * bisection to relative 1e-13 finds it.  The micro-batches are then filled
+ * up to T and the excess trimmed from the slowest pipelines (never making
+ * one slower). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal.h"
+#include "search.h"
+
+void rp_eval_fini(rp_eval *e)
+{
+    if (!e) return;
+    free(e->h);
+    free(e->hp);
+    memset(e, 0, sizeof *e);
+}
+
+double rp_trim(int D, const double *P, const int *S, int *m, int M, long *total)
+{
+    /* one at a time from the pipeline that finishes last: never slower */
+    while (*total > M) {
+        int arg = -1;
+        double worst = -1;
+        for (int i = 0; i < D; i++) {
+            if (m[i] <= S[i]) continue;
+            double Ti = (m[i] + S[i] - 1) * P[i];
+            if (Ti > worst) {
+                worst = Ti;
+                arg = i;
+            }
+        }
+        if (arg < 0) break;
+        m[arg]--;
+        (*total)--;
+    }
+    double T = 0;
+    for (int i = 0; i < D; i++)
+        T = MAL_MAX(T, (m[i] + S[i] - 1) * P[i]);
+    return T;
+}
+
+/* micro-batches a pipeline of period P and S stages runs within T (capped
+ * at M); -1 when fewer than S */
+static int runs(double T, double P, int S, int M)
+{
+    if (!isfinite(P)) return -1;
+    double f = floor(T / P * (1 + 1e-12) + 1e-9) - S + 1;
+    if (f < S) return -1;
+    return f >= M ? M : (int)f;
+}
+
+typedef struct blockinfo {
+    int lo, hi;  /* healthy counts considered */
+    double *P;   /* [hi - lo + 1] */
+    int *S;
+} blockinfo;
+
+typedef struct evalctx {
+    ctx *c;
+    int k, H, M, hmax; /* hmax: longest healthy-only pipeline */
+    blockinfo *b;
+    int base, width; /* block DP states: sum of healthy counts in [base, base + width) */
+    double wsum;     /* sum over blocks of their healthy-count ranges (work) */
+    /* scratch */
+    int *f, *g, *garg;  /* [hmax + 1], [H + 1], [H + 1] */
+    int *dp, *nd, *arg; /* [width], [width], [k * width] */
+} evalctx;
+
+/* Can the pipelines run M micro-batches within T?  With `keep`, the argmax
+ * arrays are filled for the reconstruction. */
+static int feasible_at(evalctx *e, double T)
+{
+    ctx *c = e->c;
+    c->work += (double)e->H * e->hmax + (double)e->width * e->wsum + 1000;
+    const int NEG = -1;
+    /* healthy-only pipelines: f(h), then the exact-R knapsack */
+    for (int h = 1; h <= e->hmax; h++)
+        e->f[h] = runs(T, c->hp_P[h], h, e->M);
+    e->g[0] = 0;
+    e->garg[0] = 0;
+    for (int R = 1; R <= e->H; R++) {
+        int best = NEG, arg = 0;
+        for (int h = 1; h <= e->hmax && h <= R; h++) {
+            if (e->f[h] < 0 || e->g[R - h] < 0) continue;
+            int v = e->g[R - h] + e->f[h];
+            if (v > e->M) v = e->M;
+            if (v > best) {
+                best = v;
+                arg = h;
+            }
+        }
+        e->g[R] = best;
+        e->garg[R] = arg;
+    }
+    /* blocks: dp over the healthy groups they take */
+    for (int s = 0; s < e->width; s++)
+        e->dp[s] = NEG;
+    e->dp[0] = 0; /* state s means base + s healthy taken; base = sum of lo */
+    int lo_sum = 0;
+    for (int i = 0; i < e->k; i++) {
+        const blockinfo *bi = &e->b[i];
+        for (int s = 0; s < e->width; s++)
+            e->nd[s] = NEG;
+        for (int s = 0; s < e->width; s++) {
+            if (e->dp[s] < 0) continue;
+            for (int h = bi->lo; h <= bi->hi; h++) {
+                int s2 = s + h - bi->lo;
+                if (s2 >= e->width || e->base + s2 > e->H) break;
+                int m = runs(T, bi->P[h - bi->lo], bi->S[h - bi->lo], e->M);
+                if (m < 0) continue;
+                int v = e->dp[s] + m;
+                if (v > e->M) v = e->M;
+                if (v > e->nd[s2]) {
+                    e->nd[s2] = v;
+                    e->arg[(size_t)i * e->width + s2] = h;
+                }
+            }
+        }
+        memcpy(e->dp, e->nd, (size_t)e->width * sizeof *e->dp);
+        lo_sum += bi->lo;
+    }
+    (void)lo_sum;
+    for (int s = 0; s < e->width; s++) {
+        int R = e->H - (e->base + s);
+        if (e->dp[s] < 0 || R < 0 || e->g[R] < 0) continue;
+        if (e->dp[s] + e->g[R] >= e->M) return 1;
+    }
+    return 0;
+}
+
+/* the healthy-only periods h = 1..hmax, once per search */
+static int healthy_periods(ctx *c, int hmax)
+{
+    if (!c->hp_P) {
+        c->hp_P = malloc((size_t)(c->L + 1) * sizeof *c->hp_P);
+        if (!c->hp_P) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        for (int h = 0; h <= c->L; h++)
+            c->hp_P[h] = NAN;
+    }
+    for (int h = 1; h <= hmax; h++) {
+        if (!isnan(c->hp_P[h])) continue;
+        const centry *ce;
+        int rc = rp_composition(c, h, NULL, 0, &ce);
+        if (rc) return rc;
+        c->hp_P[h] = ce->P;
+    }
+    return 0;
+}
+
+int rp_eval_blocks(ctx *c, int k, sgrp *const *sg, const int *ns, int window, double T_ub,
+                   double *T_out, rp_eval *out)
+{
+    int rc = 0;
+    evalctx e = {0};
+    e.c = c;
+    e.k = k;
+    e.H = c->H;
+    e.M = c->M;
+    e.hmax = MAL_MIN(c->H, c->L);
+    *T_out = INFINITY;
+    if (out) memset(out, 0, sizeof *out);
+    c->n_evals++;
+    if ((rc = healthy_periods(c, e.hmax))) return rc;
+    e.b = calloc((size_t)MAL_MAX(1, k), sizeof *e.b);
+    if (!e.b) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+
+    /* capacity (sum 1/y) and groups, for the bounds and the windows */
+    double C = e.H, Cb;
+    long N = e.H;
+    for (int i = 0; i < k; i++) {
+        N += ns[i];
+        for (int q = 0; q < ns[i]; q++)
+            C += 1.0 / sg[i][q].y;
+    }
+    if (N > c->M) goto done; /* 1F1B: every stage needs a micro-batch */
+    /* a healthy-only pipeline's length whose period sets the pace: the one
+     * running the most micro-batches per healthy group at the bubble-free
+     * bound (used only to centre the windows) */
+    double T0 = c->L * (double)c->M / C;
+    int href = 1;
+    if (window >= 0) {
+        double best = -1;
+        for (int h = 1; h <= e.hmax; h++) {
+            if (!isfinite(c->hp_P[h])) continue;
+            double per = (T0 * 1.3 / c->hp_P[h] - h + 1) / h;
+            if (per > best) {
+                best = per;
+                href = h;
+            }
+        }
+    }
+    /* many blocks: narrower windows keep the dynamic programme's states
+     * (blocks x window) near the number of healthy groups */
+    if (window > 0 && k > 64) window = MAL_MAX(1, window * 64 / k);
+    long sum_lo = 0, sum_hi = 0;
+    for (int i = 0; i < k; i++) {
+        blockinfo *bi = &e.b[i];
+        int top = MAL_MIN(e.H, c->L - ns[i]);
+        if (top < 0) goto done; /* more stages than layers */
+        if (window < 0) {
+            bi->lo = 0;
+            bi->hi = top;
+        } else {
+            /* restricted: near the count that gives this pipeline the
+             * capacity of a reference healthy-only pipeline */
+            Cb = 0;
+            for (int q = 0; q < ns[i]; q++)
+                Cb += 1.0 / sg[i][q].y;
+            int mid = (int)lround(href - Cb);
+            bi->lo = MAL_MAX(0, mid - window);
+            bi->hi = MAL_MIN(top, mid + window);
+            if (bi->hi < bi->lo) bi->lo = bi->hi = MAL_MAX(0, MAL_MIN(top, mid));
+        }
+        int n = bi->hi - bi->lo + 1;
+        bi->P = malloc((size_t)n * sizeof *bi->P);
+        bi->S = malloc((size_t)n * sizeof *bi->S);
+        if (!bi->P || !bi->S) {
+            rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+            goto done;
+        }
+        for (int h = bi->lo; h <= bi->hi; h++) {
+            const centry *ce;
+            if ((rc = rp_composition(c, h, sg[i], ns[i], &ce))) goto done;
+            bi->P[h - bi->lo] = ce->P;
+            bi->S[h - bi->lo] = ce->S;
+        }
+        sum_lo += bi->lo;
+        sum_hi += bi->hi;
+        e.wsum += n;
+    }
+    if (sum_lo > e.H) goto done;
+    e.base = (int)sum_lo;
+    e.width = (int)(MAL_MIN((long)e.H, sum_hi) - sum_lo + 1);
+    e.f = malloc((size_t)(e.hmax + 1) * sizeof *e.f);
+    e.g = malloc((size_t)(e.H + 1) * sizeof *e.g);
+    e.garg = malloc((size_t)(e.H + 1) * sizeof *e.garg);
+    e.dp = malloc((size_t)e.width * sizeof *e.dp);
+    e.nd = malloc((size_t)e.width * sizeof *e.nd);
+    e.arg = malloc((size_t)MAL_MAX(1, k) * e.width * sizeof *e.arg);
+    if (!e.f || !e.g || !e.garg || !e.dp || !e.nd || !e.arg) {
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+
+    /* bisection: lo infeasible, hi feasible.  T >= L M / C (all work at full
+     * capacity, no bubble) is a lower bound. */
+    double lo = T0 * (1 - 1e-9), hi;
+    if (isfinite(T_ub)) {
+        hi = T_ub * (1 - RP_TOL);
+        if (hi <= lo || !feasible_at(&e, hi)) goto done; /* cannot beat T_ub */
+    } else {
+        hi = lo * 2;
+        int found = 0;
+        for (int it = 0; it < 200 && !found; it++) {
+            if (feasible_at(&e, hi))
+                found = 1;
+            else {
+                lo = hi;
+                hi *= 2;
+            }
+        }
+        if (!found) goto done;
+    }
+    for (int it = 0; it < 200 && hi - lo > 1e-13 * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (feasible_at(&e, mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    feasible_at(&e, hi);
+    /* reconstruct: the best state, each block's healthy count, the
+     * healthy-only pipelines */
+    int best_s = -1;
+    for (int s = 0; s < e.width; s++) {
+        int R = e.H - (e.base + s);
+        if (e.dp[s] < 0 || R < 0 || e.g[R] < 0) continue;
+        if (e.dp[s] + e.g[R] >= e.M) {
+            best_s = s;
+            break;
+        }
+    }
+    if (best_s < 0) {
+        rc = MAL_ERR(MAL_ELP, "replan: internal error: lost the feasible state");
+        goto done;
+    }
+    int *hb = malloc((size_t)MAL_MAX(1, k) * sizeof *hb);
+    int R = e.H - (e.base + best_s), n_hp = 0;
+    int *hp = malloc((size_t)MAL_MAX(1, R) * sizeof *hp);
+    if (!hb || !hp) {
+        free(hb);
+        free(hp);
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    for (int i = k - 1, s = best_s; i >= 0; i--) {
+        hb[i] = e.arg[(size_t)i * e.width + s];
+        s -= hb[i] - e.b[i].lo;
+    }
+    for (int r = R; r > 0; r -= e.garg[r])
+        hp[n_hp++] = e.garg[r];
+    /* micro-batches: as many as fit in hi, then trim the excess from the
+     * slowest pipelines */
+    int D = k + n_hp;
+    int *m = malloc((size_t)MAL_MAX(1, D) * sizeof *m), *Sv = malloc((size_t)MAL_MAX(1, D) * sizeof *Sv);
+    double *Pv = malloc((size_t)MAL_MAX(1, D) * sizeof *Pv);
+    if (!m || !Sv || !Pv) {
+        free(hb);
+        free(hp);
+        free(m);
+        free(Sv);
+        free(Pv);
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    long total = 0;
+    for (int i = 0; i < D; i++) {
+        if (i < k) {
+            Pv[i] = e.b[i].P[hb[i] - e.b[i].lo];
+            Sv[i] = e.b[i].S[hb[i] - e.b[i].lo];
+        } else {
+            Sv[i] = hp[i - k];
+            Pv[i] = c->hp_P[Sv[i]];
+        }
+        m[i] = runs(hi, Pv[i], Sv[i], e.M);
+        total += m[i];
+    }
+    double T = rp_trim(D, Pv, Sv, m, e.M, &total);
+    free(m);
+    free(Sv);
+    free(Pv);
+    if (total != e.M) {
+        free(hb);
+        free(hp);
+        rc = MAL_ERR(MAL_ELP, "replan: internal error: %ld micro-batches instead of %d", total,
+                     e.M);
+        goto done;
+    }
+    *T_out = T;
+    if (out) {
+        out->T = T;
+        out->k = k;
+        out->h = hb;
+        out->n_hp = n_hp;
+        out->hp = hp;
+    } else {
+        free(hb);
+        free(hp);
+    }
+done:
+    if (e.b)
+        for (int i = 0; i < k; i++) {
+            free(e.b[i].P);
+            free(e.b[i].S);
+        }
+    free(e.b);
+    free(e.f);
+    free(e.g);
+    free(e.garg);
+    free(e.dp);
+    free(e.nd);
+    free(e.arg);
+    return rc;
+}

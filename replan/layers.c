@@ -1,0 +1,477 @@
+/* Step C of the planner, per pipeline: for a composition (h healthy full
+ * groups plus some specials) the stage order and the layers per stage that
+ * minimise the period P = max_j y_j l_j within memory, memoised.
+ *
+ * Memory makes the order matter: stage j of S may hold at most
+ * ub(size, S, j) layers (1F1B keeps S - j micro-batches of activations in
+ * flight at stage j, and the first and last stages hold the embedding and
+ * the LM head), so a slow, small group holding few layers can sit in front
+ * and leave the roomy late positions to fast groups.  For a trial period P,
+ * group g can usefully hold c_g = floor(P / y_g) layers, so P is feasible
+ * iff some assignment of groups to positions has every min(c_g, ub(g, j)) >= 1
+ * and sum >= L: a maximum-weight perfect matching (Hungarian algorithm,
+ * exact).  The least feasible P is one of the values y_g * l, found by
+ * bisection over them (feasibility is monotone in P).  When memory binds at
+ * no position (c_g <= ub(g, j) everywhere) the order is free and the test is
+ * sum c_g >= L.  Among optimal orders the matching prefers the README's rule
+ * (h - 1 healthy groups, the specials largest first, the last healthy group),
+ * and the layers left over are taken from the slowest stages, so stage
+ * times come out balanced. */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal.h"
+#include "search.h"
+
+/* Above this many layers the period is found by bisection on the real line
+ * instead of over the list of candidate values y * l. */
+#define RP_MAX_CAND 4096
+/* Pipelines deeper than this are not considered (the matching is S x S). */
+#define RP_MAX_STAGES 512
+
+/* FNV-1a over bytes (the cache's hash) */
+static uint64_t fnv_bytes(const unsigned char *b, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int layer_cap_max(const ctx *c, int size);
+
+int rp_layer_cap_max(const ctx *c, int size)
+{
+    int l = 0;
+    while ((1 << l) < size && l <= MAL_REPLAN_MAX_TP_LOG)
+        l++;
+    if ((1 << l) != size || l > MAL_REPLAN_MAX_TP_LOG) return layer_cap_max(c, size);
+    ctx *mc = (ctx *)c; /* a memo, not a change of the context's meaning */
+    if (mc->capmax[l] <= 0) mc->capmax[l] = 1 + layer_cap_max(c, size);
+    return mc->capmax[l] - 1;
+}
+
+static int layer_cap_max(const ctx *c, int size)
+{
+    /* ub(size, S, j) = floor((room - E [first/last]) / k[S-1-j]) <= room / min k */
+    double room = (c->mem - c->p->overhead_mb) * size / (double)c->t;
+    if (room < 0) return 0;
+    double kmin = INFINITY;
+    for (int d = 0; d < c->L; d++)
+        kmin = MAL_MIN(kmin, mal_profile_k(c->p, d));
+    if (!(kmin > 0)) return c->L;
+    double l = floor(room / kmin * (1 + 1e-12) + 1e-9);
+    return l >= c->L ? c->L : (int)l;
+}
+
+/* Preferred order (README rule) of h healthy groups and ns sorted specials:
+ * kind[] per stage, -1 healthy. */
+static void rule_order(int h, int ns, int *kind)
+{
+    int S = 0, before = h >= 2 ? h - 1 : h;
+    for (int i = 0; i < before; i++)
+        kind[S++] = -1;
+    for (int i = 0; i < ns; i++)
+        kind[S++] = i;
+    if (h >= 2) kind[S++] = -1;
+}
+
+/* Minimum-cost assignment of n rows to distinct columns of m >= n
+ * (Hungarian algorithm with potentials, O(n^2 m)); a[i * m + j] costs;
+ * col_of[i] out.  Scratch: u[n+1], v, p, way, minv, used [m+1].  Returns
+ * the total cost. */
+static long long hungarian(int n, int m, const long long *a, int *col_of, long long *u,
+                           long long *v, int *p, int *way, long long *minv, char *used)
+{
+    const long long INF = (long long)4e18;
+    for (int i = 0; i <= n; i++)
+        u[i] = 0;
+    for (int j = 0; j <= m; j++) {
+        v[j] = 0;
+        p[j] = 0;
+    }
+    for (int i = 1; i <= n; i++) {
+        p[0] = i;
+        int j0 = 0;
+        for (int j = 0; j <= m; j++) {
+            minv[j] = INF;
+            used[j] = 0;
+        }
+        do {
+            used[j0] = 1;
+            int i0 = p[j0], j1 = 0;
+            long long delta = INF;
+            for (int j = 1; j <= m; j++) {
+                if (used[j]) continue;
+                long long cur = a[(size_t)(i0 - 1) * m + (j - 1)] - u[i0] - v[j];
+                if (cur < minv[j]) {
+                    minv[j] = cur;
+                    way[j] = j0;
+                }
+                if (minv[j] < delta) {
+                    delta = minv[j];
+                    j1 = j;
+                }
+            }
+            for (int j = 0; j <= m; j++) {
+                if (used[j]) {
+                    u[p[j]] += delta;
+                    v[j] -= delta;
+                } else {
+                    minv[j] -= delta;
+                }
+            }
+            j0 = j1;
+        } while (p[j0] != 0);
+        do {
+            int j1 = way[j0];
+            p[j0] = p[j1];
+            j0 = j1;
+        } while (j0);
+    }
+    long long cost = 0;
+    for (int j = 1; j <= m; j++)
+        if (p[j]) {
+            col_of[p[j] - 1] = j - 1;
+            cost += a[(size_t)(p[j] - 1) * m + (j - 1)];
+        }
+    return cost;
+}
+
+/* One composition being solved: h healthy full groups (all alike) and ns
+ * specials; S = h + ns positions. */
+typedef struct solver {
+    int S, L, h, ns;
+    const sgrp *sg;  /* [ns] */
+    const int *ubh;  /* [S] ub of a healthy full group at each position */
+    const int *ubs;  /* [ns * S] ub of each special at each position */
+    const int *pref; /* [ns] the rule's position of each special */
+    int *pos;        /* [ns] out: position of each special */
+    char *taken;     /* [S] */
+    int caph, *caps; /* layers each can hold at the trial period */
+    long long *a, *u, *v, *minv;
+    int *p, *way;
+    char *used;
+} solver;
+
+#define FORBID ((long long)1e15)
+
+static int cap_at(double P, double y, int L)
+{
+    double f = floor(P / y * (1 + 1e-12) + 1e-9);
+    return f >= L ? L : (int)f;
+}
+
+/* Layers held in total when specials sit at s->pos[] and healthy groups
+ * fill the other positions; -1 when some stage would hold none. */
+static long held(const solver *s)
+{
+    long total = 0;
+    memset(s->taken, 0, (size_t)s->S);
+    for (int i = 0; i < s->ns; i++) {
+        int w = MAL_MIN(s->caps[i], s->ubs[i * s->S + s->pos[i]]);
+        if (w < 1) return -1;
+        total += w;
+        s->taken[s->pos[i]] = 1;
+    }
+    for (int j = 0; j < s->S; j++) {
+        if (s->taken[j]) continue;
+        int w = MAL_MIN(s->caph, s->ubh[j]);
+        if (w < 1) return -1;
+        total += w;
+    }
+    return total;
+}
+
+/* Is period P feasible?  When it is, s->pos[] holds an order that reaches
+ * L layers (the rule's when memory binds nowhere). */
+static int feasible(solver *s, double P)
+{
+    int S = s->S, ns = s->ns, loose = 1;
+    s->caph = s->h > 0 ? cap_at(P, 1.0, s->L) : s->L;
+    if (s->h > 0 && s->caph < 1) return 0;
+    for (int i = 0; i < ns; i++) {
+        s->caps[i] = cap_at(P, s->sg[i].y, s->L);
+        if (s->caps[i] < 1) return 0;
+        for (int j = 0; j < S && loose; j++)
+            loose = s->ubs[i * S + j] >= s->caps[i];
+    }
+    for (int j = 0; j < S && loose && s->h > 0; j++)
+        loose = s->ubh[j] >= s->caph;
+    for (int i = 0; i < ns; i++)
+        s->pos[i] = s->pref[i];
+    if (loose || ns == 0) return held(s) >= s->L;
+    /* Memory binds: place the specials by a maximum-weight assignment of
+     * specials to positions.  Healthy groups are all alike, so a special at
+     * j is worth w(i, j) - w_h(j) over the healthy group it displaces; a
+     * position no healthy group can take must get a special (a bonus larger
+     * than all weights together).  Ties go to the rule's positions
+     * (sum |j - pref| stays below one layer's weight). */
+    long long W = (long long)S * ns + 1, BONUS = (long long)(s->L + 1) * 2 * W * (S + 1);
+    int must = 0;
+    for (int j = 0; j < S && s->h > 0; j++)
+        must += MAL_MIN(s->caph, s->ubh[j]) < 1;
+    if (must > ns) return 0;
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < S; j++) {
+            int w = MAL_MIN(s->caps[i], s->ubs[i * S + j]);
+            long long d = j > s->pref[i] ? j - s->pref[i] : s->pref[i] - j, val;
+            if (w < 1) {
+                s->a[(size_t)i * S + j] = FORBID;
+                continue;
+            }
+            if (s->h == 0) {
+                val = w;
+            } else {
+                int wh = MAL_MIN(s->caph, s->ubh[j]);
+                val = wh < 1 ? w + BONUS / W : w - wh;
+            }
+            s->a[(size_t)i * S + j] = -val * W + d;
+        }
+    long long cost = hungarian(ns, S, s->a, s->pos, s->u, s->v, s->p, s->way, s->minv, s->used);
+    if (cost >= FORBID / 2) return 0;
+    return held(s) >= s->L;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Solve composition e: h healthy full groups and ns sorted specials. */
+static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
+{
+    int S = h + ns, L = c->L, rc = 0;
+    e->P = INFINITY;
+    if (S < 1 || S > L || S > RP_MAX_STAGES) return 0;
+    int *kind = malloc((size_t)S * sizeof *kind);
+    int *ubh = malloc((size_t)S * sizeof *ubh);
+    int *ubs = malloc((size_t)MAL_MAX(1, ns) * S * sizeof *ubs);
+    int *pref = malloc((size_t)MAL_MAX(1, ns) * sizeof *pref);
+    double *cand = NULL, *yj = malloc((size_t)S * sizeof *yj);
+    solver s = {0};
+    s.S = S;
+    s.L = L;
+    s.h = h;
+    s.ns = ns;
+    s.sg = sg;
+    s.pos = malloc((size_t)MAL_MAX(1, ns) * sizeof *s.pos);
+    s.taken = malloc((size_t)S);
+    s.caps = malloc((size_t)MAL_MAX(1, ns) * sizeof *s.caps);
+    s.a = malloc((size_t)MAL_MAX(1, ns) * S * sizeof *s.a);
+    s.u = malloc((size_t)(ns + 1) * sizeof *s.u);
+    s.v = malloc((size_t)(S + 1) * sizeof *s.v);
+    s.minv = malloc((size_t)(S + 1) * sizeof *s.minv);
+    s.p = malloc((size_t)(S + 1) * sizeof *s.p);
+    s.way = malloc((size_t)(S + 1) * sizeof *s.way);
+    s.used = malloc((size_t)(S + 1));
+    if (!kind || !ubh || !ubs || !pref || !yj || !s.pos || !s.taken || !s.caps || !s.a || !s.u ||
+        !s.v || !s.minv || !s.p || !s.way || !s.used)
+        goto oom;
+    rule_order(h, ns, kind);
+    for (int j = 0; j < S; j++)
+        if (kind[j] >= 0) pref[kind[j]] = j;
+    double ymax = h > 0 ? 1.0 : 0, inv = h;
+    for (int j = 0; j < S; j++)
+        ubh[j] = h > 0 ? mal_cost_layer_cap(c->p, c->mem, c->t, S, j) : 0;
+    for (int i = 0; i < ns; i++) {
+        ymax = MAL_MAX(ymax, sg[i].y);
+        inv += 1.0 / sg[i].y;
+        int best = 0;
+        for (int j = 0; j < S; j++) {
+            /* ub depends on the size only: copy the row of an equal size */
+            if (i > 0 && sg[i].size == sg[i - 1].size)
+                ubs[i * S + j] = ubs[(i - 1) * S + j];
+            else if (sg[i].size == c->t && h > 0)
+                ubs[i * S + j] = ubh[j];
+            else
+                ubs[i * S + j] = mal_cost_layer_cap(c->p, c->mem, sg[i].size, S, j);
+            best = MAL_MAX(best, ubs[i * S + j]);
+        }
+        if (best < 1) goto done; /* this group fits nowhere */
+    }
+    s.ubh = ubh;
+    s.ubs = ubs;
+    s.pref = pref;
+    /* candidate periods y * l above the two lower bounds (every stage holds
+     * a layer: P >= max y; all layers: P >= L / sum 1/y) */
+    double lb = MAL_MAX(ymax, L / inv) * (1 - 1e-12), P;
+    /* with every group at y * L the test is memory alone */
+    if (!feasible(&s, ymax * L)) goto done;
+    if (L <= RP_MAX_CAND) {
+        cand = malloc(((size_t)(ns + 1) * L + 1) * sizeof *cand);
+        if (!cand) goto oom;
+        size_t n_cand = 0;
+        for (int i = -1; i < ns; i++) {
+            double y = i < 0 ? 1.0 : sg[i].y;
+            if ((i < 0 && h == 0) || (i > 0 && y == sg[i - 1].y)) continue;
+            for (int l = 1; l <= L; l++)
+                if (y * l >= lb) cand[n_cand++] = y * l;
+        }
+        qsort(cand, n_cand, sizeof *cand, cmp_dbl);
+        size_t nu = 0;
+        for (size_t i = 0; i < n_cand; i++)
+            if (nu == 0 || cand[i] != cand[nu - 1]) cand[nu++] = cand[i];
+        size_t lo = 0, hi = nu; /* cand[hi] feasible; cand[nu] = ymax * L */
+        cand[nu] = ymax * L;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (feasible(&s, cand[mid]))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        P = cand[hi];
+    } else {
+        /* very deep models: bisection on the real line lands within
+         * rounding of the least candidate; the split below recomputes P */
+        double lo = lb, hi = ymax * L;
+        for (int it = 0; it < 200 && hi - lo > 1e-13 * hi; it++) {
+            double mid = 0.5 * (lo + hi);
+            if (feasible(&s, mid))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        P = hi;
+    }
+    feasible(&s, P);
+    /* the stages: specials where the assignment put them, healthy groups
+     * elsewhere; then the layers beyond L come off the slowest stages */
+    e->kind = malloc((size_t)S * sizeof *e->kind);
+    e->l = malloc((size_t)S * sizeof *e->l);
+    if (!e->kind || !e->l) goto oom;
+    long total = 0;
+    for (int j = 0; j < S; j++)
+        e->kind[j] = -1;
+    for (int i = 0; i < ns; i++)
+        e->kind[s.pos[i]] = i;
+    for (int j = 0; j < S; j++) {
+        int i = e->kind[j];
+        yj[j] = i < 0 ? 1.0 : sg[i].y;
+        e->l[j] = i < 0 ? MAL_MIN(s.caph, ubh[j]) : MAL_MIN(s.caps[i], ubs[i * S + j]);
+        total += e->l[j];
+    }
+    while (total > L) {
+        int arg = -1;
+        for (int j = 0; j < S; j++)
+            if (e->l[j] > 1 && (arg < 0 || yj[j] * e->l[j] >= yj[arg] * e->l[arg])) arg = j;
+        e->l[arg]--;
+        total--;
+    }
+    P = 0;
+    for (int j = 0; j < S; j++)
+        P = MAL_MAX(P, yj[j] * e->l[j]);
+    e->P = P;
+    goto done;
+oom:
+    rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+done:
+    c->n_layer_solves++;
+    free(kind);
+    free(ubh);
+    free(ubs);
+    free(pref);
+    free(cand);
+    free(yj);
+    free(s.pos);
+    free(s.taken);
+    free(s.caps);
+    free(s.a);
+    free(s.u);
+    free(s.v);
+    free(s.minv);
+    free(s.p);
+    free(s.way);
+    free(s.used);
+    return rc;
+}
+
+static int cache_grow(ctx *c)
+{
+    size_t ncap = c->cache_cap ? 2 * c->cache_cap : 1024;
+    centry *nc = calloc(ncap, sizeof *nc);
+    if (!nc) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+    for (size_t i = 0; i < c->cache_cap; i++) {
+        if (!c->cache[i].key) continue;
+        size_t klen;
+        memcpy(&klen, c->cache[i].key, sizeof klen);
+        size_t j = fnv_bytes((const unsigned char *)c->cache[i].key, klen + sizeof klen) & (ncap - 1);
+        while (nc[j].key)
+            j = (j + 1) & (ncap - 1);
+        nc[j] = c->cache[i];
+    }
+    free(c->cache);
+    c->cache = nc;
+    c->cache_cap = ncap;
+    return 0;
+}
+
+/* Keys are the bytes of (h, ns, the sorted specials), led by their length. */
+
+int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out)
+{
+    size_t len = 2 * sizeof(int) + (size_t)ns * sizeof *sg;
+    unsigned char stack[512], *key = stack;
+    if (len + sizeof(size_t) > sizeof stack) {
+        key = malloc(len + sizeof(size_t));
+        if (!key) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+    }
+    /* the bytes of sgrp include padding: build the key field by field */
+    memcpy(key, &len, sizeof len);
+    unsigned char *k = key + sizeof len;
+    memcpy(k, &h, sizeof h);
+    memcpy(k + sizeof h, &ns, sizeof ns);
+    for (int i = 0; i < ns; i++) {
+        unsigned char *q = k + 2 * sizeof(int) + (size_t)i * sizeof *sg;
+        memset(q, 0, sizeof *sg);
+        memcpy(q, &sg[i].size, sizeof sg[i].size);
+        memcpy(q + offsetof(sgrp, y), &sg[i].y, sizeof sg[i].y);
+    }
+    size_t klen = len + sizeof len;
+    int rc = 0;
+    if (2 * (c->cache_n + 1) > c->cache_cap && (rc = cache_grow(c))) goto done;
+    uint64_t hv = fnv_bytes(key, klen);
+    size_t j = hv & (c->cache_cap - 1);
+    while (c->cache[j].key && (memcmp(c->cache[j].key, key, sizeof len) ||
+                               memcmp(c->cache[j].key, key, klen)))
+        j = (j + 1) & (c->cache_cap - 1);
+    if (!c->cache[j].key) {
+        centry e = {0};
+        e.S = h + ns;
+        if ((rc = solve(c, h, sg, ns, &e))) {
+            free(e.kind);
+            free(e.l);
+            goto done;
+        }
+        e.key = malloc(klen);
+        if (!e.key) {
+            free(e.kind);
+            free(e.l);
+            rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+            goto done;
+        }
+        memcpy(e.key, key, klen);
+        c->cache[j] = e;
+        c->cache_n++;
+    }
+    *out = &c->cache[j];
+done:
+    if (key != stack) free(key);
+    return rc;
+}
+
+void rp_cache_free(ctx *c)
+{
+    for (size_t i = 0; i < c->cache_cap; i++) {
+        free(c->cache[i].key);
+        free(c->cache[i].kind);
+        free(c->cache[i].l);
+    }
+    free(c->cache);
+    c->cache = NULL;
+    c->cache_cap = c->cache_n = 0;
+}

@@ -1,0 +1,143 @@
+/* Internals shared by the planner's files (not for other callers): the
+ * search context, node situations and their TP-grouping options
+ * (options.c), pipeline compositions and the order-aware layer solver
+ * (layers.c), and the evaluation of one grouping of special TP groups into
+ * pipelines (eval.c).  planner.c searches with these and builds the plan.
+ *
+ * Vocabulary (replan/README.md, "Algorithm"): a node's *healthy full groups*
+ * are nominal TP groups of healthy ranks, identical everywhere; its other
+ * ranks are grouped by one of its *options*, whose groups are *specials*.
+ * A *block* is the set of specials that share one pipeline; eval.c shares
+ * the healthy full groups out among the blocks' pipelines and pipelines of
+ * their own.  Nodes whose ranks have the same sorted rates form a *class*
+ * and share one list of options (positions, not ranks), so the search costs
+ * grow with the number of distinct node situations, not with the ranks. */
+#ifndef MAL_REPLAN_SEARCH_H
+#define MAL_REPLAN_SEARCH_H
+
+#include <stdint.h>
+
+#include "replan.h"
+
+#define RP_TOL 1e-9
+
+/* A TP group as the cost model sees it: its size and its rate y. */
+typedef struct sgrp {
+    int size;
+    double y;
+} sgrp;
+
+/* Total order on groups: larger first, then faster. */
+int rp_cmp_sgrp(const void *a, const void *b);
+
+/* One way to group the R non-full positions of a node (sorted by rate,
+ * healthy leftovers first, slowest last): the first `n_active` positions are
+ * cut into consecutive blocks of g[0].size, g[1].size, ... ranks; the others
+ * are suspended. */
+typedef struct nopt {
+    int n_groups;
+    sgrp *g; /* [n_groups] in position order */
+    int n_active;
+    double cap; /* sum 1 / y */
+} nopt;
+
+/* A node situation: its options (shared by every node of the class). */
+typedef struct nclass {
+    int n_nodes;
+    int rep; /* first node of the class */
+    int R;   /* non-full positions */
+    int n_opts;
+    nopt *opts;
+} nclass;
+
+typedef struct nodeinfo {
+    int n_ranks;
+    int n_healthy_groups; /* full nominal groups of healthy ranks */
+    int *healthy;         /* [n_healthy_groups * tp], chunked by tp */
+    int R;
+    int *rest; /* [R] the other ranks by position (rate order) */
+    int cls;
+} nodeinfo;
+
+/* A memoised pipeline composition: h healthy full groups plus specials. */
+typedef struct centry {
+    char *key;
+    int S;
+    double P;  /* period; INFINITY when no order and split fits memory */
+    int *kind; /* [S] stage order: -1 healthy full group, else index into the
+                * composition's sorted specials */
+    int *l;    /* [S] layers per stage */
+} centry;
+
+typedef struct ctx {
+    const mal_replan_input *in;
+    const mal_profile *p;
+    int t, L, M, world;
+    double mem;
+    double *x; /* [world] floored rates */
+    int n_nodes;
+    nodeinfo *nodes;
+    int n_classes;
+    nclass *classes;
+    int H; /* healthy full groups in the cluster */
+    int pp_nom, dp_nom;
+    /* composition cache (open addressing) */
+    size_t cache_cap, cache_n;
+    centry *cache;
+    int n_layer_solves;
+    double *hp_P; /* [L + 1] period of h healthy groups alone (NAN: not yet) */
+    int capmax[MAL_REPLAN_MAX_TP_LOG + 2]; /* rp_layer_cap_max by log2 size (-1: not yet) */
+    long n_evals; /* block evaluations (statistics) */
+    double work;  /* operations spent in evaluations (bounds the local search) */
+} ctx;
+
+/* ---- options.c ---- */
+
+/* Nodes, their classes and options (README "A").  Local. */
+int rp_build_nodes(ctx *c);
+void rp_free_nodes(ctx *c);
+/* alpha for a size the model allows (divides n_heads, ffn_hidden), else 0 */
+double rp_alpha(const ctx *c, int size);
+
+/* ---- layers.c ---- */
+
+/* The composition of h healthy full groups and ns specials (sorted with
+ * rp_cmp_sgrp), memoised: best stage order and layer split (README "C").
+ * *out points into the cache until rp_cache_free.  Local. */
+int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out);
+void rp_cache_free(ctx *c);
+/* Most layers a group of `size` can hold anywhere in any pipeline (an upper
+ * bound used by the pruning). */
+int rp_layer_cap_max(const ctx *c, int size);
+
+/* ---- eval.c ---- */
+
+/* The pipelines of one evaluation: mixed ones (a block plus h healthy full
+ * groups) and healthy-only ones. */
+typedef struct rp_eval {
+    double T; /* step time, layer units; INFINITY when infeasible / not better */
+    int k;    /* blocks */
+    int *h;   /* [k] healthy full groups joining each block */
+    int n_hp; /* healthy-only pipelines */
+    int *hp;  /* [n_hp] their healthy full groups */
+} rp_eval;
+void rp_eval_fini(rp_eval *e);
+
+/* Best step time when block i holds the ns[i] specials sg[i] (sorted with
+ * rp_cmp_sgrp), the H healthy full groups are shared out freely (any number
+ * to each block's pipeline, the rest in pipelines of their own of any
+ * length) and the micro-batches are optimal.  `window` < 0: every healthy
+ * count for every block (exact); else each block's count stays within
+ * +-window of its price-optimal value (README, restricted search).  With
+ * `T_ub` finite, *T = INFINITY as soon as the blocks cannot beat T_ub.
+ * `out` may be NULL.  Local. */
+int rp_eval_blocks(ctx *c, int k, sgrp *const *sg, const int *ns, int window, double T_ub,
+                   double *T, rp_eval *out);
+
+/* Trim the micro-batches m[D] of pipelines (period P, S stages) down to M in
+ * total (*total on entry and exit), one at a time from the pipeline that
+ * finishes last and never below S; returns the step time max (m + S - 1) P.
+ * Local. */
+double rp_trim(int D, const double *P, const int *S, int *m, int M, long *total);
+
+#endif /* MAL_REPLAN_SEARCH_H */

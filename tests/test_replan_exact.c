@@ -1,0 +1,512 @@
+/* The planner against an exact reference of the whole problem (issue 14):
+ * on random clusters of 16-32 ranks (1-2 stragglers per node at rates
+ * 1.2-15, memory tight or loose, random TP-size sets), the planner's
+ * objective must equal the optimum that an independent exhaustive
+ * enumeration finds here.
+ *
+ * The reference shares nothing with replan/ but the definition of a plan:
+ *   - per node, suspend any number of its slowest non-full ranks and cut the
+ *     rest (sorted by rate) into consecutive groups of any allowed sizes
+ *     (healthy ranks fill nominal groups first); every combination over
+ *     the nodes;
+ *   - every set partition of those groups into pipelines, every share of
+ *     the healthy full groups among them and in pipelines of their own;
+ *   - per pipeline every stage order (a dynamic programme over subsets of
+ *     its groups) with the exact min-max layer split under memory;
+ *   - the exact min-max micro-batch split (m_i >= S_i).
+ * It uses no bounds, no dominance, no matching and no knapsack, so it is
+ * slow: instances whose enumeration would exceed a budget are skipped.
+ *
+ *   test_replan_exact            60 instances (CI: a few seconds)
+ *   test_replan_exact --long N   N instances (e.g. 1000) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal_test.h"
+#include "replan_ref.h"
+#include "plan.h"
+#include "replan.h"
+
+typedef struct grp {
+    int size;
+    double y;
+} grp;
+
+static uint64_t lcg(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+static double unif(uint64_t *s)
+{
+    return (double)(lcg(s) % 1000000) / 1e6;
+}
+
+/* ---- instance ------------------------------------------------------------ */
+
+typedef struct inst {
+    int world, rpn, tp, L, M;
+    double mem;
+    double alpha[8]; /* by log2 size; 0 = not allowed */
+    double k0, k1, E, X;
+    double rates[64];
+} inst;
+
+static double alpha_of(const inst *I, int s)
+{
+    int l = 0;
+    while ((1 << l) < s)
+        l++;
+    return (1 << l) == s && l < 8 ? I->alpha[l] : 0;
+}
+
+/* layers a group of `size` holds at most on stage j of S (memory) */
+static int cap_ref(const inst *I, int size, int S, int j)
+{
+    int ne = (j == 0) + (j == S - 1);
+    double k = I->k0 + (I->k1 - I->k0) * (S - 1 - j);
+    double room = (I->mem - I->X) * size / (double)I->tp - I->E * ne;
+    if (room < 0) return 0;
+    double l = floor(room / k * (1 + 1e-12) + 1e-9);
+    return l > I->L ? I->L : (int)l;
+}
+
+/* ---- per pipeline: best period over all orders --------------------------- */
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Can the S groups hold L layers at period P in some order?  best[mask]:
+ * most layers when the groups in `mask` take positions 0..|mask|-1. */
+static int order_feasible(const inst *I, const grp *g, int S, double P, int *best)
+{
+    int full = (1 << S) - 1;
+    for (int m = 0; m <= full; m++)
+        best[m] = -1;
+    best[0] = 0;
+    for (int m = 0; m < full; m++) {
+        if (best[m] < 0) continue;
+        int pos = __builtin_popcount((unsigned)m);
+        for (int q = 0; q < S; q++) {
+            if (m & (1 << q)) continue;
+            int c = (int)floor(P / g[q].y * (1 + 1e-12) + 1e-9);
+            int w = c < cap_ref(I, g[q].size, S, pos) ? c : cap_ref(I, g[q].size, S, pos);
+            if (w > I->L) w = I->L;
+            if (w < 1) continue;
+            if (best[m] + w > best[m | (1 << q)]) best[m | (1 << q)] = best[m] + w;
+        }
+    }
+    return best[full] >= I->L;
+}
+
+static double best_period(const inst *I, const grp *g, int S)
+{
+    if (S < 1 || S > I->L || S > 14) return INFINITY;
+    int *best = malloc(sizeof(int) << S);
+    double *cand = malloc((size_t)S * I->L * sizeof *cand);
+    CHECK(best && cand);
+    int n = 0;
+    for (int q = 0; q < S; q++)
+        for (int l = 1; l <= I->L; l++)
+            cand[n++] = g[q].y * l;
+    qsort(cand, (size_t)n, sizeof *cand, cmp_dbl);
+    double P = INFINITY;
+    int lo = 0, hi = n - 1;
+    if (order_feasible(I, g, S, cand[hi], best)) {
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (order_feasible(I, g, S, cand[mid], best))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        P = cand[hi];
+    }
+    free(best);
+    free(cand);
+    return P;
+}
+
+/* memo of pipeline periods by their sorted groups */
+typedef struct memo {
+    char **key;
+    double *P;
+    int n, cap;
+} memo;
+
+static int cmp_grp(const void *a, const void *b)
+{
+    const grp *u = a, *v = b;
+    if (u->size != v->size) return u->size > v->size ? -1 : 1;
+    return (u->y > v->y) - (u->y < v->y);
+}
+
+static double pipeline_period(const inst *I, memo *mm, const grp *g0, int S)
+{
+    grp g[32];
+    char key[1024];
+    memcpy(g, g0, (size_t)S * sizeof *g);
+    qsort(g, (size_t)S, sizeof *g, cmp_grp);
+    int len = 0;
+    for (int q = 0; q < S; q++)
+        len += snprintf(key + len, sizeof key - (size_t)len, "%d:%a|", g[q].size, g[q].y);
+    for (int i = 0; i < mm->n; i++)
+        if (!strcmp(mm->key[i], key)) return mm->P[i];
+    if (mm->n == mm->cap) {
+        mm->cap = mm->cap ? 2 * mm->cap : 256;
+        mm->key = realloc(mm->key, (size_t)mm->cap * sizeof *mm->key);
+        mm->P = realloc(mm->P, (size_t)mm->cap * sizeof *mm->P);
+        CHECK(mm->key && mm->P);
+    }
+    mm->key[mm->n] = strdup(key);
+    mm->P[mm->n] = best_period(I, g, S);
+    return mm->P[mm->n++];
+}
+
+/* ---- the enumeration ----------------------------------------------------- */
+
+typedef struct ref {
+    const inst *I;
+    int n_nodes, H;
+    int n_opt[16];
+    grp opt[16][256][16];
+    int opt_n[16][256];
+    grp sp[64];
+    int ns;
+    int rgs[64];
+    double best;
+    long work, budget;
+    memo mm;
+} ref;
+
+/* the pipelines of one partition of the specials and one share of the
+ * healthy full groups: blocks get hb[], the rest go to healthy-only
+ * pipelines of the lengths in parts[] */
+static void eval_split(ref *R, int k, const int *hb, const int *parts, int np)
+{
+    const inst *I = R->I;
+    double P[64];
+    int S[64], n = 0;
+    R->work++;
+    for (int b = 0; b < k; b++) {
+        grp g[32];
+        int s = 0;
+        for (int q = 0; q < R->ns; q++)
+            if (R->rgs[q] == b) {
+                if (s == 32) return;
+                g[s++] = R->sp[q];
+            }
+        for (int h = 0; h < hb[b] && s < 32; h++)
+            g[s++] = (grp){I->tp, 1.0};
+        P[n] = pipeline_period(I, &R->mm, g, s);
+        S[n++] = s;
+        if (!isfinite(P[n - 1])) return;
+    }
+    for (int i = 0; i < np; i++) {
+        grp g[32];
+        if (parts[i] > 32) return;
+        for (int h = 0; h < parts[i]; h++)
+            g[h] = (grp){I->tp, 1.0};
+        P[n] = pipeline_period(I, &R->mm, g, parts[i]);
+        S[n++] = parts[i];
+        if (!isfinite(P[n - 1])) return;
+    }
+    if (n == 0) return;
+    double T = exact_mb(n, P, S, I->M);
+    if (T < R->best) R->best = T;
+}
+
+/* integer partitions of r into parts <= maxp (non-increasing) */
+static void healthy_parts(ref *R, int k, const int *hb, int r, int maxp, int *parts, int np)
+{
+    if (r == 0) {
+        eval_split(R, k, hb, parts, np);
+        return;
+    }
+    for (int p = r < maxp ? r : maxp; p >= 1; p--) {
+        parts[np] = p;
+        healthy_parts(R, k, hb, r - p, p, parts, np + 1);
+    }
+}
+
+static void healthy_shares(ref *R, int k, int *hb, int b, int left)
+{
+    if (R->work > R->budget) return;
+    if (b == k) {
+        int parts[64] = {0};
+        healthy_parts(R, k, hb, left, left, parts, 0);
+        return;
+    }
+    for (int h = 0; h <= left; h++) {
+        hb[b] = h;
+        healthy_shares(R, k, hb, b + 1, left - h);
+    }
+}
+
+/* set partitions of the specials (restricted growth strings) */
+static void partitions(ref *R, int i, int k)
+{
+    if (R->work > R->budget) return;
+    if (i == R->ns) {
+        int hb[64];
+        healthy_shares(R, k, hb, 0, R->H);
+        return;
+    }
+    for (int b = 0; b <= k; b++) {
+        R->rgs[i] = b;
+        partitions(R, i + 1, b == k ? k + 1 : k);
+    }
+}
+
+static void node_options(ref *R, int n)
+{
+    if (R->work > R->budget) return;
+    if (n == R->n_nodes) {
+        if (R->H + R->ns <= R->I->M) partitions(R, 0, 0);
+        return;
+    }
+    for (int o = 0; o < R->n_opt[n]; o++) {
+        int m = R->opt_n[n][o];
+        memcpy(R->sp + R->ns, R->opt[n][o], (size_t)m * sizeof *R->sp);
+        R->ns += m;
+        node_options(R, n + 1);
+        R->ns -= m;
+    }
+}
+
+static const double *g_x;
+static int cmp_rank(const void *a, const void *b)
+{
+    int r = *(const int *)a, s = *(const int *)b;
+    if (g_x[r] != g_x[s]) return g_x[r] < g_x[s] ? -1 : 1;
+    return (r > s) - (r < s);
+}
+
+/* ordered compositions of positions [p, a) of rates xr[] into allowed sizes */
+static void compose(ref *R, int n, const double *xr, int p, int a, grp *cur, int nc)
+{
+    if (p == a) {
+        /* keep one copy of each multiset */
+        grp srt[16];
+        memcpy(srt, cur, (size_t)nc * sizeof *srt);
+        qsort(srt, (size_t)nc, sizeof *srt, cmp_grp);
+        for (int o = 0; o < R->n_opt[n]; o++)
+            if (R->opt_n[n][o] == nc && !memcmp(R->opt[n][o], srt, (size_t)nc * sizeof *srt))
+                return;
+        CHECK(R->n_opt[n] < 256);
+        memcpy(R->opt[n][R->n_opt[n]], srt, (size_t)nc * sizeof *srt);
+        R->opt_n[n][R->n_opt[n]++] = nc;
+        return;
+    }
+    for (int s = 1; p + s <= a; s *= 2) {
+        double al = alpha_of(R->I, s);
+        if (al <= 0) continue;
+        cur[nc] = (grp){s, al * xr[p + s - 1]};
+        compose(R, n, xr, p + s, a, cur, nc + 1);
+    }
+}
+
+/* the optimum, or INFINITY; -1 when the enumeration is over budget */
+static double reference(const inst *I, long budget)
+{
+    ref *R = calloc(1, sizeof *R);
+    CHECK(R != NULL);
+    R->I = I;
+    R->n_nodes = I->world / I->rpn;
+    R->best = INFINITY;
+    R->budget = budget;
+    double x[64];
+    for (int r = 0; r < I->world; r++)
+        x[r] = I->rates[r] < 1.2 ? 1.0 : I->rates[r];
+    g_x = x;
+    for (int n = 0; n < R->n_nodes; n++) {
+        int m[16], h = 0;
+        for (int q = 0; q < I->rpn; q++)
+            m[q] = n * I->rpn + q;
+        qsort(m, (size_t)I->rpn, sizeof *m, cmp_rank);
+        while (h < I->rpn && x[m[h]] == 1.0)
+            h++;
+        int F = h / I->tp, rest = I->rpn - F * I->tp;
+        R->H += F;
+        double xr[16];
+        for (int q = 0; q < rest; q++)
+            xr[q] = x[m[F * I->tp + q]];
+        grp cur[16];
+        for (int u = 0; u <= rest; u++)
+            compose(R, n, xr, 0, rest - u, cur, 0);
+    }
+    /* a rough size of the enumeration (option combinations times set
+     * partitions of the most specials): skip hopeless ones at once */
+    static const double bell[] = {1, 1, 2, 5, 15, 52, 203, 877, 4140, 21147, 115975, 678570};
+    double est = 1;
+    int most = 0;
+    for (int n = 0; n < R->n_nodes; n++) {
+        int mg = 0;
+        for (int o = 0; o < R->n_opt[n]; o++)
+            mg = R->opt_n[n][o] > mg ? R->opt_n[n][o] : mg;
+        est *= R->n_opt[n];
+        most += mg;
+    }
+    est *= most < 12 ? bell[most] : 1e12;
+    if (est > 50.0 * budget) R->work = budget + 1;
+    else node_options(R, 0);
+    double best = R->work > R->budget ? -1 : R->best;
+    for (int i = 0; i < R->mm.n; i++)
+        free(R->mm.key[i]);
+    free(R->mm.key);
+    free(R->mm.P);
+    free(R);
+    return best;
+}
+
+/* ---- random instances ---------------------------------------------------- */
+
+static void make_profile(const inst *I, mal_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "exact");
+    p->n_layers = I->L;
+    p->tp = I->tp;
+    p->n_heads = 64;
+    p->ffn_hidden = 256;
+    memcpy(p->alpha, I->alpha, sizeof I->alpha);
+    p->n_k = 2;
+    p->k = malloc(2 * sizeof *p->k);
+    CHECK(p->k != NULL);
+    p->k[0] = I->k0;
+    p->k[1] = I->k1;
+    p->embed_mb = I->E;
+    p->overhead_mb = I->X;
+    p->layer_time = 0.01;
+}
+
+static void random_instance(uint64_t *seed, inst *I)
+{
+    static const int worlds[] = {16, 24, 32};
+    memset(I, 0, sizeof *I);
+    I->world = worlds[lcg(seed) % 3];
+    I->rpn = (lcg(seed) % 2) ? 8 : 4;
+    if (I->rpn == 4)
+        I->tp = (lcg(seed) % 2) ? 4 : 2;
+    else
+        I->tp = (lcg(seed) % 2) ? 8 : 4;
+    /* sizes below nominal each allowed with probability 0.6; sub-linear
+     * slowdowns (t/s)^e */
+    int lt = 0;
+    while ((1 << lt) < I->tp)
+        lt++;
+    double e = 0.85 + 0.15 * unif(seed);
+    for (int l = 0; l <= lt; l++)
+        if (l == lt || unif(seed) < 0.6)
+            I->alpha[l] = pow((double)(1 << (lt - l)), e) * (l == lt ? 1.0 : 1 + 0.05 * unif(seed));
+    I->L = 4 + (int)(lcg(seed) % 9);
+    I->k0 = 1.0;
+    I->k1 = 1.0 + 0.5 * unif(seed);
+    I->E = 0.5 * unif(seed);
+    I->X = 1.0;
+    /* memory: loose, or tight enough that nominal stages hold 2-5 layers */
+    if (lcg(seed) % 2)
+        I->mem = 1000;
+    else
+        I->mem = I->X + I->k1 * (2 + (int)(lcg(seed) % 4)) + I->E + 0.01;
+    int groups = I->world / I->tp;
+    I->M = groups + (int)(lcg(seed) % (unsigned)(2 * groups + 1));
+    for (int r = 0; r < I->world; r++)
+        I->rates[r] = 1.0 + 0.15 * unif(seed); /* noise below the floor */
+    /* per node 0, 1 or 2 stragglers at 1.2-15; at least one somewhere */
+    int any = 0;
+    for (int n = 0; n < I->world / I->rpn; n++) {
+        int ns = (int)(lcg(seed) % 3);
+        if (lcg(seed) % 2) ns = 0; /* half the nodes healthy */
+        for (int q = 0; q < ns; q++) {
+            I->rates[n * I->rpn + (int)(lcg(seed) % (unsigned)I->rpn)] = 1.2 + 13.8 * unif(seed);
+            any = 1;
+        }
+    }
+    if (!any) I->rates[lcg(seed) % (unsigned)I->world] = 1.2 + 13.8 * unif(seed);
+}
+
+int main(int argc, char **argv)
+{
+    int want = 60, only = 0;
+    if (argc == 3 && !strcmp(argv[1], "--long")) want = atoi(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--only")) only = atoi(argv[2]); /* debugging */
+    uint64_t seed = 14;
+    int done = 0, skipped = 0, infeasible = 0, tries = 0, by_world[33] = {0}, n_heur = 0;
+    double t_ref = 0, t_plan = 0;
+    while (done < want) {
+        inst I;
+        random_instance(&seed, &I);
+        tries++;
+        if (only && tries != only) continue;
+        if (only) {
+            fprintf(stderr, "world %d rpn %d tp %d L %d M %d mem %.17g k1 %.17g E %.17g alpha",
+                    I.world, I.rpn, I.tp, I.L, I.M, I.mem, I.k1, I.E);
+            for (int l = 0; l < 8; l++)
+                fprintf(stderr, " %g", I.alpha[l]);
+            fprintf(stderr, "\nrates");
+            for (int r = 0; r < I.world; r++)
+                fprintf(stderr, " %.3f", I.rates[r]);
+            fprintf(stderr, "\n");
+        }
+        double t0 = mal_now();
+        double opt = reference(&I, 30000);
+        double t1 = mal_now();
+        if (opt < 0) {
+            skipped++;
+            continue;
+        }
+        t_ref += t1 - t0;
+        mal_cluster c;
+        mal_profile p;
+        CHECK_OK(mal_cluster_regular(&c, I.world, I.rpn, I.mem));
+        make_profile(&I, &p);
+        mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL, MAL_REPLAN_AUTO};
+        mal_plan plan;
+        mal_replan_stats st;
+        t0 = mal_now();
+        int rc = mal_replan(&in, &plan, &st);
+        t_plan += mal_now() - t0;
+        if (!isfinite(opt)) {
+            if (rc != MAL_EINVAL)
+                fprintf(stderr, "instance %d: no plan exists, but the planner returned %d\n",
+                        tries, rc);
+            CHECK_EQ_INT(rc, MAL_EINVAL);
+            infeasible++;
+        } else {
+            if (rc || fabs(st.objective - opt) > 1e-9 * opt) {
+                fprintf(stderr,
+                        "instance %d: world %d, %d per node, tp %d, L %d, M %d, memory %g: "
+                        "planner %g (rc %d, %s), optimum %g\n",
+                        tries, I.world, I.rpn, I.tp, I.L, I.M, I.mem, rc ? NAN : st.objective, rc,
+                        st.exhaustive ? "exhaustive" : "heuristic", opt);
+                exit(1);
+            }
+            n_heur += !st.exhaustive;
+            /* the written plan is that objective, fits memory, validates */
+            mal_cost_eval ev;
+            CHECK_OK(mal_plan_validate(&plan, I.world, I.L, p.n_heads, p.ffn_hidden, I.M));
+            CHECK_OK(mal_cost_eval_plan(&plan, &p, &c, I.rates, &ev));
+            CHECK(ev.memory_ok);
+            CHECK_CLOSE(ev.step_time, opt, 1e-9, 0);
+            mal_cost_eval_fini(&ev);
+            mal_plan_fini(&plan);
+        }
+        mal_cluster_fini(&c);
+        mal_profile_fini(&p);
+        done++;
+        by_world[I.world]++;
+        if (only) break;
+    }
+    printf("test_replan_exact: %d instances (%d of 16 ranks, %d of 24, %d of 32) equal the exact "
+           "optimum (%d without any plan; %d found by the planner's heuristic search alone), %d "
+           "skipped as too large for the reference; reference %.2f s, planner %.2f s\n",
+           done, by_world[16], by_world[24], by_world[32], infeasible, n_heur, skipped, t_ref,
+           t_plan);
+    return 0;
+}
