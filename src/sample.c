@@ -11,13 +11,12 @@
 #include "mal.h"
 #include "rng.h"
 
-static const float *sort_keys; /* qsort has no context argument */
-
-/* Decreasing logit, then increasing id. */
-static int by_logit(const void *a, const void *b)
+/* Decreasing logit, then increasing id (qsort_r: no shared state). */
+static int by_logit(const void *a, const void *b, void *ctx)
 {
+    const float *key = ctx;
     int i = *(const int *)a, j = *(const int *)b;
-    if (sort_keys[i] != sort_keys[j]) return sort_keys[i] > sort_keys[j] ? -1 : 1;
+    if (key[i] != key[j]) return key[i] > key[j] ? -1 : 1;
     return (i > j) - (i < j);
 }
 
@@ -34,8 +33,7 @@ int mal_sample_pick(const float *logits, int V, const mal_sample_options *o, uin
     if (!idx) return MAL_ERR(MAL_ENOMEM, "sample: out of memory");
     for (int i = 0; i < V; i++)
         idx[i] = i;
-    sort_keys = logits;
-    qsort(idx, (size_t)V, sizeof *idx, by_logit);
+    qsort_r(idx, (size_t)V, sizeof *idx, by_logit, (void *)logits);
     const int k = o->top_k > 0 && o->top_k < V ? o->top_k : V;
     const double top = logits[idx[0]], inv_t = 1.0 / o->temperature;
     double sum = 0;

@@ -31,5 +31,7 @@ dist_check_SCRIPTS += tests/test_online_reshard.sh
 TESTS += tests/test_online_reshard.sh
 
 # Validation loss on 1 process and two 8-rank plans, samples, malleus-sample.
+check_PROGRAMS += tests/test_sample
+TESTS += tests/test_sample
 dist_check_SCRIPTS += tests/test_eval.sh
 TESTS += tests/test_eval.sh
