@@ -35,7 +35,21 @@ void mal_cost_eval_fini(mal_cost_eval *ev)
     if (!ev) return;
     free(ev->period);
     free(ev->time);
+    free(ev->shaped_time);
     memset(ev, 0, sizeof *ev);
+}
+
+/* y * l of stage k (alpha known to exist: checked by the caller's loop) */
+static double stage_time(const mal_plan_pipeline *pl, int k, const mal_profile *p,
+                         const mal_cluster *c, const double *rates)
+{
+    const mal_plan_stage *st = &pl->stages[k];
+    double x = 1.0;
+    for (int q = 0; q < st->n_ranks; q++) {
+        int r = st->ranks[q];
+        if (r >= 0 && r < c->world_size) x = MAL_MAX(x, mal_cost_floor(rates[r]));
+    }
+    return x * mal_profile_alpha(p, st->n_ranks) * (st->layer_end - st->layer_begin);
 }
 
 int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
@@ -46,13 +60,14 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
     ev->memory_ok = 1;
     ev->period = calloc((size_t)MAL_MAX(1, plan->n_pipelines), sizeof *ev->period);
     ev->time = calloc((size_t)MAL_MAX(1, plan->n_pipelines), sizeof *ev->time);
-    if (!ev->period || !ev->time) {
+    ev->shaped_time = calloc((size_t)MAL_MAX(1, plan->n_pipelines), sizeof *ev->shaped_time);
+    if (!ev->period || !ev->time || !ev->shaped_time) {
         mal_cost_eval_fini(ev);
         return MAL_ERR(MAL_ENOMEM, "cost model: out of memory");
     }
     for (int i = 0; i < plan->n_pipelines; i++) {
         const mal_plan_pipeline *pl = &plan->pipelines[i];
-        double P = 0;
+        double P = 0, total = 0;
         for (int j = 0; j < pl->n_stages; j++) {
             const mal_plan_stage *st = &pl->stages[j];
             double a = mal_profile_alpha(p, st->n_ranks);
@@ -70,6 +85,7 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
             }
             int l = st->layer_end - st->layer_begin;
             P = MAL_MAX(P, x * a * l);
+            total += x * a * l;
             if (mal_cost_stage_memory(p, st->n_ranks, pl->n_stages, j, l) >
                 c->memory_mb * (1 + 1e-12))
                 ev->memory_ok = 0;
@@ -77,6 +93,22 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
         ev->period[i] = P;
         ev->time[i] = (pl->micro_batches + pl->n_stages - 1) * P;
         ev->step_time = MAL_MAX(ev->step_time, ev->time[i]);
+        /* the bubble by shape: stage k runs its m micro-batches after the
+         * first forward reached it (the stages before it) and before the last
+         * backward leaves through them; the round trip through the stages
+         * after it delays its first backward unless its S - k - 1 warm-up
+         * forwards cover it.  Each k is a chain of the schedule, so the
+         * largest is a lower bound; for equal stages it is the closed form. */
+        double before = 0;
+        for (int k = 0; k < pl->n_stages; k++) {
+            double ck = stage_time(pl, k, p, c, rates);
+            double after = total - before - ck;
+            double wait = after - (pl->n_stages - k - 1) * MAL_REPLAN_FORWARD_SHARE * ck;
+            double tk = before + pl->micro_batches * ck + (wait > 0 ? wait : 0);
+            ev->shaped_time[i] = MAL_MAX(ev->shaped_time[i], tk);
+            before += ck;
+        }
+        ev->shaped = MAL_MAX(ev->shaped, ev->shaped_time[i]);
         ev->bubble_free = MAL_MAX(ev->bubble_free, pl->micro_batches * P);
     }
     return 0;

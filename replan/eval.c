@@ -180,7 +180,7 @@ int rp_eval_blocks(ctx *c, int k, sgrp *const *sg, const int *ns, int window, do
     if (!e.b) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
 
     /* capacity (sum 1/y) and groups, for the bounds and the windows */
-    double C = e.H, Cb;
+    double C = e.H / c->yh, Cb;
     long N = e.H;
     for (int i = 0; i < k; i++) {
         N += ns[i];

@@ -144,6 +144,7 @@ static long long hungarian(int n, int m, const long long *a, int *col_of, long l
  * specials; S = h + ns positions. */
 typedef struct solver {
     int S, L, h, ns;
+    double yh;       /* rate of a healthy full group */
     const sgrp *sg;  /* [ns] */
     const int *ubh;  /* [S] ub of a healthy full group at each position */
     const int *ubs;  /* [ns * S] ub of each special at each position */
@@ -190,7 +191,7 @@ static long held(const solver *s)
 static int feasible(solver *s, double P)
 {
     int S = s->S, ns = s->ns, loose = 1;
-    s->caph = s->h > 0 ? cap_at(P, 1.0, s->L) : s->L;
+    s->caph = s->h > 0 ? cap_at(P, s->yh, s->L) : s->L;
     if (s->h > 0 && s->caph < 1) return 0;
     for (int i = 0; i < ns; i++) {
         s->caps[i] = cap_at(P, s->sg[i].y, s->L);
@@ -256,6 +257,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     s.S = S;
     s.L = L;
     s.h = h;
+    s.yh = c->yh;
     s.ns = ns;
     s.sg = sg;
     s.pos = malloc((size_t)MAL_MAX(1, ns) * sizeof *s.pos);
@@ -274,9 +276,9 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     rule_order(h, ns, kind);
     for (int j = 0; j < S; j++)
         if (kind[j] >= 0) pref[kind[j]] = j;
-    double ymax = h > 0 ? 1.0 : 0, inv = h;
+    double ymax = h > 0 ? c->yh : 0, inv = h / c->yh;
     for (int j = 0; j < S; j++)
-        ubh[j] = h > 0 ? mal_cost_layer_cap(c->p, c->mem, c->t, S, j) : 0;
+        ubh[j] = h > 0 ? mal_cost_layer_cap(c->p, c->mem, c->th, S, j) : 0;
     for (int i = 0; i < ns; i++) {
         ymax = MAL_MAX(ymax, sg[i].y);
         inv += 1.0 / sg[i].y;
@@ -285,7 +287,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
             /* ub depends on the size only: copy the row of an equal size */
             if (i > 0 && sg[i].size == sg[i - 1].size)
                 ubs[i * S + j] = ubs[(i - 1) * S + j];
-            else if (sg[i].size == c->t && h > 0)
+            else if (sg[i].size == c->th && h > 0)
                 ubs[i * S + j] = ubh[j];
             else
                 ubs[i * S + j] = mal_cost_layer_cap(c->p, c->mem, sg[i].size, S, j);
@@ -306,7 +308,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
         if (!cand) goto oom;
         size_t n_cand = 0;
         for (int i = -1; i < ns; i++) {
-            double y = i < 0 ? 1.0 : sg[i].y;
+            double y = i < 0 ? c->yh : sg[i].y;
             if ((i < 0 && h == 0) || (i > 0 && y == sg[i - 1].y)) continue;
             for (int l = 1; l <= L; l++)
                 if (y * l >= lb) cand[n_cand++] = y * l;
@@ -351,7 +353,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
         e->kind[s.pos[i]] = i;
     for (int j = 0; j < S; j++) {
         int i = e->kind[j];
-        yj[j] = i < 0 ? 1.0 : sg[i].y;
+        yj[j] = i < 0 ? c->yh : sg[i].y;
         e->l[j] = i < 0 ? MAL_MIN(s.caph, ubh[j]) : MAL_MIN(s.caps[i], ubs[i * S + j]);
         total += e->l[j];
     }

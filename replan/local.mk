@@ -13,7 +13,7 @@ TESTS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
 dist_check_SCRIPTS += tests/test_replan_cli.sh
 TESTS += tests/test_replan_cli.sh
 
-EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py
+EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 
 # Hostile planner inputs (issue 16): refusals naming the field, no overflow.
 check_PROGRAMS += tests/test_replan_inputs

@@ -350,7 +350,7 @@ static void order_healthy(const ctx *c, const curgroups *cur, int *pos, int *hr,
     if (!cur->lead) return;
     int *out = malloc((size_t)nh * sizeof *out);
     if (!out) return; /* the order only saves state moves; go without */
-    int n = 0, t = c->t;
+    int n = 0, t = c->th;
     for (int q = 0; q < nh; q++)
         pos[hr[q]] = q;
     for (int q = 0; q < nh; q++) {
@@ -375,7 +375,7 @@ static void order_healthy(const ctx *c, const curgroups *cur, int *pos, int *hr,
 int rp_build_nodes(ctx *c)
 {
     const mal_cluster *cl = c->in->cluster;
-    int t = c->t, rc = 0;
+    int t = c->th, rc = 0;
     int *start = calloc((size_t)cl->n_nodes + 1, sizeof *start);
     int *members = malloc((size_t)c->world * sizeof *members);
     curgroups cur = {0};
@@ -433,11 +433,11 @@ int rp_build_nodes(ctx *c)
         nd->n_ranks = G;
         nd->cls = -1;
         if (G == 0) continue;
-        if (G % t) {
+        if (G % c->t) {
             rc = MAL_ERR(MAL_EINVAL,
                          "cluster: node %d has %d ranks, not a multiple of the nominal TP size %d "
                          "(TP groups never span nodes)",
-                         n, G, t);
+                         n, G, c->t);
             goto done;
         }
         qsort(m, (size_t)G, sizeof *m, cmp_by_rate);

@@ -189,7 +189,8 @@ static int try_state(search *s, state *st, int *better)
 static double option_bound(const search *s, const state *st)
 {
     const ctx *c = s->c;
-    double C = c->H, lay = (double)c->H * rp_layer_cap_max(c, c->t), ymax = c->H ? 1.0 : 0;
+    double C = c->H / c->yh, lay = (double)c->H * rp_layer_cap_max(c, c->th);
+    double ymax = c->H ? c->yh : 0;
     long N = c->H;
     for (int a = 0; a < s->n_act; a++) {
         const nopt *o = opt_of(s, st, a);
@@ -512,14 +513,14 @@ static int constructions(search *s)
      * with N nominal groups in pipelines of S, each runs m = M S / N
      * micro-batches, and a layer is worth rho = (m + S) / L of one; blocks:
      * bundles alone, or snaked over the nominal pipeline count */
-    int last_P = -1, N = MAL_MAX(1, c->world / c->t);
+    int last_P = -1, N = MAL_MAX(1, c->world / c->th);
     for (int S = 1; S <= MAL_MAX(2 * c->pp_nom, c->pp_nom + 8) && S <= c->L; S++) {
-        int P = (c->L + S - 1) / S;
+        int P = (c->L + S - 1) / S; /* layers per healthy stage; period P * yh */
         double rho = S * ((double)c->M / N + 1) / c->L;
         if (P == last_P) continue;
         last_P = P;
         for (int a = 0; a < s->n_act; a++)
-            st.choice[a] = marginal_option(c, &c->classes[c->nodes[s->act[a]].cls], P, rho);
+            st.choice[a] = marginal_option(c, &c->classes[c->nodes[s->act[a]].cls], P * c->yh, rho);
         if ((rc = deal_bundles(s, &st, 0)) || (rc = try_state(s, &st, &better))) goto done;
         if ((rc = deal_bundles(s, &st, c->dp_nom)) || (rc = try_state(s, &st, &better)))
             goto done;
@@ -690,7 +691,7 @@ static int locate_all(const mal_plan *cur, int world, mal_plan_loc *loc)
 static int map_healthy(ctx *c, const slot *slots, int n_slots, const int *hg, int n_hg,
                        int *assign)
 {
-    int t = c->t, rc = 0;
+    int t = c->th, rc = 0;
     char *sused = calloc((size_t)MAL_MAX(1, n_slots), 1);
     mal_plan_loc *loc = NULL;
     pair *pairs = NULL;
@@ -756,7 +757,7 @@ static int cmp_int(const void *a, const void *b)
 static int build_plan(search *s, mal_plan *out)
 {
     ctx *c = s->c;
-    int rc, t = c->t;
+    int rc, t = c->th;
     rp_eval ev = {0};
     double T;
     const centry **ent = NULL;
@@ -840,7 +841,7 @@ static int build_plan(search *s, mal_plan *out)
         if (first_same < 0) {
             for (int j = 0; j < e->S; j++) {
                 int size = e->kind[j] < 0 ? t : s->sg[i][e->kind[j]].size;
-                yv[j] = e->kind[j] < 0 ? 1.0 : s->sg[i][e->kind[j]].y;
+                yv[j] = e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y;
                 ub[j] = mal_cost_layer_cap(c->p, c->mem, size, e->S, j);
             }
             double Plp;
@@ -1041,17 +1042,21 @@ static int explain_infeasible(const ctx *c)
                    c->mem, pmax, c->t, need);
 }
 
-int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stats)
+/* The whole search with healthy full groups of `th` ranks: the plan in
+ * `out` (initialised here), or *found = 0 when nothing fits. */
+static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *out,
+                     mal_replan_stats *stats, int *found)
 {
-    double t0 = mal_now();
     int rc;
     mal_plan_init(out);
-    if ((rc = check_input(in))) return rc;
+    *found = 0;
     ctx c = {0};
     search s = {0};
     c.in = in;
     c.p = in->profile;
     c.t = in->profile->tp;
+    c.th = th;
+    c.yh = mal_profile_alpha(c.p, th);
     c.L = in->profile->n_layers;
     c.M = in->n_micro_batches;
     c.world = in->cluster->world_size;
@@ -1144,10 +1149,8 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         state_free(&st);
         if (rc) goto cleanup;
     }
-    if (!isfinite(s.best.T)) {
-        rc = explain_infeasible(&c);
-        goto cleanup;
-    }
+    if (!isfinite(s.best.T)) goto cleanup;
+    *found = 1;
     if ((rc = build_plan(&s, out))) goto cleanup;
     rc = mal_plan_validate(out, c.world, c.L, c.p->n_heads > 0 ? c.p->n_heads : 1 << 20,
                            c.p->ffn_hidden > 0 ? c.p->ffn_hidden : 1 << 20,
@@ -1158,14 +1161,12 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         rc = MAL_ERR(MAL_ELP, "replan: internal error: the plan fails validation: %s", msg);
         goto cleanup;
     }
-    if (stats) {
-        stats->objective = s.best.T;
-        stats->n_layer_lps = c.n_layer_solves;
-        stats->n_candidates = s.n_cand;
-        stats->n_pruned = s.n_pruned;
-        stats->exhaustive = exact;
-        stats->seconds = mal_now() - t0;
-    }
+    stats->objective = s.best.T;
+    stats->n_layer_lps += c.n_layer_solves;
+    stats->n_candidates += s.n_cand;
+    stats->n_pruned += s.n_pruned;
+    stats->exhaustive = exact;
+    stats->seconds = mal_now() - t0;
     goto cleanup;
 oom:
     rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
@@ -1185,4 +1186,73 @@ cleanup:
     free(c.hp_P);
     free(c.x);
     return rc;
+}
+
+int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stats)
+{
+    double t0 = mal_now();
+    int rc, any = 0, exact = 1;
+    mal_plan_init(out);
+    if ((rc = check_input(in))) return rc;
+    const mal_profile *p = in->profile;
+    const mal_cluster *cl = in->cluster;
+    int biggest = 0;
+    {
+        /* the largest node (healthy groups never span nodes) */
+        int *cnt = calloc((size_t)MAL_MAX(1, cl->n_nodes), sizeof *cnt);
+        if (!cnt) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        for (int r = 0; r < cl->world_size; r++)
+            biggest = MAL_MAX(biggest, ++cnt[cl->node_of[r]]);
+        free(cnt);
+    }
+    mal_replan_stats best = {0}, st;
+    best.objective = INFINITY;
+    /* Healthy full groups of the nominal size, and of every larger size the
+     * profile allows: fewer, roomier stages can beat the nominal ones when
+     * memory forces deep pipelines.  Each size is a whole search; the best
+     * plan wins (ties: the smaller size, tried first). */
+    for (int th = p->tp; th <= biggest && th <= (1 << MAL_REPLAN_MAX_TP_LOG); th *= 2) {
+        if (th > p->tp && (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
+                           (p->ffn_hidden > 0 && p->ffn_hidden % th)))
+            continue;
+        mal_plan plan;
+        int found;
+        memset(&st, 0, sizeof st);
+        st.n_layer_lps = best.n_layer_lps;
+        st.n_candidates = best.n_candidates;
+        st.n_pruned = best.n_pruned;
+        if ((rc = plan_with(in, th, t0, &plan, &st, &found))) {
+            mal_plan_fini(out);
+            return rc;
+        }
+        best.n_layer_lps = st.n_layer_lps;
+        best.n_candidates = st.n_candidates;
+        best.n_pruned = st.n_pruned;
+        if (!found) continue;
+        exact &= st.exhaustive;
+        if (st.objective < best.objective * (1 - RP_TOL)) {
+            mal_plan_fini(out);
+            *out = plan;
+            best.objective = st.objective;
+            any = 1;
+        } else {
+            mal_plan_fini(&plan);
+        }
+    }
+    if (!any) {
+        ctx c = {0};
+        c.p = p;
+        c.t = p->tp;
+        c.L = p->n_layers;
+        c.M = in->n_micro_batches;
+        c.world = cl->world_size;
+        c.mem = cl->memory_mb;
+        return explain_infeasible(&c);
+    }
+    if (stats) {
+        *stats = best;
+        stats->exhaustive = exact;
+        stats->seconds = mal_now() - t0;
+    }
+    return 0;
 }

@@ -219,6 +219,11 @@ static const preset_shape shapes[] = {
 
 int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size)
 {
+    return mal_profile_preset_tp(p, name, micro_batch_size, 0);
+}
+
+int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size, int tp)
+{
     memset(p, 0, sizeof *p);
     const preset_shape *s = NULL;
     for (size_t i = 0; i < MAL_ARRAY_SIZE(shapes); i++)
@@ -241,18 +246,26 @@ int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size)
     /* activations kept per layer per in-flight micro-batch with selective
      * recomputation: 34 * T * b * C bytes (Korthikanti et al. 2022) */
     const double act = 34 * T * b * C;
-    const double t = s->tp;
+    int nominal = tp > 0 ? tp : s->tp;
+    if (log2i(nominal) < 0 || nominal > 8 || cfg.n_heads % nominal || cfg.ffn_hidden % nominal)
+        return MAL_ERR(MAL_EINVAL,
+                       "model profile: preset \"%s\" at tp %d: the nominal TP size must be a "
+                       "power of two up to 8 that divides n_heads (%d) and ffn_hidden (%d)",
+                       name, nominal, cfg.n_heads, cfg.ffn_hidden);
+    const double t = nominal;
     snprintf(p->name, sizeof p->name, "%s", s->name);
     p->n_layers = cfg.n_layers;
-    p->tp = s->tp;
+    p->tp = nominal;
     p->n_heads = cfg.n_heads;
     p->ffn_hidden = cfg.ffn_hidden;
-    /* measured slowdown of smaller TP groups (the issue's example profile),
-     * scaled so that the nominal size is 1.0 */
+    /* measured slowdown of smaller TP groups (the issue's example profile
+     * for TP 8), relative to the nominal size: alpha8[s] / alpha8[t], for
+     * every size up to 8 (larger groups than the nominal one are faster per
+     * layer, slower per rank) */
     static const double alpha8[] = {7.22, 3.66, 1.90, 1.0};
-    for (int l = 0; l <= log2i(s->tp); l++)
-        p->alpha[l] = s->tp == 8 ? alpha8[l]
-                                 : (l == log2i(s->tp) ? 1.0 : 1.9 * (1 << (log2i(s->tp) - l - 1)));
+    for (int l = 0; l <= (s->tp == 8 ? 3 : log2i(nominal)); l++)
+        p->alpha[l] = s->tp == 8 ? alpha8[l] / alpha8[log2i(nominal)]
+                                 : (l == log2i(nominal) ? 1.0 : 1.9 * (1 << (log2i(nominal) - l - 1)));
     p->n_k = PRESET_NK;
     p->k = malloc(PRESET_NK * sizeof *p->k);
     if (!p->k) return MAL_ERR(MAL_ENOMEM, "model profile: out of memory");
@@ -335,7 +348,15 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
     int req = 1;
     if (pre) {
         if (!json_is_string(pre)) return MAL_ERR(MAL_EFORMAT, "%s: preset must be a string", what);
-        if ((rc = mal_profile_preset(p, json_string_value(pre), mbs))) return rc;
+        /* with "tp", the preset is derived at that nominal size (memory per
+         * layer and layer time are per nominal group) */
+        json_t *tpv = json_object_get(root, "tp");
+        int tp = 0;
+        if (tpv && (!json_is_integer(tpv) || json_integer_value(tpv) < 1 ||
+                    json_integer_value(tpv) > 1024))
+            return MAL_ERR(MAL_EINVAL, "%s: tp must be a positive integer", what);
+        if (tpv) tp = (int)json_integer_value(tpv);
+        if ((rc = mal_profile_preset_tp(p, json_string_value(pre), mbs, tp))) return rc;
         req = 0; /* the preset supplies every field; the file overrides */
     }
     json_t *nm = json_object_get(root, "name");

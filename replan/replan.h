@@ -67,6 +67,10 @@ typedef struct mal_profile {
 /* Presets "tiny", "small", "32b", "70b", "110b" (shapes as src/config.c);
  * `p` initialised here.  MAL_EINVAL for an unknown name.  Local. */
 int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size);
+/* The same at nominal TP size `tp` (0: the preset's own): memory per layer,
+ * embedding memory and layer time are those of a group of tp ranks, alpha
+ * relative to it.  MAL_EINVAL when tp does not fit the model.  Local. */
+int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size, int tp);
 /* Profile JSON (optionally {"preset": NAME, ...overrides}); see README.
  * `p` initialised here; fini it even on error.  Local. */
 int mal_profile_parse_string(mal_profile *p, const char *json, const char *what,
@@ -110,13 +114,23 @@ int mal_cost_layer_cap(const mal_profile *p, double memory_mb, int size, int S, 
 /* Memory (MB) of a rank on stage j of S holding l layers with TP `size`. */
 double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l);
 
+/* Share of a layer's (forward + backward) time spent in the forward pass
+ * (backward computes two matrix products per forward one). */
+#define MAL_REPLAN_FORWARD_SHARE (1.0 / 3.0)
+
 typedef struct mal_cost_eval {
-    double step_time;   /* layer units, max over pipelines */
+    double step_time;   /* layer units, max over pipelines: the closed form
+                         * (m_i + S_i - 1) * period_i the planner minimises */
     double bubble_free; /* max over pipelines of m_i * period_i */
+    double shaped;      /* max over pipelines of the bubble by the stages'
+                         * actual times and order (see README, "Cost model"):
+                         * a lower bound of the 1F1B schedule, equal to the
+                         * closed form when all stages take the period */
     int memory_ok;      /* every stage fits */
     int n_pipelines;
     double *period; /* [n_pipelines] max_j y_ij * l_ij */
     double *time;   /* [n_pipelines] (m_i + S_i - 1) * period_i */
+    double *shaped_time; /* [n_pipelines] */
 } mal_cost_eval;
 
 /* Evaluate a plan under the cost model with rates[] (raw; the noise floor is

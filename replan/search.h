@@ -72,7 +72,9 @@ typedef struct centry {
 typedef struct ctx {
     const mal_replan_input *in;
     const mal_profile *p;
-    int t, L, M, world;
+    int t, L, M, world; /* t: the profile's nominal TP size */
+    int th;             /* size of the healthy full groups (t, or larger) */
+    double yh;          /* their rate: alpha[th] (1.0 at the nominal size) */
     double mem;
     double *x; /* [world] floored rates */
     int n_nodes;

@@ -11,7 +11,7 @@
 
 /* Fraction of a layer's (forward + backward) time spent in the forward pass
  * (backward computes two matrix products per forward one). */
-#define MAL_SIM_FORWARD_SHARE (1.0 / 3.0)
+#define MAL_SIM_FORWARD_SHARE MAL_REPLAN_FORWARD_SHARE
 
 /* Simulate one pipeline: S stages, stage j takes fwd[j] per forward and
  * bwd[j] per backward of one micro-batch, m micro-batches under 1F1B

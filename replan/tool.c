@@ -64,12 +64,15 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
                 "bubble-free %.6f s\n",
                 i, simp.pipelines[i].n_stages, simp.pipelines[i].micro_batches, pipe[i] * lt,
                 ev.time[i] * lt, simp.pipelines[i].micro_batches * ev.period[i] * lt);
-    fprintf(out, "step: simulated %.6f s, closed form %.6f s%s\n", sim * lt + prof->sync_time,
-            ev.step_time * lt + prof->sync_time, ev.memory_ok ? "" : " (plan exceeds memory)");
+    fprintf(out, "step: simulated %.6f s, closed form %.6f s, shaped bubble %.6f s%s\n",
+            sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
+            ev.shaped * lt + prof->sync_time, ev.memory_ok ? "" : " (plan exceeds memory)");
     if (o->summary)
-        fprintf(out, "{\"simulated\": %.9g, \"closed_form\": %.9g, \"bubble_free\": %.9g}\n",
+        fprintf(out,
+                "{\"simulated\": %.9g, \"closed_form\": %.9g, \"shaped\": %.9g, "
+                "\"bubble_free\": %.9g}\n",
                 sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
-                ev.bubble_free * lt + prof->sync_time);
+                ev.shaped * lt + prof->sync_time, ev.bubble_free * lt + prof->sync_time);
 done:
     free(pipe);
     mal_cost_eval_fini(&ev);
@@ -100,13 +103,18 @@ static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_
     int n_strag = 0;
     for (int r = 0; r < cl->world_size; r++)
         n_strag += in->rates[r] >= MAL_REPLAN_NOISE_FLOOR;
+    /* JSON has no NaN: a time that does not exist (no uniform plan for
+     * these pipelines) is null */
+    char us[32] = "null", uss[32] = "null";
+    if (isfinite(tu)) snprintf(us, sizeof us, "%.9g", tu * lt + sy);
+    if (isfinite(simu)) snprintf(uss, sizeof uss, "%.9g", simu * lt + sy);
     fprintf(f,
             "{\"ranks\": %d, \"stragglers\": %d, \"suspended\": %d, \"pipelines\": %d, "
-            "\"plan_seconds\": %.6f, \"step\": %.9g, \"simulated\": %.9g, \"uniform\": %.9g, "
-            "\"uniform_simulated\": %.9g, \"bound\": %.9g, \"layer_lps\": %d, \"candidates\": %d, "
+            "\"plan_seconds\": %.6f, \"step\": %.9g, \"simulated\": %.9g, \"uniform\": %s, "
+            "\"uniform_simulated\": %s, \"bound\": %.9g, \"layer_lps\": %d, \"candidates\": %d, "
             "\"pruned\": %d, \"exhaustive\": %d}\n",
             cl->world_size, n_strag, plan->n_suspended, plan->n_pipelines, st->seconds,
-            plan->predicted_step_time, sim * lt + sy, tu * lt + sy, simu * lt + sy, bound * lt + sy,
+            plan->predicted_step_time, sim * lt + sy, us, uss, bound * lt + sy,
             st->n_layer_lps, st->n_candidates, st->n_pruned, st->exhaustive);
 }
 

@@ -126,6 +126,7 @@ static void check_plan(const mal_plan *plan, const mal_cluster *c, const mal_pro
     double sim;
     CHECK_OK(mal_sim_plan(plan, p, rates, c->world_size, 0.0, &sim, NULL));
     CHECK(sim <= ev.step_time * (1 + 1e-9));
+    CHECK(sim >= ev.shaped * (1 - 1e-9));
     CHECK(sim >= ev.bubble_free * (1 - 1e-9));
     mal_cost_eval_fini(&ev);
 }

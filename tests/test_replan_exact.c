@@ -173,6 +173,7 @@ static double pipeline_period(const inst *I, memo *mm, const grp *g0, int S)
 typedef struct ref {
     const inst *I;
     int n_nodes, H;
+    grp healthy; /* the healthy full groups' size and rate */
     int n_opt[16];
     grp opt[16][256][16];
     int opt_n[16][256];
@@ -202,7 +203,7 @@ static void eval_split(ref *R, int k, const int *hb, const int *parts, int np)
                 g[s++] = R->sp[q];
             }
         for (int h = 0; h < hb[b] && s < 32; h++)
-            g[s++] = (grp){I->tp, 1.0};
+            g[s++] = R->healthy;
         P[n] = pipeline_period(I, &R->mm, g, s);
         S[n++] = s;
         if (!isfinite(P[n - 1])) return;
@@ -211,7 +212,7 @@ static void eval_split(ref *R, int k, const int *hb, const int *parts, int np)
         grp g[32];
         if (parts[i] > 32) return;
         for (int h = 0; h < parts[i]; h++)
-            g[h] = (grp){I->tp, 1.0};
+            g[h] = R->healthy;
         P[n] = pipeline_period(I, &R->mm, g, parts[i]);
         S[n++] = parts[i];
         if (!isfinite(P[n - 1])) return;
@@ -311,12 +312,14 @@ static void compose(ref *R, int n, const double *xr, int p, int a, grp *cur, int
     }
 }
 
-/* the optimum, or INFINITY; -1 when the enumeration is over budget */
-static double reference(const inst *I, long budget)
+/* the optimum with healthy full groups of th ranks, or INFINITY; -1 when
+ * the enumeration is over budget */
+static double reference_th(const inst *I, int th, long budget)
 {
     ref *R = calloc(1, sizeof *R);
     CHECK(R != NULL);
     R->I = I;
+    R->healthy = (grp){th, alpha_of(I, th)};
     R->n_nodes = I->world / I->rpn;
     R->best = INFINITY;
     R->budget = budget;
@@ -331,11 +334,11 @@ static double reference(const inst *I, long budget)
         qsort(m, (size_t)I->rpn, sizeof *m, cmp_rank);
         while (h < I->rpn && x[m[h]] == 1.0)
             h++;
-        int F = h / I->tp, rest = I->rpn - F * I->tp;
+        int F = h / th, rest = I->rpn - F * th;
         R->H += F;
         double xr[16];
         for (int q = 0; q < rest; q++)
-            xr[q] = x[m[F * I->tp + q]];
+            xr[q] = x[m[F * th + q]];
         grp cur[16];
         for (int u = 0; u <= rest; u++)
             compose(R, n, xr, 0, rest - u, cur, 0);
@@ -361,6 +364,20 @@ static double reference(const inst *I, long budget)
     free(R->mm.key);
     free(R->mm.P);
     free(R);
+    return best;
+}
+
+/* the optimum over the healthy full groups' size: the nominal one or any
+ * larger one allowed (-1: over budget) */
+static double reference(const inst *I, long budget)
+{
+    double best = INFINITY;
+    for (int th = I->tp; th <= I->rpn; th *= 2) {
+        if (alpha_of(I, th) <= 0) continue;
+        double v = reference_th(I, th, budget);
+        if (v < 0) return -1;
+        if (v < best) best = v;
+    }
     return best;
 }
 
@@ -395,15 +412,17 @@ static void random_instance(uint64_t *seed, inst *I)
         I->tp = (lcg(seed) % 2) ? 4 : 2;
     else
         I->tp = (lcg(seed) % 2) ? 8 : 4;
-    /* sizes below nominal each allowed with probability 0.6; sub-linear
-     * slowdowns (t/s)^e */
-    int lt = 0;
+    /* sizes other than nominal each allowed with probability 0.6 (larger
+     * ones up to the node size); sub-linear slowdowns (t/s)^e */
+    int lt = 0, ln = 0;
     while ((1 << lt) < I->tp)
         lt++;
+    while ((1 << ln) < I->rpn)
+        ln++;
     double e = 0.85 + 0.15 * unif(seed);
-    for (int l = 0; l <= lt; l++)
-        if (l == lt || unif(seed) < 0.6)
-            I->alpha[l] = pow((double)(1 << (lt - l)), e) * (l == lt ? 1.0 : 1 + 0.05 * unif(seed));
+    for (int l = 0; l <= ln; l++)
+        if (l == lt || unif(seed) < (l < lt ? 0.6 : 0.3))
+            I->alpha[l] = pow(2.0, (lt - l) * e) * (l == lt ? 1.0 : 1 + 0.05 * unif(seed));
     I->L = 4 + (int)(lcg(seed) % 9);
     I->k0 = 1.0;
     I->k1 = 1.0 + 0.5 * unif(seed);

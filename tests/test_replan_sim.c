@@ -1,7 +1,8 @@
 /* Tests for the event-by-event 1F1B simulator: equals the closed form
  * (m + S - 1) * (f + b) for uniform stages, matches hand-worked schedules,
- * stays between the bottleneck lower bound and the planner's closed form for
- * non-uniform stages, and agrees with the cost model on plans. */
+ * stays between the cost model's shaped bound (and the bottleneck bounds)
+ * and the planner's closed form for non-uniform stages, and agrees with the
+ * cost model on plans. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,18 @@ int main(void)
         /* at least the bubble-free time of the slowest stage (equal to it
          * when the slowest stage is the first: its warm-up hides the bubble) */
         CHECK(t >= m * cmax * (1 - 1e-12));
+        /* the cost model's shaped bubble (README "Cost model"), computed
+         * here from its definition: a lower bound */
+        double shaped = 0, total = 0;
+        for (int j = 0; j < S; j++)
+            total += f[j] + b[j];
+        before = 0;
+        for (int k = 0; k < S; k++) {
+            double ck = f[k] + b[k], wait = total - before - ck - (S - k - 1) * f[k];
+            shaped = fmax(shaped, before + m * ck + fmax(wait, 0));
+            before += ck;
+        }
+        CHECK(t >= shaped * (1 - 1e-12));
     }
     /* plans: uniform plan equals the cost model; a straggler only makes it
      * no faster than bubble-free, no slower than the closed form */
@@ -79,7 +92,24 @@ int main(void)
     CHECK_OK(mal_sim_plan(&u, &p, rates, 8, 0.0, &sim, pipe));
     CHECK_OK(mal_cost_eval_plan(&u, &p, &c, rates, &ev));
     CHECK(sim <= ev.step_time + 1e-12 && sim > ev.bubble_free);
+    /* pipeline 1: stages of 2 layers at 1.0 and 3.0, m = 4: the slow last
+     * stage runs 4 x 6 after the first stage's 2 (closed form 5 x 6) */
+    CHECK_CLOSE(ev.shaped_time[1], 2 + 4 * 6.0, 1e-12, 0);
+    CHECK_CLOSE(ev.time[1], 5 * 6.0, 1e-12, 0);
+    CHECK(ev.shaped <= sim + 1e-12);
     CHECK_CLOSE(pipe[0], (4 + 2 - 1) * (p.n_layers / 2.0), 1e-12, 0); /* healthy pipeline untouched */
+    mal_cost_eval_fini(&ev);
+    /* the slow stage first: its warm-up forward (a third of 6) covers the
+     * round trip through the fast stage (2), so its 4 x 6 is all there is
+     * of the bubble by shape (closed form 5 x 6) */
+    rates[7] = 1;
+    rates[1] = 3.0;
+    CHECK_OK(mal_sim_plan(&u, &p, rates, 8, 0.0, &sim, pipe));
+    CHECK_OK(mal_cost_eval_plan(&u, &p, &c, rates, &ev));
+    CHECK_CLOSE(ev.shaped_time[0], 4 * 6.0, 1e-12, 0);
+    CHECK(ev.shaped_time[0] <= pipe[0] + 1e-12 && pipe[0] < ev.time[0]);
+    fprintf(stderr, "slow first stage: shaped %g, simulated %g, closed form %g\n",
+            ev.shaped_time[0], pipe[0], ev.time[0]);
     mal_cost_eval_fini(&ev);
     mal_plan_fini(&u);
     mal_cluster_fini(&c);

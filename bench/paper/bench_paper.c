@@ -1,0 +1,340 @@
+/* The paper's experiment, simulated (issue 14): Malleus's planner against
+ * three baselines on the paper's three settings and a grid of straggler
+ * situations, every plan's step time by the cost model and by the
+ * event-level 1F1B simulator, each against the capacity bound.
+ *
+ *   settings  32B: 32 GPUs, DP 4 x TP 2 x PP 4;  70B and 110B: 64 GPUs,
+ *             DP 2 x TP 8 x PP 4;  8 GPUs per node, 80 GB, global batch 64,
+ *             micro-batch 1 (64 micro-batches per step)
+ *   grid      1, 2, 4, 8 stragglers at rates 1.5, 2, 4, 8, 12, one per node
+ *             (nodes 0, 1, ..., position 3) or packed into node 0
+ *   plans     1 static: the nominal uniform plan (what Megatron-LM or
+ *               DeepSpeed keep running)
+ *             2 drop: the best uniform plan (any TP size, DP x PP) on the
+ *               nodes without a straggler (exclude and restart)
+ *             3 nominal TP: heterogeneous pipelines, every group of the
+ *               nominal TP size (stages, layers, micro-batches free;
+ *               Oobleck-style) -- the planner with only that size allowed
+ *             4 Malleus: the planner
+ *
+ * Usage: bench_paper [--csv FILE] [--widest] [--settings 32b,70b,110b]
+ * Prints one row per scenario and the averages; --csv writes the rows for
+ * bench/paper/plot.py; --widest also runs --search exhaustive where at most
+ * two nodes have stragglers (beyond, the enumeration does not end in
+ * minutes) and reports where the default search differs from it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mal.h"
+#include "plan.h"
+#include "replan.h"
+#include "sim.h"
+
+typedef struct setting {
+    const char *name;
+    int world, tp, dp, pp;
+    int recompute; /* full activation recomputation (else selective) */
+} setting;
+
+/* 32B at DP 4 x TP 2 x PP 4 needs 93 GB on its first stage with selective
+ * recomputation (16 bytes of state per parameter, no ZeRO): it runs with
+ * full recomputation, as one would on 80 GB devices. */
+static const setting settings[] = {
+    {"32b", 32, 2, 4, 4, 1},
+    {"70b", 64, 8, 2, 4, 0},
+    {"110b", 64, 8, 2, 4, 0},
+};
+
+enum { RPN = 8, M = 64, MBS = 1 };
+#define MEM_MB 81920.0
+
+typedef struct result {
+    double T;   /* cost model, layer units; INFINITY: no plan */
+    double sim; /* simulator */
+} result;
+
+/* largest |sim - cost| / cost over the printed plans of each kind, for the
+ * closed form and for the shaped bubble */
+static double dev_closed[4], dev_shaped[4];
+
+static void eval_plan(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                      const double *rates, int kind, result *r)
+{
+    mal_cost_eval ev;
+    if (mal_cost_eval_plan(plan, p, c, rates, &ev)) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+    if (!ev.memory_ok) {
+        fprintf(stderr, "bench_paper: a plan exceeds memory\n");
+        exit(1);
+    }
+    r->T = ev.step_time;
+    if (mal_sim_plan(plan, p, rates, c->world_size, 0.0, &r->sim, NULL)) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+    dev_closed[kind] = MAL_MAX(dev_closed[kind], fabs(r->sim - r->T) / r->T);
+    dev_shaped[kind] = MAL_MAX(dev_shaped[kind], fabs(r->sim - ev.shaped) / ev.shaped);
+    mal_cost_eval_fini(&ev);
+}
+
+/* A uniform plan of dp x tp x pp on `n` ranks listed in ranks[], the other
+ * ranks of the world suspended; micro-batches as even as possible. */
+static int uniform_on(int dp, int tp, int pp, int L, const int *ranks, int n, int world,
+                      mal_plan *out)
+{
+    int rc = mal_plan_uniform(dp, tp, pp, L, MBS, dp * MBS, out);
+    if (rc) return rc;
+    for (int i = 0; i < dp; i++) {
+        out->pipelines[i].micro_batches = M / dp + (i < M % dp);
+        for (int j = 0; j < pp; j++) {
+            mal_plan_stage *st = &out->pipelines[i].stages[j];
+            for (int k = 0; k < st->n_ranks; k++)
+                st->ranks[k] = ranks[st->ranks[k]];
+        }
+    }
+    int ns = 0, *susp = malloc((size_t)world * sizeof *susp);
+    char *in = calloc((size_t)world, 1);
+    if (!susp || !in) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        in[ranks[i]] = 1;
+    for (int r = 0; r < world; r++)
+        if (!in[r]) susp[ns++] = r;
+    rc = mal_plan_set_suspended(out, ns, susp);
+    free(susp);
+    free(in);
+    return rc;
+}
+
+/* Baseline 2: the best uniform layout on the nodes without a straggler. */
+static void drop_nodes(const setting *st, const mal_profile *p, const mal_cluster *c,
+                       const double *rates, result *r)
+{
+    int world = st->world, n = 0;
+    int *ranks = malloc((size_t)world * sizeof *ranks);
+    for (int node = 0; node < world / RPN; node++) {
+        int slow = 0;
+        for (int q = 0; q < RPN; q++)
+            slow |= mal_cost_floor(rates[node * RPN + q]) > 1.0;
+        for (int q = 0; q < RPN && !slow; q++)
+            ranks[n++] = node * RPN + q;
+    }
+    r->T = r->sim = INFINITY;
+    mal_plan best;
+    mal_plan_init(&best);
+    for (int tp = 1; tp <= RPN; tp *= 2) {
+        if (mal_profile_alpha(p, tp) <= 0 || p->n_heads % tp || p->ffn_hidden % tp) continue;
+        if (n == 0 || n % tp) continue;
+        int groups = n / tp;
+        for (int dp = 1; dp <= groups; dp++) {
+            if (groups % dp) continue;
+            int pp = groups / dp;
+            if (pp > p->n_layers || dp * pp > M) continue;
+            int fits = 1;
+            for (int j = 0; j < pp && fits; j++) {
+                int l = p->n_layers / pp + (j < p->n_layers % pp);
+                fits = mal_cost_layer_cap(p, c->memory_mb, tp, pp, j) >= l;
+            }
+            if (!fits) continue;
+            mal_plan plan;
+            if (uniform_on(dp, tp, pp, p->n_layers, ranks, n, world, &plan)) {
+                fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+                exit(1);
+            }
+            mal_cost_eval ev;
+            if (mal_cost_eval_plan(&plan, p, c, rates, &ev)) exit(1);
+            if (ev.step_time < r->T) {
+                r->T = ev.step_time;
+                mal_plan_fini(&best);
+                mal_plan_copy(&best, &plan);
+            }
+            mal_cost_eval_fini(&ev);
+            mal_plan_fini(&plan);
+        }
+    }
+    if (isfinite(r->T)) eval_plan(&best, p, c, rates, 1, r);
+    mal_plan_fini(&best);
+    free(ranks);
+}
+
+static void planner(const mal_replan_input *in, int search, int kind, result *r, double *seconds)
+{
+    mal_replan_input i2 = *in;
+    i2.search = search;
+    mal_plan plan;
+    mal_replan_stats stats;
+    r->T = r->sim = INFINITY;
+    int rc = mal_replan(&i2, &plan, &stats);
+    if (rc == MAL_EINVAL) return; /* no plan in this space */
+    if (rc) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+    if (seconds) *seconds = stats.seconds;
+    eval_plan(&plan, in->profile, in->cluster, in->rates, kind, r);
+    if (fabs(r->T - stats.objective) > 1e-9 * r->T) {
+        fprintf(stderr, "bench_paper: the plan's cost %g is not the planner's objective %g\n", r->T,
+                stats.objective);
+        exit(1);
+    }
+    mal_plan_fini(&plan);
+}
+
+int main(int argc, char **argv)
+{
+    const char *csv_path = NULL, *only = NULL;
+    int widest = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+            csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--settings") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--widest"))
+            widest = 1;
+        else {
+            fprintf(stderr, "usage: bench_paper [--csv FILE] [--widest] [--settings 32b,70b,110b]\n");
+            return 2;
+        }
+    }
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (csv_path && !csv) {
+        perror(csv_path);
+        return 1;
+    }
+    if (csv)
+        fprintf(csv, "setting,stragglers,rate,placement,bound,static,drop,nominal_tp,malleus,"
+                     "malleus_sim,plan_seconds\n");
+    static const int counts[] = {1, 2, 4, 8};
+    static const double xs[] = {1.5, 2, 4, 8, 12};
+    printf("%-5s %2s %5s %-6s %8s %8s %8s %8s %8s %6s %6s %6s %6s %7s\n", "model", "n", "rate",
+           "place", "bound_s", "static", "drop", "nomTP", "malleus", "frac", "x_stat", "x_drop",
+           "x_nom", "plan_s");
+    double sum_frac = 0, min_frac = 1, sum_x[3] = {0}, min_x[3] = {1e9, 1e9, 1e9},
+           max_x[3] = {0}, sum_xs[3] = {0};
+    int n_rows = 0, n_x[3] = {0}, behind = 0, n_wide = 0, wide_diff = 0;
+    double plan_max = 0, wide_max = 0;
+    for (size_t si = 0; si < MAL_ARRAY_SIZE(settings); si++) {
+        const setting *st = &settings[si];
+        if (only && !strstr(only, st->name)) continue;
+        mal_profile prof, nomtp;
+        mal_cluster cl;
+        if (mal_profile_preset_tp(&prof, st->name, MBS, st->tp) ||
+            mal_profile_preset_tp(&nomtp, st->name, MBS, st->tp) ||
+            mal_cluster_regular(&cl, st->world, RPN, MEM_MB)) {
+            fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+            return 1;
+        }
+        if (st->recompute) {
+            /* full activation recomputation: per layer and micro-batch in
+             * flight only the layer's input is kept (2 T b C bytes instead of
+             * 34 T b C), for a third more compute (one more forward) */
+            for (mal_profile *q = &prof; q; q = q == &prof ? &nomtp : NULL) {
+                double state = q->layer_state_mb / q->tp;
+                for (int d = 0; d < q->n_k; d++)
+                    q->k[d] = state + (q->k[d] - state) * 2.0 / 34.0;
+                q->layer_time *= 4.0 / 3.0;
+            }
+        }
+        /* baseline 3's space: the nominal TP size only */
+        for (int l = 0; l <= MAL_REPLAN_MAX_TP_LOG; l++)
+            if ((1 << l) != st->tp) nomtp.alpha[l] = 0;
+        double lt = prof.layer_time;
+        for (size_t ci = 0; ci < MAL_ARRAY_SIZE(counts); ci++)
+            for (size_t xi = 0; xi < MAL_ARRAY_SIZE(xs); xi++)
+                for (int packed = 0; packed <= 1; packed++) {
+                    int n = counts[ci];
+                    if (packed && n == 1) continue; /* the same as one per node */
+                    if (!packed && n > st->world / RPN) continue;
+                    double rates[64];
+                    for (int r = 0; r < st->world; r++)
+                        rates[r] = 1.0;
+                    for (int k = 0; k < n; k++)
+                        rates[packed ? k : k * RPN + 3] = xs[xi];
+                    mal_replan_input in = {&cl, &prof, rates, MBS, M, st->dp, NULL,
+                                           MAL_REPLAN_AUTO};
+                    result r1, r2, r3, r4;
+                    mal_plan uni;
+                    if (mal_replan_uniform(&in, &uni)) {
+                        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+                        return 1;
+                    }
+                    eval_plan(&uni, &prof, &cl, rates, 0, &r1);
+                    mal_plan_fini(&uni);
+                    drop_nodes(st, &prof, &cl, rates, &r2);
+                    mal_replan_input in3 = in;
+                    in3.profile = &nomtp;
+                    planner(&in3, MAL_REPLAN_AUTO, 2, &r3, NULL);
+                    double secs = 0;
+                    planner(&in, MAL_REPLAN_AUTO, 3, &r4, &secs);
+                    plan_max = MAL_MAX(plan_max, secs);
+                    double bound = mal_cost_capacity_bound(&prof, st->world, rates, M);
+                    double frac = bound / r4.T;
+                    const result *base[3] = {&r1, &r2, &r3};
+                    double x[3];
+                    for (int b = 0; b < 3; b++) {
+                        x[b] = base[b]->T / r4.T;
+                        if (!isfinite(x[b])) continue;
+                        sum_x[b] += x[b];
+                        sum_xs[b] += base[b]->sim / r4.sim;
+                        n_x[b]++;
+                        min_x[b] = MAL_MIN(min_x[b], x[b]);
+                        max_x[b] = MAL_MAX(max_x[b], x[b]);
+                    }
+                    if (r4.T > r2.T * (1 + 1e-9) || r4.T > r3.T * (1 + 1e-9)) behind++;
+                    sum_frac += frac;
+                    min_frac = MAL_MIN(min_frac, frac);
+                    n_rows++;
+                    printf("%-5s %2d %5.1f %-6s %8.3f %8.3f %8.3f %8.3f %8.3f %6.3f %6.2f %6.2f "
+                           "%6.2f %7.3f\n",
+                           st->name, n, xs[xi], packed ? "packed" : "spread", bound * lt, r1.T * lt,
+                           r2.T * lt, r3.T * lt, r4.T * lt, frac, x[0], x[1], x[2], secs);
+                    if (csv)
+                        fprintf(csv, "%s,%d,%g,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f\n", st->name,
+                                n, xs[xi], packed ? "packed" : "spread", bound * lt, r1.T * lt,
+                                r2.T * lt, r3.T * lt, r4.T * lt, r4.sim * lt, secs);
+                    /* the exhaustive search is run where it ends in
+                     * reasonable time: up to 2 nodes with stragglers */
+                    if (widest && (packed || n <= 2)) {
+                        result rw;
+                        double ws = 0;
+                        planner(&in, MAL_REPLAN_EXHAUSTIVE, 3, &rw, &ws);
+                        n_wide++;
+                        wide_max = MAL_MAX(wide_max, ws);
+                        if (fabs(rw.T - r4.T) > 1e-9 * rw.T) {
+                            wide_diff++;
+                            printf("      widest search: %.4f s (default %.4f s), %.2f s\n",
+                                   rw.T * lt, r4.T * lt, ws);
+                        }
+                    }
+                }
+        mal_profile_fini(&prof);
+        mal_profile_fini(&nomtp);
+        mal_cluster_fini(&cl);
+    }
+    printf("\n%d scenarios: Malleus at %.3f of the capacity bound on average (least %.3f); "
+           "behind baseline 2 or 3 in %d\n",
+           n_rows, sum_frac / n_rows, min_frac, behind);
+    static const char *names[] = {"static uniform", "drop straggler nodes", "nominal TP only"};
+    for (int b = 0; b < 3; b++)
+        printf("speedup over %-21s mean %.2fx, range %.2f-%.2fx (%d scenarios with a plan); "
+               "by the simulator mean %.2fx\n",
+               names[b], sum_x[b] / MAL_MAX(1, n_x[b]), min_x[b], max_x[b], n_x[b],
+               sum_xs[b] / MAL_MAX(1, n_x[b]));
+    static const char *kinds[] = {"static", "drop", "nominal TP", "Malleus"};
+    printf("simulator vs cost model, largest gap:");
+    for (int k = 0; k < 4; k++)
+        printf(" %s %.1f%%%s", kinds[k], 100 * dev_closed[k], k < 3 ? "," : "");
+    printf("\n  (vs the shaped bubble:");
+    for (int k = 0; k < 4; k++)
+        printf(" %s %.1f%%%s", kinds[k], 100 * dev_shaped[k], k < 3 ? "," : ")");
+    printf("\nplanning at most %.3f s\n", plan_max);
+    if (widest)
+        printf("widest search (--search exhaustive): differs from the default in %d of %d "
+               "scenarios; at most %.2f s\n",
+               wide_diff, n_wide, wide_max);
+    if (csv) fclose(csv);
+    return 0;
+}
