@@ -387,7 +387,8 @@ static int snap_retain(const char *dir, int64_t cur, int keep_last)
     }
     if (keep_last > 0) {
         /* the snapshot just written counts as one of the kept */
-        qsort(v, (size_t)n, sizeof *v, snap_cmp_step_desc);
+        /* v is NULL while no older committed snapshot exists (the first) */
+        if (n > 1) qsort(v, (size_t)n, sizeof *v, snap_cmp_step_desc);
         for (int i = keep_last - 1; i < n; i++) {
             char path[PATH_MAX];
             if (snap_join(path, sizeof path, dir, v[i].name)) continue;

@@ -36,8 +36,10 @@ int snap_index_build(snap_table *t, snap_tinfo **ti_out, int *nt_out, const char
         rc = MAL_ERR(MAL_ENOMEM, "out of memory committing %s", what);
         goto done;
     }
-    memcpy(sorted, t->s, sizeof *sorted * (size_t)t->ns);
-    qsort(sorted, (size_t)t->ns, sizeof *sorted, snap_cmp_shard_id);
+    /* A snapshot without shards (no process wrote a block: meta only) has
+     * no shard or block array at all; memcpy and qsort must not see NULL. */
+    if (t->ns > 0) memcpy(sorted, t->s, sizeof *sorted * (size_t)t->ns);
+    if (t->ns > 1) qsort(sorted, (size_t)t->ns, sizeof *sorted, snap_cmp_shard_id);
     for (int i = 0; i < t->ns; i++) {
         snap_shard key = {NULL, t->s[i].id, 0};
         remap[i] = (int)((snap_shard *)bsearch(&key, sorted, (size_t)t->ns, sizeof *sorted,
@@ -59,7 +61,7 @@ int snap_index_build(snap_table *t, snap_tinfo **ti_out, int *nt_out, const char
         t->b[k].shard = remap[t->b[k].shard];
 
     /* blocks grouped by tensor, in name then offset order */
-    qsort(t->b, (size_t)t->nb, sizeof *t->b, snap_cmp_block);
+    if (t->nb > 1) qsort(t->b, (size_t)t->nb, sizeof *t->b, snap_cmp_block);
     ti = calloc((size_t)t->nb + 1, sizeof *ti);
     names = calloc((size_t)t->nb + 1, sizeof *names);
     if (!ti || !names) {

@@ -586,6 +586,14 @@ static void test_roundtrip_latest_retention(void)
     }
     check_latest(d, "step_00000013");
 
+    /* retention on the first snapshot of a directory: nothing older to
+     * sort or remove (under UBSan this once passed NULL to qsort) */
+    char first[PATH_MAX];
+    path2(first, base, "first_keep");
+    write_ok(first, 5, &s, 2, NULL);
+    CHECK_EQ_INT(count_prefix(first, "step_"), 1);
+    check_latest(first, "step_00000005");
+
     /* going back (a rollback run): the snapshot just written is always kept
      * and counts as one of keep_last, whatever its step number */
     write_ok(d, 10, &s, 2, NULL);
