@@ -22,7 +22,7 @@ void snap_fmt_shape(char *buf, size_t len, int ndim, const int64_t *shape)
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
-static int snap_check_name(const char *name)
+int snap_check_name(const char *name)
 {
     if (!name || !name[0]) return MAL_ERR(MAL_EINVAL, "snapshot tensor with an empty name");
     if (strlen(name) > 900)
@@ -136,7 +136,7 @@ static int snap_blocks_overlap(const snap_block *x, const snap_block *y)
 
 /* The n blocks of one tensor (sorted by offset) tile its shape exactly:
  * same shape everywhere, volumes adding up, no two overlapping. */
-int snap_check_tiling(const snap_block *b, int64_t n)
+int snap_check_tiling(const snap_block *b, int64_t n, int64_t max_pairwise)
 {
     const char *name = b[0].name;
     char s1[128], s2[128];
@@ -171,7 +171,7 @@ int snap_check_tiling(const snap_block *b, int64_t n)
         for (int64_t i = 0; bad_i < 0 && i + 1 < n; i++)
             if (b[i + 1].offset[slab_dim] < b[i].offset[slab_dim] + b[i].extent[slab_dim])
                 bad_i = i, bad_j = i + 1;
-    } else {
+    } else if (n <= max_pairwise) {
         for (int64_t i = 0; bad_i < 0 && i < n; i++)
             for (int64_t j = i + 1; bad_i < 0 && j < n; j++)
                 if (snap_blocks_overlap(&b[i], &b[j])) bad_i = i, bad_j = j;

@@ -599,8 +599,66 @@ int mal_snapshot_resolve(const char *path, char *out, size_t len)
 
 /* ---------------------------------------------------------------- the marker */
 
+int mal_snapshot_parse_marker(const char *text, size_t len, const char *what, mal_snap_marker *mk)
+{
+    if (!text || !what || !mk) return MAL_ERR(MAL_EINVAL, "mal_snapshot_parse_marker: NULL");
+    memset(mk, 0, sizeof *mk);
+    json_error_t jerr;
+    json_t *j = json_loadb(text, len, 0, &jerr);
+    const char *fmt = NULL;
+    json_int_t version = 0, st = 0, nt = 0, nb = 0, ns = 0, ib = 0, c = 0;
+    int rc = 0;
+    if (!j || json_unpack(j, "{s:s, s:I}", "format", &fmt, "format_version", &version) != 0) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "%s is not a valid marker (JSON with format, format_version, ... "
+                     "expected)%s%s",
+                     what, j ? "" : ": ", j ? "" : jerr.text);
+        goto done;
+    }
+    if (strcmp(fmt, MAL_SNAP_FORMAT) != 0) {
+        rc = MAL_ERR(MAL_EFORMAT, "%s: format is \"%.100s\", not \"%s\"", what, fmt,
+                     MAL_SNAP_FORMAT);
+        goto done;
+    }
+    if (version != MAL_SNAP_FORMAT_VERSION) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "%s: snapshot format_version %lld; this build reads version %d only (use "
+                     "the malleus version that wrote it)",
+                     what, (long long)version, MAL_SNAP_FORMAT_VERSION);
+        goto done;
+    }
+    if (json_unpack(j, "{s:I, s:I, s:I, s:I, s:I, s:I}", "step", &st, "n_tensors", &nt, "n_blocks",
+                    &nb, "n_shards", &ns, "index_bytes", &ib, "index_crc32c", &c) != 0 ||
+        st < 0 || nt < 0 || nb < 0 || ns < 0 || ib < 0 || c < 0 || c > UINT32_MAX) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "%s is not a valid marker (step, n_tensors, n_blocks, n_shards, "
+                     "index_bytes, index_crc32c expected)",
+                     what);
+        goto done;
+    }
+    /* The counts only ever meet the index's own (which its parser bounds
+     * by the index's size); the size bounds the read of the index. */
+    if ((uint64_t)ib > SNAP_MAX_INDEX_BYTES || nt > INT_MAX || ns > INT_MAX) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "%s is not a valid marker: an index of %lld bytes (at most %zu) with %lld "
+                     "tensors and %lld shards",
+                     what, (long long)ib, (size_t)SNAP_MAX_INDEX_BYTES, (long long)nt,
+                     (long long)ns);
+        goto done;
+    }
+    mk->step = st;
+    mk->n_tensors = nt;
+    mk->n_blocks = nb;
+    mk->n_shards = ns;
+    mk->index_bytes = ib;
+    mk->index_crc32c = (uint32_t)c;
+done:
+    json_decref(j);
+    return rc;
+}
+
 /* Parse and check COMPLETE of `step_dir`. */
-int snap_read_marker(const char *step_dir, snap_marker *mk)
+int snap_read_marker(const char *step_dir, mal_snap_marker *mk)
 {
     char marker[PATH_MAX], *text = NULL;
     int rc = snap_join(marker, sizeof marker, step_dir, SNAP_COMPLETE);
@@ -612,45 +670,49 @@ int snap_read_marker(const char *step_dir, snap_marker *mk)
                        "or still running); resume from the one 'latest' names",
                        step_dir, SNAP_COMPLETE);
     if (rc) return rc;
-    json_error_t jerr;
-    json_t *j = json_loads(text, 0, &jerr);
+    rc = mal_snapshot_parse_marker(text, strlen(text), marker, mk);
     free(text);
-    const char *fmt = NULL;
-    int version = 0;
-    json_int_t st = 0, nb = 0, ib = 0, c = 0;
-    if (!j || json_unpack(j, "{s:s, s:i}", "format", &fmt, "format_version", &version) != 0) {
-        rc = MAL_ERR(MAL_EFORMAT,
-                     "%s is not a valid marker (JSON with format, format_version, ... "
-                     "expected)%s%s",
-                     marker, j ? "" : ": ", j ? "" : jerr.text);
-        goto done;
-    }
-    if (strcmp(fmt, MAL_SNAP_FORMAT) != 0) {
-        rc = MAL_ERR(MAL_EFORMAT, "%s: format is \"%s\", not \"%s\"", marker, fmt, MAL_SNAP_FORMAT);
-        goto done;
-    }
-    if (version != MAL_SNAP_FORMAT_VERSION) {
-        rc = MAL_ERR(MAL_EFORMAT,
-                     "%s: snapshot format_version %d; this build reads version %d only (use the "
-                     "malleus version that wrote it)",
-                     marker, version, MAL_SNAP_FORMAT_VERSION);
-        goto done;
-    }
-    if (json_unpack(j, "{s:I, s:i, s:I, s:i, s:I, s:I}", "step", &st, "n_tensors", &mk->n_tensors,
-                    "n_blocks", &nb, "n_shards", &mk->n_shards, "index_bytes", &ib, "index_crc32c",
-                    &c) != 0 ||
-        st < 0 || nb < 0 || ib < 0 || mk->n_tensors < 0 || mk->n_shards < 0) {
-        rc = MAL_ERR(MAL_EFORMAT,
-                     "%s is not a valid marker (step, n_tensors, n_blocks, n_shards, "
-                     "index_bytes, index_crc32c expected)",
-                     marker);
-        goto done;
-    }
-    mk->step = st;
-    mk->n_blocks = nb;
-    mk->index_bytes = ib;
-    mk->index_crc = (uint32_t)c;
-done:
-    json_decref(j);
     return rc;
+}
+
+int snap_read_file(const char *path, size_t limit, char **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return MAL_ERR(MAL_EIO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return MAL_ERR(MAL_ECORRUPT, "%s is not a regular file", path);
+    }
+    /* one byte beyond the limit tells a file that grew past it */
+    size_t cap = (size_t)MAL_MIN((uint64_t)st.st_size, (uint64_t)limit) + 1, n = 0;
+    char *p = malloc(cap);
+    if (!p) {
+        close(fd);
+        return MAL_ERR(MAL_ENOMEM, "out of memory reading %s", path);
+    }
+    int rc = 0;
+    while (n < cap) {
+        ssize_t k = read(fd, p + n, cap - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            rc = MAL_ERR(MAL_EIO, "cannot read %s: %s", path, strerror(errno));
+            break;
+        }
+        if (k == 0) break;
+        n += (size_t)k;
+    }
+    close(fd);
+    if (!rc && n > limit)
+        rc =
+            MAL_ERR(MAL_ECORRUPT, "%s is larger than %zu bytes: not a snapshot index", path, limit);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *buf = p;
+    *len = n;
+    return 0;
 }

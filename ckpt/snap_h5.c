@@ -150,11 +150,13 @@ done:
 }
 
 /* Read string attribute `name` of the root group into a malloc'ed *out;
- * absent gives NULL when `optional`. */
-int snap_attr_read_str(hid_t loc, const char *name, int optional, char **out, const char *fpath)
+ * absent gives NULL when `optional`.  Exactly one string of at most `max`
+ * bytes: HDF5 writes every element of an attribute into the buffer. */
+int snap_attr_read_str(hid_t loc, const char *name, int optional, size_t max, char **out,
+                       const char *fpath)
 {
     int rc = 0;
-    hid_t a = -1, ft = -1, mt = -1;
+    hid_t a = -1, ft = -1, mt = -1, sp = -1;
     *out = NULL;
     htri_t ex = H5Aexists(loc, name);
     if (ex < 0) return SNAP_H5ERR(MAL_EIO, "%s: cannot look up root attribute '%s'", fpath, name);
@@ -168,8 +170,9 @@ int snap_attr_read_str(hid_t loc, const char *name, int optional, char **out, co
         rc = SNAP_H5ERR(MAL_EIO, "%s: cannot open root attribute '%s'", fpath, name);
         goto done;
     }
-    if (H5Tget_class(ft) != H5T_STRING) {
-        rc = MAL_ERR(MAL_EFORMAT, "%s: root attribute '%s' is not a string", fpath, name);
+    if (H5Tget_class(ft) != H5T_STRING || (sp = H5Aget_space(a)) < 0 ||
+        H5Sget_simple_extent_npoints(sp) != 1) {
+        rc = MAL_ERR(MAL_EFORMAT, "%s: root attribute '%s' is not one string", fpath, name);
         goto done;
     }
     if (H5Tis_variable_str(ft) > 0) {
@@ -185,6 +188,10 @@ int snap_attr_read_str(hid_t loc, const char *name, int optional, char **out, co
     } else {
         /* fixed-length (e.g. written by another tool): read as stored */
         size_t sz = H5Tget_size(ft);
+        if (sz == 0 || sz > max) {
+            rc = MAL_ERR(MAL_EFORMAT, "%s: root attribute '%s' claims %zu bytes", fpath, name, sz);
+            goto done;
+        }
         char *s = calloc(sz + 1, 1);
         if (!s) {
             rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s", fpath);
@@ -199,6 +206,7 @@ int snap_attr_read_str(hid_t loc, const char *name, int optional, char **out, co
     }
     if (!*out) rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s", fpath);
 done:
+    if (sp >= 0) H5Sclose(sp);
     if (mt >= 0) H5Tclose(mt);
     if (ft >= 0) H5Tclose(ft);
     if (a >= 0) H5Aclose(a);

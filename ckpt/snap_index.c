@@ -72,7 +72,7 @@ int snap_index_build(snap_table *t, snap_tinfo **ti_out, int *nt_out, const char
         int64_t e = k + 1;
         while (e < t->nb && !strcmp(t->b[e].name, t->b[k].name))
             e++;
-        if ((rc = snap_check_tiling(&t->b[k], e - k))) goto done;
+        if ((rc = snap_check_tiling(&t->b[k], e - k, INT64_MAX))) goto done;
         ti[nt] = (snap_tinfo){t->b[k].name, t->b[k].ndim, {0}, k, e - k};
         memcpy(ti[nt].shape, t->b[k].shape, sizeof ti[nt].shape);
         names[nt] = t->b[k].name;
@@ -283,38 +283,115 @@ done:
 
 /* ---------------------------------------------------------------- loading */
 
-/* Read and check the whole block table of index.h5. */
-int snap_load_index(mal_snapshot *s, const snap_marker *mk)
+/* HDF5's signature, which starts the superblock at offset 0, 512, 1024,
+ * 2048, ... of a file. */
+static int snap_is_hdf5(const unsigned char *p, size_t len)
+{
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    for (size_t off = 0; off + sizeof sig <= len; off = off ? 2 * off : 512)
+        if (!memcmp(p + off, sig, sizeof sig)) return 1;
+    return 0;
+}
+
+/* Open `len` bytes at `buf` as a read-only HDF5 file in memory (the core
+ * driver with a file image, no backing file). */
+static hid_t snap_open_image(const void *buf, size_t len, const char *fp)
+{
+    static unsigned long n_images;
+    char name[64];
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+    /* the name only tells open images apart; no file of that name is used */
+    snprintf(name, sizeof name, "malleus-index-image-%lu", ++n_images);
+    if (fapl < 0 || H5Pset_fapl_core(fapl, 1 << 16, 0) < 0 ||
+        H5Pset_file_image(fapl, (void *)(uintptr_t)buf, len) < 0)
+        SNAP_H5ERR(MAL_EIO, "%s: cannot set up HDF5 to read the index from memory", fp);
+    else if ((f = H5Fopen(name, H5F_ACC_RDONLY, fapl)) < 0)
+        SNAP_H5ERR(MAL_ECORRUPT, "%s: HDF5 cannot open it as a file", fp);
+    if (fapl >= 0) H5Pclose(fapl);
+    return f;
+}
+
+/* The checks of one tensor of a loaded table: its description, every
+ * block inside it and inside its shard, the blocks in offset order and
+ * tiling it exactly.  0, or a reason in `why`. */
+static int snap_check_tensor(const mal_snapshot *s, int i, char *why, size_t len)
+{
+    const snap_tinfo *t = &s->t[i];
+    int64_t total = -1;
+    if (t->ndim < 1 || t->ndim > MAL_SNAP_MAXDIM) {
+        snprintf(why, len, "ndim %d is outside 1..%d", t->ndim, MAL_SNAP_MAXDIM);
+        return -1;
+    }
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 1) {
+            snprintf(why, len, "a dimension of its shape is %lld", (long long)t->shape[d]);
+            return -1;
+        }
+    if ((total = snap_count(t->ndim, t->shape)) < 0) {
+        snprintf(why, len, "its shape has more elements than a snapshot can hold");
+        return -1;
+    }
+    int64_t vol = 0;
+    for (int64_t k = t->first; k < t->first + t->n; k++) {
+        const snap_block *b = &s->b[k];
+        if (b->shard < 0 || b->shard >= s->n_s) {
+            snprintf(why, len, "block %lld names shard %d of %d", (long long)(k - t->first),
+                     b->shard, s->n_s);
+            return -1;
+        }
+        for (int d = 0; d < t->ndim; d++)
+            if (b->offset[d] < 0 || b->extent[d] < 1 || b->offset[d] > t->shape[d] - b->extent[d]) {
+                snprintf(why, len, "block %lld lies outside the tensor", (long long)(k - t->first));
+                return -1;
+            }
+        /* inside the shape, so at most `total` elements: no overflow */
+        int64_t c = snap_count(t->ndim, b->extent);
+        uint64_t bytes = (uint64_t)c * sizeof(float), sb = s->s[b->shard].bytes;
+        if (b->addr > sb || bytes > sb - b->addr) {
+            snprintf(why, len,
+                     "block %lld lies outside its shard file (%llu bytes at %llu of %llu)",
+                     (long long)(k - t->first), (unsigned long long)bytes,
+                     (unsigned long long)b->addr, (unsigned long long)sb);
+            return -1;
+        }
+        if (c > total - vol) {
+            snprintf(why, len, "its blocks hold more elements than its shape");
+            return -1;
+        }
+        vol += c;
+        if (k > t->first && snap_cmp_block(&s->b[k - 1], b) >= 0) {
+            snprintf(why, len, "its blocks are not in offset order (or one is listed twice)");
+            return -1;
+        }
+    }
+    if (vol != total) {
+        snprintf(why, len, "its blocks hold %lld of its %lld elements", (long long)vol,
+                 (long long)total);
+        return -1;
+    }
+    if (snap_check_tiling(&s->b[t->first], t->n, SNAP_MAX_PAIRWISE_BLOCKS)) {
+        snprintf(why, len, "%s", mal_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+/* Read the meta and the block table of the open index `f` (`len` bytes of
+ * input, which bounds every count) into s; `fp` names it in messages. */
+static int snap_load_tables(mal_snapshot *s, hid_t f, size_t len, const char *fp)
 {
     int rc = 0;
-    hid_t fapl = -1, f = -1, g = -1;
-    const char *fp = s->index_path;
-    char *fmt = NULL;
+    hid_t g = -1;
+    char *fmt = NULL, **names = NULL;
     int64_t *i64 = NULL;
-    if ((fapl = snap_fapl()) < 0) {
-        rc = SNAP_H5ERR(MAL_EIO, "%s: cannot set up the HDF5 file access list", fp);
-        goto done;
-    }
-#if H5_VERSION_GE(1, 12, 0)
-    htri_t is_h5 = H5Fis_accessible(fp, fapl);
-#else
-    htri_t is_h5 = H5Fis_hdf5(fp);
-#endif
-    if (is_h5 <= 0) {
-        rc = MAL_ERR(MAL_ECORRUPT, "%s is not an HDF5 file; resume from an earlier snapshot", fp);
-        goto done;
-    }
-    if ((f = H5Fopen(fp, H5F_ACC_RDONLY, fapl)) < 0) {
-        rc = SNAP_H5ERR(MAL_EIO, "cannot open snapshot file %s", fp);
-        goto done;
-    }
     int32_t version = 0;
     int64_t nt = 0, nb = 0, ns = 0;
+    size_t big = 0;
     const char *root = "the root group";
     mal_snap_meta *m = &s->meta;
-    if ((rc = snap_attr_read_str(f, "format", 0, &fmt, fp))) goto done;
+    if ((rc = snap_attr_read_str(f, "format", 0, len, &fmt, fp))) goto done;
     if (strcmp(fmt, MAL_SNAP_FORMAT) != 0) {
-        rc = MAL_ERR(MAL_EFORMAT, "%s: format is \"%s\", not \"%s\"", fp, fmt, MAL_SNAP_FORMAT);
+        rc = MAL_ERR(MAL_EFORMAT, "%s: format is \"%.100s\", not \"%s\"", fp, fmt, MAL_SNAP_FORMAT);
         goto done;
     }
     if ((rc = snap_attr_read_int(f, "format_version", H5T_NATIVE_INT32, 0, &version, fp, root)))
@@ -332,30 +409,37 @@ int snap_load_index(mal_snapshot *s, const snap_marker *mk)
         (rc = snap_attr_read_int(f, "seed", H5T_NATIVE_UINT64, 0, &m->seed, fp, root)) ||
         (rc = snap_attr_read_int(f, "rng_counter", H5T_NATIVE_UINT64, 0, &m->rng_counter, fp,
                                  root)) ||
-        (rc = snap_attr_read_str(f, "config_json", 1, &m->config_json, fp)) ||
-        (rc = snap_attr_read_str(f, "train_json", 1, &m->train_json, fp)) ||
-        (rc = snap_attr_read_str(f, "plan_json", 1, &m->plan_json, fp)) ||
+        (rc = snap_attr_read_str(f, "config_json", 1, len, &m->config_json, fp)) ||
+        (rc = snap_attr_read_str(f, "train_json", 1, len, &m->train_json, fp)) ||
+        (rc = snap_attr_read_str(f, "plan_json", 1, len, &m->plan_json, fp)) ||
         (rc = snap_attr_read_int(f, "n_tensors", H5T_NATIVE_INT64, 0, &nt, fp, root)) ||
         (rc = snap_attr_read_int(f, "n_blocks", H5T_NATIVE_INT64, 0, &nb, fp, root)) ||
         (rc = snap_attr_read_int(f, "n_shards", H5T_NATIVE_INT64, 0, &ns, fp, root)))
         goto done;
-    if (m->step != mk->step || nt != mk->n_tensors || nb != mk->n_blocks || ns != mk->n_shards) {
-        rc = MAL_ERR(MAL_ECORRUPT,
-                     "%s says step %lld, %lld tensors, %lld blocks, %lld shards but its COMPLETE "
-                     "marker says %lld, %d, %lld, %d",
-                     fp, (long long)m->step, (long long)nt, (long long)nb, (long long)ns,
-                     (long long)mk->step, mk->n_tensors, (long long)mk->n_blocks, mk->n_shards);
+    if (m->step < 0 || m->consumed_samples < 0) {
+        rc = MAL_ERR(MAL_EFORMAT, "%s: step %lld and consumed_samples %lld must be >= 0", fp,
+                     (long long)m->step, (long long)m->consumed_samples);
+        goto done;
+    }
+    /* Every count is bounded by what `len` bytes of tables can hold before
+     * anything is sized by it (see SNAP_INDEX_BYTES_PER_*). */
+    if (nt < 0 || nb < 0 || ns < 0 || nt > (int64_t)(len / SNAP_INDEX_BYTES_PER_TENSOR) ||
+        nb > (int64_t)(len / SNAP_INDEX_BYTES_PER_BLOCK) ||
+        ns > (int64_t)(len / SNAP_INDEX_BYTES_PER_SHARD) || nt > nb) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "%s: %lld tensors, %lld blocks and %lld shards do not fit an index of %zu "
+                     "bytes: not a valid index",
+                     fp, (long long)nt, (long long)nb, (long long)ns, len);
         goto done;
     }
     s->t = calloc((size_t)nt + 1, sizeof *s->t);
     s->b = calloc((size_t)nb + 1, sizeof *s->b);
     s->s = calloc((size_t)ns + 1, sizeof *s->s);
     s->fd = malloc(sizeof *s->fd * ((size_t)ns + 1));
-    size_t big = (size_t)MAL_MAX(MAL_MAX(nt, nb), ns) + 1;
+    big = (size_t)MAL_MAX(MAL_MAX(nt, nb), ns) + 1;
     i64 = malloc(big * sizeof *i64 * MAL_SNAP_MAXDIM);
-    char **names = calloc(big, sizeof *names);
+    names = calloc(big, sizeof *names);
     if (!s->t || !s->b || !s->s || !s->fd || !i64 || !names) {
-        free(names);
         rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s", fp);
         goto done;
     }
@@ -365,7 +449,6 @@ int snap_load_index(mal_snapshot *s, const snap_marker *mk)
     for (int i = 0; i < s->n_s; i++)
         s->fd[i] = -1;
     if ((g = H5Gopen2(f, SNAP_TABLE, H5P_DEFAULT)) < 0) {
-        free(names);
         rc = SNAP_H5ERR(MAL_EFORMAT, "%s has no block table (group %s)", fp, SNAP_TABLE);
         goto done;
     }
@@ -373,109 +456,149 @@ int snap_load_index(mal_snapshot *s, const snap_marker *mk)
     uint64_t *u64 = (uint64_t *)i64;
     uint32_t *u32 = (uint32_t *)i64;
     /* shards */
-    if ((rc = snap_table_read_str(g, "shards", ns, names, fp))) {
-        for (int64_t i = 0; i < ns; i++)
-            free(names[i]);
-        free(names);
-        goto done;
-    }
+    if ((rc = snap_table_read_str(g, "shards", ns, names, fp))) goto done;
     for (int i = 0; i < s->n_s; i++) {
         s->s[i].file = names[i];
         s->s[i].id = i;
         names[i] = NULL;
     }
-    if ((rc = snap_table_read(g, "shard_bytes", H5T_NATIVE_UINT64, ns, 1, u64, fp))) goto fail_n;
+    if ((rc = snap_table_read(g, "shard_bytes", H5T_NATIVE_UINT64, ns, 1, u64, fp))) goto done;
     for (int i = 0; i < s->n_s; i++) {
+        const char *fn = s->s[i].file;
         s->s[i].bytes = u64[i];
-        if (!s->s[i].file[0] || strchr(s->s[i].file, '/')) {
-            rc = MAL_ERR(MAL_EFORMAT, "%s: shard file name '%s' is not a plain file name", fp,
-                         s->s[i].file);
-            goto fail_n;
+        if (!fn[0] || strchr(fn, '/') || !strcmp(fn, ".") || !strcmp(fn, "..") ||
+            strlen(fn) > 255) {
+            rc = MAL_ERR(MAL_EFORMAT, "%s: shard file name '%.100s' is not a plain file name", fp,
+                         fn);
+            goto done;
         }
     }
     /* tensors */
-    if ((rc = snap_table_read_str(g, "tensors", nt, names, fp))) {
-        for (int64_t i = 0; i < nt; i++)
-            free(names[i]);
-        goto fail_n;
-    }
+    if ((rc = snap_table_read_str(g, "tensors", nt, names, fp))) goto done;
     for (int i = 0; i < s->n_t; i++) {
         s->t[i].name = names[i];
         names[i] = NULL;
     }
-    if ((rc = snap_table_read(g, "tensor_ndim", H5T_NATIVE_INT32, nt, 1, i32, fp))) goto fail_n;
+    for (int i = 0; i < s->n_t; i++) {
+        /* valid HDF5 paths, strictly increasing: unique and searchable */
+        if (snap_check_name(s->t[i].name) ||
+            (i > 0 && strcmp(s->t[i - 1].name, s->t[i].name) >= 0)) {
+            rc = MAL_ERR(MAL_EFORMAT, "%s: tensor name %d ('%.100s') is %s", fp, i, s->t[i].name,
+                         i > 0 && strcmp(s->t[i - 1].name, s->t[i].name) >= 0
+                             ? "out of order or repeated"
+                             : "not a valid tensor name");
+            goto done;
+        }
+    }
+    if ((rc = snap_table_read(g, "tensor_ndim", H5T_NATIVE_INT32, nt, 1, i32, fp))) goto done;
     for (int i = 0; i < s->n_t; i++)
         s->t[i].ndim = i32[i];
     if ((rc = snap_table_read(g, "tensor_shape", H5T_NATIVE_INT64, nt, MAL_SNAP_MAXDIM, i64, fp)))
-        goto fail_n;
+        goto done;
     for (int i = 0; i < s->n_t; i++)
         memcpy(s->t[i].shape, &i64[i * MAL_SNAP_MAXDIM], sizeof s->t[i].shape);
     if ((rc = snap_table_read(g, "tensor_first_block", H5T_NATIVE_INT64, nt, 1, i64, fp)))
-        goto fail_n;
+        goto done;
     for (int i = 0; i < s->n_t; i++)
         s->t[i].first = i64[i];
-    if ((rc = snap_table_read(g, "tensor_n_blocks", H5T_NATIVE_INT64, nt, 1, i64, fp))) goto fail_n;
+    if ((rc = snap_table_read(g, "tensor_n_blocks", H5T_NATIVE_INT64, nt, 1, i64, fp))) goto done;
     for (int i = 0; i < s->n_t; i++)
         s->t[i].n = i64[i];
     /* blocks */
-    if ((rc = snap_table_read(g, "block_shard", H5T_NATIVE_INT32, nb, 1, i32, fp))) goto fail_n;
+    if ((rc = snap_table_read(g, "block_shard", H5T_NATIVE_INT32, nb, 1, i32, fp))) goto done;
     for (int64_t k = 0; k < nb; k++)
         s->b[k].shard = i32[k];
     if ((rc = snap_table_read(g, "block_offset", H5T_NATIVE_INT64, nb, MAL_SNAP_MAXDIM, i64, fp)))
-        goto fail_n;
+        goto done;
     for (int64_t k = 0; k < nb; k++)
         memcpy(s->b[k].offset, &i64[k * MAL_SNAP_MAXDIM], sizeof s->b[k].offset);
     if ((rc = snap_table_read(g, "block_extent", H5T_NATIVE_INT64, nb, MAL_SNAP_MAXDIM, i64, fp)))
-        goto fail_n;
+        goto done;
     for (int64_t k = 0; k < nb; k++)
         memcpy(s->b[k].extent, &i64[k * MAL_SNAP_MAXDIM], sizeof s->b[k].extent);
-    if ((rc = snap_table_read(g, "block_addr", H5T_NATIVE_UINT64, nb, 1, u64, fp))) goto fail_n;
+    if ((rc = snap_table_read(g, "block_addr", H5T_NATIVE_UINT64, nb, 1, u64, fp))) goto done;
     for (int64_t k = 0; k < nb; k++)
         s->b[k].addr = u64[k];
-    if ((rc = snap_table_read(g, "block_crc32c", H5T_NATIVE_UINT32, nb, 1, u32, fp))) goto fail_n;
+    if ((rc = snap_table_read(g, "block_crc32c", H5T_NATIVE_UINT32, nb, 1, u32, fp))) goto done;
     for (int64_t k = 0; k < nb; k++)
         s->b[k].crc = u32[k];
 
-    /* Consistency: the index passed its checksum, so this only guards
-     * against a writer bug or a hand-made index. */
+    /* Consistency: an index that passed its marker's checksum can still be
+     * hand-made or come from anywhere; nothing below trusts it unchecked.
+     * Tensor i's blocks are rows first .. first+n-1, right after tensor
+     * i-1's, and every block belongs to a tensor. */
     int64_t next = 0;
     for (int i = 0; i < s->n_t; i++) {
         snap_tinfo *t = &s->t[i];
-        int ok = t->ndim >= 1 && t->ndim <= MAL_SNAP_MAXDIM && t->first == next && t->n >= 1 &&
-                 t->first + t->n <= nb && (i == 0 || strcmp(s->t[i - 1].name, t->name) < 0) &&
-                 snap_count(t->ndim, t->shape) > 0;
-        int64_t vol = 0;
-        for (int64_t k = t->first; ok && k < t->first + t->n; k++) {
+        char why[700];
+        if (t->first != next || t->n < 1 || t->n > nb - t->first) {
+            rc = MAL_ERR(MAL_EFORMAT,
+                         "%s: the block table of tensor '%s' is inconsistent: its blocks are "
+                         "rows %lld.. (%lld of them) of %lld",
+                         fp, t->name, (long long)t->first, (long long)t->n, (long long)nb);
+            goto done;
+        }
+        for (int64_t k = t->first; k < t->first + t->n; k++) {
             snap_block *b = &s->b[k];
             b->name = t->name;
             b->ndim = t->ndim;
             memcpy(b->shape, t->shape, sizeof b->shape);
-            ok = b->shard >= 0 && b->shard < s->n_s;
-            for (int d = 0; ok && d < t->ndim; d++)
-                ok = b->offset[d] >= 0 && b->extent[d] >= 1 &&
-                     b->offset[d] <= t->shape[d] - b->extent[d];
-            int64_t c = ok ? snap_count(b->ndim, b->extent) : -1;
-            ok = ok && c > 0 && b->addr + (uint64_t)c * 4 <= s->s[b->shard].bytes;
-            vol += ok ? c : 0;
         }
-        if (!ok || vol != snap_count(t->ndim, t->shape)) {
-            rc = MAL_ERR(MAL_EFORMAT, "%s: the block table of tensor '%s' is inconsistent", fp,
-                         t->name);
-            goto fail_n;
+        if (snap_check_tensor(s, i, why, sizeof why)) {
+            rc = MAL_ERR(MAL_EFORMAT, "%s: the block table of tensor '%s' is inconsistent: %s", fp,
+                         t->name, why);
+            goto done;
         }
         next = t->first + t->n;
     }
     if (next != nb) {
         rc = MAL_ERR(MAL_EFORMAT, "%s: the block table lists blocks of no tensor", fp);
-        goto fail_n;
+        goto done;
     }
-fail_n:
-    free(names);
 done:
+    if (names)
+        for (size_t i = 0; i < big; i++)
+            free(names[i]);
+    free(names);
     free(i64);
     free(fmt);
     if (g >= 0) H5Gclose(g);
+    return rc;
+}
+
+int mal_snapshot_parse_index(mal_snapshot **out, const void *buf, size_t len, const char *what)
+{
+    if (!out || (!buf && len) || !what)
+        return MAL_ERR(MAL_EINVAL, "mal_snapshot_parse_index: NULL argument");
+    *out = NULL;
+    snap_h5quiet q;
+    snap_h5quiet_begin(&q);
+    int rc = 0;
+    hid_t f = -1;
+    mal_snapshot *s = calloc(1, sizeof *s);
+    if (!s || !(s->index_path = strdup(what))) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s", what);
+        goto done;
+    }
+    if (len > SNAP_MAX_INDEX_BYTES) {
+        rc = MAL_ERR(MAL_ECORRUPT, "%s is larger than %zu bytes: not a snapshot index", what,
+                     (size_t)SNAP_MAX_INDEX_BYTES);
+        goto done;
+    }
+    if (!snap_is_hdf5(buf, len)) {
+        rc = MAL_ERR(MAL_ECORRUPT, "%s is not an HDF5 file; resume from an earlier snapshot", what);
+        goto done;
+    }
+    if ((f = snap_open_image(buf, len, what)) < 0) {
+        rc = MAL_ECORRUPT;
+        goto done;
+    }
+    if ((rc = snap_load_tables(s, f, len, what))) goto done;
+    *out = s;
+    s = NULL;
+done:
     if (f >= 0) H5Fclose(f);
-    if (fapl >= 0) H5Pclose(fapl);
+    mal_snapshot_close(s);
+    snap_h5quiet_end(&q);
     return rc;
 }

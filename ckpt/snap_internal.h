@@ -85,7 +85,20 @@
 #define SNAP_TMP_PREFIX ".tmp-"
 #define SNAP_STEP_PREFIX "step_"
 #define SNAP_MAX_SMALL_FILE 65536
-#define SNAP_MAX_INDEX_BYTES ((size_t)1 << 30)
+#define SNAP_MAX_INDEX_BYTES MAL_SNAP_MAX_INDEX_BYTES
+/* Bytes every tensor, block and shard takes in the tables of index.h5 (at
+ * least: contiguous datasets, no compression in an index Malleus writes):
+ * tensor_ndim, tensor_shape, tensor_first_block, tensor_n_blocks; and
+ * block_shard, block_offset, block_extent, block_addr, block_crc32c; and
+ * shard_bytes.  A count the index's size cannot hold is refused before
+ * anything is allocated for it. */
+#define SNAP_INDEX_BYTES_PER_TENSOR (4 + 8 * MAL_SNAP_MAXDIM + 8 + 8)
+#define SNAP_INDEX_BYTES_PER_BLOCK (4 + 16 * MAL_SNAP_MAXDIM + 8 + 4)
+#define SNAP_INDEX_BYTES_PER_SHARD 8
+/* The reader checks the blocks of a tensor for overlap pairwise when they
+ * are not slabs of one dimension (which need only neighbours compared) up
+ * to this many; beyond, by their volume only. */
+#define SNAP_MAX_PAIRWISE_BLOCKS 4096
 #define SNAP_MSG 1024
 
 /* ---------------------------------------------------------------- shared types */
@@ -193,12 +206,6 @@ struct mal_snapshot {
     uint64_t bytes_read;
 };
 
-/* What COMPLETE says. */
-typedef struct {
-    int64_t step, n_blocks, index_bytes;
-    int n_tensors, n_shards;
-    uint32_t index_crc;
-} snap_marker;
 
 /* ---------------------------------------------------------------- snap_fs.c */
 
@@ -244,8 +251,11 @@ void snap_die(int rank, const char *where);
  * index, rename the temporary directory, write COMPLETE, move `latest`,
  * apply retention.  Cleans up after itself on failure. */
 int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last);
-/* Parse and check COMPLETE of `step_dir`. */
-int snap_read_marker(const char *step_dir, snap_marker *mk);
+/* Read and parse COMPLETE of `step_dir` (mal_snapshot_parse_marker). */
+int snap_read_marker(const char *step_dir, mal_snap_marker *mk);
+/* A whole file of at most `limit` bytes into a malloc'ed *buf, *len bytes
+ * (larger: MAL_ECORRUPT). */
+int snap_read_file(const char *path, size_t limit, char **buf, size_t *len);
 
 /* ---------------------------------------------------------------- snap_h5.c */
 
@@ -271,7 +281,10 @@ int snap_attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, hsize
 int snap_attr_write_str(hid_t loc, const char *name, const char *s, const char *fpath);
 int snap_attr_read_int(hid_t loc, const char *name, hid_t mtype, int count, void *buf,
                        const char *fpath, const char *obj);
-int snap_attr_read_str(hid_t loc, const char *name, int optional, char **out, const char *fpath);
+/* One string (scalar or one element; absent: NULL when `optional`) of at
+ * most `max` bytes. */
+int snap_attr_read_str(hid_t loc, const char *name, int optional, size_t max, char **out,
+                       const char *fpath);
 /* format, format_version and step on the root group of an index or shard. */
 int snap_write_root_attrs(hid_t f, int64_t step, const char *fpath);
 int snap_plists(hid_t *lcpl, hid_t *dcpl, const char *fpath);
@@ -293,6 +306,8 @@ int snap_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, size_t limit
 /* ---------------------------------------------------------------- snap_blocks.c */
 
 void snap_fmt_shape(char *buf, size_t len, int ndim, const int64_t *shape);
+/* A tensor name: an HDF5 path of valid components, not in SNAP_TABLE. */
+int snap_check_name(const char *name);
 /* Number of elements of a block; -1 on overflow. */
 int64_t snap_count(int ndim, const int64_t *ext);
 /* A block description (data not looked at): name, ndim, the block inside
@@ -303,8 +318,11 @@ int snap_cmp_str(const void *a, const void *b);
 int snap_check_names_disjoint(char *const *v, int n);
 /* Blocks by name, then offset. */
 int snap_cmp_block(const void *a, const void *b);
-/* The n blocks of one tensor (sorted by offset) tile its shape exactly. */
-int snap_check_tiling(const snap_block *b, int64_t n);
+/* The n blocks of one tensor (sorted by offset) tile its shape exactly:
+ * one global shape, volumes adding up, no two overlapping (blocks that are
+ * slabs of one dimension compare neighbours; others compare every pair
+ * while n <= max_pairwise, beyond that their volume only). */
+int snap_check_tiling(const snap_block *b, int64_t n, int64_t max_pairwise);
 /* The dataset of a block inside its shard file: "<tensor>/block_<o0>_<o1>..". */
 void snap_block_dset(char *out, size_t len, const char *name, int ndim, const int64_t *offset);
 
@@ -333,7 +351,6 @@ int snap_index_build(snap_table *t, snap_tinfo **ti, int *nt, const char *what);
 /* Write index.h5 at `fpath`: meta, block table, one virtual dataset per tensor. */
 int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_tinfo *ti, int nt,
                      const char *fpath);
-/* Read and check the whole block table of s->index_path into s. */
-int snap_load_index(mal_snapshot *s, const snap_marker *mk);
+
 
 #endif /* MAL_SNAP_INTERNAL_H */

@@ -19,7 +19,9 @@ int mal_snapshot_open(mal_snapshot **out, const char *step_dir)
     int rc = 0;
     mal_snapshot *s = NULL;
     struct stat st;
-    snap_marker mk;
+    mal_snap_marker mk;
+    char ipath[PATH_MAX], *ibuf = NULL;
+    size_t ilen = 0;
     snap_h5quiet q;
     snap_h5quiet_begin(&q);
 
@@ -33,31 +35,46 @@ int mal_snapshot_open(mal_snapshot **out, const char *step_dir)
         goto done;
     }
     if ((rc = snap_read_marker(step_dir, &mk))) goto done;
-
-    s = calloc(1, sizeof *s);
-    if (!s || !(s->dir = strdup(step_dir)) || !(s->index_path = malloc(PATH_MAX))) {
+    if ((rc = snap_join(ipath, sizeof ipath, step_dir, SNAP_INDEX_FILE))) goto done;
+    if (stat(ipath, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = MAL_ERR(MAL_ECORRUPT, "committed snapshot %s lacks its index %s", step_dir, ipath);
+        goto done;
+    }
+    /* The index is read whole (the marker bounds its size), checked
+     * against the marker, then parsed from memory. */
+    uint32_t icrc = 0;
+    if ((uint64_t)st.st_size == (uint64_t)mk.index_bytes) {
+        if ((rc = snap_read_file(ipath, (size_t)mk.index_bytes, &ibuf, &ilen))) goto done;
+        icrc = mal_crc32c(0, ibuf, ilen);
+    }
+    if ((uint64_t)st.st_size != (uint64_t)mk.index_bytes || ilen != (size_t)mk.index_bytes ||
+        icrc != mk.index_crc32c) {
+        rc = MAL_ERR(MAL_ECORRUPT,
+                     "%s (%lld bytes, CRC-32C %s%08x) does not match its COMPLETE marker (%lld "
+                     "bytes, 0x%08x): the snapshot was altered after it was written; resume from "
+                     "an earlier snapshot",
+                     ipath, (long long)st.st_size, ibuf ? "0x" : "not computed, ", icrc,
+                     (long long)mk.index_bytes, mk.index_crc32c);
+        goto done;
+    }
+    if ((rc = mal_snapshot_parse_index(&s, ibuf, ilen, ipath))) goto done;
+    free(ibuf);
+    ibuf = NULL;
+    const mal_snap_meta *m = &s->meta;
+    if (m->step != mk.step || s->n_t != mk.n_tensors || s->n_b != mk.n_blocks ||
+        s->n_s != mk.n_shards) {
+        rc = MAL_ERR(MAL_ECORRUPT,
+                     "%s says step %lld, %d tensors, %lld blocks, %d shards but its COMPLETE "
+                     "marker says %lld, %lld, %lld, %lld",
+                     ipath, (long long)m->step, s->n_t, (long long)s->n_b, s->n_s,
+                     (long long)mk.step, (long long)mk.n_tensors, (long long)mk.n_blocks,
+                     (long long)mk.n_shards);
+        goto done;
+    }
+    if (!(s->dir = strdup(step_dir))) {
         rc = MAL_ERR(MAL_ENOMEM, "out of memory opening %s", step_dir);
         goto done;
     }
-    if ((rc = snap_join(s->index_path, PATH_MAX, step_dir, SNAP_INDEX_FILE))) goto done;
-    if (!snap_exists(s->index_path)) {
-        rc = MAL_ERR(MAL_ECORRUPT, "committed snapshot %s lacks its index %s", step_dir,
-                     s->index_path);
-        goto done;
-    }
-    uint64_t ibytes;
-    uint32_t icrc;
-    if ((rc = snap_file_crc(s->index_path, &ibytes, &icrc, SNAP_MAX_INDEX_BYTES))) goto done;
-    if (ibytes != (uint64_t)mk.index_bytes || icrc != mk.index_crc) {
-        rc = MAL_ERR(MAL_ECORRUPT,
-                     "%s (%llu bytes, CRC-32C 0x%08x) does not match its COMPLETE marker (%lld "
-                     "bytes, 0x%08x): the snapshot was altered after it was written; resume from "
-                     "an earlier snapshot",
-                     s->index_path, (unsigned long long)ibytes, icrc, (long long)mk.index_bytes,
-                     mk.index_crc);
-        goto done;
-    }
-    if ((rc = snap_load_index(s, &mk))) goto done;
     for (int i = 0; i < s->n_s; i++) {
         char p[PATH_MAX];
         if ((rc = snap_join(p, sizeof p, step_dir, s->s[i].file))) goto done;
@@ -66,7 +83,7 @@ int mal_snapshot_open(mal_snapshot **out, const char *step_dir)
                          strerror(errno));
             goto done;
         }
-        if ((uint64_t)st.st_size != s->s[i].bytes) {
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != s->s[i].bytes) {
             rc = MAL_ERR(MAL_ECORRUPT,
                          "shard file %s has %lld bytes but the index recorded %llu: truncated or "
                          "replaced; resume from an earlier snapshot",
@@ -77,6 +94,7 @@ int mal_snapshot_open(mal_snapshot **out, const char *step_dir)
     *out = s;
     s = NULL;
 done:
+    free(ibuf);
     mal_snapshot_close(s);
     snap_h5quiet_end(&q);
     return rc;
@@ -241,6 +259,9 @@ int mal_snapshot_read_block(mal_snapshot *s, const mal_snap_tensor *want)
 {
     if (!s || !want || !want->name || !want->data)
         return MAL_ERR(MAL_EINVAL, "mal_snapshot_read_block: NULL snapshot, block, name or data");
+    if (!s->dir)
+        return MAL_ERR(MAL_EINVAL, "%s was parsed from memory: it has no files to read from",
+                       s->index_path);
     snap_tinfo key = {.name = (char *)want->name};
     const snap_tinfo *t = bsearch(&key, s->t, (size_t)s->n_t, sizeof *s->t, snap_cmp_tinfo);
     if (!t) return MAL_ERR(MAL_ENOENT, "%s has no tensor '%s'", s->index_path, want->name);
@@ -261,7 +282,7 @@ int mal_snapshot_read_block(mal_snapshot *s, const mal_snap_tensor *want)
     int rc = snap_check_block(want);
     if (rc) return rc;
     if (!s->chunk && !(s->chunk = malloc(MAL_SNAP_READ_CHUNK_BYTES)))
-        return MAL_ERR(MAL_ENOMEM, "out of memory reading %s", s->dir);
+        return MAL_ERR(MAL_ENOMEM, "out of memory reading %s", s->index_path);
     for (int64_t k = t->first; k < t->first + t->n; k++) {
         snap_block b = s->b[k];
         int hit = 1;

@@ -193,6 +193,45 @@ uint64_t mal_snapshot_bytes_read(const mal_snapshot *s);
 /* Local.  Close the files and free everything `s` owns; NULL is a no-op. */
 void mal_snapshot_close(mal_snapshot *s);
 
+/* ------------------------------------------------------------------ parsing */
+
+/* A snapshot's files are outside input: a user can point --resume or
+ * malleus-reshard at anything.  These parse them from memory -- a clear
+ * MAL_EFORMAT / MAL_ECORRUPT for anything that is not a well-formed
+ * snapshot, never a crash, and no allocation larger than the input
+ * justifies -- and are the fuzz targets for snapshot indexes;
+ * mal_snapshot_open runs them on the files' bytes. */
+
+/* The most bytes an index.h5 may have. */
+#define MAL_SNAP_MAX_INDEX_BYTES ((size_t)1 << 30)
+
+/* What a COMPLETE marker says. */
+typedef struct {
+    int64_t step, n_tensors, n_blocks, n_shards;
+    int64_t index_bytes;   /* size of index.h5 */
+    uint32_t index_crc32c; /* CRC-32C of index.h5 */
+} mal_snap_marker;
+
+/* Local.  Parse the text of a COMPLETE marker (`len` bytes at `text`; need
+ * not be NUL-terminated) into *out: format, format_version and the counts,
+ * each in range (non-negative, index_bytes <= MAL_SNAP_MAX_INDEX_BYTES,
+ * n_tensors and n_shards <= INT_MAX).  `what` names
+ * the input in messages.  MAL_EFORMAT for anything else. */
+int mal_snapshot_parse_marker(const char *text, size_t len, const char *what, mal_snap_marker *out);
+
+/* Local.  Parse the bytes of an index.h5 (`len` bytes at `buf`, read only)
+ * into a snapshot description: meta, tensors, blocks.  Every count and size
+ * is bounded by `len` before anything is allocated; the table is checked
+ * (tensor names valid, sorted and unique; shapes positive; every block
+ * inside its tensor and inside its shard's recorded size; the blocks of a
+ * tensor in offset order, tiling it exactly; shard names plain file
+ * names).  `what` names the input in messages.  On success *out (owned by
+ * the caller until mal_snapshot_close) answers mal_snapshot_meta,
+ * _n_tensors, _tensor_info, _n_blocks and _block_info; it opened no files,
+ * so reading data from it is MAL_EINVAL.  MAL_ECORRUPT if `buf` is not an
+ * HDF5 file, MAL_EFORMAT if it is not a valid index. */
+int mal_snapshot_parse_index(mal_snapshot **out, const void *buf, size_t len, const char *what);
+
 /* ------------------------------------------------------------------ helpers */
 
 /* Local.  CRC-32C (Castagnoli) of `len` bytes at `buf`, continuing from

@@ -894,6 +894,215 @@ static void test_format_version(void)
     tset_free(&s);
 }
 
+/* A whole file into a malloc'ed buffer. */
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    CHECK(fseek(f, 0, SEEK_END) == 0);
+    long n = ftell(f);
+    CHECK(n >= 0 && fseek(f, 0, SEEK_SET) == 0);
+    unsigned char *b = malloc((size_t)n + 1);
+    CHECK(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* Replace root attribute `name` of index.h5 by `n` strings (variable or
+ * fixed length), as a hand-made index could. */
+static void put_string_array(const char *fp, const char *name, int n, int vlen)
+{
+    hid_t f = H5Fopen(fp, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0);
+    if (H5Aexists(f, name) > 0) CHECK(H5Adelete(f, name) >= 0);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    CHECK(t >= 0 && H5Tset_size(t, vlen ? H5T_VARIABLE : 8) >= 0);
+    hsize_t dims = (hsize_t)n;
+    hid_t sp = H5Screate_simple(1, &dims, NULL);
+    hid_t a = H5Acreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(sp >= 0 && a >= 0);
+    const char *v[4] = {"{\"a\":1}", "{\"b\":2}", "{\"c\":3}", "{\"d\":4}"};
+    char fixed[4][8] = {"1234567", "abcdefg", "ABCDEFG", "!@#$%^&"};
+    CHECK(n <= 4 && H5Awrite(a, t, vlen ? (const void *)v : (const void *)fixed) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Fclose(f);
+}
+
+/* Overwrite element `i` of the integer table /_malleus/<name> (row-major)
+ * with v, as a uint64 when `u64` (else an int64). */
+static void poke_table_as(const char *fp, const char *name, size_t i, int64_t v, int u64)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/_malleus/%s", name);
+    hid_t f = H5Fopen(fp, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0);
+    hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
+    CHECK(ds >= 0 && sp >= 0);
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    CHECK(n > 0 && (size_t)n > i);
+    hid_t mt = u64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
+    int64_t *all = malloc(sizeof *all * (size_t)n);
+    CHECK(all && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) >= 0);
+    all[i] = v; /* the same 64 bits either way */
+    CHECK(H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) >= 0);
+    free(all);
+    H5Sclose(sp);
+    H5Dclose(ds);
+    H5Fclose(f);
+}
+
+static void poke_table(const char *fp, const char *name, size_t i, int64_t v)
+{
+    poke_table_as(fp, name, i, v, 0);
+}
+
+static void put_attr_i64(const char *fp, const char *name, int64_t v)
+{
+    hid_t f = H5Fopen(fp, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    H5Aclose(a);
+    H5Fclose(f);
+}
+
+/* The index and the marker are outside input (issue 16): a user can point
+ * --resume or malleus-reshard at anything.  Hand-made indexes, resealed so
+ * that they pass the marker's checksum, are refused with a message: never
+ * a crash, never an allocation the input does not justify, never blocks
+ * that overlap.  The parsers from memory refuse garbage and every
+ * truncation tried. */
+static void test_hostile_index(void)
+{
+    char d[PATH_MAX], sd[PATH_MAX], fp[PATH_MAX], mp[PATH_MAX];
+    tset s;
+    tset_std(&s, 1400);
+    mal_snapshot *snap = NULL;
+    path2(d, base, "hostile");
+    write_ok(d, 3, &s, 0, NULL);
+    path2(sd, d, "step_00000003");
+    path2(fp, sd, "index.h5");
+    path2(mp, sd, "COMPLETE");
+    size_t ilen, mlen;
+    unsigned char *good = slurp(fp, &ilen), *mark = slurp(mp, &mlen);
+#define RESTORE()                                                                                  \
+    do {                                                                                           \
+        FILE *f_ = fopen(fp, "wb");                                                                \
+        CHECK(f_ && fwrite(good, 1, ilen, f_) == ilen && fclose(f_) == 0);                         \
+        f_ = fopen(mp, "wb");                                                                      \
+        CHECK(f_ && fwrite(mark, 1, mlen, f_) == mlen && fclose(f_) == 0);                         \
+    } while (0)
+
+    /* a string attribute holding four strings: HDF5 writes all four into
+     * room for one (variable length: pointers on the stack; fixed: heap) */
+    put_string_array(fp, "config_json", 4, 1);
+    reseal(sd);
+    CHECK_ERR(mal_snapshot_open(&snap, sd), MAL_EFORMAT, "is not one string");
+    RESTORE();
+    put_string_array(fp, "train_json", 4, 0);
+    reseal(sd);
+    CHECK_ERR(mal_snapshot_open(&snap, sd), MAL_EFORMAT, "is not one string");
+    RESTORE();
+
+    /* tensor 1 claims INT64_MAX blocks: first + n overflowed and the
+     * reader walked off the block table */
+    poke_table(fp, "tensor_n_blocks", 1, INT64_MAX);
+    reseal(sd);
+    CHECK_ERR(mal_snapshot_open(&snap, sd), MAL_EFORMAT, "inconsistent");
+    RESTORE();
+
+    /* counts far beyond what the file can hold: refused before sizing
+     * anything by them */
+    put_attr_i64(fp, "n_blocks", (int64_t)1 << 59);
+    reseal(sd);
+    CHECK_ERR(mal_snapshot_open(&snap, sd), MAL_EFORMAT, "do not fit");
+    RESTORE();
+
+    /* a block outside its shard file, at an address where address + size
+     * wraps around to a small number */
+    poke_table_as(fp, "block_addr", 0, -8, 1);
+    reseal(sd);
+    CHECK_ERR(mal_snapshot_open(&snap, sd), MAL_EFORMAT, "outside its shard file");
+    RESTORE();
+
+    /* negative progress */
+    put_attr_i64(fp, "consumed_samples", -5);
+    reseal(sd);
+    CHECK_ERR(mal_snapshot_open(&snap, sd), MAL_EFORMAT, "must be >= 0");
+    RESTORE();
+    CHECK_OK(mal_snapshot_open(&snap, sd));
+    mal_snapshot_close(snap);
+
+    /* two blocks of a tensor that overlap by a row and leave a row out, with
+     * the right total volume: the reader's tiling check catches it */
+    char d2[PATH_MAX], sd2[PATH_MAX], fp2[PATH_MAX];
+    path2(d2, base, "hostile_overlap");
+    mal_snap_tensor two[2] = {s.t[1], s.t[1]}; /* param/layers.0.wq, 6 x 5 */
+    two[0].extent[0] = 3;
+    two[1].offset[0] = 3;
+    two[1].extent[0] = 3;
+    two[1].data = s.t[1].data + 15;
+    mal_snap_meta m = meta_std(4);
+    CHECK_OK(mal_snapshot_write(d2, &m, two, 2, 0, NULL, 0));
+    path2(sd2, d2, "step_00000004");
+    path2(fp2, sd2, "index.h5");
+    CHECK_OK(mal_snapshot_open(&snap, sd2));
+    mal_snapshot_close(snap);
+    poke_table(fp2, "block_offset", 4, 2); /* block 1 starts at row 2, not 3 */
+    reseal(sd2);
+    CHECK_ERR(mal_snapshot_open(&snap, sd2), MAL_EFORMAT, "overlap");
+
+    /* from memory: the real index parses and describes itself; reading
+     * from it has no files */
+    CHECK_OK(mal_snapshot_parse_index(&snap, good, ilen, "good index"));
+    CHECK_EQ_INT(mal_snapshot_n_tensors(snap), 4);
+    CHECK_EQ_INT(mal_snapshot_meta(snap)->step, 3);
+    float buf[64];
+    CHECK_ERR(mal_snapshot_read(snap, "param/tok_emb", 1, (int64_t[]){37}, buf, 64), MAL_EINVAL,
+              "parsed from memory");
+    mal_snapshot_close(snap);
+    CHECK_ERR(mal_snapshot_parse_index(&snap, NULL, 0, "nothing"), MAL_ECORRUPT, "not an HDF5");
+    CHECK_ERR(mal_snapshot_parse_index(&snap, "\x89HDF\r\n\x1a\n", 8, "a signature"),
+              MAL_ECORRUPT, "HDF5");
+    CHECK(snap == NULL);
+    /* every prefix at 64-byte steps: refused.  (Flipped bytes inside
+     * HDF5's own structures are not tried: libhdf5 1.10 does not survive
+     * all of them -- e.g. a global-heap reference read in H5HG_read -- and
+     * that decoder is HDF5's, not ours.  mal_snapshot_open never hands
+     * HDF5 an index whose checksum does not match its marker.) */
+    int n_refused = 0;
+    for (size_t k = 0; k < ilen; k += 64) {
+        int rc = mal_snapshot_parse_index(&snap, good, k, "a prefix");
+        CHECK(rc != 0 && snap == NULL);
+        n_refused++;
+    }
+    printf("hostile index: 7 hand-made indexes and %d truncations refused, none crashed\n",
+           n_refused);
+
+    /* the marker */
+    mal_snap_marker mk;
+    CHECK_OK(mal_snapshot_parse_marker((const char *)mark, mlen, "COMPLETE", &mk));
+    CHECK_EQ_INT(mk.step, 3);
+    CHECK_EQ_INT(mk.index_bytes, (long long)ilen);
+    CHECK_ERR(mal_snapshot_parse_marker((const char *)mark, mlen / 2, "half", &mk), MAL_EFORMAT,
+              "not a valid marker");
+    const char *huge = "{\"format\": \"malleus-snapshot\", \"format_version\": 2, \"step\": 1, "
+                       "\"n_tensors\": 1, \"n_blocks\": 1, \"n_shards\": 1, "
+                       "\"index_bytes\": 4611686018427387904, \"index_crc32c\": 7}";
+    CHECK_ERR(mal_snapshot_parse_marker(huge, strlen(huge), "huge", &mk), MAL_EFORMAT,
+              "not a valid marker");
+    const char *v9 = "{\"format\": \"malleus-snapshot\", \"format_version\": 4294967298}";
+    CHECK_ERR(mal_snapshot_parse_marker(v9, strlen(v9), "v", &mk), MAL_EFORMAT,
+              "format_version 4294967298");
+#undef RESTORE
+    free(good);
+    free(mark);
+    tset_free(&s);
+}
+
 static void test_bad_writes(void)
 {
     char d[PATH_MAX];
@@ -1174,6 +1383,7 @@ int main(int argc, char **argv)
     test_crash_debris();
     test_corruption();
     test_format_version();
+    test_hostile_index();
     test_bad_writes();
     test_fault_injection();
     test_hdf5_failure();
