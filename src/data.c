@@ -14,6 +14,7 @@
 
 #include "corpus.h"
 #include "data_synth.h"
+#include "fileio.h"
 #include "mal.h"
 #include "rng.h"
 
@@ -63,68 +64,16 @@ static void tokens_from_le(uint16_t *t, size_t n)
 
 /* ---- whole-file reading ----------------------------------------------- */
 
-/* Read all of `path` into a malloc'ed buffer (*buf, *len; one spare byte so
- * an empty file still gives a non-NULL buffer).  `what` names the kind of
- * file in messages ("token file", "text file"). */
+/* Read all of `path` into a malloc'ed buffer.  Regular files only: a
+ * device or a pipe has no size to check and may never end (/dev/zero would
+ * grow the buffer until the out-of-memory killer ends the job).  A file
+ * larger than this machine's physical memory is refused for the same
+ * reason (it could only be loaded into swap, or killed).  `what` names the
+ * kind of file in messages ("token file", "text file"). */
 static int read_whole_file(const char *path, const char *what, unsigned char **buf, size_t *len)
 {
-    int rc = 0;
-    unsigned char *data = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return MAL_ERR(MAL_ENOENT, "%s %s does not exist: check the path", what, path);
-        return MAL_ERR(MAL_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = MAL_ERR(MAL_EIO, "cannot stat %s %s: %s", what, path, strerror(errno));
-        goto fail_close;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = MAL_ERR(MAL_EIO, "%s %s is a directory, not a file", what, path);
-        goto fail_close;
-    }
-    /* Regular files are read in one allocation of their size; anything else
-     * (a pipe) grows the buffer as data arrives. */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 65536;
-    size_t n = 0;
-    data = malloc(cap);
-    if (!data) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s %s (%zu bytes)", what, path, cap);
-        goto fail_close;
-    }
-    for (;;) {
-        if (n == cap) {
-            size_t ncap = cap * 2;
-            unsigned char *p = realloc(data, ncap);
-            if (!p) {
-                rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s %s (%zu bytes)", what, path,
-                             ncap);
-                goto fail_free;
-            }
-            data = p;
-            cap = ncap;
-        }
-        ssize_t r = read(fd, data + n, cap - n);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            rc = MAL_ERR(MAL_EIO, "cannot read %s %s: %s", what, path, strerror(errno));
-            goto fail_free;
-        }
-        if (r == 0) break;
-        n += (size_t)r;
-    }
-    close(fd);
-    *buf = data;
-    *len = n;
-    return 0;
-
-fail_free:
-    free(data);
-fail_close:
-    close(fd);
-    return rc;
+    size_t mem = mal_phys_memory_bytes();
+    return mal_file_read(path, what, mem ? mem : SIZE_MAX, MAL_READ_REGULAR, buf, len);
 }
 
 /* ---- formats ---------------------------------------------------------- */
@@ -394,49 +343,11 @@ int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos,
 
 /* ---- atomic writing --------------------------------------------------- */
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const unsigned char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync the directory that holds `path`, so the rename itself is durable.
- * Some file systems cannot fsync directories (EINVAL): that is not an error
- * we can do anything about, so it is ignored. */
-static int fsync_parent_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return MAL_ERR(MAL_ENOMEM, "out of memory syncing the directory of %s", path);
-    int rc = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        rc =
-            MAL_ERR(MAL_EIO, "cannot open directory %s to sync %s: %s", dir, path, strerror(errno));
-    } else {
-        if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)
-            rc = MAL_ERR(MAL_EIO, "cannot sync directory %s after writing %s: %s", dir, path,
-                         strerror(errno));
-        close(fd);
-    }
-    free(dir);
-    return rc;
-}
-
 int mal_data_write(const char *path, int format, const uint16_t *tokens, size_t n)
 {
-    int rc = 0, fd = -1;
-    char *tmp = NULL;
+    int rc = 0;
     uint16_t *swapped = NULL;
+    mal_output out;
 
     if (format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
         return MAL_ERR(MAL_EINVAL, "cannot write %s: format must be llmc or raw16, not %s", path,
@@ -447,66 +358,33 @@ int mal_data_write(const char *path, int format, const uint16_t *tokens, size_t 
                        "cannot write %s: %zu tokens exceed the llm.c header's int32 count; use "
                        "format raw16 or split the file",
                        path, n);
-
-    /* The temporary name is unique per process and attempt; O_EXCL makes a
-     * collision fail instead of clobbering.  (Not mkstemp: it forces mode
-     * 0600, and the output should get the usual 0666 & ~umask.) */
-    size_t tlen = strlen(path) + 64;
-    tmp = malloc(tlen);
-    if (!tmp) return MAL_ERR(MAL_ENOMEM, "out of memory writing %s", path);
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, tlen, "%s.tmp.%ld.%d.%llx", path, (long)getpid(), attempt,
-                 (unsigned long long)(mal_now() * 1e9));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        rc = MAL_ERR(MAL_EIO, "cannot create a temporary file next to %s: %s", path,
-                     strerror(errno));
-        free(tmp);
-        return rc;
-    }
+    if ((rc = mal_output_open(&out, path))) return rc;
 
     if (format == MAL_DATA_LLMC) {
         unsigned char header[MAL_DATA_LLMC_HEADER_BYTES] = {0};
         put_le32(header, MAL_DATA_LLMC_MAGIC);
         put_le32(header + 4, MAL_DATA_LLMC_VERSION);
         put_le32(header + 8, (int32_t)n);
-        if (write_all(fd, header, sizeof header) != 0) goto io_error;
+        if ((rc = mal_output_write(&out, header, sizeof header))) goto fail;
     }
     const uint16_t *src = tokens;
     if (!host_is_little_endian()) {
         swapped = malloc(n * sizeof *swapped);
         if (!swapped) {
             rc = MAL_ERR(MAL_ENOMEM, "out of memory writing %s", path);
-            goto cleanup;
+            goto fail;
         }
         for (size_t i = 0; i < n; i++)
             swapped[i] = (uint16_t)(tokens[i] >> 8 | tokens[i] << 8);
         src = swapped;
     }
-    if (write_all(fd, src, n * sizeof *src) != 0) goto io_error;
-    if (fsync(fd) != 0) goto io_error;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto io_error;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = MAL_ERR(MAL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto cleanup;
-    }
-    /* Committed: from here on the temporary name no longer exists. */
-    tmp[0] = '\0';
-    rc = fsync_parent_dir(path);
-    goto cleanup;
+    if ((rc = mal_output_write(&out, src, n * sizeof *src))) goto fail;
+    rc = mal_output_commit(&out);
+    free(swapped);
+    return rc;
 
-io_error:
-    rc = MAL_ERR(MAL_EIO, "cannot write %s (via %s): %s", path, tmp, strerror(errno));
-cleanup:
-    if (fd >= 0) close(fd);
-    if (tmp[0]) unlink(tmp);
-    free(tmp);
+fail:
+    mal_output_discard(&out);
     free(swapped);
     return rc;
 }

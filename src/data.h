@@ -90,10 +90,11 @@ int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos,
                     int *targets);
 
 /* Local.  Write n tokens (n >= 1) to `path` in `format` (MAL_DATA_LLMC or
- * MAL_DATA_RAW16; LLMC holds at most INT32_MAX tokens), atomically: a
- * temporary file in the same directory is written, fsync'ed and renamed over
- * `path`, then the directory is fsync'ed.  On failure `path` is untouched and
- * the temporary file is removed. */
+ * MAL_DATA_RAW16; LLMC holds at most INT32_MAX tokens) through mal_output
+ * (fileio.h): atomically for a regular file (a temporary file in the same
+ * directory is written, fsync'ed and renamed over `path`, then the directory
+ * is fsync'ed; on failure `path` is untouched and the temporary file is
+ * removed), directly into an existing device, FIFO or socket. */
 int mal_data_write(const char *path, int format, const uint16_t *tokens, size_t n);
 
 /* Local.  Byte-level tokenizer: each byte of the file `text_path` becomes

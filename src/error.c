@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int mal_log_level = MAL_LOG_INFO;
 
@@ -78,4 +79,44 @@ double mal_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The limit in `file` under the cgroup mount `root` for group `group`, or
+ * at the mount's root when the group is not visible there (a container's
+ * own namespace).  0 when there is none ("max", or v1's huge "unlimited"). */
+static size_t cgroup_limit(const char *root, const char *group, const char *file)
+{
+    char path[700];
+    unsigned long long lim = 0;
+    for (int i = 0; i < 2 && !lim; i++) {
+        snprintf(path, sizeof path, "%s%s/%s", root, i ? "" : group, file);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fscanf(f, "%llu", &lim) != 1) lim = 0;
+        fclose(f);
+    }
+    return lim > 0 && lim < (1ull << 60) ? (size_t)lim : 0;
+}
+
+size_t mal_phys_memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t mem = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    /* The memory limit of this process's control group, v2 ("0::/path")
+     * or v1 ("N:memory:/path"). */
+    char line[512];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return mem;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        size_t lim = 0;
+        if (!strncmp(line, "0::", 3))
+            lim = cgroup_limit("/sys/fs/cgroup", line + 3, "memory.max");
+        else if (strstr(line, ":memory:"))
+            lim = cgroup_limit("/sys/fs/cgroup/memory", strstr(line, ":memory:") + 8,
+                               "memory.limit_in_bytes");
+        if (lim && (mem == 0 || lim < mem)) mem = lim;
+    }
+    fclose(f);
+    return mem;
 }

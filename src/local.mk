@@ -1,7 +1,7 @@
 # src/: runtime library sources (common, config, model, optimizer, trainer)
 # and the program mains (thin shells over the library).
 
-libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h \
+libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h src/fileio.h src/fileio.c \
 	src/config.h src/config.c \
 	src/model.h src/model.c \
 	src/optim.h src/optim.c \
@@ -18,3 +18,10 @@ malleus_sample_SOURCES = src/sample_main.c
 libmalleus_a_SOURCES += src/slices.h src/slices.c
 check_PROGRAMS += tests/test_slices
 TESTS += tests/test_slices
+
+# fileio: atomic-or-direct outputs, bounded inputs; every command's outputs
+# against a device node.
+check_PROGRAMS += tests/test_fileio
+TESTS += tests/test_fileio
+dist_check_SCRIPTS += tests/test_outputs.sh
+TESTS += tests/test_outputs.sh

@@ -59,6 +59,36 @@ double mal_now(void);
  * when n reaches it.  0, or -1 when out of memory (the array unchanged). */
 int mal_grow(void *array_ptr, int *cap, int n, size_t elem_size, int first);
 
+/* Checked size arithmetic: a * b (a + b), or SIZE_MAX with *overflow set
+ * to 1 when the exact result does not fit.  *overflow is never cleared, so
+ * a chain of operations needs one check at its end:
+ *     int ovf = 0;
+ *     size_t bytes = mal_size_mul(mal_size_mul(rows, cols, &ovf), 4, &ovf);
+ *     if (ovf) return MAL_ERR(...); */
+static inline size_t mal_size_mul(size_t a, size_t b, int *overflow)
+{
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r)) {
+        *overflow = 1;
+        return SIZE_MAX;
+    }
+    return r;
+}
+static inline size_t mal_size_add(size_t a, size_t b, int *overflow)
+{
+    size_t r;
+    if (__builtin_add_overflow(a, b, &r)) {
+        *overflow = 1;
+        return SIZE_MAX;
+    }
+    return r;
+}
+
+/* Local.  Bytes of memory this process may use on its machine: physical
+ * memory, or the memory limit of its control group (containers, Slurm jobs
+ * with memory limits) when that is smaller.  0 if unknown. */
+size_t mal_phys_memory_bytes(void);
+
 #define MAL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAL_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MAL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "mal.h"
 
 void mal_plan_init(mal_plan *plan)
@@ -408,72 +409,12 @@ int mal_plan_to_string(const mal_plan *plan, char **out)
 
 int mal_plan_write(const mal_plan *plan, const char *path)
 {
-    char *text = NULL, *tmp = NULL, *dir = NULL;
-    int fd = -1, rc = 0;
-    if ((rc = mal_plan_to_string(plan, &text))) return rc;
-    size_t plen = strlen(path);
-    tmp = malloc(plen + 32);
-    dir = strdup(path);
-    if (!tmp || !dir) {
-        rc = MAL_ERR(MAL_ENOMEM, "plan: out of memory");
-        goto cleanup;
-    }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        rc = MAL_ERR(MAL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, text + off, len - off);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            rc = MAL_ERR(MAL_EIO, "%s: write failed: %s", tmp, strerror(errno));
-            goto cleanup_tmp;
-        }
-        off += (size_t)n;
-    }
-    if (fsync(fd) != 0) {
-        rc = MAL_ERR(MAL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
-        goto cleanup_tmp;
-    }
-    int cfd = fd;
-    fd = -1;
-    if (close(cfd) != 0) {
-        rc = MAL_ERR(MAL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-        goto cleanup_tmp;
-    }
-    /* rename() is atomic: readers see the old plan or the new one, never half */
-    if (rename(tmp, path) != 0) {
-        rc = MAL_ERR(MAL_EIO, "%s: cannot rename into place: %s", path, strerror(errno));
-        goto cleanup_tmp;
-    }
-    /* fsync the directory so that the rename itself survives a crash */
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        if (slash == dir)
-            slash[1] = '\0';
-        else
-            *slash = '\0';
-    } else {
-        strcpy(dir, ".");
-    }
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    goto cleanup;
-cleanup_tmp:
-    if (fd >= 0) close(fd);
-    fd = -1;
-    unlink(tmp);
-cleanup:
-    if (fd >= 0) close(fd);
+    char *text = NULL;
+    int rc = mal_plan_to_string(plan, &text);
+    if (rc) return rc;
+    /* Atomic for a regular file: readers see the old plan or the new one. */
+    rc = mal_output_write_file(path, text, strlen(text));
     free(text);
-    free(tmp);
-    free(dir);
     return rc;
 }
 

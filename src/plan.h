@@ -94,8 +94,9 @@ int mal_plan_read(mal_plan *plan, const char *path);
 
 /* Serialise a plan.  mal_plan_to_string() returns a malloc'ed, NUL-terminated
  * string (caller frees) in a stable layout: the same plan always gives the same
- * bytes.  mal_plan_write() writes the file atomically (temporary file, fsync,
- * rename, fsync of the directory).  Local. */
+ * bytes.  mal_plan_write() writes the file through mal_output (fileio.h):
+ * atomically for a regular file (temporary file, fsync, rename, fsync of the
+ * directory), directly into a device, FIFO or socket.  Local. */
 int mal_plan_to_string(const mal_plan *plan, char **out);
 int mal_plan_write(const mal_plan *plan, const char *path);
 

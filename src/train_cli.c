@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "fileio.h"
 #include "kernels.h"
 #include "mal.h"
 #include "plan.h"
@@ -50,8 +51,9 @@ bad:
                         arg);
 }
 
-/* --profile FILE: one process, no communication.  Written beside the
- * target and renamed: a failure leaves an existing file untouched. */
+/* --profile FILE: one process, no communication.  Through mal_output: a
+ * failure leaves an existing regular file untouched, a device (/dev/null)
+ * is written into, never replaced. */
 static int measure(mal_train_cli *cli)
 {
     mal_train_options *o = &cli->o;
@@ -68,22 +70,22 @@ static int measure(mal_train_cli *cli)
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        fprintf(stderr, "malleus-train: cannot write %s: %s\n", path, strerror(errno));
+    mal_output out;
+    FILE *f = NULL;
+    if ((rc = mal_output_open(&out, path)) || !(f = mal_output_stream(&out))) {
+        if (!rc) mal_output_discard(&out);
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         mal_kern_destroy(k);
         return 1;
     }
     rc = mal_profile_measure(k, &o->model, o->micro_batch, o->tp ? o->tp : 1, f);
     mal_kern_destroy(k);
-    if (fclose(f) != 0 && !rc) rc = MAL_ERR(MAL_EIO, "writing %s failed", path);
-    if (!rc && rename(tmp, path) != 0)
-        rc = MAL_ERR(MAL_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (rc)
+        mal_output_discard(&out);
+    else
+        rc = mal_output_commit(&out);
     if (rc) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-        remove(tmp);
         return 1;
     }
     printf("malleus-train: profile of %s written to %s\n", o->model.name, path);

@@ -1,0 +1,94 @@
+/* File helpers every module uses for files the user names: outputs written
+ * atomically when that is safe, and inputs read with a bound.
+ *
+ * Outputs.  A regular file (or a name that does not exist yet) is written
+ * through a temporary file beside it, fsync'ed, renamed over the target and
+ * the directory fsync'ed: readers see the old file or the new one, never
+ * half of it, and a failure leaves an existing file untouched.  An existing
+ * target that is *not* a regular file -- a character or block device such as
+ * /dev/null, a FIFO, a Unix socket -- is written directly instead: renaming
+ * over it would replace the device node itself with a regular file (run as
+ * root, `-o /dev/null` would break every program on the machine that writes
+ * there).  A directory is refused.
+ *
+ * Inputs.  mal_file_read() reads a whole file into memory, refusing more
+ * than a caller-given number of bytes, so a device that never ends
+ * (/dev/zero, /dev/urandom) or a runaway pipe ends in a message rather than
+ * in the out-of-memory killer.
+ *
+ * Every function here is Local.
+ */
+#ifndef MAL_FILEIO_H
+#define MAL_FILEIO_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* One output being written.  Caller-owned storage: mal_output_open()
+ * initialises it, mal_output_commit() or mal_output_discard() releases
+ * everything it holds (exactly one of them must be called after a
+ * successful open). */
+typedef struct {
+    char *path;   /* the target, as given */
+    char *tmp;    /* temporary file beside it; NULL when writing directly */
+    int fd;       /* open descriptor (the temporary file or the target) */
+    FILE *stream; /* made by mal_output_stream(), or NULL */
+} mal_output;
+
+/* Start writing `path`.  Errors: MAL_EINVAL (the target is a directory),
+ * MAL_ENOENT (its directory does not exist), MAL_EIO (cannot create the
+ * temporary file or open the target), MAL_ENOMEM; nothing is left behind
+ * then.  A FIFO blocks here until a reader opens it, as `cmd > fifo` does. */
+int mal_output_open(mal_output *o, const char *path);
+
+/* 1 when the output goes straight to the target (not a regular file). */
+int mal_output_is_direct(const mal_output *o);
+
+/* A stdio stream over the output (made on first call, owned by `o`; do not
+ * fclose it).  NULL with an error message when it cannot be made. */
+FILE *mal_output_stream(mal_output *o);
+
+/* Append `len` bytes (retries short writes and EINTR).  MAL_EIO. */
+int mal_output_write(mal_output *o, const void *buf, size_t len);
+
+/* Finish: flush, fsync, close; for a regular file rename the temporary file
+ * over the target and fsync the directory.  Releases `o` whether it
+ * succeeds or not; on failure the temporary file is removed and an existing
+ * target is unchanged (a direct target may have received part of the
+ * data). */
+int mal_output_commit(mal_output *o);
+
+/* Abandon: close, remove the temporary file, release `o`.  A regular target
+ * is left as it was.  Safe on a zeroed or already released mal_output. */
+void mal_output_discard(mal_output *o);
+
+/* open + write + commit of one buffer. */
+int mal_output_write_file(const char *path, const void *buf, size_t len);
+
+/* fsync the directory that holds `path`, so that a rename into it is
+ * durable.  File systems that cannot sync directories (EINVAL, ENOTSUP) are
+ * not an error. */
+int mal_fsync_parent_dir(const char *path);
+
+/* Flags of mal_file_read(). */
+enum {
+    /* Refuse anything but a regular file (devices, FIFOs, sockets): for
+     * inputs that must have a size known in advance (token files). */
+    MAL_READ_REGULAR = 1,
+};
+
+/* Read all of `path` into a malloc'ed buffer (*buf, *len), NUL-terminated
+ * (one byte beyond *len), so text can be parsed in place.  `what` names the
+ * kind of file in messages ("token file", "model config").  Refuses a
+ * directory, a file of more than `max_bytes` bytes (for streams: once that
+ * many have arrived), and with MAL_READ_REGULAR any non-regular file.
+ * Errors: MAL_ENOENT (missing), MAL_EINVAL (directory, not regular, too
+ * large), MAL_EIO, MAL_ENOMEM.  On error *buf is NULL. */
+int mal_file_read(const char *path, const char *what, size_t max_bytes, int flags,
+                  unsigned char **buf, size_t *len);
+
+/* What kind of file a stat mode is, for messages ("a character device",
+ * "a FIFO", "a directory", ...). */
+const char *mal_file_kind(unsigned mode);
+
+#endif /* MAL_FILEIO_H */
