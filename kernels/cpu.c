@@ -977,7 +977,9 @@ static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *
                                size_t *scratch)
 {
     (void)k, (void)hd;
-    size_t bytes = (size_t)B * (size_t)H * (size_t)T * (size_t)T * sizeof(float);
+    int ovf = 0; /* SIZE_MAX when the size does not fit (kernels.h) */
+    size_t bytes = mal_size_mul(mal_size_mul((size_t)B * (size_t)H, (size_t)T * (size_t)T, &ovf),
+                                sizeof(float), &ovf);
     if (saved) *saved = bytes;
     if (scratch) *scratch = bytes;
 }

@@ -176,7 +176,8 @@ struct mal_kernels_ops {
     /* Bytes the forward pass keeps for the backward (`saved`) and the
      * backward's scratch needs, for one call of shape (B, T, H, hd).  The
      * CPU backend keeps the probabilities (B,H,T,T) in both; a fused
-     * (flash) backend keeps a row statistic per query instead. */
+     * (flash) backend keeps a row statistic per query instead.  SIZE_MAX
+     * when a size does not fit a size_t. */
     void (*attention_bytes)(mal_kern k, int B, int T, int H, int hd, size_t *saved,
                             size_t *scratch);
     /* q, k, v, out: (B,T,H,hd).  out[b,t,h] = sum_{s<=t} P[b,h,t,s] v[b,s,h]

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +33,20 @@ static const mal_model_config presets[] = {
 
 int mal_config_validate(const mal_model_config *c)
 {
-#define POS(f)                                                                 \
-    if (c->f <= 0) return MAL_ERR(MAL_EINVAL, "model config: %s must be positive (got %d)", #f, c->f)
-    POS(vocab);
-    POS(d_model);
-    POS(n_layers);
-    POS(n_heads);
-    POS(ffn_hidden);
-    POS(seq_len);
-#undef POS
-    if (c->vocab > 65536)
-        return MAL_ERR(MAL_EINVAL, "model config: vocab %d exceeds 65536 (tokens are stored as uint16)",
-                       c->vocab);
+    /* Every size is bounded (config.h says why these bounds), so that no
+     * product of sizes the model computes can overflow, and a config that
+     * could never be trained is refused before anything is built from it. */
+#define RANGE(f, hi, why)                                                                          \
+    if (c->f < 1 || c->f > (hi))                                                                   \
+    return MAL_ERR(MAL_EINVAL, "model config: %s must be in [1, %d] (got %d)%s", #f, (hi), c->f, \
+                   why)
+    RANGE(vocab, MAL_CONFIG_MAX_VOCAB, ": tokens are stored as uint16");
+    RANGE(d_model, MAL_CONFIG_MAX_D_MODEL, "");
+    RANGE(n_layers, MAL_CONFIG_MAX_LAYERS, "");
+    RANGE(n_heads, c->d_model, ": at most one head per hidden unit");
+    RANGE(ffn_hidden, MAL_CONFIG_MAX_FFN, "");
+    RANGE(seq_len, MAL_CONFIG_MAX_SEQ_LEN, "");
+#undef RANGE
     if (c->d_model % c->n_heads)
         return MAL_ERR(MAL_EINVAL, "model config: d_model %d is not divisible by n_heads %d",
                        c->d_model, c->n_heads);
@@ -52,8 +55,8 @@ int mal_config_validate(const mal_model_config *c)
                        "model config: head dimension d_model/n_heads = %d must be even (rotary "
                        "embedding rotates pairs)",
                        c->d_model / c->n_heads);
-    if (!(c->rope_theta > 0))
-        return MAL_ERR(MAL_EINVAL, "model config: rope_theta must be positive");
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+        return MAL_ERR(MAL_EINVAL, "model config: rope_theta must be a positive finite number");
     if (!(c->norm_eps > 0 && c->norm_eps < 1))
         return MAL_ERR(MAL_EINVAL, "model config: norm_eps must be in (0, 1)");
     return 0;

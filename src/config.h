@@ -28,8 +28,21 @@ int mal_config_load(mal_model_config *cfg, const char *spec);
 /* Local.  Parse from JSON text; `what` names the source in messages. */
 int mal_config_from_json(mal_model_config *cfg, const char *json, const char *what);
 
-/* Local.  Check the values make a model (positive sizes, d_model divisible
- * by n_heads, even head dim, ...).  The message names the field. */
+/* Upper bounds of the sizes.  Far above any model trained today (LLaMA 3
+ * 405B: d_model 16384, ffn_hidden 53248, 126 layers), and small enough that
+ * no size the model derives from them can overflow 64 bits: the largest
+ * tensor (d_model x ffn_hidden) has 2^37 elements, a whole model under
+ * 2^56 bytes.  Whether a model that passes them fits a machine is a separate
+ * check (mal_model_bytes, and malleus-train's memory check). */
+#define MAL_CONFIG_MAX_VOCAB 65536        /* tokens are uint16 */
+#define MAL_CONFIG_MAX_D_MODEL 131072     /* 2^17 */
+#define MAL_CONFIG_MAX_LAYERS 65536       /* 2^16 */
+#define MAL_CONFIG_MAX_FFN 1048576        /* 2^20 */
+#define MAL_CONFIG_MAX_SEQ_LEN 1048576    /* 2^20 */
+
+/* Local.  Check the values make a model (sizes in [1, the bounds above],
+ * d_model divisible by n_heads, even head dim, ...).  The message names the
+ * field. */
 int mal_config_validate(const mal_model_config *cfg);
 
 /* Local.  JSON text of the config; caller frees with free().  NULL on OOM. */

@@ -7,7 +7,7 @@ libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h src/fileio.h src/fileio.
 	src/optim.h src/optim.c \
 	src/train.h src/train.c src/train_internal.h \
 	src/pipeline.c src/gradsync.c src/layout.h src/layout.c src/monitor.c \
-	src/migrate.c src/profile_measure.c src/eval.c src/sample.h src/sample.c \
+	src/migrate.c src/train_memory.c src/profile_measure.c src/eval.c src/sample.h src/sample.c \
 	src/opts.h src/opts.c src/train_cli.h src/train_cli.c
 
 bin_PROGRAMS += malleus-train
@@ -25,3 +25,7 @@ check_PROGRAMS += tests/test_fileio
 TESTS += tests/test_fileio
 dist_check_SCRIPTS += tests/test_outputs.sh
 TESTS += tests/test_outputs.sh
+
+# Model configs: bounded sizes, checked arithmetic, the memory check.
+dist_check_SCRIPTS += tests/test_model_limits.sh
+TESTS += tests/test_model_limits.sh

@@ -30,6 +30,13 @@ enum {
 
 const char *mal_strerror(int err);
 
+/* The exit status a program reports for library error `err` (the README's
+ * rule for every command): 0 for 0; 2 for a mistake in the user's usage or
+ * input (MAL_EINVAL, MAL_EFORMAT, MAL_ENOENT, MAL_ECORRUPT, MAL_EMISMATCH,
+ * MAL_ENOTSUP); 1 for a failure of the run itself (I/O, memory, MPI,
+ * lp_solve, device). */
+int mal_exit_status(int err);
+
 /* Record an error message for the calling thread and return `err`, so that
  * a failing function can `return mal_seterr(MAL_EINVAL, ...)`.  The message
  * is prefixed with file:line by the MAL_ERR macro. */
@@ -86,7 +93,8 @@ static inline size_t mal_size_add(size_t a, size_t b, int *overflow)
 
 /* Local.  Bytes of memory this process may use on its machine: physical
  * memory, or the memory limit of its control group (containers, Slurm jobs
- * with memory limits) when that is smaller.  0 if unknown. */
+ * with memory limits) when that is smaller, or MALLEUS_MEMORY_MB (the
+ * environment) when that is smaller still.  0 if unknown. */
 size_t mal_phys_memory_bytes(void);
 
 #define MAL_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -51,10 +51,15 @@ static int add_tensor(mal_model *m, int *cap, int layer, const char *name, int64
         t->split_off = 0;
         t->split_len = t->shape[split_dim >= 0 ? split_dim : 0];
     }
-    t->n = (size_t)t->local_shape[0] * (size_t)(cols ? t->local_shape[1] : 1);
+    /* Checked: a config's sizes must never wrap into a small buffer. */
+    int ovf = 0;
+    t->n = mal_size_mul((size_t)t->local_shape[0], (size_t)(cols ? t->local_shape[1] : 1), &ovf);
     /* Keep every tensor 16-float aligned so vector loads never straddle. */
-    t->offset = (m->n_params + 15) & ~(size_t)15;
-    m->n_params = t->offset + t->n;
+    t->offset = mal_size_add(m->n_params, 15, &ovf) & ~(size_t)15;
+    m->n_params = mal_size_add(t->offset, t->n, &ovf);
+    if (ovf)
+        return MAL_ERR(MAL_EINVAL, "model: the element count of the part overflows at tensor %s",
+                       name);
     t->decay = decay;
     t->init_std = std;
     return 0;
@@ -177,8 +182,11 @@ int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_mod
     return mal_model_create_ex(out, cfg, part, max_B, k, seed, 1);
 }
 
-int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
-                        int max_B, mal_kern k, uint64_t seed, int init)
+/* Check a part against its config and fill the fields of `m` that say its
+ * shape (no allocation).  Every size that the kernels take as an int (the
+ * micro-batch's token count B*T) must fit one. */
+static int shape_part(mal_model *m, const mal_model_config *cfg, const mal_model_part *part,
+                      int max_B, mal_kern k)
 {
     int rc = mal_config_validate(cfg);
     if (rc) return rc;
@@ -196,9 +204,11 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
         return MAL_ERR(MAL_EINVAL, "model part: TP rank %d outside [0, %d)", part->tp_rank,
                        part->tp_size);
     if (max_B < 1) return MAL_ERR(MAL_EINVAL, "model: micro-batch size must be >= 1");
-
-    mal_model *m = calloc(1, sizeof *m);
-    if (!m) return MAL_ERR(MAL_ENOMEM, "model: out of memory");
+    if ((int64_t)max_B * cfg->seq_len > INT32_MAX)
+        return MAL_ERR(MAL_EINVAL,
+                       "model: micro-batch %d x seq_len %d = %lld tokens, more than %d: use a "
+                       "smaller micro-batch",
+                       max_B, cfg->seq_len, (long long)max_B * cfg->seq_len, INT32_MAX);
     m->cfg = *cfg;
     m->part = *part;
     m->k = k;
@@ -208,15 +218,86 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     m->n_heads_local = cfg->n_heads / part->tp_size;
     m->head_dim = cfg->d_model / cfg->n_heads;
     m->ffn_local = cfg->ffn_hidden / part->tp_size;
+    return 0;
+}
 
+/* The backward scratch buffers, in the order mal_model_create allocates
+ * them (model.h: d_res0 ... d_s). */
+enum { N_SCRATCH = 11 };
+
+/* Bytes of each of the part's buffers, checked: the fp32 state (one of the
+ * four), the working weights (0 when compute is fp32: the parameters
+ * themselves) and the backward scratch.  MAL_EINVAL when a size overflows. */
+static int part_bytes(const mal_model *m, size_t *state, size_t *work, size_t scratch[N_SCRATCH])
+{
+    int ovf = 0;
+    size_t np = m->n_params ? m->n_params : 1;
+    *state = mal_size_mul(np, sizeof(float), &ovf);
+    *work = m->k->compute == MAL_F32 ? 0 : mal_size_mul(np + 1, m->esz, &ovf);
+    size_t N = (size_t)m->max_B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
+    size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local, att;
+    mal_kern_attention_bytes(m->k, m->max_B, m->cfg.seq_len, m->n_heads_local, m->head_dim, NULL,
+                             &att);
+    if (att == SIZE_MAX) ovf = 1;
+    size_t NCe = mal_size_mul(mal_size_mul(N, C, &ovf), m->esz, &ovf);
+    size_t NAe = mal_size_mul(mal_size_mul(N, A, &ovf), m->esz, &ovf);
+    size_t NFe = mal_size_mul(mal_size_mul(N, F, &ovf), m->esz, &ovf);
+    size_t sizes[N_SCRATCH] = {NCe, NCe, NCe, NAe, NAe, NAe, NAe, att, NFe, NFe, NFe};
+    memcpy(scratch, sizes, sizeof sizes);
+    if (ovf)
+        return MAL_ERR(MAL_EINVAL,
+                       "model: the buffer sizes of this part overflow (d_model %d, ffn_hidden %d, "
+                       "seq_len %d, micro-batch %d): the model cannot exist in memory",
+                       m->cfg.d_model, m->cfg.ffn_hidden, m->cfg.seq_len, m->max_B);
+    return 0;
+}
+
+int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int max_B, mal_kern k,
+                    int n_acts, size_t *bytes)
+{
+    mal_model m;
+    memset(&m, 0, sizeof m);
+    int rc = shape_part(&m, cfg, part, max_B, k);
+    if (!rc) rc = build_layout(&m);
+    size_t state, work, scratch[N_SCRATCH];
+    if (!rc) rc = part_bytes(&m, &state, &work, scratch);
+    if (!rc) {
+        int ovf = 0;
+        size_t total = mal_size_add(mal_size_mul(state, 4, &ovf), work, &ovf);
+        for (int i = 0; i < N_SCRATCH; i++)
+            total = mal_size_add(total, scratch[i], &ovf);
+        size_t acts = mal_acts_bytes(&m, max_B);
+        if (acts == SIZE_MAX) ovf = 1;
+        total = mal_size_add(total, mal_size_mul(acts, (size_t)(n_acts > 0 ? n_acts : 0), &ovf),
+                             &ovf);
+        if (ovf)
+            rc = MAL_ERR(MAL_EINVAL,
+                         "model: the memory this part needs overflows a 64-bit count (d_model "
+                         "%d, ffn_hidden %d, n_layers %d, seq_len %d)",
+                         cfg->d_model, cfg->ffn_hidden, cfg->n_layers, cfg->seq_len);
+        *bytes = total;
+    }
+    free(m.tensors);
+    return rc;
+}
+
+int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
+                        int max_B, mal_kern k, uint64_t seed, int init)
+{
+    mal_model *m = calloc(1, sizeof *m);
+    if (!m) return MAL_ERR(MAL_ENOMEM, "model: out of memory");
+    int rc;
+    if ((rc = shape_part(m, cfg, part, max_B, k))) goto fail;
     if ((rc = build_layout(m))) goto fail;
+    /* Every size first, checked, before anything is allocated. */
+    size_t bytes, work_bytes, sizes[N_SCRATCH];
+    if ((rc = part_bytes(m, &bytes, &work_bytes, sizes))) goto fail;
     m->w.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->w.layer);
     m->g.layer = calloc((size_t)m->n_local_layers + 1, sizeof *m->g.layer);
     if (!m->w.layer || !m->g.layer) {
         rc = MAL_ERR(MAL_ENOMEM, "model: out of memory");
         goto fail;
     }
-    size_t bytes = (m->n_params ? m->n_params : 1) * sizeof(float);
     m->params = mal_kern_alloc(k, bytes);
     m->grads = mal_kern_alloc(k, bytes);
     m->adam_m = mal_kern_alloc(k, bytes);
@@ -228,7 +309,7 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     }
     /* fp32 compute reads the master parameters themselves */
     m->work = m->params;
-    if (k->compute != MAL_F32 && !(m->work = mal_kern_alloc(k, m->n_params * m->esz + m->esz))) {
+    if (work_bytes && !(m->work = mal_kern_alloc(k, work_bytes))) {
         rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate the %s working weights",
                      mal_dtype_name(k->compute));
         goto fail;
@@ -236,15 +317,9 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     make_views(m, m->work, m->esz, &m->w);
     make_views(m, m->grads, sizeof(float), &m->g);
 
-    size_t N = (size_t)max_B * (size_t)cfg->seq_len, C = (size_t)cfg->d_model;
-    size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local, att;
-    mal_kern_attention_bytes(k, max_B, cfg->seq_len, m->n_heads_local, m->head_dim, NULL, &att);
-    void **bufs[] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
-                     &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
-    size_t e = m->esz;
-    size_t sizes[] = {N * C * e, N * C * e, N * C * e, N * A * e, N * A * e, N * A * e,
-                      N * A * e, att,       N * F * e, N * F * e, N * F * e};
-    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++) {
+    void **bufs[N_SCRATCH] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
+                              &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
+    for (size_t i = 0; i < N_SCRATCH; i++) {
         *bufs[i] = mal_kern_alloc(k, sizes[i]);
         if (!*bufs[i]) {
             rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate backward scratch");
@@ -382,21 +457,29 @@ void mal_model_zero_grad(mal_model *m)
 enum { A_H1, A_RSTD1, A_Q, A_K, A_V, A_ATT, A_AO, A_MID, A_H2, A_RSTD2, A_G, A_U, A_S, A_NARR };
 
 /* Every array starts at a multiple of 64 bytes (16 floats), so vector loads
- * never straddle. */
-static size_t pad64(size_t bytes)
+ * never straddle.  Checked: sets *ovf instead of wrapping. */
+static size_t pad64(size_t bytes, int *ovf)
 {
-    return (bytes + 63) & ~(size_t)63;
+    return mal_size_add(bytes, 63, ovf) & ~(size_t)63;
 }
 
-/* Bytes of each per-layer array for micro-batches of B sequences. */
-static void layer_bytes(const mal_model *m, int B, size_t sz[A_NARR])
+/* a * b * c bytes, checked */
+static size_t mul3(size_t a, size_t b, size_t c, int *ovf)
+{
+    return mal_size_mul(mal_size_mul(a, b, ovf), c, ovf);
+}
+
+/* Bytes of each per-layer array for micro-batches of B sequences
+ * (checked: *ovf set when one overflows). */
+static void layer_bytes(const mal_model *m, int B, size_t sz[A_NARR], int *ovf)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
     size_t e = m->esz, f = sizeof(float), att;
     mal_kern_attention_bytes(m->k, B, m->cfg.seq_len, m->n_heads_local, m->head_dim, &att, NULL);
-    size_t s[A_NARR] = {N * C * e, N * f,     N * A * e, N * A * e, N * A * e, att,      N * A * e,
-                        N * C * e, N * C * e, N * f,     N * F * e, N * F * e, N * F * e};
+    if (att == SIZE_MAX) *ovf = 1;
+    size_t NCe = mul3(N, C, e, ovf), NAe = mul3(N, A, e, ovf), NFe = mul3(N, F, e, ovf);
+    size_t s[A_NARR] = {NCe, N * f, NAe, NAe, NAe, att, NAe, NCe, NCe, N * f, NFe, NFe, NFe};
     memcpy(sz, s, sizeof s);
 }
 
@@ -404,12 +487,20 @@ size_t mal_acts_bytes(const mal_model *m, int B)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t V = (size_t)m->cfg.vocab, sz[A_NARR], total = 0, e = m->esz, f = sizeof(float);
-    layer_bytes(m, B, sz);
+    size_t L = (size_t)m->n_local_layers;
+    int ovf = 0;
+    layer_bytes(m, B, sz, &ovf);
     for (int i = 0; i < A_NARR; i++)
-        total += pad64(sz[i]) * (size_t)m->n_local_layers;
-    total += pad64(N * C * e) * (size_t)(m->n_local_layers + 1); /* residual stream */
-    if (m->part.has_head) total += pad64(N * C * e) + pad64(N * f) + pad64(N * V * e) + pad64(N * f);
-    return total + 2 * pad64(N * sizeof(int));
+        total = mal_size_add(total, mal_size_mul(pad64(sz[i], &ovf), L, &ovf), &ovf);
+    /* residual stream */
+    total = mal_size_add(total, mal_size_mul(pad64(mul3(N, C, e, &ovf), &ovf), L + 1, &ovf), &ovf);
+    if (m->part.has_head) {
+        total = mal_size_add(total, pad64(mul3(N, C, e, &ovf), &ovf), &ovf);
+        total = mal_size_add(total, pad64(mul3(N, V, e, &ovf), &ovf), &ovf);
+        total = mal_size_add(total, 2 * pad64(N * f, &ovf), &ovf);
+    }
+    total = mal_size_add(total, 2 * pad64(N * sizeof(int), &ovf), &ovf);
+    return ovf ? SIZE_MAX : total;
 }
 
 int mal_acts_create(mal_acts **out, const mal_model *m, int B)
@@ -430,6 +521,10 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     for (int i = 0; i < A_NARR; i++)
         ok = ok && (*arrs[i] = calloc((size_t)L + 1, sizeof(void *)));
     size_t bytes = mal_acts_bytes(m, B);
+    if (bytes == SIZE_MAX) {
+        mal_acts_destroy(m, a);
+        return MAL_ERR(MAL_EINVAL, "activations: the sizes for micro-batch %d overflow", B);
+    }
     if (ok) a->block = mal_kern_alloc(m->k, bytes);
     if (!ok || !a->block) {
         mal_acts_destroy(m, a);
@@ -437,24 +532,25 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     }
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model, e = m->esz;
     size_t sz[A_NARR];
-    layer_bytes(m, B, sz);
+    int ovf = 0; /* not again: mal_acts_bytes checked these */
+    layer_bytes(m, B, sz, &ovf);
     /* carving a device buffer: pointer arithmetic only */
     char *p = a->block;
-    for (int l = 0; l <= L; l++, p += pad64(N * C * e))
+    for (int l = 0; l <= L; l++, p += pad64(N * C * e, &ovf))
         a->res[l] = p;
     for (int l = 0; l < L; l++)
         for (int i = 0; i < A_NARR; i++) {
             (*arrs[i])[l] = p;
-            p += pad64(sz[i]);
+            p += pad64(sz[i], &ovf);
         }
     if (m->part.has_head) {
-        a->hf = p, p += pad64(N * C * e);
-        a->rstdf = (float *)p, p += pad64(N * sizeof(float));
-        a->logits = p, p += pad64(N * (size_t)m->cfg.vocab * e);
-        a->losses = (float *)p, p += pad64(N * sizeof(float));
+        a->hf = p, p += pad64(N * C * e, &ovf);
+        a->rstdf = (float *)p, p += pad64(N * sizeof(float), &ovf);
+        a->logits = p, p += pad64(N * (size_t)m->cfg.vocab * e, &ovf);
+        a->losses = (float *)p, p += pad64(N * sizeof(float), &ovf);
     }
     a->tokens = (int *)p;
-    a->targets = (int *)(p + pad64(N * sizeof(int)));
+    a->targets = (int *)(p + pad64(N * sizeof(int), &ovf));
     *out = a;
     return 0;
 }

@@ -189,6 +189,16 @@ void mal_model_refresh_working(mal_model *m);
  * values one process would. */
 int mal_model_init_params(mal_model *m, uint64_t seed);
 
+/* Local.  Bytes that mal_model_create of this part (fp32 parameters,
+ * gradients and Adam moments, working weights, backward scratch) and
+ * `n_acts` activation sets of micro-batch max_B (mal_acts_create) take on
+ * backend k, computed without allocating them: a caller can refuse a model
+ * that cannot fit before trying.  Every size is checked: MAL_EINVAL with a
+ * message when one overflows (the model cannot exist), or when the part
+ * does not fit the config. */
+int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int max_B, mal_kern k,
+                    int n_acts, size_t *bytes);
+
 /* Local.  The tensor table of a part without allocating anything else
  * (for planning, resharding, ownership); caller frees *tensors. */
 int mal_model_layout(const mal_model_config *cfg, const mal_model_part *part,
@@ -245,7 +255,8 @@ double mal_acts_loss_sum(const mal_model *m, const mal_acts *a);
 void mal_model_zero_grad(mal_model *m);
 
 /* Bytes of activations one micro-batch of B sequences needs on this part
- * (compute dtype, fp32 statistics, int32 tokens). */
+ * (compute dtype, fp32 statistics, int32 tokens); SIZE_MAX when the sizes
+ * overflow. */
 size_t mal_acts_bytes(const mal_model *m, int B);
 
 #endif /* MAL_MODEL_H */

@@ -86,6 +86,17 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
                        "profile: nominal TP size %d must be a power of two dividing n_heads %d and "
                        "ffn_hidden %d",
                        nominal_tp, cfg->n_heads, cfg->ffn_hidden);
+    /* The largest model this measures is one layer at TP 1 (with one
+     * micro-batch's activations): refuse, with the numbers, a model whose
+     * one layer cannot fit in this machine's memory, before allocating. */
+    mal_model_part one = {0, 1, 0, 0, 1, 0};
+    size_t need, mem = mal_phys_memory_bytes();
+    if ((rc = mal_model_bytes(cfg, &one, B, k, 1, &need))) return rc;
+    if (mem && need > mem)
+        return MAL_ERR(MAL_EINVAL,
+                       "profile: one layer of model %s needs %zu bytes (%.1f GiB) to measure, "
+                       "more than this machine's %zu (%.1f GiB)",
+                       cfg->name, need, need / (MB * 1024), mem, mem / (MB * 1024));
     for (int l = 0; (1 << l) <= nominal_tp; l++) {
         int t = 1 << l;
         if ((rc = time_layer(k, cfg, B, t, 7, &times[l]))) return rc;

@@ -208,6 +208,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     }
     if ((rc = mal_eval_setup(tr))) goto fail;
     tr->no_init = o->resume;
+    if ((rc = mal_trainer_check_memory(tr))) goto fail;
     if ((rc = setup_layout(tr))) goto fail;
     if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail;
     *out = tr;

@@ -86,7 +86,7 @@ static int measure(mal_train_cli *cli)
         rc = mal_output_commit(&out);
     if (rc) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-        return 1;
+        return mal_exit_status(rc);
     }
     printf("malleus-train: profile of %s written to %s\n", o->model.name, path);
     return 0;

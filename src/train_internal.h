@@ -175,6 +175,11 @@ int mal_train_ckpt_save(struct mal_trainer *tr);
 int mal_train_ckpt_restore(struct mal_trainer *tr);
 
 /* gradsync.c */
+/* Collective over the world: MAL_EINVAL, with the numbers, when the
+ * largest part of tr->plan needs more memory than a rank's share of its
+ * machine (physical memory or cgroup limit / ranks on the node); made
+ * before any part is allocated (train_memory.c). */
+int mal_trainer_check_memory(struct mal_trainer *tr);
 int mal_gradsync_setup(struct mal_trainer *tr);    /* collective over the world */
 int mal_gradsync_run(struct mal_trainer *tr);      /* collective over the sync groups */
 double mal_gradsync_local_sumsq(struct mal_trainer *tr);

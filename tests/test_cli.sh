@@ -65,7 +65,7 @@ expect 2 "--adapt must be off, restart or online" -- --adapt sometimes
 expect 2 "--gap expects a number" -- --gap -1
 expect 2 "needs a planner profile" -- --adapt online --planner-profile "$W/nope.json" --steps 1
 echo keep >"$W/prof.json"
-expect 1 "TP size 3" -- --profile "$W/prof.json" --tp 3
+expect 2 "TP size 3" -- --profile "$W/prof.json" --tp 3
 [ "$(cat "$W/prof.json")" = keep ] || { echo "FAIL: a failed --profile overwrote its file"; fails=$((fails + 1)); }
 expect 2 "either --plan or --dp" -- --plan "$top_srcdir/tests/plans/dp8.json" --dp 2
 expect 2 "ranks" -- --plan "$top_srcdir/tests/plans/dp8.json" --steps 1
