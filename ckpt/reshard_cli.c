@@ -44,6 +44,9 @@ int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
     mal_reshard_stats st;
     if ((rc = mal_reshard(world, &o, &st))) {
         if (lead) fprintf(stderr, "malleus-reshard: %s\n", mal_errmsg());
+        /* a missing, incomplete or corrupt snapshot or a plan that does not
+         * fit it is bad input (2); I/O, memory, MPI failures are 1 */
+        status = mal_exit_status(rc);
         goto out;
     }
     if (lead && !cli->quiet) {

@@ -32,8 +32,9 @@ static const char footer[] =
     "shard files):\n"
     "  malleus-reshard snap plan8.json snap-new\n"
     "  mpiexec -n 4 malleus-reshard snap/step_00000300 plan6.json snap-new\n"
-    "Exit status: 0 done, 1 refused or failed (nothing committed), 2 usage error or a\n"
-    "DEST inside the source.\n";
+    "Exit status: 0 done; 2 bad usage or input (a missing, incomplete or corrupt\n"
+    "snapshot, a plan that does not fit it, a DEST inside the source); 1 any other\n"
+    "failure (I/O, memory, MPI).  Nothing is committed unless the status is 0.\n";
 
 /* --help states the default of --mem */
 _Static_assert(MAL_RESHARD_MEM_DEFAULT_MIB == 256, "update --mem's help");

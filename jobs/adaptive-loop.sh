@@ -5,7 +5,9 @@
 #     -> exit 3 "re-plan needed": malleus-replan on the collected metrics
 #        -> malleus-reshard the newest snapshot onto the new plan
 #        -> train again with --resume on the new plan
-#     -> any other failure: resume from the newest complete snapshot, at
+#     -> any other failure (a rank that errs, crashes or is killed: the
+#        launcher ends the whole step at once, srun by --kill-on-bad-exit,
+#        mpiexec by itself): resume from the newest complete snapshot, at
 #        most MAX_FAILURES times in a row
 #   until STEPS steps are done.
 #
@@ -18,8 +20,9 @@
 #   MALLEUS_BIN     directory holding the malleus-* programs [the build tree]
 #   RUN_DIR         plans, snapshots, metrics and logs [./malleus-run]
 #   NPROCS          ranks [SLURM_NTASKS or 8]
-#   LAUNCH          MPI launcher prefix [srun --mpi=pmi2 -n NPROCS under
-#                   Slurm, else mpiexec -n NPROCS]
+#   LAUNCH          MPI launcher prefix [srun --mpi=pmi2 --kill-on-bad-exit=1
+#                   -n NPROCS under Slurm, else mpiexec -n NPROCS]; a launcher
+#                   given here must end every rank when one fails
 #   MODEL           model preset or config file [tiny]
 #   PROFILE         planner profile: preset or JSON [MODEL]
 #   STEPS           target step [60]
@@ -38,7 +41,10 @@ MALLEUS_BIN=${MALLEUS_BIN:-$(cd "$here/.." && pwd)}
 RUN_DIR=${RUN_DIR:-$(pwd)/malleus-run}
 NPROCS=${NPROCS:-${SLURM_NTASKS:-8}}
 if [ -n "${SLURM_JOB_ID:-}" ]; then
-    LAUNCH=${LAUNCH:-"srun --mpi=pmi2 -n $NPROCS"}
+    # --kill-on-bad-exit: a rank that fails (error, signal, kill -9) ends
+    # the step at once instead of leaving its peers blocked in a collective
+    # until the job's time limit; the loop then resumes from the snapshot.
+    LAUNCH=${LAUNCH:-"srun --mpi=pmi2 --kill-on-bad-exit=1 -n $NPROCS"}
 else
     LAUNCH=${LAUNCH:-"mpiexec -n $NPROCS"}
 fi

@@ -21,10 +21,7 @@ void mal_replan_opts_init(mal_replan_opts *o)
 
 int mal_replan_exit_status(int rc)
 {
-    if (rc == 0) return 0;
-    if (rc == MAL_EINVAL || rc == MAL_EFORMAT || rc == MAL_ENOENT || rc == MAL_EMISMATCH)
-        return 2;
-    return 1;
+    return mal_exit_status(rc); /* the rule every command follows (mal.h) */
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them

@@ -243,9 +243,13 @@ int mal_file_read(const char *path, const char *what, size_t max_bytes, int flag
      * before its kind is checked; blocking reads are restored below. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
-        if (errno == ENOENT)
+        int e = errno;
+        if (e == ENOENT)
             return MAL_ERR(MAL_ENOENT, "%s %s does not exist: check the path", what, path);
-        return MAL_ERR(MAL_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
+        /* a path the user can fix is bad input, not a failure of the run */
+        int user = e == EACCES || e == EPERM || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG;
+        return MAL_ERR(user ? MAL_EINVAL : MAL_EIO, "cannot open %s %s: %s", what, path,
+                       strerror(e));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {

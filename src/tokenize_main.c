@@ -24,7 +24,11 @@ static void usage(FILE *f)
                "                    the default) or raw16 (headerless uint16, nanoGPT)\n"
                "  -d, --default     write the built-in corpus instead of reading INPUT.txt\n"
                "  -h, --help        show this help and exit\n"
-               "  -V, --version     show the version and exit\n");
+               "  -V, --version     show the version and exit\n"
+               "\n"
+               "Exit status: 0 done; 2 bad usage or input (a missing, empty or non-regular\n"
+               "INPUT.txt, an OUTPUT.bin that is a directory or in a missing directory);\n"
+               "1 any other failure (I/O, memory).\n");
 }
 
 int main(int argc, char **argv)
@@ -94,7 +98,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         fprintf(stderr, "malleus-tokenize: %s (%s)\n", mal_errmsg(), mal_strerror(rc));
         free(tokens);
-        return 1;
+        return mal_exit_status(rc);
     }
     int mx = 0;
     for (size_t i = 0; i < n; i++)

@@ -152,6 +152,44 @@ static int setup_layout(mal_trainer *tr)
     return mal_monitor_setup(tr);
 }
 
+/* The local part of set-up: kernel instance, plan, data and its checks. */
+static int load_inputs(mal_trainer *tr)
+{
+    const mal_train_options *o = &tr->o;
+    int rc;
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = o->threads;
+    if ((rc = mal_kern_create(o->device, &kc, &tr->k))) return rc;
+    tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
+    const mal_comm_backend *cb;
+    if ((rc = mal_comm_lookup(tr->comm_name, &cb))) return rc;
+    if ((rc = make_plan(tr))) return rc;
+    rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
+                      : mal_data_open_default(&tr->data);
+    if (rc) return rc;
+    if (mal_data_max_token(tr->data) >= o->model.vocab)
+        return MAL_ERR(MAL_EINVAL,
+                       "data %s holds token id %d but model %s has a vocabulary of %d: use a "
+                       "model config with a larger vocab",
+                       mal_data_name(tr->data), mal_data_max_token(tr->data), o->model.name,
+                       o->model.vocab);
+    if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1)
+        return MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
+                       mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
+    return mal_eval_setup(tr); /* the validation data, the same way */
+}
+
+int mal_trainer_fatal(mal_trainer *tr, int rc)
+{
+    if (!rc || !tr->world || tr->world_size == 1) return rc;
+    /* Peers may be blocked in a collective this rank will never join (and
+     * device kernels in a data-plane collective): end the whole job through
+     * the comm table, with the status the error calls for. */
+    mal_log(MAL_LOG_ERROR, "rank %d: %s; aborting the job", tr->world_rank, mal_errmsg());
+    mal_comm_abort(tr->world, mal_exit_status(rc));
+    return rc; /* not reached with a real backend */
+}
+
 int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
 {
     const mal_train_options *o = opts;
@@ -183,34 +221,21 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
     if (tr->o.optim.total_steps <= 0) tr->o.optim.total_steps = (int)o->steps;
 
-    mal_kern_config kc = mal_kern_config_default();
-    kc.threads = o->threads;
-    if ((rc = mal_kern_create(o->device, &kc, &tr->k))) goto fail;
-    tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
-    const mal_comm_backend *cb;
-    if ((rc = mal_comm_lookup(tr->comm_name, &cb))) goto fail;
-    if ((rc = make_plan(tr))) goto fail;
-    rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
-                      : mal_data_open_default(&tr->data);
+    /* Everything up to the first collective is local, and a rank may fail
+     * in it alone (a data file missing on its node): agree first, so that
+     * no rank runs on into a collective that a failed one never joins;
+     * every rank returns the first failing rank's error. */
+    rc = load_inputs(tr);
+    if (tr->world && tr->world_size > 1) rc = mal_snapshot_agree(tr->world, rc);
     if (rc) goto fail;
-    if (mal_data_max_token(tr->data) >= o->model.vocab) {
-        rc = MAL_ERR(MAL_EINVAL,
-                     "data %s holds token id %d but model %s has a vocabulary of %d: use a model "
-                     "config with a larger vocab",
-                     mal_data_name(tr->data), mal_data_max_token(tr->data), o->model.name,
-                     o->model.vocab);
-        goto fail;
-    }
-    if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1) {
-        rc = MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
-                     mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
-        goto fail;
-    }
-    if ((rc = mal_eval_setup(tr))) goto fail;
     tr->no_init = o->resume;
-    if ((rc = mal_trainer_check_memory(tr))) goto fail;
-    if ((rc = setup_layout(tr))) goto fail;
-    if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail;
+    if ((rc = mal_trainer_check_memory(tr))) goto fail; /* every rank alike */
+    /* From here a failure may be this rank's alone, inside collectives. */
+    if ((rc = setup_layout(tr))) {
+        rc = mal_trainer_fatal(tr, rc);
+        goto fail;
+    }
+    if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail; /* agreed */
     *out = tr;
     return 0;
 fail:
@@ -258,6 +283,17 @@ int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
     return mal_gradsync_replica_mismatch(tr, count);
 }
 
+/* Test hook: MALLEUS_TEST_STEP_FAIL=RANK:STEP makes step STEP (1-based) fail
+ * on that rank alone, as a rank-local failure (a device or I/O error) would;
+ * tests/test_dying.sh checks that the job then ends promptly. */
+static int test_fail_hook(int rank, int64_t step)
+{
+    const char *e = getenv("MALLEUS_TEST_STEP_FAIL");
+    int r;
+    long long s;
+    return e && sscanf(e, "%d:%lld", &r, &s) == 2 && r == rank && s == step;
+}
+
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
 {
     mal_model *m = tr->model;
@@ -269,6 +305,9 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     double t0 = mal_now();
     int rc;
 
+    if (test_fail_hook(tr->world_rank, step + 1))
+        return MAL_ERR(MAL_EIO, "test hook MALLEUS_TEST_STEP_FAIL: step %lld fails on rank %d",
+                       (long long)step + 1, tr->world_rank);
     memset(&tr->times, 0, sizeof tr->times);
     tr->loss_local = 0;
     tr->inject_now = mal_inject_factor(tr, step);
@@ -459,17 +498,23 @@ int mal_trainer_run(mal_trainer *tr)
     if (lead && tr->o.metrics_path && !tr->metrics) {
         /* A resumed run appends so the file holds the whole curve. */
         tr->metrics = fopen(tr->o.metrics_path, tr->o.resume ? "a" : "w");
+        /* a path the user can fix (missing directory, a directory, no
+         * permission) is bad input; anything else a failure of the run */
+        int e = errno;
         if (!tr->metrics)
-            rc = MAL_ERR(MAL_EIO, "cannot open metrics file %s: %s", tr->o.metrics_path,
-                         strerror(errno));
+            rc = MAL_ERR(e == ENOENT || e == ENOTDIR || e == EISDIR || e == EACCES ? MAL_EINVAL
+                                                                                  : MAL_EIO,
+                         "cannot open metrics file %s: %s", tr->o.metrics_path, strerror(e));
     }
     /* Every rank must learn about a failure on rank 0 before the first
-     * collective, or the others would wait for it forever. */
+     * collective, or the others would wait for it forever; all return its
+     * code, so all exit with the same status. */
     if (tr->world) {
-        double bad = rc != 0;
-        int rc2 = mal_comm_allreduce_f64(tr->world, &bad, 1);
+        double code = -rc;
+        int rc2 = mal_comm_allreduce_max_f64(tr->world, &code, 1);
         if (rc2) return rc2;
-        if (bad != 0) return rc ? rc : MAL_ERR(MAL_EIO, "rank 0 could not open the metrics file");
+        if (code != 0)
+            return rc ? rc : MAL_ERR((int)-code, "rank 0 could not open the metrics file");
     } else if (rc) {
         return rc;
     }
@@ -477,9 +522,12 @@ int mal_trainer_run(mal_trainer *tr)
     const int width = snprintf(NULL, 0, "%lld", (long long)tr->o.steps);
     while (tr->step < tr->o.steps) {
         mal_step_stats st;
-        if ((rc = mal_trainer_step(tr, &st))) return rc;
-        if ((rc = mal_eval_after_step(tr, &st))) return rc;
-        if (lead && (rc = write_metrics(tr, &st))) return rc;
+        /* A step's failure (an evaluation's too), or rank 0's alone in
+         * writing the metrics, may leave the peers blocked: the fatal path.
+         * (Snapshot failures below are agreed by every rank and returned.) */
+        if ((rc = mal_trainer_step(tr, &st))) return mal_trainer_fatal(tr, rc);
+        if ((rc = mal_eval_after_step(tr, &st))) return mal_trainer_fatal(tr, rc);
+        if (lead && (rc = write_metrics(tr, &st))) return mal_trainer_fatal(tr, rc);
         if (lead && tr->o.log_every > 0 &&
             (st.step % tr->o.log_every == 0 || st.step == tr->o.steps || st.has_val)) {
             char val[32] = "";
@@ -511,7 +559,7 @@ int mal_trainer_run(mal_trainer *tr)
                 return MAL_TRAIN_REPLAN;
             }
             if (tr->o.adapt == MAL_ADAPT_ONLINE && (rc = mal_trainer_replan_online(tr)))
-                return rc;
+                return mal_trainer_fatal(tr, rc);
         }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
             st.step != tr->o.steps && tr->saved_step != tr->step && (rc = mal_trainer_save(tr)))

@@ -118,13 +118,27 @@ typedef struct {
  * and gradient-sync groups; with opts->resume,
  * restore the full state from the newest snapshot in opts->snapshot_dir
  * (refusing one written for another model, seed or global batch).  Nothing
- * on disk is written or truncated here. */
+ * on disk is written or truncated here.
+ *
+ * Failures: the checks of options, plan, data and memory are agreed among
+ * the ranks (a rank that fails alone makes every rank return its error), so
+ * the caller may simply exit with mal_exit_status(rc) on every rank; a
+ * failure while building the part, inside collectives, takes the fatal
+ * path (mal_trainer_fatal). */
 int mal_trainer_create(mal_trainer **out, const mal_train_options *opts);
 void mal_trainer_destroy(mal_trainer *tr);
 
 /* Collective over the world.  One optimizer step over the global batch;
  * the loss and gradient norm in *st are global (same on every rank). */
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st);
+
+/* Local.  The fatal path of a job of several ranks: after an error that
+ * may be this rank's alone (peers may be blocked in a collective it will
+ * never join), log it with the rank and end the whole job through the comm
+ * table's abort (mal_comm_abort: MPI_Abort now; a data-plane backend also
+ * aborts its device communicators) with exit status mal_exit_status(rc).
+ * Does not return then.  A one-rank run (or rc 0) returns rc. */
+int mal_trainer_fatal(mal_trainer *tr, int rc);
 
 /* Collective over the world.  Write a snapshot of the full state now
  * (needs snapshot_dir): every rank writes the blocks it owns. */
@@ -136,7 +150,10 @@ int mal_trainer_save_to(mal_trainer *tr, const char *dir);
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f);
 
 /* Collective.  Train until opts->steps: log lines and metrics (rank 0),
- * periodic and final snapshots. */
+ * periodic and final snapshots.  A failure that every rank agrees on (a
+ * snapshot that cannot be written, the metrics file rank 0 cannot open) is
+ * returned on every rank; any other (a step failing on one rank) takes the
+ * fatal path (mal_trainer_fatal). */
 int mal_trainer_run(mal_trainer *tr);
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -127,6 +128,15 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
         }
         o->plan = plan;
     }
+    struct stat st;
+    if (o->snapshot_dir && stat(o->snapshot_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        if (lead)
+            fprintf(stderr,
+                    "malleus-train: --snapshot-dir %s exists and is %s, not a directory: name a "
+                    "directory (it is created when missing)\n",
+                    o->snapshot_dir, mal_file_kind(st.st_mode));
+        return 2;
+    }
     if (o->adapt == MAL_ADAPT_ONLINE) {
         /* The planner's profile is needed only at the first re-plan: check
          * it now rather than fail then. */
@@ -206,7 +216,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     if (cli->quiet < 0 && lead) mal_log_level = MAL_LOG_DEBUG;
     if ((rc = mal_trainer_create(&tr, o))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-        status = rc == MAL_EINVAL || rc == MAL_ENOTSUP ? 2 : 1;
+        status = mal_exit_status(rc);
         goto out;
     }
     if (cli->quiet <= 0 && lead) mal_trainer_print_summary(tr, stdout);
@@ -219,9 +229,10 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         goto out;
     }
     if (rc) {
-        fprintf(stderr, "malleus-train: rank %d: %s\n", world->rank, mal_errmsg());
-        /* Peers may be blocked waiting for this rank: take the job down. */
-        if (world->size > 1) mal_comm_abort(world, 1);
+        /* Only errors every rank agrees on come back here (the others took
+         * the library's fatal path): rank 0 speaks for all. */
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = mal_exit_status(rc);
         goto out;
     }
     status = 0;

@@ -1,7 +1,7 @@
 /* malleus-train: the option table and a call into the library
  * (src/train_cli.h runs what the flags describe and returns the exit
- * status: 0 done, 1 failure, 2 usage error, 3 stopped with a snapshot
- * because the monitor advised a re-plan).  A new flag is one line below. */
+ * status: 0 done, 1 failure, 2 bad usage or input, 3 stopped with a
+ * snapshot because the monitor advised a re-plan).  A new flag is one line below. */
 #include <limits.h>
 
 #include "data.h"
@@ -175,7 +175,10 @@ int main(int argc, char **argv)
         .footer = "\nExamples:\n"
                   "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n"
                   "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
-                  "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n",
+                  "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n"
+                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI); 2 bad usage or\n"
+                  "input (flags, model config, plan, data, snapshot: nothing written); 3 stopped\n"
+                  "with a snapshot because a re-plan is needed (--adapt restart).\n",
         .opts = opts,
         .ctx = &cli,
     };

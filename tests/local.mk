@@ -35,3 +35,11 @@ check_PROGRAMS += tests/test_sample
 TESTS += tests/test_sample
 dist_check_SCRIPTS += tests/test_eval.sh
 TESTS += tests/test_eval.sh
+
+# A failing rank brings the job down promptly (mpiexec; Slurm: test_slurm.sh).
+dist_check_SCRIPTS += tests/test_dying.sh
+TESTS += tests/test_dying.sh
+
+# One exit-status rule for every command.
+dist_check_SCRIPTS += tests/test_exit_codes.sh
+TESTS += tests/test_exit_codes.sh

@@ -1,9 +1,9 @@
 #!/bin/sh
 # malleus-reshard's command line: --help; usage errors (exit 2); refusals
-# with a clear message and exit 1 for a plan of another model (layers,
-# heads), an incomplete snapshot, a missing one; exit 2 for a destination
-# inside the source (resolved paths) or above it where its writer would
-# remove the source; a run that fails half-way leaves no directory it
+# with a clear message and exit 2 (bad input, the rule of every command) for
+# a plan of another model (layers, heads), an incomplete, corrupt or missing
+# snapshot, a destination inside the source (resolved paths) or above it
+# where its writer would remove the source; a run that fails half-way leaves no directory it
 # created; the source is never modified; one process and two processes under mpiexec
 # write identical files; a round trip 1 -> 8 -> 1 ranks resumes the run
 # exactly; progress only on a terminal (or --progress), a summary line.
@@ -46,9 +46,9 @@ expect 2 "expected SNAPSHOT PLAN.json DEST"
 expect 2 "unknown option" --frobnicate "$W/snap" "$P/one.json" "$W/x"
 expect 2 "--mem expects an integer" --mem lots "$W/snap" "$P/one.json" "$W/x"
 expect 2 "nosuch.json" "$W/snap" "$W/nosuch.json" "$W/x"
-expect 1 "does not fit the snapshot's model \(4 layers.*layers" "$W/snap" "$P/wrong_layers.json" "$W/x"
-expect 1 "does not fit the snapshot's model.*(TP|8 heads)" "$W/snap" "$P/wrong_heads.json" "$W/x"
-expect 1 "does not exist" "$W/nothing" "$P/one.json" "$W/x"
+expect 2 "does not fit the snapshot's model \(4 layers.*layers" "$W/snap" "$P/wrong_layers.json" "$W/x"
+expect 2 "does not fit the snapshot's model.*(TP|8 heads)" "$W/snap" "$P/wrong_heads.json" "$W/x"
+expect 2 "does not exist" "$W/nothing" "$P/one.json" "$W/x"
 # DEST inside the source, as resolved paths (issue 16): the snapshot
 # directory, a step directory, below either (also through a symbolic link or
 # "..", and when SNAPSHOT names the step directory), and a source inside the
@@ -79,8 +79,8 @@ cp -r "$W/snap" "$W/outer2/snap"
     fail "a source in a plain directory below DEST was refused: $(cat "$W/out")"
 cp -r "$W/snap" "$W/broken"
 rm "$W/broken/step_00000003/COMPLETE"
-expect 1 "COMPLETE" "$W/broken" "$P/one.json" "$W/x"
-expect 1 "COMPLETE" "$W/broken/step_00000003" "$P/one.json" "$W/x"
+expect 2 "COMPLETE" "$W/broken" "$P/one.json" "$W/x"
+expect 2 "COMPLETE" "$W/broken/step_00000003" "$P/one.json" "$W/x"
 [ ! -e "$W/x/latest" ] || fail "a refused run committed something"
 # a run that fails half-way (a flipped byte in the source's tensor data)
 # commits nothing and leaves none of the directories it created
@@ -89,10 +89,10 @@ f="$W/bad/step_00000003/shard_00000.h5"
 off=$(($(wc -c <"$f") / 2))
 b=$(od -An -tu1 -j $off -N1 "$f" | tr -d ' ')
 printf "$(printf '\\%03o' $(((b + 1) % 256)))" | dd of="$f" bs=1 seek=$off conv=notrunc 2>/dev/null
-expect 1 "fails its checksum" "$W/bad" "$P/one.json" "$W/fresh/a/b"
+expect 2 "fails its checksum" "$W/bad" "$P/one.json" "$W/fresh/a/b"
 [ ! -e "$W/fresh" ] || fail "a failed run left $(find "$W/fresh")"
 mkdir "$W/kept"
-expect 1 "fails its checksum" "$W/bad" "$P/one.json" "$W/kept/a"
+expect 2 "fails its checksum" "$W/bad" "$P/one.json" "$W/kept/a"
 [ -d "$W/kept" ] && [ ! -e "$W/kept/a" ] || fail "a failed run removed too much or too little of $W/kept"
 
 # one process and two share the work: the same files

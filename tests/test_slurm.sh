@@ -1,8 +1,11 @@
 #!/bin/sh
 # The straggler-adaptive loop on a real Slurm: start munge, slurmctld and
 # slurmd on this machine (tests/slurm/cluster.sh), sbatch jobs/malleus.sbatch
-# with 8 ranks and rank 3 slowed 4x from step 6, wait for the job, check the
-# run (tests/check_loop.py), stop the daemons.  Needs root and slurm-wlm
+# with 8 ranks and rank 3 slowed 4x from step 6, kill rank 5 with SIGKILL
+# mid-training (its step must end within 30 s and the loop resume from the
+# newest snapshot), wait for the job, check the run (tests/check_loop.py:
+# re-plan, and the loss curve of an uninterrupted one-process run), stop the
+# daemons.  Needs root and slurm-wlm
 # (CI has both; elsewhere it skips).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -36,6 +39,43 @@ jobid=$(sbatch --parsable --export=ALL -o "$W/job.out" "$top_srcdir/jobs/malleus
     exit 1
 }
 echo "submitted job $jobid"
+
+# A rank killed with SIGKILL in the middle of training (rank 5, once step 8
+# is done: after the snapshot of step 6) must end its job step within 30 s
+# (srun --kill-on-bad-exit), not leave the other 7 ranks blocked until the
+# job's time limit; the loop then resumes from the newest complete
+# snapshot, and the curve checked below is still the uninterrupted one.
+env_of() { (tr '\0' '\n' <"/proc/$1/environ") 2>/dev/null; }
+n_failed() {
+    n=$(grep -c "training failed" "$W/run/events.log" 2>/dev/null)
+    echo "${n:-0}"
+}
+victim="" t=0
+while [ -z "$victim" ] && [ $t -lt 1200 ]; do
+    sleep 0.1
+    t=$((t + 1))
+    [ "$( (wc -l <"$W/run/metrics.jsonl") 2>/dev/null || echo 0)" -ge 8 ] || continue
+    for p in $(pgrep -x malleus-train); do
+        env_of "$p" | grep -qx "SLURM_JOB_ID=$jobid" && env_of "$p" | grep -qx "SLURM_PROCID=5" &&
+            victim=$p
+    done
+done
+[ -n "$victim" ] || { echo "FAIL: no rank 5 of job $jobid to kill"; cat "$W/job.out"; exit 1; }
+failed_before=$(n_failed)
+kill -9 "$victim"
+t0=$(date +%s)
+echo "killed rank 5 (pid $victim) with SIGKILL after $(wc -l <"$W/run/metrics.jsonl") metrics lines"
+while [ "$(n_failed)" -le "$failed_before" ]; do
+    sleep 0.2
+    if [ $(($(date +%s) - t0)) -gt 120 ]; then
+        echo "FAIL: the job step still runs 120 s after rank 5 was killed"
+        exit 1
+    fi
+done
+dt=$(($(date +%s) - t0))
+[ $dt -le 30 ] || { echo "FAIL: the job step ended ${dt} s after rank 5 was killed (limit 30 s)"; exit 1; }
+echo "ok: the job step ended ${dt} s after rank 5 was killed"
+
 t=0
 while squeue -h -j "$jobid" 2>/dev/null | grep -q .; do
     sleep 0.5
@@ -46,4 +86,5 @@ code=$(scontrol show job "$jobid" 2>/dev/null | sed -n 's/.*ExitCode=\([0-9:]*\)
 cat "$W/run/events.log" 2>/dev/null
 echo "job $jobid exit code ${code:-unknown}"
 [ "$code" = "0:0" ] || { tail -30 "$W/job.out"; echo "FAIL: job exit code $code"; exit 1; }
+grep -q "training failed" "$W/run/events.log" || { echo "FAIL: the loop saw no failure"; exit 1; }
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS 3
