@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fileio.h"
 #include "mal.h"
 #include "model.h"
 #include "snapshot.h"
@@ -64,111 +65,9 @@ int mal_export_hf_name(const char *name, char *out, size_t len, int *permute)
     return 0;
 }
 
-/* ---- output files: temporary name, fsync, rename -------------------- */
-
-typedef struct {
-    const char *path; /* the final name */
-    char *tmp;        /* the temporary name (NULL: writing `path` directly) */
-    int fd;
-} out_file;
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* An existing target that is not a regular file (a device such as
- * /dev/null, a FIFO) is written in place: renaming over it would replace
- * the device node instead of writing to it. */
-static int out_open(out_file *f, const char *path)
-{
-    struct stat st;
-    f->path = path;
-    f->tmp = NULL;
-    f->fd = -1;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        if (S_ISDIR(st.st_mode))
-            return MAL_ERR(MAL_EINVAL, "export: %s is a directory: remove it or pick another "
-                           "output directory", path);
-        f->fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (f->fd < 0) return MAL_ERR(MAL_EIO, "export: cannot open %s: %s", path, strerror(errno));
-        return 0;
-    }
-    size_t n = strlen(path) + 32;
-    if (!(f->tmp = malloc(n))) return MAL_ERR(MAL_ENOMEM, "export: out of memory");
-    snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (f->fd < 0) {
-        int rc = MAL_ERR(MAL_EIO, "export: cannot create %s: %s", f->tmp, strerror(errno));
-        free(f->tmp);
-        f->tmp = NULL;
-        return rc;
-    }
-    return 0;
-}
-
-static int out_write(out_file *f, const void *buf, size_t n)
-{
-    if (write_all(f->fd, buf, n) != 0)
-        return MAL_ERR(MAL_EIO, "export: writing %s: %s", f->tmp ? f->tmp : f->path,
-                       strerror(errno));
-    return 0;
-}
-
-static void out_abort(out_file *f)
-{
-    if (f->fd >= 0) close(f->fd);
-    if (f->tmp) unlink(f->tmp);
-    free(f->tmp);
-    f->tmp = NULL;
-    f->fd = -1;
-}
-
-/* fsync the directory holding `path` so the rename is durable (file
- * systems that cannot sync directories answer EINVAL: ignored). */
-static int sync_dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return MAL_ERR(MAL_ENOMEM, "export: out of memory");
-    int rc = 0, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP))
-        rc = MAL_ERR(MAL_EIO, "export: cannot sync directory %s: %s", dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(dir);
-    return rc;
-}
-
-static int out_commit(out_file *f)
-{
-    int rc = 0;
-    if (fsync(f->fd) != 0 && (f->tmp || (errno != EINVAL && errno != ENOTSUP)))
-        rc = MAL_ERR(MAL_EIO, "export: cannot sync %s: %s", f->tmp ? f->tmp : f->path,
-                     strerror(errno));
-    if (close(f->fd) != 0 && !rc)
-        rc = MAL_ERR(MAL_EIO, "export: writing %s: %s", f->tmp ? f->tmp : f->path, strerror(errno));
-    f->fd = -1;
-    if (!rc && f->tmp && rename(f->tmp, f->path) != 0)
-        rc = MAL_ERR(MAL_EIO, "export: cannot rename %s to %s: %s", f->tmp, f->path,
-                     strerror(errno));
-    if (!rc && f->tmp) {
-        free(f->tmp);
-        f->tmp = NULL;
-        rc = sync_dir_of(f->path);
-    }
-    out_abort(f);
-    return rc;
-}
+/* Output files go through mal_output (fileio.h): a regular file through a
+ * temporary name, fsync and rename; an existing device or FIFO written in
+ * place, never renamed over. */
 
 /* mkdir -p */
 static int make_dirs(const char *path)
@@ -262,11 +161,7 @@ static int write_config(const char *dir, const mal_model_config *c, int dtype)
         free(text);
         return MAL_ERR(MAL_ENOMEM, "export: out of memory");
     }
-    out_file f;
-    int rc = out_open(&f, path);
-    if (!rc) rc = out_write(&f, text, n);
-    if (!rc) rc = out_commit(&f);
-    else out_abort(&f);
+    int rc = mal_output_write_file(path, text, n);
     free(text);
     return rc;
 }
@@ -422,7 +317,8 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     size_t header_len = 0;
     uint64_t written = 0;
     int n = 0, rc;
-    out_file f = {NULL, NULL, -1};
+    mal_output f;
+    int f_open = 0;
 
     if (o->dtype != MAL_EXPORT_F32 && o->dtype != MAL_EXPORT_BF16)
         return MAL_ERR(MAL_EINVAL, "export: dtype must be fp32 or bf16");
@@ -460,11 +356,13 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
         rc = MAL_ERR(MAL_EINVAL, "export: output path %s too long", o->out_dir);
         goto out;
     }
-    if ((rc = out_open(&f, path))) goto out;
+    if ((rc = mal_output_open(&f, path))) goto out;
+    f_open = 1;
     unsigned char len8[8];
     for (int b = 0; b < 8; b++)
         len8[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
-    if ((rc = out_write(&f, len8, 8)) || (rc = out_write(&f, header, header_len))) goto out;
+    if ((rc = mal_output_write(&f, len8, 8)) || (rc = mal_output_write(&f, header, header_len)))
+        goto out;
     written = 8 + header_len;
 
     /* Tensor by tensor, in header order, a bounded block of rows at a
@@ -486,12 +384,13 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
             if ((rc = mal_snapshot_read_block(s, &want))) break;
             if (permute) permute_heads(buf, nr, cols, hd, scratch);
             size_t bytes = encode(buf, (size_t)(nr * cols), o->dtype);
-            if ((rc = out_write(&f, buf, bytes))) break;
+            if ((rc = mal_output_write(&f, buf, bytes))) break;
             written += bytes;
         }
     }
     if (rc) goto out;
-    if ((rc = out_commit(&f))) goto out;
+    f_open = 0;
+    if ((rc = mal_output_commit(&f))) goto out;
     /* config.json last: a directory with it holds a complete export */
     if ((rc = write_config(o->out_dir, &cfg, o->dtype))) goto out;
     if (st) {
@@ -504,7 +403,7 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
         snprintf(st->step_dir, sizeof st->step_dir, "%s", step_dir);
     }
 out:
-    if (f.fd >= 0) out_abort(&f);
+    if (f_open) mal_output_discard(&f);
     mal_snapshot_close(s);
     free(t);
     free(buf);

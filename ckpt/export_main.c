@@ -55,7 +55,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "malleus-export: %s\n", mal_errmsg());
         /* A snapshot that cannot be trusted or does not fit is the user's
          * input to fix (2); anything else failed while writing (1). */
-        return rc == MAL_EIO || rc == MAL_ENOMEM ? 1 : 2;
+        return mal_exit_status(rc);
     }
     if (!quiet)
         printf("malleus-export: step %lld: %d tensors, %.2f MiB read, %.2f MiB written (%s) in "

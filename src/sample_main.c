@@ -77,7 +77,7 @@ int main(int argc, char **argv)
     if ((rc = mal_kern_create(device, &kc, &k))) goto fail; /* an unknown or absent backend: 2 */
     if ((rc = mal_load_model(argv[first], k, 1, &m, NULL))) {
         /* a snapshot that is missing, uncommitted or corrupt is the user's to fix */
-        status = rc == MAL_EIO || rc == MAL_ENOMEM ? 1 : 2;
+        status = mal_exit_status(rc);
         goto fail;
     }
     int vocab = m->cfg.vocab;

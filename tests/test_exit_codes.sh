@@ -116,5 +116,16 @@ expect 2 "." "$B/malleus-reshard" "$W/snap" "$W/missing.json" "$W/new"
 expect 2 "does not fit|layers" "$B/malleus-reshard" "$W/snap" "$W/plan3.json" "$W/new"
 expect 2 "inside" "$B/malleus-reshard" "$W/snap" "$W/plan1.json" "$W/snap/sub"
 
+echo "-- malleus-export"
+expect 2 "unknown option" "$B/malleus-export" --frobnicate "$W/snap" "$W/hf"
+expect 2 "." "$B/malleus-export" "$W/nosnap" "$W/hf"
+expect 2 "not a directory" "$B/malleus-export" "$W/snap" "$W/in.txt"
+expect_full 1 "No space left on device" sh -c "mkdir -p '$W/hf' && ln -sf '$FULL' '$W/hf/model.safetensors' && exec '$B/malleus-export' '$W/snap' '$W/hf'"
+
+echo "-- malleus-sample"
+expect 2 "unknown option" "$B/malleus-sample" --frobnicate "$W/snap"
+expect 2 "." "$B/malleus-sample" "$W/nosnap"
+expect 2 "." "$B/malleus-sample" --tokens -3 "$W/snap"
+
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

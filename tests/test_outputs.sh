@@ -1,5 +1,6 @@
 #!/bin/sh
-# Every output option of every command, pointed at a character device made
+# Every output option of every command (malleus-sample writes only to its
+# standard output), pointed at a character device made
 # with mknod in a temporary directory (a private /dev/null: major 1, minor
 # 3): the command must write into the device, and the device node must still
 # be a device afterwards.  Renaming a temporary file over it -- right for a
@@ -77,6 +78,17 @@ PLAN
     fail "malleus-reshard into a device succeeded"
 grep -q "null" "$W/out" || { cat "$W/out"; fail "malleus-reshard: no message naming DEST"; }
 check "malleus-reshard DEST"
+"$B/malleus-export" --quiet "$W/snap" "$W/null" >"$W/out" 2>&1 &&
+    fail "malleus-export into a device succeeded"
+check "malleus-export OUT_DIR"
+# malleus-export's files inside OUT_DIR: a device there is written into.
+mkdir "$W/hf"
+mknod "$W/hf/model.safetensors" c 1 3
+mknod "$W/hf/config.json" c 1 3
+"$B/malleus-export" --quiet "$W/snap" "$W/hf" >"$W/out" 2>&1 || { cat "$W/out"; fail "malleus-export"; }
+[ -c "$W/hf/model.safetensors" ] && [ -c "$W/hf/config.json" ] ||
+    fail "malleus-export replaced device nodes in OUT_DIR"
+echo "ok: malleus-export OUT_DIR/{model.safetensors,config.json} left device nodes devices"
 
 # A FIFO: the output arrives through it, and it stays a FIFO.
 mkfifo "$W/fifo"
