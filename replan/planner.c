@@ -22,7 +22,7 @@
 
 /* Auto mode searches exhaustively when the enumeration has at most this
  * many (option vector, grouping) leaves left after the option bound. */
-#define RP_EXHAUSTIVE_LEAVES 3000
+#define RP_EXHAUSTIVE_LEAVES 50000
 /* Local-search budget (heuristic mode): evaluations, and evaluation work
  * (about one operation of the dynamic programmes each; ~0.5 s) */
 #define RP_LS_EVALS 4000
