@@ -1,5 +1,5 @@
 /* Reading a model part's state from a snapshot, whatever plan wrote it:
- * the trainer's resume (ckpt/train_ckpt.c) reads the parameters and both
+ * the trainer's resume (src/train/ckpt.c) reads the parameters and both
  * Adam moments of its part; malleus-sample reads the parameters of a whole
  * model on one process. */
 #ifndef MAL_LOAD_H

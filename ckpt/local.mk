@@ -1,10 +1,10 @@
-# ckpt/: sharded snapshots, the trainer's save/restore, offline resharding
+# ckpt/: sharded snapshots, offline resharding
 # (malleus-reshard) and their tests and benchmark; included by Makefile.am.
 
 # The snapshot layer, one facility per file (ckpt/snap_internal.h lists them).
 libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fs.c ckpt/snap_h5.c \
 	ckpt/snap_crc32c.c ckpt/snap_blocks.c ckpt/snap_coord.c ckpt/snap_write.c \
-	ckpt/snap_index.c ckpt/snap_read.c ckpt/train_ckpt.c ckpt/reshard.h ckpt/reshard.c \
+	ckpt/snap_index.c ckpt/snap_read.c ckpt/reshard.h ckpt/reshard.c \
 	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c \
 	ckpt/load.h ckpt/load.c
 EXTRA_DIST += ckpt/README.md

@@ -259,10 +259,10 @@ typedef struct {
 /* Local.  The backends of this build, NULL-terminated, in default order. */
 extern const mal_kern_backend *const mal_kern_backends[];
 
-/* Local.  The backend called `name`, or NULL with the reason recorded:
+/* Local.  *out = the backend called `name` and 0, or *out = NULL and
  * MAL_EINVAL for a name no build knows, MAL_ENOTSUP for one this build was
- * configured without, MAL_EDEVICE for one that has no device here; the
- * message lists what this build has. */
+ * configured without, MAL_EDEVICE for one that has no device here, with a
+ * message that lists what this build has. */
 int mal_kern_lookup(const char *name, const mal_kern_backend **out);
 
 /* Local.  The default backend's name: the first registered default

@@ -1,9 +1,40 @@
-/* Communication behind one table of operations.
+/* Communication behind one table of operations, in two planes.
  *
- * A mal_comm is a group of ranks (a communicator).  Backends: MPI (CPU
- * buffers) now; NCCL (device buffers, with MPI carrying the control plane)
- * later, behind the same table.  Point-to-point peers and broadcast roots are
- * ranks *within* the communicator.
+ * A mal_comm is a group of ranks (a communicator).  Point-to-point peers and
+ * broadcast roots are ranks *within* the communicator.  Backends are chosen
+ * by name (the registry below): "mpi" now, "nccl" later.
+ *
+ * Control plane: small host messages - plan broadcast, rates and times,
+ * barriers, snapshot coordination, agreement on failure, and the bootstrap
+ * of other communicators (NCCL's unique id).  Buffers are host memory.  MPI
+ * serves it in every backend (a backend's table reuses the MPI functions).
+ *
+ * Data plane: device buffers of a kernel instance (kernels.h) - the TP
+ * all-reduce, pipeline sends and receives, the data-parallel reduction over
+ * member lists, online-migration transfers.  The chosen backend serves it.
+ * The MPI data plane works on the buffers in place when the instance's
+ * buffers are host-addressable (the cpu backend: zero copies, as before
+ * the planes were split) and otherwise stages every transfer through pinned
+ * host buffers of the instance (mal_kern_host_alloc), which is what a GPU
+ * over MPI needs; the reductions are done by the backend (on the host for
+ * MPI, on the device for NCCL), never by the caller.
+ *
+ * Ordering of the data plane against the kernel queue - one rule for every
+ * backend:
+ *  1. An operation reads or writes a device buffer only after all kernel
+ *     work queued on the instance before the call has completed: the MPI
+ *     backend waits for the queue (mal_kern_queue_wait) before it copies or
+ *     passes the buffer to MPI; NCCL makes its stream wait for an event
+ *     recorded on the kernel queue (mal_kern_native_queue).  The caller
+ *     never synchronises for the data plane.
+ *  2. A collective (dp_allreduce, dp_allreduce_list) returns with its
+ *     result ordered before any kernel work queued after it: the MPI
+ *     backend has written it (or queued its copy back on the kernel queue);
+ *     NCCL makes the kernel queue wait for an event after the collective.
+ *  3. A receive's buffer may be used by kernels queued after the wait
+ *     (dp_waitall) that completes it returns, not before; a send's buffer
+ *     must not be written until that wait.  Completion is the same event
+ *     ordering as in 2.
  *
  * Waiting never busy-polls: on an oversubscribed machine MPICH's blocking
  * calls spin and starve the very rank they wait for (ENVIRONMENT.md), so
@@ -12,60 +43,57 @@
  * Results of all-reduce are bitwise identical on every member (replicas and
  * TP ranks must stay identical): the MPI backend computes every element on
  * exactly one rank (reduce + broadcast for small buffers, reduce-scatter +
- * all-gather for large ones).
+ * all-gather for large ones; reduce-scatter + all-gather around a ring of
+ * the list for member lists).
  *
  * Further contract details:
  *  - wait frees the request even when it fails; wait(NULL) returns 0;
  *  - a receive must get exactly the requested size: a shorter message is
  *    MAL_EMISMATCH, a longer one MAL_EMPI;
- *  - bad peers, roots, negative tags and messages over INT_MAX bytes are
- *    MAL_EINVAL;
+ *  - bad peers, roots, negative tags and control-plane messages over
+ *    INT_MAX bytes are MAL_EINVAL (the data plane takes any size);
  *  - abort ends the whole job (MPI_Abort on the world);
  *  - mal_comm_mpi_world() sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and
- *    MPI_COMM_SELF (MPICH reports request errors there), so code that calls
- *    MPI directly on the world must check return codes.
+ *    MPI_COMM_SELF (MPICH reports request errors there).
  */
 #ifndef MAL_COMM_H
 #define MAL_COMM_H
 
 #include <stddef.h>
 
+#include "kernels.h"
+
 typedef struct mal_comm mal_comm;
 typedef struct mal_comm_req mal_comm_req;
 typedef struct mal_comm_ops mal_comm_ops;
 
+/* Reductions of the data plane. */
+typedef enum { MAL_OP_SUM = 0, MAL_OP_MAX = 1 } mal_reduce_op;
+
 struct mal_comm_ops {
     const char *name; /* "mpi", "nccl" */
+
+    /* ---- control plane: communicators and small host messages; MPI
+     * serves these whatever the data plane. */
     /* Collective over `parent`: ranks with the same color form a new
-     * communicator, ordered by key then parent rank.  color < 0: *out = NULL. */
+     * communicator (of the parent's backend), ordered by key then parent
+     * rank.  color < 0: *out = NULL. */
     int (*split)(mal_comm *parent, int color, int key, mal_comm **out);
     /* Collective over the listed parent ranks only (others need not call):
      * a communicator of exactly those ranks in that order. */
     int (*create_group)(mal_comm *parent, const int *ranks, int n, mal_comm **out);
     void (*destroy)(mal_comm *c);
-    /* Collective: in-place sum. */
+    /* Collective: in-place sum (host memory). */
     int (*allreduce_f32)(mal_comm *c, float *buf, size_t n);
     int (*allreduce_f64)(mal_comm *c, double *buf, size_t n);
     /* Collective: max over doubles (in place). */
     int (*allreduce_max_f64)(mal_comm *c, double *buf, size_t n);
+    /* Collective: in-place minimum of n ints, the same on every rank. */
+    int (*allreduce_min_int)(mal_comm *c, int *buf, size_t n);
     /* Collective. */
     int (*broadcast)(mal_comm *c, void *buf, size_t bytes, int root);
     /* Collective: gather `bytes` from every rank into recv (rank order) at root. */
     int (*gather)(mal_comm *c, const void *send, void *recv, size_t bytes, int root);
-    int (*barrier)(mal_comm *c);
-    /* Local: post a send / receive; the request is owned by the caller until
-     * waited on (wait frees it). */
-    int (*isend)(mal_comm *c, const void *buf, size_t bytes, int peer, int tag, mal_comm_req **req);
-    int (*irecv)(mal_comm *c, void *buf, size_t bytes, int peer, int tag, mal_comm_req **req);
-    int (*wait)(mal_comm_req *req);
-    /* Local: terminate every rank of the job (last resort after an error
-     * that leaves peers blocked). */
-    void (*abort)(mal_comm *c, int code);
-
-    /* ---- control plane: small host messages (snapshot coordination,
-     * agreement on failure); MPI serves these whatever the data plane. */
-    /* Collective: in-place minimum of n ints, the same on every rank. */
-    int (*allreduce_min_int)(mal_comm *c, int *buf, size_t n);
     /* Collective: gather a different number of bytes from every rank at
      * root.  Each rank passes its own `bytes` at `send`.  At root, *out
      * (malloc'ed, the caller frees it) holds them back to back in rank
@@ -76,6 +104,50 @@ struct mal_comm_ops {
      * no rank is left waiting. */
     int (*gatherv)(mal_comm *c, const void *send, size_t bytes, int root, void **out,
                    size_t *counts);
+    int (*barrier)(mal_comm *c);
+    /* Local: post a send / receive of host memory; the request is owned by
+     * the caller until waited on (wait frees it). */
+    int (*isend)(mal_comm *c, const void *buf, size_t bytes, int peer, int tag, mal_comm_req **req);
+    int (*irecv)(mal_comm *c, void *buf, size_t bytes, int peer, int tag, mal_comm_req **req);
+    /* Local: complete a request of either plane. */
+    int (*wait)(mal_comm_req *req);
+    /* Local: terminate every rank of the job (last resort after an error
+     * that leaves peers blocked). */
+    void (*abort)(mal_comm *c, int code);
+
+    /* ---- data plane: device buffers of a kernel instance (TP all-reduce,
+     * pipeline send/receive, the data-parallel reduction over member
+     * lists, migration transfers).  The chosen backend serves these (MPI
+     * or NCCL); ordering against the kernel queue: see the top of the
+     * file. */
+    /* Collective: in-place sum of `count` elements of type dt in device
+     * buffer buf; bitwise the same result on every member. */
+    int (*dp_allreduce)(mal_comm *c, mal_kern k, void *buf, size_t count, mal_dtype dt);
+    /* Collective over the `n` listed ranks of c (others need not call; the
+     * calling rank must be listed): in-place reduction (op) of `count`
+     * elements of device buffer buf over the members, the combination done
+     * by the backend, bitwise the same on every member and independent of
+     * anything but the list's order.  Members must call their lists in the
+     * same order (messages between two ranks on `tag` match in the order
+     * posted).  No communicator of the members is created. */
+    int (*dp_allreduce_list)(mal_comm *c, mal_kern k, const int *members, int n, int tag,
+                             void *buf, size_t count, mal_dtype dt, mal_reduce_op op);
+    /* Local: post a send / receive of `bytes` of device buffer buf (any
+     * size); the request is owned by the caller until waited on. */
+    int (*dp_isend)(mal_comm *c, mal_kern k, const void *buf, size_t bytes, int peer, int tag,
+                    mal_comm_req **req);
+    int (*dp_irecv)(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int tag,
+                    mal_comm_req **req);
+    /* Local: sends and receives posted between group_start and group_end
+     * progress together (NCCL's ncclGroupStart/End: a peer pair may post
+     * both directions without deadlock); group_end returns once they are
+     * posted, not complete. */
+    int (*dp_group_start)(mal_comm *c);
+    int (*dp_group_end)(mal_comm *c);
+    /* Local: wait for n requests (NULL entries are skipped) of either
+     * plane; every request is freed whatever the outcome; the first error
+     * is returned. */
+    int (*dp_waitall)(mal_comm *c, int n, mal_comm_req **reqs);
 };
 
 struct mal_comm {
@@ -91,6 +163,12 @@ struct mal_comm {
  * the caller's). */
 extern const mal_comm_ops mal_comm_mpi_ops;
 int mal_comm_mpi_world(mal_comm **out);
+
+/* Collective over `parent`: a communicator of the same ranks in the same
+ * order whose backend (the data plane) is the one called `backend` (NULL:
+ * the parent's), for a component's own traffic; communicators split or
+ * created from it inherit the backend.  Errors as mal_comm_lookup. */
+int mal_comm_dup(mal_comm *parent, const char *backend, mal_comm **out);
 
 /* Collective over the job (every process calls it once, first): start the
  * communication layer (MPI_Init with the program's arguments) and return
@@ -181,6 +259,36 @@ static inline int mal_comm_gatherv(mal_comm *c, const void *send, size_t bytes, 
                                    void **out, size_t *counts)
 {
     return c->ops->gatherv(c, send, bytes, root, out, counts);
+}
+
+
+/* Data plane (device buffers of kernel instance k). */
+static inline int mal_comm_dp_allreduce(mal_comm *c, mal_kern k, void *buf, size_t count,
+                                        mal_dtype dt)
+{
+    return c->ops->dp_allreduce(c, k, buf, count, dt);
+}
+static inline int mal_comm_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, int n,
+                                             int tag, void *buf, size_t count, mal_dtype dt,
+                                             mal_reduce_op op)
+{
+    return c->ops->dp_allreduce_list(c, k, members, n, tag, buf, count, dt, op);
+}
+static inline int mal_comm_dp_isend(mal_comm *c, mal_kern k, const void *buf, size_t bytes,
+                                    int peer, int tag, mal_comm_req **req)
+{
+    return c->ops->dp_isend(c, k, buf, bytes, peer, tag, req);
+}
+static inline int mal_comm_dp_irecv(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer,
+                                    int tag, mal_comm_req **req)
+{
+    return c->ops->dp_irecv(c, k, buf, bytes, peer, tag, req);
+}
+static inline int mal_comm_dp_group_start(mal_comm *c) { return c->ops->dp_group_start(c); }
+static inline int mal_comm_dp_group_end(mal_comm *c) { return c->ops->dp_group_end(c); }
+static inline int mal_comm_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
+{
+    return c->ops->dp_waitall(c, n, reqs);
 }
 
 #endif /* MAL_COMM_H */

@@ -1,6 +1,15 @@
-/* MPI backend of the communication table (comm.h): CPU buffers, every
+/* MPI backend of the communication table (comm.h), both planes: every
  * operation posted non-blocking and completed by the sleeping wait of
  * comm_mpi.h, so that ranks sharing cores do not starve each other.
+ *
+ * The data plane takes device buffers of a kernel instance.  When the
+ * instance's buffers are host-addressable (the cpu backend) MPI works on
+ * them in place, after waiting for the instance's queue (comm.h's ordering
+ * rule); otherwise every transfer is staged through a pinned host buffer of
+ * the instance: device -> host copy, MPI on the host copy, host -> device
+ * copy queued on the instance before the operation (or the wait that
+ * completes it) returns.  The reduction over member lists is the ring of
+ * comm_ring.c on the host buffer.
  *
  * All-reduce results must be bitwise identical on every member.  MPI does
  * not promise that for MPI_Allreduce (an implementation may let each rank
@@ -20,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm_ring.h"
 #include "mal.h"
 
 /* Tests that succeed while spinning cost nothing extra when a rank has a
@@ -54,11 +64,17 @@ struct mal_comm_req {
     int is_recv; /* receives check the size of what arrived */
     size_t bytes;
     int peer, tag;
+    /* a staged data-plane transfer: the pinned host copy (freed at the
+     * wait) and, for a receive, the device buffer it is copied into */
+    mal_kern k;
+    void *stage, *dev;
 };
 
 typedef struct {
     MPI_Comm comm;
     int *counts, *displs; /* [size]: blocks of the reduce-scatter path */
+    void *ring_scratch;   /* host scratch of the member-list reduction, kept */
+    size_t ring_scratch_bytes;
 } mpi_impl;
 
 static MPI_Comm comm_of(const mal_comm *c)
@@ -116,7 +132,7 @@ MPI_Comm mal_comm_mpi_handle(const mal_comm *c)
 
 /* Wrap `comm` (which becomes owned by the new mal_comm) and fill rank, size
  * and world ranks.  Frees `comm` on failure. */
-static int wrap_comm(MPI_Comm comm, mal_comm **out)
+static int wrap_comm(MPI_Comm comm, const mal_comm_ops *ops, mal_comm **out)
 {
     int err = 0, rc;
     mal_comm *c = NULL;
@@ -137,7 +153,7 @@ static int wrap_comm(MPI_Comm comm, mal_comm **out)
         goto fail_alloc;
     }
     impl->comm = comm;
-    c->ops = &mal_comm_mpi_ops;
+    c->ops = ops;
     c->impl = impl;
     if ((rc = MPI_Comm_rank(comm, &c->rank)) != MPI_SUCCESS ||
         (rc = MPI_Comm_size(comm, &c->size)) != MPI_SUCCESS) {
@@ -209,7 +225,7 @@ int mal_comm_mpi_world(mal_comm **out)
         return MAL_MPI_ERR(rc, "MPI_Comm_idup(MPI_COMM_WORLD)");
     int err = mal_mpi_wait(&req, MPI_STATUS_IGNORE, "MPI_Comm_idup(MPI_COMM_WORLD)");
     if (err) return err;
-    return wrap_comm(dup, out);
+    return wrap_comm(dup, &mal_comm_mpi_ops, out);
 }
 
 int mal_comm_init(int *argc, char ***argv, mal_comm **world)
@@ -239,7 +255,7 @@ static int mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
     int rc = MPI_Comm_split(comm_of(parent), color < 0 ? MPI_UNDEFINED : color, key, &nc);
     if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "MPI_Comm_split");
     if (nc == MPI_COMM_NULL) return 0;
-    return wrap_comm(nc, out);
+    return wrap_comm(nc, parent->ops, out);
 }
 
 static int mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_comm **out)
@@ -278,7 +294,7 @@ static int mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_comm 
         err = MAL_MPI_ERR(rc, "MPI_Comm_create_group");
         goto cleanup;
     }
-    err = wrap_comm(nc, out);
+    err = wrap_comm(nc, parent->ops, out);
 
 cleanup:
     if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
@@ -290,10 +306,28 @@ static void mpi_destroy(mal_comm *c)
 {
     mpi_impl *impl = c->impl;
     if (impl && impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
-    if (impl) free(impl->counts), free(impl->displs);
+    if (impl) free(impl->counts), free(impl->displs), free(impl->ring_scratch);
     free(impl);
     free(c->world_ranks);
     free(c);
+}
+
+int mal_comm_dup(mal_comm *parent, const char *backend, mal_comm **out)
+{
+    const mal_comm_backend *b = NULL;
+    const mal_comm_ops *ops = parent->ops;
+    int rc;
+    *out = NULL;
+    if (backend) {
+        if ((rc = mal_comm_lookup(backend, &b))) return rc;
+        ops = b->ops;
+    }
+    MPI_Comm dup = MPI_COMM_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    if ((rc = MPI_Comm_idup(comm_of(parent), &dup, &req)) != MPI_SUCCESS)
+        return MAL_MPI_ERR(rc, "MPI_Comm_idup");
+    if ((rc = mal_mpi_wait(&req, MPI_STATUS_IGNORE, "MPI_Comm_idup"))) return rc;
+    return wrap_comm(dup, ops, out);
 }
 
 /* ---- collectives ------------------------------------------------------ */
@@ -529,7 +563,7 @@ static int post_p2p(mal_comm *c, void *buf, size_t bytes, int peer, int tag, int
     if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
     mal_comm_req *r = malloc(sizeof *r);
     if (!r) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
-    *r = (mal_comm_req){MPI_REQUEST_NULL, is_recv, bytes, peer, tag};
+    *r = (mal_comm_req){MPI_REQUEST_NULL, is_recv, bytes, peer, tag, NULL, NULL, NULL};
     int rc = is_recv ? MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req)
                      : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req);
     if (rc != MPI_SUCCESS) {
@@ -561,18 +595,175 @@ static int mpi_wait(mal_comm_req *r)
     MPI_Status st;
     int err = mal_mpi_wait(&r->req, &st, r->is_recv ? "wait (receive)" : "wait (send)");
     if (!err && r->is_recv) {
-        int got = 0;
-        int rc = MPI_Get_count(&st, MPI_BYTE, &got);
+        MPI_Count got = 0;
+        int rc = MPI_Get_count_c(&st, MPI_BYTE, &got);
         if (rc != MPI_SUCCESS)
             err = MAL_MPI_ERR(rc, "MPI_Get_count");
         else if ((size_t)got != r->bytes)
             err = MAL_ERR(MAL_EMISMATCH,
-                          "received %d bytes from rank %d (tag %d) but %zu were expected: the "
+                          "received %lld bytes from rank %d (tag %d) but %zu were expected: the "
                           "sender and receiver disagree on the message size",
-                          got, r->peer, r->tag, r->bytes);
+                          (long long)got, r->peer, r->tag, r->bytes);
+    }
+    if (r->stage) {
+        /* a staged receive lands in its device buffer, queued on the
+         * instance before the wait returns (comm.h, rule 3) */
+        if (!err && r->is_recv) mal_kern_from_host(r->k, r->dev, r->stage, r->bytes);
+        mal_kern_queue_wait(r->k);
+        mal_kern_host_free(r->k, r->stage);
     }
     free(r);
     return err;
+}
+
+/* ---- data plane ------------------------------------------------------- */
+
+/* Post a data-plane send or receive of device buffer buf: in place when
+ * the instance's buffers are host-addressable, else through a pinned host
+ * copy.  MPI-4's large-count calls: any size. */
+static int dp_post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int tag,
+                   int is_recv, mal_comm_req **out)
+{
+    const char *what = is_recv ? "data-plane receive" : "data-plane send";
+    *out = NULL;
+    if (peer < 0 || peer >= c->size)
+        return MAL_ERR(MAL_EINVAL, "%s: peer %d is not a rank of this communicator of %d ranks",
+                       what, peer, c->size);
+    if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
+    mal_comm_req *r = calloc(1, sizeof *r);
+    if (!r) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
+    *r = (mal_comm_req){MPI_REQUEST_NULL, is_recv, bytes, peer, tag, NULL, NULL, NULL};
+    void *mbuf = buf;
+    if (!k->host_addressable) {
+        if (!(r->stage = mal_kern_host_alloc(k, bytes ? bytes : 1))) {
+            free(r);
+            return MAL_ERR(MAL_ENOMEM, "%s: no pinned host memory for %zu bytes", what, bytes);
+        }
+        r->k = k;
+        r->dev = buf;
+        mbuf = r->stage;
+        if (!is_recv) mal_kern_to_host(k, r->stage, buf, bytes);
+    }
+    /* rule 1: nothing is read or written before the queue passed it */
+    mal_kern_queue_wait(k);
+    int rc = is_recv ? MPI_Irecv_c(mbuf, (MPI_Count)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req)
+                     : MPI_Isend_c(mbuf, (MPI_Count)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        if (r->stage) mal_kern_host_free(k, r->stage);
+        free(r);
+        return MAL_MPI_ERR(rc, what);
+    }
+    *out = r;
+    return 0;
+}
+
+static int mpi_dp_isend(mal_comm *c, mal_kern k, const void *buf, size_t bytes, int peer, int tag,
+                        mal_comm_req **req)
+{
+    /* MPI_Isend takes a const buffer; the cast only shares dp_post. */
+    return dp_post(c, k, (void *)(uintptr_t)buf, bytes, peer, tag, 0, req);
+}
+
+static int mpi_dp_irecv(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int tag,
+                        mal_comm_req **req)
+{
+    return dp_post(c, k, buf, bytes, peer, tag, 1, req);
+}
+
+/* MPI's non-blocking sends and receives progress together already. */
+static int mpi_dp_group_start(mal_comm *c)
+{
+    (void)c;
+    return 0;
+}
+
+static int mpi_dp_group_end(mal_comm *c)
+{
+    (void)c;
+    return 0;
+}
+
+static int mpi_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
+{
+    (void)c;
+    int err = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = mpi_wait(reqs[i]);
+        reqs[i] = NULL;
+        if (!err) err = rc;
+    }
+    return err;
+}
+
+/* The host memory a reduction of `bytes` of device buffer buf works on:
+ * buf itself (host-addressable) or a pinned copy (*stage, to be given to
+ * dp_unstage). */
+static int dp_stage(mal_kern k, void *buf, size_t bytes, void **host, void **stage)
+{
+    *stage = NULL;
+    *host = buf;
+    if (!k->host_addressable) {
+        if (!(*stage = mal_kern_host_alloc(k, bytes ? bytes : 1)))
+            return MAL_ERR(MAL_ENOMEM, "data plane: no pinned host memory for %zu bytes", bytes);
+        mal_kern_to_host(k, *stage, buf, bytes);
+        *host = *stage;
+    }
+    mal_kern_queue_wait(k);
+    return 0;
+}
+
+/* The result back into the device buffer (rule 2), and the copy freed. */
+static void dp_unstage(mal_kern k, void *buf, size_t bytes, void *stage, int ok)
+{
+    if (!stage) return;
+    if (ok) mal_kern_from_host(k, buf, stage, bytes);
+    mal_kern_queue_wait(k);
+    mal_kern_host_free(k, stage);
+}
+
+static int check_f32(mal_dtype dt, const char *what)
+{
+    if (dt != MAL_F32)
+        return MAL_ERR(MAL_ENOTSUP,
+                       "%s: the MPI data plane reduces fp32 only, not %s (use the nccl backend "
+                       "or fp32 compute)",
+                       what, mal_dtype_name(dt));
+    return 0;
+}
+
+static int mpi_dp_allreduce(mal_comm *c, mal_kern k, void *buf, size_t count, mal_dtype dt)
+{
+    void *host, *stage;
+    int rc = check_f32(dt, "all-reduce");
+    if (rc || c->size == 1 || count == 0) return rc;
+    size_t bytes = count * sizeof(float);
+    if ((rc = dp_stage(k, buf, bytes, &host, &stage))) return rc;
+    rc = allreduce(c, host, count, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce (sum, float)");
+    dp_unstage(k, buf, bytes, stage, rc == 0);
+    return rc;
+}
+
+static int mpi_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
+                                 void *buf, size_t count, mal_dtype dt, mal_reduce_op op)
+{
+    mpi_impl *im = c->impl;
+    void *host, *stage;
+    int rc = check_f32(dt, "member-list all-reduce");
+    if (rc) return rc;
+    /* the ring's scratch is kept with the communicator: a reduction every
+     * step must not allocate every step */
+    size_t need = mal_comm_ring_scratch_bytes(count, n);
+    if (need > im->ring_scratch_bytes) {
+        void *p = realloc(im->ring_scratch, need);
+        if (!p) return MAL_ERR(MAL_ENOMEM, "member-list all-reduce: out of memory for scratch");
+        im->ring_scratch = p;
+        im->ring_scratch_bytes = need;
+    }
+    size_t bytes = count * sizeof(float);
+    if ((rc = dp_stage(k, buf, bytes, &host, &stage))) return rc;
+    rc = mal_comm_ring_allreduce(c, members, n, tag, host, count, op, im->ring_scratch);
+    dp_unstage(k, buf, bytes, stage, rc == 0);
+    return rc;
 }
 
 /* MPI_COMM_WORLD, not c's communicator: the table promises to end every
@@ -598,6 +789,13 @@ const mal_comm_ops mal_comm_mpi_ops = {
     .irecv = mpi_irecv,
     .wait = mpi_wait,
     .abort = mpi_abort,
+    .dp_allreduce = mpi_dp_allreduce,
+    .dp_allreduce_list = mpi_dp_allreduce_list,
+    .dp_isend = mpi_dp_isend,
+    .dp_irecv = mpi_dp_irecv,
+    .dp_group_start = mpi_dp_group_start,
+    .dp_group_end = mpi_dp_group_end,
+    .dp_waitall = mpi_dp_waitall,
     .allreduce_min_int = mpi_allreduce_min_int,
     .gatherv = mpi_gatherv,
 };

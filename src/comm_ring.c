@@ -11,10 +11,7 @@ enum { MSG_MAX = 1 << 30 };
 /* Up to this size the first member combines everything (via_first). */
 enum { SMALL_BYTES = 64 << 10 };
 
-static size_t elem_size(mal_ring_op op)
-{
-    return op == MAL_RING_SUM_F32 ? sizeof(float) : sizeof(double);
-}
+enum { ES = sizeof(float) };
 
 /* Block b of `count` elements cut into n nearly equal blocks. */
 static size_t blk_off(size_t count, int n, int b)
@@ -26,12 +23,12 @@ static size_t blk_len(size_t count, int n, int b)
     return count / (size_t)n + ((size_t)b < count % (size_t)n);
 }
 
-size_t mal_comm_ring_scratch_bytes(size_t count, int n, mal_ring_op op)
+size_t mal_comm_ring_scratch_bytes(size_t count, int n)
 {
-    size_t bytes = count * elem_size(op);
+    size_t bytes = count * ES;
     if (n < 1) n = 1;
     if (bytes <= SMALL_BYTES) return (size_t)n * bytes + 16; /* the first member's n-1 copies */
-    return blk_len(count, n, 0) * elem_size(op) + 16;
+    return blk_len(count, n, 0) * ES + 16;
 }
 
 /* Send `sbytes` at s to `next` while receiving `rbytes` into r from `prev`,
@@ -53,26 +50,23 @@ static int exchange(mal_comm *c, const char *s, size_t sbytes, int next, char *r
     return rc;
 }
 
-static void combine(void *dst, const void *src, size_t n, mal_ring_op op)
+static void combine(void *dst, const void *src, size_t n, mal_reduce_op op)
 {
-    if (op == MAL_RING_SUM_F32) {
-        float *d = dst;
-        const float *x = src;
+    float *d = dst;
+    const float *x = src;
+    if (op == MAL_OP_SUM)
         for (size_t i = 0; i < n; i++)
             d[i] += x[i];
-    } else {
-        double *d = dst;
-        const double *x = src;
+    else
         for (size_t i = 0; i < n; i++)
             d[i] = x[i] > d[i] ? x[i] : d[i];
-    }
 }
 
 /* Small buffers: every member sends its buffer to the first, which
  * combines them in member order and sends the result back - two rounds of
  * latency whatever n, where the ring takes 2(n-1). */
 static int via_first(mal_comm *c, const int *members, int n, int i, int tag, char *b, size_t bytes,
-                     size_t count, mal_ring_op op, char *scratch)
+                     size_t count, mal_reduce_op op, char *scratch)
 {
     int rc = 0;
     if (i > 0) {
@@ -100,8 +94,8 @@ static int via_first(mal_comm *c, const int *members, int n, int i, int tag, cha
     return rc;
 }
 
-int mal_comm_ring_allreduce(mal_comm *c, const int *members, int n, int tag, void *buf,
-                            size_t count, mal_ring_op op, void *scratch)
+int mal_comm_ring_allreduce(mal_comm *c, const int *members, int n, int tag, float *buf,
+                            size_t count, mal_reduce_op op, void *scratch)
 {
     int i = -1;
     for (int k = 0; k < n; k++)
@@ -110,11 +104,11 @@ int mal_comm_ring_allreduce(mal_comm *c, const int *members, int n, int tag, voi
         return MAL_ERR(MAL_EINVAL, "ring all-reduce: rank %d is not among the %d members", c->rank,
                        n);
     if (n == 1 || count == 0) return 0;
-    const size_t es = elem_size(op);
+    const size_t es = ES;
     if (count * es <= SMALL_BYTES)
-        return via_first(c, members, n, i, tag, buf, count * es, count, op, scratch);
+        return via_first(c, members, n, i, tag, (char *)buf, count * es, count, op, scratch);
     const int next = members[(i + 1) % n], prev = members[(i + n - 1) % n];
-    char *b = buf;
+    char *b = (char *)buf;
     int rc;
     /* Reduce-scatter: at step s, pass block i-s on and add block i-s-1 in;
      * after n-1 steps this member holds the whole of block i+1. */

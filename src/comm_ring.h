@@ -1,5 +1,7 @@
 /* All-reduce over any list of members of a communicator, by a ring of
- * point-to-point messages on that communicator.
+ * point-to-point messages on that communicator: the MPI data plane's
+ * dp_allreduce_list (comm_mpi.c), on host memory.  Internal to the MPI
+ * backend; everyone else calls mal_comm_dp_allreduce_list.
  *
  * It needs no communicator of the members' own, so forming a group costs
  * nothing: an online plan change regroups the data-parallel replicas, and
@@ -17,17 +19,16 @@
 
 #include "comm.h"
 
-typedef enum { MAL_RING_SUM_F32, MAL_RING_MAX_F64 } mal_ring_op;
-
-/* Bytes of scratch mal_comm_ring_allreduce needs for `count` elements over
- * `n` members. */
-size_t mal_comm_ring_scratch_bytes(size_t count, int n, mal_ring_op op);
+/* Bytes of scratch mal_comm_ring_allreduce needs for `count` fp32
+ * elements over `n` members. */
+size_t mal_comm_ring_scratch_bytes(size_t count, int n);
 
 /* Collective over the `n` listed ranks of `c` (others need not call; the
- * calling rank must be listed).  In-place reduction of `count` elements of
- * host memory `buf`.  Members must call their groups in the same order, as
- * messages between two ranks on `tag` match in the order posted. */
-int mal_comm_ring_allreduce(mal_comm *c, const int *members, int n, int tag, void *buf,
-                            size_t count, mal_ring_op op, void *scratch);
+ * calling rank must be listed).  In-place reduction (sum or max) of
+ * `count` floats of host memory `buf`.  Members must call their groups in
+ * the same order, as messages between two ranks on `tag` match in the
+ * order posted. */
+int mal_comm_ring_allreduce(mal_comm *c, const int *members, int n, int tag, float *buf,
+                            size_t count, mal_reduce_op op, void *scratch);
 
 #endif /* MAL_COMM_RING_H */

@@ -1,14 +1,23 @@
-# src/: runtime library sources (common, config, model, optimizer, trainer)
-# and the program mains (thin shells over the library).
+# src/: the runtime library by layer (README.md, "Layout") and the program
+# mains (thin shells over the library).
 
-libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h src/fileio.h src/fileio.c \
-	src/config.h src/config.c \
+# base
+libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h src/opts.h src/opts.c src/fileio.h \
+	src/fileio.c
+# core: model, optimizer, layout, tensor pieces, gradient sync, state mover
+libmalleus_a_SOURCES += src/config.h src/config.c \
 	src/model.h src/model.c \
 	src/optim.h src/optim.c \
-	src/train.h src/train.c src/train_internal.h \
-	src/pipeline.c src/gradsync.c src/layout.h src/layout.c src/monitor.c \
-	src/migrate.c src/train_memory.c src/profile_measure.c src/eval.c src/sample.h src/sample.c \
-	src/opts.h src/opts.c src/train_cli.h src/train_cli.c
+	src/layout.h src/layout.c \
+	src/piece.h src/piece.c \
+	src/gradsync.h src/gradsync.c \
+	src/migrate.h src/migrate.c \
+	src/sample.h src/sample.c
+# the trainer layer
+libmalleus_a_SOURCES += src/train/train.h src/train/train_internal.h src/train/train.c \
+	src/train/part.c src/train/pipeline.c src/train/monitor.c src/train/online.c \
+	src/train/ckpt.c src/train/eval.c src/train/train_memory.c src/train/profile_measure.c \
+	src/train/train_cli.h src/train/train_cli.c
 
 bin_PROGRAMS += malleus-train
 malleus_train_SOURCES = src/train_main.c

@@ -2,7 +2,7 @@
  * temperature, top-k) deterministically for a seed, the one-process
  * generation loop over a whole model, and the byte-level text on both ends
  * (prompt in, text out).  malleus-sample (src/sample_main.c) uses all of
- * it; the trainer's --sample-every (src/eval.c) runs the same choice over
+ * it; the trainer's --sample-every (src/train/eval.c) runs the same choice over
  * its pipeline.
  *
  * Generation recomputes the forward pass over the last seq_len tokens for

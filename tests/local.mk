@@ -2,6 +2,10 @@
 # tests in their local.mk).  EXTRA_DIST carries the shared test helpers.
 EXTRA_DIST += tests/mal_test.h tests/tiny_options.h
 
+# The library's layers point one way (README.md, "Layout").
+dist_check_SCRIPTS += tests/check_layers.sh
+TESTS += tests/check_layers.sh
+
 check_PROGRAMS += tests/test_model_grad tests/test_train
 TESTS += tests/test_model_grad tests/test_train
 dist_check_SCRIPTS += tests/test_cli.sh
@@ -43,3 +47,8 @@ TESTS += tests/test_dying.sh
 # One exit-status rule for every command.
 dist_check_SCRIPTS += tests/test_exit_codes.sh
 TESTS += tests/test_exit_codes.sh
+
+# The multi-rank suite again on the cpu-opaque kernel backend, whose device
+# buffers the host cannot touch: the device-memory seam, checked without a GPU.
+dist_check_SCRIPTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
+TESTS += tests/test_opaque_a.sh tests/test_opaque_b.sh

@@ -2,7 +2,8 @@
  * tests/mpirun.sh): every operation on the world communicator, on uneven
  * communicators from split and create_group, and on a one-rank
  * communicator; all-reduce results checked against exact sums and for
- * bitwise identity across ranks; the chunk path; error paths; and that a
+ * bitwise identity across ranks; the chunk path; error paths; the data
+ * plane on device buffers of the cpu and cpu-opaque kernel backends; and that a
  * waiting rank sleeps instead of burning a core.  Prints the cost of a small
  * all-reduce next to plain blocking MPI_Allreduce.  Rank 0 prints the
  * verdict.
@@ -23,7 +24,6 @@
 #include "comm.h"
 #include "comm_mpi.h"
 #include "comm_pool.h"
-#include "comm_ring.h"
 #include "mal_test.h"
 
 #define NPROCS 8
@@ -322,12 +322,36 @@ static void run_ops(mal_comm *c, const char *label)
     test_ring(c, label);
 }
 
-/* Ring all-reduce over member lists of the world (no communicator of
- * their own): integer-valued floats sum exactly, so every member must hold
- * exactly the closed-form sum; both paths (first member combines / ring),
- * counts below the member count and not divisible by it, and max. */
-static void test_ring_allreduce(mal_comm *w)
+/* The data plane on device buffers of kernel instance k (cpu: in place;
+ * cpu-opaque: staged through pinned host buffers, since its buffers cannot
+ * be read by the host - any slip would crash here).
+ *  - reduction over member lists of the world (no communicator of their
+ *    own): integer-valued floats sum exactly, so every member must hold
+ *    exactly the closed-form sum and max; both paths (first member
+ *    combines / ring), counts below the member count and not divisible by
+ *    it;
+ *  - all-reduce over the world: exact sums;
+ *  - grouped sends and receives around the ring of all ranks, a small and
+ *    a large message, and a receive that expects more than was sent;
+ *  - refusals: a list without the caller, bf16 on the MPI data plane. */
+static float *dev_upload(mal_kern k, const float *h, size_t n)
 {
+    float *d = mal_kern_alloc(k, n * sizeof *d + 4);
+    CHECK(d != NULL);
+    mal_kern_from_host(k, d, h, n * sizeof *d);
+    return d;
+}
+
+static void dev_download(mal_kern k, float *h, const float *d, size_t n)
+{
+    mal_kern_to_host(k, h, d, n * sizeof *h);
+    CHECK_OK(mal_kern_sync(k));
+}
+
+static void test_data_plane(mal_comm *w, const char *device)
+{
+    mal_kern k;
+    CHECK_OK(mal_kern_create(device, NULL, &k));
     static const int odd[] = {1, 3, 5, 7}, mixed[] = {6, 0, 3}, pair[] = {2, 4};
     const struct {
         const int *m;
@@ -337,44 +361,124 @@ static void test_ring_allreduce(mal_comm *w)
     for (size_t gi = 0; gi < MAL_ARRAY_SIZE(groups); gi++) {
         const int *m = groups[gi].m, n = groups[gi].n;
         int in = 0;
-        for (int k = 0; k < n; k++)
-            in |= m[k] == w->rank;
+        for (int j = 0; j < n; j++)
+            in |= m[j] == w->rank;
         for (size_t ci = 0; in && ci < MAL_ARRAY_SIZE(counts); ci++) {
             size_t count = counts[ci];
-            float *x = malloc(count * sizeof *x);
-            double *d = malloc(count * sizeof *d);
-            void *scratch = malloc(mal_comm_ring_scratch_bytes(count, n, MAL_RING_MAX_F64));
+            float *x = malloc(count * sizeof *x), *y = malloc(count * sizeof *y);
+            CHECK(x && y);
             for (size_t i = 0; i < count; i++) {
                 x[i] = (float)((i * 7 + (size_t)w->rank * 13) % 101);
-                d[i] = (double)((i * 3 + (size_t)w->rank * 5) % 17) - 8.0;
+                y[i] = (float)((i * 3 + (size_t)w->rank * 5) % 17) - 8.0f;
             }
-            CHECK_OK(mal_comm_ring_allreduce(w, m, n, 3, x, count, MAL_RING_SUM_F32, scratch));
-            CHECK_OK(mal_comm_ring_allreduce(w, m, n, 3, d, count, MAL_RING_MAX_F64, scratch));
+            float *dx = dev_upload(k, x, count), *dy = dev_upload(k, y, count);
+            CHECK_OK(mal_comm_dp_allreduce_list(w, k, m, n, 3, dx, count, MAL_F32, MAL_OP_SUM));
+            CHECK_OK(mal_comm_dp_allreduce_list(w, k, m, n, 3, dy, count, MAL_F32, MAL_OP_MAX));
+            dev_download(k, x, dx, count);
+            dev_download(k, y, dy, count);
             for (size_t i = 0; i < count; i++) {
                 double want = 0, want_max = -1e30;
-                for (int k = 0; k < n; k++) {
-                    want += (double)((i * 7 + (size_t)m[k] * 13) % 101);
-                    want_max = MAL_MAX(want_max, (double)((i * 3 + (size_t)m[k] * 5) % 17) - 8.0);
+                for (int j = 0; j < n; j++) {
+                    want += (double)((i * 7 + (size_t)m[j] * 13) % 101);
+                    want_max = MAL_MAX(want_max, (double)((i * 3 + (size_t)m[j] * 5) % 17) - 8.0);
                 }
-                if ((double)x[i] != want || d[i] != want_max) {
+                if ((double)x[i] != want || (double)y[i] != want_max) {
                     fprintf(stderr,
-                            "ring all-reduce, group %zu, count %zu, element %zu: %g/%g, "
+                            "%s: list all-reduce, group %zu, count %zu, element %zu: %g/%g, "
                             "want %g/%g\n",
-                            gi, count, i, (double)x[i], d[i], want, want_max);
+                            device, gi, count, i, (double)x[i], (double)y[i], want, want_max);
                     MPI_Abort(MPI_COMM_WORLD, 1);
                 }
             }
+            mal_kern_free(k, dx);
+            mal_kern_free(k, dy);
             free(x);
-            free(d);
-            free(scratch);
+            free(y);
         }
     }
-    float y = 1;
+    float one = 1, *d1 = dev_upload(k, &one, 1);
     static const int others[] = {1}; /* a list without this rank (for rank != 1) */
     if (w->rank != 1)
-        CHECK_EQ_INT(mal_comm_ring_allreduce(w, others, 1, 3, &y, 1, MAL_RING_SUM_F32, NULL),
+        CHECK_EQ_INT(mal_comm_dp_allreduce_list(w, k, others, 1, 3, d1, 1, MAL_F32, MAL_OP_SUM),
                      MAL_EINVAL);
+    CHECK_EQ_INT(mal_comm_dp_allreduce(w, k, d1, 1, MAL_BF16), MAL_ENOTSUP);
+
+    /* all-reduce over the world (both of its paths) */
+    for (size_t n = 100; n <= 20011; n += 19911) {
+        float *h = malloc(n * sizeof *h);
+        CHECK(h != NULL);
+        for (size_t i = 0; i < n; i++)
+            h[i] = (float)((i + (size_t)w->rank * 31) % 97);
+        float *d = dev_upload(k, h, n);
+        CHECK_OK(mal_comm_dp_allreduce(w, k, d, n, MAL_F32));
+        dev_download(k, h, d, n);
+        for (size_t i = 0; i < n; i++) {
+            double want = 0;
+            for (int r = 0; r < w->size; r++)
+                want += (double)((i + (size_t)r * 31) % 97);
+            CHECK((double)h[i] == want);
+        }
+        check_identical(mal_comm_mpi_handle(w), h, n * sizeof *h, "data-plane all-reduce");
+        mal_kern_free(k, d);
+        free(h);
+    }
+
+    /* grouped sends and receives around the ring: a small and a 4 MiB one */
+    int next = (w->rank + 1) % w->size, prev = (w->rank + w->size - 1) % w->size;
+    size_t big = (size_t)1 << 20;
+    float *hs = malloc(big * sizeof *hs), *hr = malloc(big * sizeof *hr);
+    CHECK(hs && hr);
+    for (size_t i = 0; i < big; i++)
+        hs[i] = (float)((i * 5 + (size_t)w->rank) % 251);
+    float *ds = dev_upload(k, hs, big), *dr = mal_kern_alloc(k, big * sizeof *dr);
+    float small = (float)w->rank, *dss = dev_upload(k, &small, 1), *dsr = mal_kern_alloc(k, 4);
+    CHECK(dr && dsr);
+    mal_comm_req *q[4] = {NULL, NULL, NULL, NULL};
+    CHECK_OK(mal_comm_dp_group_start(w));
+    CHECK_OK(mal_comm_dp_irecv(w, k, dr, big * sizeof *dr, prev, 21, &q[0]));
+    CHECK_OK(mal_comm_dp_irecv(w, k, dsr, sizeof(float), prev, 22, &q[1]));
+    CHECK_OK(mal_comm_dp_isend(w, k, ds, big * sizeof *ds, next, 21, &q[2]));
+    CHECK_OK(mal_comm_dp_isend(w, k, dss, sizeof(float), next, 22, &q[3]));
+    CHECK_OK(mal_comm_dp_group_end(w));
+    CHECK_OK(mal_comm_dp_waitall(w, 4, q));
+    CHECK(q[0] == NULL && q[3] == NULL);
+    dev_download(k, hr, dr, big);
+    dev_download(k, &small, dsr, 1);
+    CHECK_EQ_INT((int)small, prev);
+    for (size_t i = 0; i < big; i++)
+        CHECK(hr[i] == (float)((i * 5 + (size_t)prev) % 251));
+    /* the receiver expects 8 bytes, 4 come: refused, the buffer untouched */
+    CHECK_OK(mal_comm_dp_irecv(w, k, dr, 2 * sizeof(float), prev, 23, &q[0]));
+    CHECK_OK(mal_comm_dp_isend(w, k, dss, sizeof(float), next, 23, &q[1]));
+    int rc = mal_comm_dp_waitall(w, 2, q);
+    CHECK_EQ_INT(rc, MAL_EMISMATCH);
+    CHECK(q[0] == NULL && q[1] == NULL);
+    CHECK_EQ_INT(mal_comm_dp_isend(w, k, dss, 4, w->size, 1, &q[0]), MAL_EINVAL);
+    CHECK_EQ_INT(mal_comm_dp_irecv(w, k, dsr, 4, prev, -1, &q[0]), MAL_EINVAL);
+    void *bufs[] = {d1, ds, dr, dss, dsr};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(k, bufs[i]);
+    free(hs);
+    free(hr);
     CHECK_OK(mal_comm_barrier(w));
+    mal_kern_destroy(k);
+}
+
+/* A duplicate with a backend by name; names this build lacks are refused
+ * on every rank alike, before any collective. */
+static void test_dup(mal_comm *w)
+{
+    mal_comm *d = NULL;
+    CHECK_OK(mal_comm_dup(w, "mpi", &d));
+    CHECK(d && d->size == w->size && d->rank == w->rank && !strcmp(d->ops->name, "mpi"));
+    mal_comm *s = NULL;
+    CHECK_OK(mal_comm_split(d, 0, -w->rank, &s));
+    CHECK(s->ops == d->ops && s->rank == w->size - 1 - w->rank);
+    mal_comm_destroy(s);
+    mal_comm_destroy(d);
+    CHECK_EQ_INT(mal_comm_dup(w, "nccl", &d), MAL_ENOTSUP);
+    CHECK_EQ_INT(mal_comm_dup(w, "carrier-pigeon", &d), MAL_EINVAL);
+    CHECK(d == NULL);
 }
 
 static void check_members(const mal_comm *c, const int *want, int n)
@@ -598,7 +702,9 @@ int main(int argc, char **argv)
     }
     mal_comm_pool_destroy(pool);
 
-    test_ring_allreduce(w);
+    test_data_plane(w, "cpu");
+    test_data_plane(w, "cpu-opaque");
+    test_dup(w);
 
     run_ops(w, "world");
     if (sp) run_ops(sp, "split");

@@ -12,7 +12,6 @@
  * one pipeline to a neighbour moves exactly that layer's state and keeps
  * the rest in place. */
 #include <math.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,13 +67,12 @@ static void check_migration_bytes(void)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
     mal_comm *world;
-    CHECK_OK(mal_comm_mpi_world(&world));
+    CHECK_OK(mal_comm_init(&argc, &argv, &world));
     mal_log_level = MAL_LOG_WARN;
     if (world->size != 8) {
         if (world->rank == 0) fprintf(stderr, "test_online needs 8 ranks\n");
-        MPI_Abort(MPI_COMM_WORLD, MAL_TEST_ERROR);
+        mal_comm_abort(world, MAL_TEST_ERROR);
     }
     if (world->rank == 0) check_migration_bytes();
 
@@ -153,8 +151,7 @@ int main(int argc, char **argv)
     }
     mal_trainer_destroy(tr);
     int f = failed;
-    MPI_Bcast(&f, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    mal_comm_destroy(world);
-    MPI_Finalize();
+    CHECK_OK(mal_comm_broadcast(world, &f, sizeof f, 0));
+    mal_comm_finalize(world);
     return f ? 1 : 0;
 }

@@ -7,7 +7,6 @@
  * Then one more step both ways - the online trainer, and a trainer resumed
  * from C on the same plan (D) - must give bitwise the same loss and norm.
  *   test_online_reshard PLAN.json WORKDIR */
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +15,8 @@
 #include "plan.h"
 #include "reshard.h"
 #include "snapshot.h"
+#include "tiny_options.h"
 #include "train.h"
-#include "train_internal.h"
 
 static void check_equal(const char *b_dir, const char *c_dir)
 {
@@ -61,14 +60,13 @@ static void check_equal(const char *b_dir, const char *c_dir)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
     mal_comm *world;
-    CHECK_OK(mal_comm_mpi_world(&world));
+    CHECK_OK(mal_comm_init(&argc, &argv, &world));
     mal_log_level = MAL_LOG_WARN;
     if (argc != 3 || world->size != 8) {
         if (world->rank == 0)
             fprintf(stderr, "usage: mpiexec -n 8 %s PLAN.json WORKDIR\n", argv[0]);
-        MPI_Abort(MPI_COMM_WORLD, MAL_TEST_ERROR);
+        mal_comm_abort(world, MAL_TEST_ERROR);
     }
     char a_dir[4096], b_dir[4096], c_dir[4096];
     snprintf(a_dir, sizeof a_dir, "%s/a", argv[2]);
@@ -82,6 +80,7 @@ int main(int argc, char **argv)
     o.micro_batch = 2;
     o.log_every = 0;
     o.threads = 1;
+    o.device = mal_test_device();
     o.dp = o.tp = o.pp = 2;
     o.world = world;
     o.snapshot_dir = a_dir;
@@ -123,8 +122,12 @@ int main(int argc, char **argv)
     mal_migration_times mt;
     mal_trainer_migration_times(tr, &mt);
     CHECK_EQ_INT(mt.handed_over, keeps);
-    int n_kept_parts = 0;
-    MPI_Allreduce(&keeps, &n_kept_parts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int n_kept_parts = keeps;
+    {
+        double sum = keeps;
+        CHECK_OK(mal_comm_allreduce_f64(world, &sum, 1));
+        n_kept_parts = (int)sum;
+    }
     CHECK_OK(mal_trainer_save_to(tr, b_dir));
     /* ... and trains on: one more step, to compare with a run resumed from
      * the resharded snapshot (D) below. */
@@ -155,7 +158,7 @@ int main(int argc, char **argv)
                 "step after the change: online loss %.17g norm %.17g, resumed from the "
                 "reshard loss %.17g norm %.17g\n",
                 after_b.loss, after_b.grad_norm, after_d.loss, after_d.grad_norm);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        mal_comm_abort(world, 1);
     }
     if (world->rank == 0) {
         check_equal(b_dir, c_dir);
@@ -163,7 +166,6 @@ int main(int argc, char **argv)
                n_kept_parts);
     }
     mal_plan_fini(&next);
-    mal_comm_destroy(world);
-    MPI_Finalize();
+    mal_comm_finalize(world);
     return 0;
 }

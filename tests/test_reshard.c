@@ -159,16 +159,14 @@ static size_t check_loaded(mal_trainer *tr, const char *step_dir)
     if (!m) return 0;
     mal_snapshot *s;
     CHECK_OK(mal_snapshot_open(&s, step_dir));
-    float *buf = malloc(m->n_params * sizeof(float) + 4);
-    CHECK(buf != NULL);
-    const char *groups[] = {"param", "adam_m", "adam_v"};
-    float *state[] = {m->params, m->adam_m, m->adam_v};
+    float *buf = malloc(m->n_params * sizeof(float) + 4), *held = malloc(m->n_params * 4 + 4);
+    CHECK(buf && held);
     size_t checked = 0;
-    for (int g = 0; g < 3; g++)
+    for (int g = 0; g < MAL_STATE_N_SAVED; g++)
         for (int i = 0; i < m->n_tensors; i++) {
             const mal_tensor_info *t = &m->tensors[i];
             char name[96];
-            snprintf(name, sizeof name, "%s/%s", groups[g], t->name);
+            snprintf(name, sizeof name, "%s/%s", mal_model_state_name(g), t->name);
             mal_snap_tensor w = {.name = name, .ndim = t->ndim, .data = buf};
             for (int d = 0; d < t->ndim; d++) {
                 w.shape[d] = t->shape[d];
@@ -176,7 +174,9 @@ static size_t check_loaded(mal_trainer *tr, const char *step_dir)
                 w.extent[d] = t->local_shape[d];
             }
             CHECK_OK(mal_snapshot_read_block(s, &w));
-            if (memcmp(buf, state[g] + t->offset, t->n * sizeof(float))) {
+            /* the trainer's state through the kernel table (device memory) */
+            CHECK_OK(mal_model_state_to_host(m, g, t, held));
+            if (memcmp(buf, held, t->n * sizeof(float))) {
                 fprintf(stderr, "rank %d: loaded %s differs from the snapshot\n", world->rank,
                         name);
                 exit(1);
@@ -184,6 +184,7 @@ static size_t check_loaded(mal_trainer *tr, const char *step_dir)
             checked += t->n;
         }
     free(buf);
+    free(held);
     mal_snapshot_close(s);
     return checked;
 }
@@ -388,23 +389,27 @@ static int run_h5py_demo(const char *dir, const char *plan_path)
         join(man, held, mname);
         FILE *mf = fopen(man, "w");
         CHECK(mf != NULL);
-        const char *groups[] = {"param", "adam_v"};
-        float *state[] = {m->params, m->adam_v};
-        for (int g = 0; g < 2; g++)
+        const int groups[] = {MAL_STATE_PARAM, MAL_STATE_ADAM_V};
+        float *host = malloc(m->n_params * sizeof(float) + 4);
+        CHECK(host != NULL);
+        for (int gi = 0; gi < 2; gi++)
             for (int i = 0; i < m->n_tensors; i++) {
                 const mal_tensor_info *t = &m->tensors[i];
+                const char *gname = mal_model_state_name(groups[gi]);
                 char fname[256], path[4096];
-                snprintf(fname, sizeof fname, "%s.%s.%d.bin", groups[g], t->name, world->rank);
+                snprintf(fname, sizeof fname, "%s.%s.%d.bin", gname, t->name, world->rank);
                 join(path, held, fname);
+                CHECK_OK(mal_model_state_to_host(m, groups[gi], t, host));
                 FILE *f = fopen(path, "wb");
-                CHECK(f && fwrite(state[g] + t->offset, sizeof(float), t->n, f) == t->n);
+                CHECK(f && fwrite(host, sizeof(float), t->n, f) == t->n);
                 CHECK(fclose(f) == 0);
                 int64_t off[2] = {0, 0}, ext[2] = {t->local_shape[0], 1};
                 if (t->ndim == 2) ext[1] = t->local_shape[1];
                 if (t->split_dim >= 0) off[t->split_dim] = t->split_off;
-                fprintf(mf, "%s/%s %s %d %lld %lld %lld %lld\n", groups[g], t->name, fname, t->ndim,
+                fprintf(mf, "%s/%s %s %d %lld %lld %lld %lld\n", gname, t->name, fname, t->ndim,
                         (long long)off[0], (long long)off[1], (long long)ext[0], (long long)ext[1]);
             }
+        free(host);
         CHECK(fclose(mf) == 0);
     }
     mal_trainer_destroy(tr);

@@ -4,16 +4,16 @@
  * with the per-rank breakdown, beside the in-process parts of the restart
  * path for the same change: writing a snapshot, resharding it onto B and
  * loading it into a trainer built on B.  (The restart path also pays a job
- * restart - process start-up, MPI_Init, data - which bench/adapt/run.py
+ * restart - process start-up, MPI initialisation, data - which bench/adapt/run.py
  * measures with whole processes.)
  *   mpiexec -n N bench_migrate --model small --plan-a A.json --plan-b B.json
  *       [--global-batch 16] [--micro-batch 2] [--steps 1] [--inject RANK:FACTOR]
- *       [--reps 3] [--dir DIR] [--online-only] [--warm-mb N]
+ *       [--reps 3] [--dir DIR] [--online-only] [--warm-mb N] [--device NAME] [--comm NAME]
  * --warm-mb N: before every timed operation each rank touches and frees N
  * MiB, so that neither path pays for memory the host has not backed yet
- * (bench/README.md). */
+ * (bench/README.md).  --device / --comm: the kernel and communication
+ * backends by name (as malleus-train's). */
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +25,18 @@
 #include "reshard.h"
 #include "train.h"
 
+static mal_comm *world;
+
 /* A whole number >= lo from option `opt`, or the run stops with status 2. */
 static long number(const char *opt, const char *arg, long lo)
 {
     char *end;
     long v = strtol(arg, &end, 10);
     if (end == arg || *end || v < lo) {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        if (!rank)
+        if (!world->rank)
             fprintf(stderr, "bench_migrate: %s expects a whole number >= %ld, not '%s'\n", opt, lo,
                     arg);
-        MPI_Abort(MPI_COMM_WORLD, 2);
+        mal_comm_abort(world, 2);
     }
     return v;
 }
@@ -44,7 +44,8 @@ static long number(const char *opt, const char *arg, long lo)
 static void die(const char *what)
 {
     fprintf(stderr, "bench_migrate: %s: %s\n", what, mal_errmsg());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    if (world) mal_comm_abort(world, 1);
+    exit(1);
 }
 
 /* Memory the host backs lazily (VMs with free page reporting): touch
@@ -66,15 +67,14 @@ static void ready(void)
             munmap(p, n);
         }
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (mal_comm_barrier(world)) die("barrier");
 }
 
 /* Slowest rank's value of x (collective). */
 static double max_all(double x)
 {
-    double m;
-    MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return m;
+    if (mal_comm_allreduce_max_f64(world, &x, 1)) die("all-reduce");
+    return x;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -83,7 +83,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void report(mal_comm *world, const char *what, const mal_migration_times *t)
+static void report(const char *what, const mal_migration_times *t)
 {
     int n = world->size;
     double mine[8] = {t->total,
@@ -95,7 +95,7 @@ static void report(mal_comm *world, const char *what, const mal_migration_times 
                       t->bytes_received / 1048576.0,
                       t->bytes_kept / 1048576.0};
     double *all = world->rank == 0 ? malloc(sizeof *all * 8 * (size_t)n) : NULL;
-    MPI_Gather(mine, 8, MPI_DOUBLE, all, 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (mal_comm_gather(world, mine, all, sizeof mine, 0)) die("gather");
     if (world->rank) return;
     double worst = 0;
     for (int r = 0; r < n; r++)
@@ -112,18 +112,18 @@ static void report(mal_comm *world, const char *what, const mal_migration_times 
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    mal_comm *world;
-    if (mal_comm_mpi_world(&world)) die("MPI");
+    if (mal_comm_init(&argc, &argv, &world)) die("MPI");
     mal_log_level = MAL_LOG_WARN;
     const char *model = "small", *pa = NULL, *pb = NULL, *dir = "/tmp/malleus-bench-migrate";
+    const char *device = NULL, *comm = NULL;
     int reps = 3, gb = 16, mb = 2, steps = 1, online_only = 0, c;
     mal_inject inj = {-1, 1.0, 0, -1};
     static const struct option lo[] = {
         {"model", 1, 0, 'm'},       {"plan-a", 1, 0, 'a'},       {"plan-b", 1, 0, 'b'},
         {"reps", 1, 0, 'r'},        {"global-batch", 1, 0, 'g'}, {"micro-batch", 1, 0, 'u'},
         {"dir", 1, 0, 'd'},         {"steps", 1, 0, 's'},        {"inject", 1, 0, 'i'},
-        {"online-only", 0, 0, 'o'}, {"warm-mb", 1, 0, 'w'},      {0, 0, 0, 0}};
+        {"online-only", 0, 0, 'o'}, {"warm-mb", 1, 0, 'w'},      {"device", 1, 0, 'v'},
+        {"comm", 1, 0, 'c'},        {0, 0, 0, 0}};
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1)
         switch (c) {
         case 'm':
@@ -153,6 +153,12 @@ int main(int argc, char **argv)
         case 'o':
             online_only = 1;
             break;
+        case 'v':
+            device = optarg;
+            break;
+        case 'c':
+            comm = optarg;
+            break;
         case 'w':
             warm_mb = (size_t)number("--warm-mb", optarg, 0);
             break;
@@ -164,15 +170,15 @@ int main(int argc, char **argv)
                             "bench_migrate: --inject expects RANK:FACTOR (factor >= 1), "
                             "not '%s'\n",
                             optarg);
-                MPI_Abort(MPI_COMM_WORLD, 2);
+                mal_comm_abort(world, 2);
             }
             break;
         default:
-            MPI_Abort(MPI_COMM_WORLD, 2);
+            mal_comm_abort(world, 2);
         }
     if (!pa || !pb) {
         if (!world->rank) fprintf(stderr, "bench_migrate: --plan-a and --plan-b are needed\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
+        mal_comm_abort(world, 2);
     }
     mal_plan plan[2];
     mal_plan_init(&plan[0]);
@@ -193,6 +199,8 @@ int main(int argc, char **argv)
     o.micro_batch = mb;
     o.log_every = 0;
     o.threads = 1;
+    o.device = device;
+    o.comm = comm;
     o.ranks_per_node = 4;
     o.plan = &plan[0];
     o.world = world;
@@ -239,7 +247,7 @@ online:;
         mal_trainer_migration_times(tr, &mt);
         char what[64];
         snprintf(what, sizeof what, "online change %d (%s)", i + 1, i % 2 ? "B -> A" : "A -> B");
-        report(world, what, &mt);
+        report(what, &mt);
         double worst = max_all(mt.total);
         if (i % 2 == 0) ab[i / 2] = worst;
     }
@@ -266,7 +274,6 @@ online:;
     }
     mal_plan_fini(&plan[0]);
     mal_plan_fini(&plan[1]);
-    mal_comm_destroy(world);
-    MPI_Finalize();
+    mal_comm_finalize(world);
     return 0;
 }

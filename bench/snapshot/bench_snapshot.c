@@ -136,12 +136,13 @@ int main(int argc, char **argv)
         mal_comm_finalize(world);
         return 1;
     }
-    const char *dir = "/tmp/malleus-bench-snapshot", *model = NULL;
+    const char *dir = "/tmp/malleus-bench-snapshot", *model = NULL, *device = NULL;
     int tp = world->size, reps = 1, c;
     static const struct option lo[] = {{"dir", 1, 0, 'd'},
                                        {"model", 1, 0, 'm'},
                                        {"tp", 1, 0, 't'},
                                        {"reps", 1, 0, 'r'},
+                                       {"device", 1, 0, 'v'},
                                        {0, 0, 0, 0}};
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         if (c == 'd')
@@ -152,10 +153,13 @@ int main(int argc, char **argv)
             tp = atoi(optarg);
         else if (c == 'r')
             reps = atoi(optarg);
+        else if (c == 'v')
+            device = optarg;
         else {
             if (world->rank == 0)
                 fprintf(stderr,
-                        "usage: bench_snapshot [--dir DIR] [--model CFG] [--tp N] [--reps N]\n");
+                        "usage: bench_snapshot [--dir DIR] [--model CFG] [--tp N] [--reps N] "
+                        "[--device NAME]\n");
             mal_comm_abort(world, 2);
         }
     }
@@ -187,20 +191,33 @@ int main(int argc, char **argv)
     o.snapshot_dir = snapdir;
     o.log_every = 0;
     o.threads = 1;
+    o.device = device;
     mal_trainer *tr;
     DIE_IF(mal_trainer_create(&tr, &o));
     mal_model *m = mal_trainer_model(tr);
-    /* non-trivial optimizer moments (the save does not care, but be honest) */
-    for (size_t i = 0; i < m->n_params; i++) {
-        m->adam_m[i] = m->params[i] * 0.5f;
-        m->adam_v[i] = m->params[i] * m->params[i];
+    /* non-trivial optimizer moments (the save does not care, but be
+     * honest), set through the kernel table: the state may be device
+     * memory */
+    float *host = calloc(m->n_params + 1, sizeof *host), *tmp = malloc((m->n_params + 1) * 4);
+    if (!host || !tmp) DIE_IF(MAL_ERR(MAL_ENOMEM, "no memory"));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const mal_tensor_info *ti = &m->tensors[i];
+        float *p = host + ti->offset;
+        DIE_IF(mal_model_state_to_host(m, MAL_STATE_PARAM, ti, p));
+        for (size_t j = 0; j < ti->n; j++)
+            tmp[j] = p[j] * 0.5f;
+        DIE_IF(mal_model_state_from_host(m, MAL_STATE_ADAM_M, ti, tmp));
+        for (size_t j = 0; j < ti->n; j++)
+            tmp[j] = p[j] * p[j];
+        DIE_IF(mal_model_state_from_host(m, MAL_STATE_ADAM_V, ti, tmp));
     }
+    free(tmp);
     double state = 3.0 * 4.0 * (double)mal_config_n_params(&o.model);
     double mine = 3.0 * 4.0 * (double)m->n_params; /* this rank's local state */
 
     /* CRC-32C speed, for reference */
     double t = mal_now();
-    uint32_t crc = mal_crc32c(0, m->params, m->n_params * sizeof(float));
+    uint32_t crc = mal_crc32c(0, host, m->n_params * sizeof(float));
     double crc_s = mal_now() - t;
 
     /* This disk's speed varies from run to run (a VM's virtual disk: 0.5
@@ -280,6 +297,7 @@ int main(int argc, char **argv)
         printf("%-34s %9.3f %10.1f %8s   (crc %08x)\n", "CRC-32C of the local parameters", crc_s,
                (double)m->n_params * 4 / crc_s / 1e6, "-", crc);
     }
+    free(host);
     mal_trainer_destroy(tr);
     rmtree(snapdir);
     rmtree(newdir);

@@ -1,6 +1,10 @@
-/* Snapshots of the trainer's state, for any plan and world size: what is
- * saved (parameters, both Adam moments, progress, the model config, the
- * training settings and the plan) and how a run is restored from one.
+/* The trainer's snapshot glue (trainer layer; the snapshot files are
+ * ckpt/'s): what is saved (parameters, both Adam moments, progress, the
+ * model config, the training settings and the plan) and how a run is
+ * restored from one, for any plan and world size.  State bytes leave and
+ * enter the device only through the kernel table: each block is packed
+ * straight from the state buffer into a pinned host buffer (a tensor
+ * piece, piece.h), each restored shard is copied in from the host.
  *
  * Saving is collective over the world: every rank writes its blocks of
  * the state into its own shard file.  Each element has exactly one writer
@@ -21,6 +25,7 @@
 #include "layout.h"
 #include "load.h"
 #include "mal.h"
+#include "piece.h"
 #include "reshard.h"
 #include "snapshot.h"
 #include "train_internal.h"
@@ -84,28 +89,25 @@ static int owned_blocks(const struct mal_trainer *tr, mal_owned_block **out, int
 }
 
 /* Declare this rank's shard and write its blocks of all three groups.
- * Memory: one tensor's local shard and one block, on the host. */
+ * Memory: one block, in pinned host memory. */
 static int save_local(struct mal_trainer *tr, mal_snap_writer *w)
 {
     mal_model *m = tr->model;
     mal_owned_block *ob = NULL;
     mal_snap_tensor *blocks = NULL;
     char(*names)[80] = NULL;
-    float *host = NULL, *pack = NULL;
+    float *pack = NULL;
     int nob = 0, rc;
     if ((rc = owned_blocks(tr, &ob, &nob))) return rc;
     if (nob == 0) goto out;
     blocks = calloc((size_t)N_GROUPS * (size_t)nob, sizeof *blocks);
     names = calloc((size_t)N_GROUPS * (size_t)nob, sizeof *names);
-    size_t max_t = 0, max_b = 0;
-    for (int i = 0; i < m->n_tensors; i++)
-        max_t = MAL_MAX(max_t, m->tensors[i].n);
+    size_t max_b = 0;
     for (int i = 0; i < nob; i++)
         max_b = MAL_MAX(max_b,
-                        mal_tensor_range_floats(&m->tensors[ob[i].tensor], ob[i].begin, ob[i].end));
-    host = malloc(max_t * sizeof(float));
-    pack = malloc(max_b * sizeof(float));
-    if (!blocks || !names || !host || !pack) {
+                        mal_piece_floats(&m->tensors[ob[i].tensor], ob[i].begin, ob[i].end));
+    pack = mal_kern_host_alloc(m->k, max_b * sizeof(float));
+    if (!blocks || !names || !pack) {
         rc = MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
         goto out;
     }
@@ -122,28 +124,20 @@ static int save_local(struct mal_trainer *tr, mal_snap_writer *w)
         rc = h;
         goto out;
     }
-    for (int g = 0; g < N_GROUPS; g++) {
-        int have = -1; /* tensor whose local shard is in `host` */
+    for (int g = 0; g < N_GROUPS; g++)
         for (int i = 0; i < nob; i++) {
             const mal_tensor_info *t = &m->tensors[ob[i].tensor];
-            if (have != ob[i].tensor) {
-                mal_kern_to_host(m->k, host, mal_model_state(m, g) + t->offset, t->n * sizeof(float));
-                if ((rc = mal_kern_sync(m->k))) goto out;
-                have = ob[i].tensor;
-            }
-            mal_tensor_info local = *t;
-            local.offset = 0;
-            mal_tensor_pack(&local, host, ob[i].begin, ob[i].end, pack);
-            size_t n = mal_tensor_range_floats(t, ob[i].begin, ob[i].end);
+            mal_piece_pack(m->k, t, mal_model_state(m, g), ob[i].begin, ob[i].end, pack,
+                           MAL_COPY_D2H);
+            if ((rc = mal_kern_sync(m->k))) goto out;
+            size_t n = mal_piece_floats(t, ob[i].begin, ob[i].end);
             if ((rc = mal_snap_writer_put(w, h, g * nob + i, pack, n))) goto out;
         }
-    }
 out:
     free(ob);
     free(blocks);
     free(names);
-    free(host);
-    free(pack);
+    if (pack) mal_kern_host_free(m->k, pack);
     return rc;
 }
 

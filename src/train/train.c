@@ -60,81 +60,6 @@ static int make_plan(mal_trainer *tr)
     return 0;
 }
 
-static int tp_allreduce(void *ctx, void *x, size_t n)
-{
-    mal_trainer *tr = ctx;
-    double t0 = mal_now();
-    int rc = mal_comm_allreduce_f32(tr->tp, x, n);
-    tr->times.tp += mal_now() - t0;
-    return rc;
-}
-
-/* This rank's part of the model under tr->plan (none when suspended).
- * Local. */
-int mal_trainer_build_part(mal_trainer *tr)
-{
-    int rc;
-    mal_model_part part;
-    int active;
-    if ((rc = mal_plan_locate(&tr->plan, tr->world_rank, &tr->loc))) return rc;
-    if ((rc = mal_layout_part(&tr->plan, &tr->o.model, tr->world_rank, &part, &active)) || !active)
-        return rc;
-    /* A resumed run or an online plan change overwrites every parameter. */
-    return mal_model_create_ex(&tr->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
-                               tr->o.seed, !tr->no_init);
-}
-
-/* Everything around the part: TP group, pipeline buffers, gradient-sync
- * groups.  Collective over the world. */
-int mal_trainer_wire_part(mal_trainer *tr)
-{
-    int rc;
-    const mal_model_config *c = &tr->o.model;
-    if (tr->loc.pipeline >= 0) {
-        const mal_plan_stage *st = &tr->plan.pipelines[tr->loc.pipeline].stages[tr->loc.stage];
-        if (st->n_ranks > 1) {
-            if (!tr->world)
-                return MAL_ERR(MAL_EINVAL, "a TP group of %d ranks needs MPI", st->n_ranks);
-            if (!tr->pool && (rc = mal_comm_pool_create(&tr->pool, tr->world))) return rc;
-            if ((rc = mal_comm_pool_get(tr->pool, MAL_POOL_TP, st->ranks, st->n_ranks, &tr->tp)))
-                return rc;
-            tr->model->tp_allreduce = tp_allreduce;
-            tr->model->tp_ctx = tr;
-        }
-        if ((rc = mal_pipeline_setup(tr))) return rc;
-        size_t N = (size_t)tr->plan.micro_batch_size * (size_t)c->seq_len;
-        tr->inputs = malloc(N * sizeof(int));
-        tr->targets = malloc(N * sizeof(int));
-        if (!tr->inputs || !tr->targets) return MAL_ERR(MAL_ENOMEM, "out of memory");
-    }
-    if (!tr->model) return 0; /* suspended: no state to sync */
-    if (!(tr->norm_acc = mal_kern_alloc(tr->k, sizeof(double))))
-        return MAL_ERR(MAL_ENOMEM, "out of memory");
-    if (tr->world) return mal_gradsync_setup(tr);
-    /* one rank: it counts every gradient in the norm */
-    tr->norm = calloc((size_t)tr->model->n_tensors, sizeof *tr->norm);
-    if (!tr->norm) return MAL_ERR(MAL_ENOMEM, "out of memory");
-    for (int i = 0; i < tr->model->n_tensors; i++) {
-        const mal_tensor_info *t = &tr->model->tensors[i];
-        tr->norm[i] = (mal_norm_range){i, 0, t->shape[t->axis]};
-    }
-    tr->n_norm = tr->model->n_tensors;
-    return 0;
-}
-
-/* Undo mal_trainer_wire_part (the model itself stays). */
-void mal_trainer_unwire_part(mal_trainer *tr)
-{
-    if (tr->model) mal_pipeline_teardown(tr);
-    mal_gradsync_teardown(tr);
-    tr->tp = NULL; /* the pool keeps it */
-    if (tr->norm_acc) mal_kern_free(tr->k, tr->norm_acc);
-    tr->norm_acc = NULL;
-    free(tr->inputs);
-    free(tr->targets);
-    tr->inputs = tr->targets = NULL;
-}
-
 /* Build this rank's share of the run.  Collective over the world. */
 static int setup_layout(mal_trainer *tr)
 {
@@ -215,7 +140,6 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     mal_plan_init(&tr->plan);
     tr->o = *o;
     tr->saved_step = -1;
-    tr->world = o->world;
     tr->world_rank = o->world ? o->world->rank : 0;
     tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
@@ -226,7 +150,10 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
      * no rank runs on into a collective that a failed one never joins;
      * every rank returns the first failing rank's error. */
     rc = load_inputs(tr);
-    if (tr->world && tr->world_size > 1) rc = mal_snapshot_agree(tr->world, rc);
+    if (o->world && tr->world_size > 1) rc = mal_snapshot_agree(o->world, rc);
+    /* The trainer's traffic goes over its own communicator, whose data
+     * plane is the chosen backend (collective; every rank got here). */
+    if (!rc && o->world) rc = mal_comm_dup(o->world, tr->comm_name, &tr->world);
     if (rc) goto fail;
     tr->no_init = o->resume;
     if ((rc = mal_trainer_check_memory(tr))) goto fail; /* every rank alike */
@@ -252,6 +179,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_model_destroy(tr->model);
     mal_comm_pool_destroy(tr->pool);
     mal_comm_destroy(tr->sync_world);
+    mal_comm_destroy(tr->world);
     mal_data_destroy(tr->data);
     mal_eval_teardown(tr);
     mal_plan_fini(&tr->plan);
@@ -280,7 +208,10 @@ void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out
 
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
 {
-    return mal_gradsync_replica_mismatch(tr, count);
+    int rc = 0;
+    *count = 0;
+    if (tr->gsync && (rc = mal_gradsync_replica_mismatch(tr->gsync, count))) return rc;
+    return tr->world ? mal_comm_allreduce_f64(tr->world, count, 1) : 0;
 }
 
 /* Test hook: MALLEUS_TEST_STEP_FAIL=RANK:STEP makes step STEP (1-based) fail
@@ -317,15 +248,15 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
         tr->times.compute += mal_now() - c0;
         if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         double d0 = mal_now();
-        if ((rc = mal_gradsync_run(tr))) return rc;
+        if ((rc = mal_gradsync_run(tr->gsync))) return rc;
         tr->times.dp += mal_now() - d0;
     }
     /* Global loss and gradient norm: each loss is counted by TP rank 0 of
      * its pipeline's last stage, each gradient element by one holder;
      * suspended ranks add zeros. */
     double c0 = mal_now();
-    double red[2] = {m && m->part.has_head && tr->loc.tp_rank == 0 ? tr->loss_local : 0.0,
-                     m ? mal_gradsync_local_sumsq(tr) : 0.0};
+    double red[2] = {m && m->part.has_head && tr->loc.tp_rank == 0 ? tr->loss_local : 0.0, 0.0};
+    if (m && (rc = mal_gradsync_norm_sumsq(tr->gsync, &red[1]))) return rc;
     tr->times.compute += mal_now() - c0;
     double d0 = mal_now();
     if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, red, 2))) return rc;

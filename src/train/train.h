@@ -15,6 +15,7 @@
 #include "comm.h"
 #include "config.h"
 #include "kernels.h"
+#include "migrate.h"
 #include "optim.h"
 #include "plan.h"
 
@@ -72,7 +73,7 @@ typedef struct {
     const char *profile;       /* planner profile: preset name or JSON file (NULL: derived) */
     const double *plan_rates;  /* [world] rates the given plan was made with (NULL: all 1) */
 
-    /* validation and samples (src/eval.c) */
+    /* validation and samples (src/train/eval.c) */
     const char *val_data_path; /* NULL: the built-in corpus's held-out part (only when
                                 * training on the built-in corpus) */
     int val_data_format;       /* MAL_DATA_AUTO / LLMC / RAW16 */
@@ -193,11 +194,6 @@ void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out
  * copies on different data-parallel replicas are not bitwise identical. */
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count);
 
-/* Local.  Bytes of state (parameters and both Adam moments, fp32) that a
- * change from plan `from` to plan `to` moves between ranks and keeps in
- * place, with ranks_per_node consecutive ranks per node (0: one node). */
-int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_model_config *cfg,
-                        int ranks_per_node, double *moved, double *kept);
 
 /* Collective.  Validation loss of the current parameters: the mean
  * per-token loss over the first eval_batches x global_batch sequences of

@@ -6,8 +6,10 @@
  * receiver r of a stage of TP size b gets its activation from sender
  * r mod a of the previous stage (TP size a); gradients flow back the same
  * way (rank i of the earlier stage receives from rank i mod b of the later
- * one).  Sends are non-blocking and complete before their buffer is reused;
- * receives wait without burning CPU (comm.h).
+ * one).  Activations and their gradients are device buffers moved by the
+ * comm data plane (comm.h): sends are non-blocking and complete before
+ * their buffer is reused; receives wait without burning CPU, and their
+ * data is ordered before the kernels that read it (comm.h's rule 3).
  *
  * Stage j of S with m micro-batches runs min(S-j-1, m) warm-up forwards,
  * then alternates one forward and one backward, then drains the remaining
@@ -91,15 +93,11 @@ void mal_pipeline_teardown(struct mal_trainer *tr)
 /* Wait for every pending send of a slot (before its buffer is reused). */
 static int drain(struct mal_trainer *tr, mal_comm_req **reqs)
 {
+    if (!tr->world) return 0; /* one rank without MPI: nothing was sent */
     double t0 = mal_now();
-    for (int i = 0; i < tr->max_fanout; i++)
-        if (reqs[i]) {
-            int rc = mal_comm_wait(tr->world, reqs[i]);
-            reqs[i] = NULL;
-            if (rc) return rc;
-        }
+    int rc = mal_comm_dp_waitall(tr->world, tr->max_fanout, reqs);
     tr->times.pp += mal_now() - t0;
-    return 0;
+    return rc;
 }
 
 /* Receive `bytes` of activations (or their gradient) into device buffer buf. */
@@ -107,8 +105,8 @@ static int recv_from(struct mal_trainer *tr, void *buf, size_t bytes, int peer, 
 {
     double t0 = mal_now();
     mal_comm_req *req;
-    int rc = mal_comm_irecv(tr->world, buf, bytes, peer, tag, &req);
-    if (!rc) rc = mal_comm_wait(tr->world, req);
+    int rc = mal_comm_dp_irecv(tr->world, tr->k, buf, bytes, peer, tag, &req);
+    if (!rc) rc = mal_comm_dp_waitall(tr->world, 1, &req);
     tr->times.pp += mal_now() - t0;
     return rc;
 }
@@ -118,12 +116,11 @@ static int recv_from(struct mal_trainer *tr, void *buf, size_t bytes, int peer, 
 static int send_to(struct mal_trainer *tr, const void *buf, size_t bytes, const int *peers,
                    int n_peers, int tag, mal_comm_req **reqs)
 {
-    int k = 0;
-    for (int r = tr->loc.tp_rank; r < n_peers; r += tr->loc.tp_size) {
-        int rc = mal_comm_isend(tr->world, buf, bytes, peers[r], tag, &reqs[k++]);
-        if (rc) return rc;
-    }
-    return 0;
+    int k = 0, rc = mal_comm_dp_group_start(tr->world);
+    for (int r = tr->loc.tp_rank; r < n_peers && !rc; r += tr->loc.tp_size)
+        rc = mal_comm_dp_isend(tr->world, tr->k, buf, bytes, peers[r], tag, &reqs[k++]);
+    int rc2 = mal_comm_dp_group_end(tr->world);
+    return rc ? rc : rc2;
 }
 
 /* The sequences of training step `step`: micro-batch mb of pipeline p

@@ -1,6 +1,9 @@
-/* Internal state of the trainer shared by train.c (set-up, step, output),
- * pipeline.c (the 1F1B schedule) and gradsync.c (data-parallel gradient
- * sum over replicas that shard parameters differently).  Not installed. */
+/* Internal state of the trainer layer (src/train/), shared by its files:
+ * train.c (set-up, step, run, output), part.c (this rank's share of a
+ * plan), pipeline.c (the 1F1B schedule), monitor.c (probe, rates, policy,
+ * injection), online.c (online re-planning), ckpt.c (snapshot glue) and
+ * profile_measure.c.  Calls between them go one way: train -> online ->
+ * part -> pipeline -> monitor, train -> ckpt.  Not installed. */
 #ifndef MAL_TRAIN_INTERNAL_H
 #define MAL_TRAIN_INTERNAL_H
 
@@ -9,6 +12,7 @@
 #include "comm.h"
 #include "comm_pool.h"
 #include "data.h"
+#include "gradsync.h"
 #include "model.h"
 #include "plan.h"
 #include "train.h"
@@ -21,30 +25,6 @@ typedef struct {
     double dp;      /* data-parallel gradient sync and step-wide reductions */
 } mal_step_times;
 
-/* One piece of a tensor that this rank sums with other replicas. */
-typedef struct {
-    int tensor;         /* index into model->tensors */
-    int64_t begin, end; /* along the tensor's axis, global coordinates */
-    int contribute;     /* 1: this rank's gradient is its replica's share; 0: send zeros */
-} mal_sync_piece;
-
-/* All pieces shared by one set of ranks: one all-reduce over their buffer
- * (comm_ring.h: no communicator of their own). */
-typedef struct {
-    int *ranks; /* world ranks, ascending */
-    int n_ranks;
-    int n_pieces;
-    mal_sync_piece *pieces;
-    size_t n_floats;
-} mal_sync_group;
-
-/* A range of a tensor whose gradient this rank counts in the global norm
- * (every element is counted by exactly one rank). */
-typedef struct {
-    int tensor;
-    int64_t begin, end;
-} mal_norm_range;
-
 struct mal_trainer {
     mal_train_options o;
     mal_data *data;
@@ -55,7 +35,9 @@ struct mal_trainer {
     mal_plan plan;
     mal_plan_loc loc;          /* where this rank sits; loc.pipeline < 0: suspended */
     int world_rank, world_size;
-    mal_comm *world;           /* NULL only for a one-rank run without MPI */
+    mal_comm *world;           /* the trainer's own duplicate of the caller's world, whose
+                                * data plane is comm_name (NULL only for a one-rank run
+                                * without MPI) */
     mal_comm *tp;              /* this stage's TP group (NULL when tp_size 1; pool's) */
     mal_comm_pool *pool;       /* every group communicator, kept across plan changes */
     int n_stages, n_micro;     /* of this rank's pipeline */
@@ -75,15 +57,8 @@ struct mal_trainer {
     int *inputs, *targets;     /* host staging for one micro-batch */
 
     /* data-parallel sync */
-    int n_sync;
-    mal_sync_group *sync;
-    float *sync_buf;
-    size_t sync_buf_floats;
-    void *sync_scratch;       /* the all-reduce's scratch, for the largest group */
+    mal_gradsync *gsync;      /* (active ranks only) */
     mal_comm *sync_world;     /* all ranks: the sync groups' messages (own) */
-    int n_norm;
-    mal_norm_range *norm;
-    double *norm_acc;         /* device: the step's sum of squares (one double) */
 
     /* progress and output */
     int64_t step;
@@ -138,15 +113,10 @@ int mal_pipeline_forward_only(struct mal_trainer *tr, const mal_pass *pass, int 
 int mal_pipeline_setup(struct mal_trainer *tr);
 void mal_pipeline_teardown(struct mal_trainer *tr);
 
-/* train.c: (re)building this rank's share of the run for tr->plan. */
+/* part.c: (re)building this rank's share of the run for tr->plan. */
 int mal_trainer_build_part(struct mal_trainer *tr);   /* local */
 int mal_trainer_wire_part(struct mal_trainer *tr);    /* collective */
 void mal_trainer_unwire_part(struct mal_trainer *tr); /* local */
-
-/* gradsync.c: elements of DP-replicated parameters and Adam moments whose
- * copies differ between replicas (collective; 0 when replicas agree bit for
- * bit). */
-int mal_gradsync_replica_mismatch(struct mal_trainer *tr, double *count);
 
 /* monitor.c: probe, rates, policy advice, injection. */
 int mal_monitor_setup(struct mal_trainer *tr);          /* collective */
@@ -169,49 +139,18 @@ int mal_sample_after_step(struct mal_trainer *tr, const mal_step_stats *st);
 int mal_eval_only(struct mal_trainer *tr);
 void mal_eval_summary(const struct mal_trainer *tr);
 
-/* ckpt/train_ckpt.c: write a snapshot of the state / restore from the
- * newest one in o.snapshot_dir. */
+/* ckpt.c: write a snapshot of the state / restore from the newest one in
+ * o.snapshot_dir (collective). */
 int mal_train_ckpt_save(struct mal_trainer *tr);
 int mal_train_ckpt_restore(struct mal_trainer *tr);
 
-/* gradsync.c */
-/* Collective over the world: MAL_EINVAL, with the numbers, when the
- * largest part of tr->plan needs more memory than a rank's share of its
- * machine (physical memory or cgroup limit / ranks on the node); made
- * before any part is allocated (train_memory.c). */
+/* train_memory.c: collective over the world: MAL_EINVAL, with the
+ * numbers, when the largest part of tr->plan needs more memory than a
+ * rank's share of its machine (physical memory or cgroup limit / ranks on
+ * the node); made before any part is allocated. */
 int mal_trainer_check_memory(struct mal_trainer *tr);
-int mal_gradsync_setup(struct mal_trainer *tr);    /* collective over the world */
-int mal_gradsync_run(struct mal_trainer *tr);      /* collective over the sync groups */
-double mal_gradsync_local_sumsq(struct mal_trainer *tr);
-void mal_gradsync_teardown(struct mal_trainer *tr);
-
-/* Copy between a local tensor shard and a packed buffer holding the
- * elements of global axis range [begin, end) (all other coordinates whole),
- * in row-major order.  Used by gradsync, resharding and migration. */
-void mal_tensor_pack(const mal_tensor_info *t, const float *base, int64_t begin, int64_t end,
-                     float *dst);
-void mal_tensor_unpack(const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
-                       const float *src);
-size_t mal_tensor_range_floats(const mal_tensor_info *t, int64_t begin, int64_t end);
-
-/* Where the elements of global axis range [begin, end) of local shard `t`
- * lie in its group buffer: `rows` runs of `width` floats, `stride` floats
- * apart, the first at float `offset` (one run when they are contiguous). */
-typedef struct {
-    size_t offset;
-    int64_t rows, width, stride;
-} mal_range_shape;
-void mal_tensor_range_shape(const mal_tensor_info *t, int64_t begin, int64_t end,
-                            mal_range_shape *out);
-
-/* Online migration: the staging area for strided pieces (default 64 MiB;
- * grown to one piece when a piece is larger; pieces are waited for whenever
- * it is full).  Tests set it small to exercise the waits. */
-extern size_t mal_migrate_stage_bytes;
 
 /* What the trainer's pooled communicators are for (comm_pool.h). */
 enum { MAL_POOL_TP = 1 };
-/* Tag of the gradient-sync messages on tr->sync_world. */
-enum { MAL_TAG_SYNC = 1 };
 
 #endif /* MAL_TRAIN_INTERNAL_H */
