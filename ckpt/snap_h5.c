@@ -70,8 +70,9 @@ hid_t snap_fapl(void)
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0) return fapl;
-    /* The library is the parallel build, but v0 is one process: the plain
-     * POSIX driver, which needs no MPI_Init.  STRONG close makes H5Fclose
+    /* The library is the parallel build, but every snapshot file is
+     * written by one process: the plain POSIX driver, which needs no
+     * communication layer started.  STRONG close makes H5Fclose
      * really close the file, so the fsync that follows sees all data. */
     if (H5Pset_fapl_sec2(fapl) < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
         H5Pclose(fapl);
