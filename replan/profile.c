@@ -2,14 +2,13 @@
  * from the model shapes) and straggling rates (hand-written map or the
  * metrics file of malleus-train).  Formulas for the presets are documented in
  * replan/README.md ("Profile presets"). */
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "config.h"
+#include "fileio.h"
 #include "mal.h"
 #include "replan.h"
 
@@ -151,14 +150,20 @@ int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
     return mal_cluster_parse_buffer(c, json, strlen(json), what);
 }
 
+/* Inputs are read whole through the bounded reader (src/fileio.h): a
+ * device or FIFO given by mistake is refused instead of read forever. */
+#define JSON_INPUT_MAX ((size_t)64 << 20)
+#define RATES_INPUT_MAX ((size_t)1 << 30)
+
 int mal_cluster_read(mal_cluster *c, const char *path)
 {
     memset(c, 0, sizeof *c);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
-    int rc = cluster_from_json(c, root, path);
-    json_decref(root);
+    unsigned char *buf;
+    size_t len;
+    int rc = mal_file_read(path, "cluster", JSON_INPUT_MAX, MAL_READ_REGULAR, &buf, &len);
+    if (rc) return rc;
+    rc = mal_cluster_parse_buffer(c, (const char *)buf, len, path);
+    free(buf);
     return rc;
 }
 
@@ -457,11 +462,12 @@ int mal_profile_parse_string(mal_profile *p, const char *json, const char *what,
 int mal_profile_read(mal_profile *p, const char *path, int mbs)
 {
     memset(p, 0, sizeof *p);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
-    int rc = profile_from_json(p, root, path, mbs);
-    json_decref(root);
+    unsigned char *buf;
+    size_t len;
+    int rc = mal_file_read(path, "model profile", JSON_INPUT_MAX, MAL_READ_REGULAR, &buf, &len);
+    if (rc) return rc;
+    rc = mal_profile_parse_buffer(p, (const char *)buf, len, path, mbs);
+    free(buf);
     return rc;
 }
 
@@ -685,34 +691,13 @@ int mal_rates_parse_string(const char *text, const char *what, int world, int wi
 
 int mal_rates_read(const char *path, int world, int window, double *rates)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MAL_ERR(MAL_ENOENT, "%s: cannot open rates file: %s", path, strerror(errno));
-    /* the whole file is read into memory: a device or a FIFO would never end */
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return MAL_ERR(MAL_EINVAL, "%s: the rates must be a regular file", path);
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    int rc = 0;
-    while (buf) {
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-        if (len + 1 < cap) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (!buf) return MAL_ERR(MAL_ENOMEM, "%s: out of memory", path);
-    buf[len] = '\0';
-    rc = mal_rates_parse_buffer(buf, len, path, world, window, rates);
+    unsigned char *buf;
+    size_t len;
+    /* the whole file is parsed; only its last samples count, but a metrics
+     * file of a long run stays far below the bound */
+    int rc = mal_file_read(path, "rates file", RATES_INPUT_MAX, MAL_READ_REGULAR, &buf, &len);
+    if (rc) return rc;
+    rc = mal_rates_parse_buffer((const char *)buf, len, path, world, window, rates);
     free(buf);
     return rc;
 }

@@ -86,5 +86,5 @@ int main(int argc, char **argv)
     if (status >= 0) return status;
     int rc = mal_replan_tool_run(&o, stdout, stderr);
     if (rc) fprintf(stderr, "malleus-replan: %s\n", mal_errmsg());
-    return mal_replan_exit_status(rc);
+    return mal_exit_status(rc); /* the rule every command follows (mal.h) */
 }

@@ -19,11 +19,6 @@ void mal_replan_opts_init(mal_replan_opts *o)
     o->search = MAL_REPLAN_AUTO;
 }
 
-int mal_replan_exit_status(int rc)
-{
-    return mal_exit_status(rc); /* the rule every command follows (mal.h) */
-}
-
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
  * checks nothing there. */
 static int heads_or_any(int n)

@@ -42,8 +42,4 @@ void mal_replan_opts_init(mal_replan_opts *o);
  * MAL_EINVAL / MAL_EFORMAT / MAL_ENOENT naming the option or field.  Local. */
 int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info);
 
-/* The exit status for a result of mal_replan_tool_run(): 0 done, 2 bad usage
- * or input (the error names what to fix), 1 any other failure. */
-int mal_replan_exit_status(int rc);
-
 #endif /* MAL_REPLAN_TOOL_H */

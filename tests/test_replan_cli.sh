@@ -87,7 +87,7 @@ tr -d ' \n' <"$T/slow-plan.json" | grep -q '"suspended":\[3\]' || fail "rate 1e1
 sed 's/"micro_batch_size": 1/"micro_batch_size": 2147483647/' "$T/p1.json" >"$T/mutant.json"
 expect_fail 2 "micro_batch_size: 2147483647 x" $C -M 8 --simulate "$T/mutant.json"
 # rates that are not a regular file would be read forever
-expect_fail 2 "must be a regular file" $C -M 8 -r /dev/zero
+expect_fail 2 "not a regular file" $C -M 8 -r /dev/zero
 expect_fail 2 "exactly one of --profile" --world-size 8 --ranks-per-node 4 --memory-mb 100 -M 8
 expect_fail 2 "micro-batches" $C
 expect_fail 2 "unknown option" $C -M 8 --bogus

@@ -17,8 +17,11 @@
  * It uses no bounds, no dominance, no matching and no knapsack, so it is
  * slow: instances whose enumeration would exceed a budget are skipped.
  *
- *   test_replan_exact            60 instances (CI: a few seconds)
- *   test_replan_exact --long N   N instances (e.g. 1000) */
+ *   test_replan_exact              60 instances (CI: a few seconds)
+ *   test_replan_exact --long N     N instances (e.g. 1000)
+ *   test_replan_exact --heuristic N  the restricted search alone on N
+ *                                    instances: how often it is optimal
+ *                                    (reported, not required) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -452,8 +455,12 @@ static void random_instance(uint64_t *seed, inst *I)
 
 int main(int argc, char **argv)
 {
-    int want = 60, only = 0;
+    int want = 60, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
     if (argc == 3 && !strcmp(argv[1], "--long")) want = atoi(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--heuristic")) {
+        want = atoi(argv[2]);
+        heuristic = 1;
+    }
     if (argc == 3 && !strcmp(argv[1], "--only")) only = atoi(argv[2]); /* debugging */
     uint64_t seed = 14;
     int done = 0, skipped = 0, infeasible = 0, tries = 0, by_world[33] = {0}, n_heur = 0;
@@ -485,13 +492,22 @@ int main(int argc, char **argv)
         mal_profile p;
         CHECK_OK(mal_cluster_regular(&c, I.world, I.rpn, I.mem));
         make_profile(&I, &p);
-        mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL, MAL_REPLAN_AUTO};
+        mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL,
+                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO};
         mal_plan plan;
         mal_replan_stats st;
         t0 = mal_now();
         int rc = mal_replan(&in, &plan, &st);
         t_plan += mal_now() - t0;
-        if (!isfinite(opt)) {
+        if (heuristic) {
+            infeasible += !isfinite(opt);
+            if (isfinite(opt)) {
+                n_plans++;
+                n_equal += rc == 0 && fabs(st.objective - opt) <= 1e-9 * opt;
+                if (rc == 0) CHECK(st.objective >= opt * (1 - 1e-9)); /* never below */
+            }
+            if (rc == 0) mal_plan_fini(&plan);
+        } else if (!isfinite(opt)) {
             if (rc != MAL_EINVAL)
                 fprintf(stderr, "instance %d: no plan exists, but the planner returned %d\n",
                         tries, rc);
@@ -522,6 +538,10 @@ int main(int argc, char **argv)
         by_world[I.world]++;
         if (only) break;
     }
+    if (heuristic)
+        printf("test_replan_exact: the heuristic search alone is optimal on %d of %d instances "
+               "with a plan\n",
+               n_equal, n_plans);
     printf("test_replan_exact: %d instances (%d of 16 ranks, %d of 24, %d of 32) equal the exact "
            "optimum (%d without any plan; %d found by the planner's heuristic search alone), %d "
            "skipped as too large for the reference; reference %.2f s, planner %.2f s\n",
