@@ -40,8 +40,9 @@ jobid=$(sbatch --parsable --export=ALL -o "$W/job.out" "$top_srcdir/jobs/malleus
 }
 echo "submitted job $jobid"
 
-# A rank killed with SIGKILL in the middle of training (rank 5, once step 8
-# is done: after the snapshot of step 6) must end its job step within 30 s
+# A rank killed with SIGKILL in the middle of training (rank 5 of the
+# second generation, the one on the new plan, once step 14 is done: after
+# the snapshot of step 12) must end its job step within 30 s
 # (srun --kill-on-bad-exit), not leave the other 7 ranks blocked until the
 # job's time limit; the loop then resumes from the newest complete
 # snapshot, and the curve checked below is still the uninterrupted one.
@@ -54,7 +55,10 @@ victim="" t=0
 while [ -z "$victim" ] && [ $t -lt 1200 ]; do
     sleep 0.1
     t=$((t + 1))
-    [ "$( (wc -l <"$W/run/metrics.jsonl") 2>/dev/null || echo 0)" -ge 8 ] || continue
+    # Not in generation 0: a kill there can land while the generation is
+    # already ending for its re-plan, and then no step fails at all.
+    grep -q "generation 1: training" "$W/run/events.log" 2>/dev/null || continue
+    [ "$( (wc -l <"$W/run/metrics.jsonl") 2>/dev/null || echo 0)" -ge 14 ] || continue
     for p in $(pgrep -x malleus-train); do
         env_of "$p" | grep -qx "SLURM_JOB_ID=$jobid" && env_of "$p" | grep -qx "SLURM_PROCID=5" &&
             victim=$p
