@@ -991,9 +991,10 @@ static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, 
 }
 
 static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
-                             const void *dout, const void *q, const void *kk, const void *v,
-                             const void *saved, int B, int T, int H, int hd)
+                             const void *dout, const void *out, const void *q, const void *kk,
+                             const void *v, const void *saved, int B, int T, int H, int hd)
 {
+    (void)out; /* P is kept: the CPU backward needs no rowsum(dout * out) */
     cpu_attention_bwd(F(dq), F(dk), F(dv), F(scratch), CF(dout), CF(q), CF(kk), CF(v), CF(saved), B,
                       T, H, hd);
 }
@@ -1169,6 +1170,8 @@ const mal_kern_backend mal_kern_backend_cpu = {
     .probe = cpu_probe,
     .create = cpu_create,
     .destroy = cpu_destroy,
+    .dtypes = 1u << MAL_F32,
+    .default_compute = MAL_F32,
 };
 
 const mal_kern_backend mal_kern_backend_cpu_opaque = {
@@ -1178,4 +1181,6 @@ const mal_kern_backend mal_kern_backend_cpu_opaque = {
     .probe = cpu_probe,
     .create = opaque_create,
     .destroy = cpu_destroy,
+    .dtypes = 1u << MAL_F32,
+    .default_compute = MAL_F32,
 };

@@ -61,8 +61,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Element types of compute buffers.  State buffers are always MAL_F32. */
-typedef enum { MAL_F32 = 0, MAL_BF16 = 1 } mal_dtype;
+/* Element types of compute buffers.  State buffers are always MAL_F32.
+ * MAL_DTYPE_AUTO, in a mal_kern_config only, asks for the backend's
+ * default (mal_kern_backend.default_compute: bf16 on GPUs, fp32 on CPUs). */
+typedef enum { MAL_DTYPE_AUTO = -1, MAL_F32 = 0, MAL_BF16 = 1 } mal_dtype;
 
 /* Bytes per element of dtype t. */
 static inline size_t mal_dtype_bytes(mal_dtype t) { return t == MAL_BF16 ? 2 : 4; }
@@ -186,10 +188,12 @@ struct mal_kernels_ops {
     void (*attention_fwd)(mal_kern k, void *out, void *saved, const void *q, const void *kk,
                           const void *v, int B, int T, int H, int hd);
     /* dq, dk, dv (B,T,H,hd) +=; scratch: attention_bytes' scratch, contents
-     * undefined on return.  A NULL dq, dk or dv is skipped. */
+     * undefined on return.  A NULL dq, dk or dv is skipped.  `out` is the
+     * forward's output (a fused backward needs rowsum(dout * out) per
+     * query; the CPU backend, which keeps P, does not read it). */
     void (*attention_bwd)(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
-                          const void *dout, const void *q, const void *kk, const void *v,
-                          const void *saved, int B, int T, int H, int hd);
+                          const void *dout, const void *out, const void *q, const void *kk,
+                          const void *v, const void *saved, int B, int T, int H, int hd);
 
     /* --- elementwise ---------------------------------------------------- */
     /* SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) */
@@ -254,6 +258,8 @@ typedef struct {
     int (*probe)(void);
     int (*create)(const mal_kern_config *cfg, mal_kern *out);
     void (*destroy)(mal_kern k);
+    unsigned dtypes;           /* compute dtypes it offers: bit 1 << mal_dtype */
+    mal_dtype default_compute; /* what MAL_DTYPE_AUTO means for it */
 } mal_kern_backend;
 
 /* Local.  The backends of this build, NULL-terminated, in default order. */
@@ -265,9 +271,11 @@ extern const mal_kern_backend *const mal_kern_backends[];
  * message that lists what this build has. */
 int mal_kern_lookup(const char *name, const mal_kern_backend **out);
 
-/* Local.  The default backend's name: the first registered default
- * candidate whose probe succeeds ("cuda" where a GPU is present, else
- * "cpu"). */
+/* Local.  The default backend's name: $MALLEUS_DEVICE when set (the test
+ * suite sets it to "cpu", so that a GPU machine runs the CPU tests on the
+ * CPU and the GPU tests ask for --device cuda), else the first registered
+ * default candidate whose probe succeeds ("cuda" where a GPU is present,
+ * else "cpu"). */
 const char *mal_kern_default_name(void);
 
 /* Local.  "cpu, cpu-opaque" (the names of this build, `sep` between them)
@@ -275,8 +283,9 @@ const char *mal_kern_default_name(void);
 void mal_kern_names(char *buf, size_t len, const char *sep);
 
 /* Local.  Create an instance of backend `name` (NULL: the default) with
- * `cfg` (NULL: defaults).  Errors as mal_kern_lookup, and MAL_ENOTSUP when
- * the backend cannot compute in cfg->compute.  The caller owns *out and
+ * `cfg` (NULL: defaults; compute MAL_DTYPE_AUTO: the backend's default).
+ * Errors as mal_kern_lookup, and MAL_ENOTSUP when the backend cannot
+ * compute in cfg->compute.  The caller owns *out and
  * frees it with mal_kern_destroy after every buffer of it. */
 int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out);
 void mal_kern_destroy(mal_kern k);
@@ -373,11 +382,11 @@ static inline void mal_kern_attention_fwd(mal_kern k, void *out, void *saved, co
     k->ops->attention_fwd(k, out, saved, q, kk, v, B, T, H, hd);
 }
 static inline void mal_kern_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
-                                          const void *dout, const void *q, const void *kk,
-                                          const void *v, const void *saved, int B, int T, int H,
-                                          int hd)
+                                          const void *dout, const void *out, const void *q,
+                                          const void *kk, const void *v, const void *saved, int B,
+                                          int T, int H, int hd)
 {
-    k->ops->attention_bwd(k, dq, dk, dv, scratch, dout, q, kk, v, saved, B, T, H, hd);
+    k->ops->attention_bwd(k, dq, dk, dv, scratch, dout, out, q, kk, v, saved, B, T, H, hd);
 }
 static inline void mal_kern_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up,
                                        size_t n)

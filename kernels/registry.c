@@ -2,6 +2,7 @@
  * table entry per backend, each guarded by the configure macro that
  * builds it, in the order the default is chosen. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -9,10 +10,16 @@
 
 extern const mal_kern_backend mal_kern_backend_cpu;
 extern const mal_kern_backend mal_kern_backend_cpu_opaque;
+#ifdef HAVE_CUDA
+extern const mal_kern_backend mal_kern_backend_cuda;
+#endif
 
 const mal_kern_backend *const mal_kern_backends[] = {
-    /* A GPU backend goes first (#ifdef HAVE_CUDA ... &mal_kern_backend_cuda),
-     * so that it is the default where its probe finds a device. */
+    /* A GPU backend goes first, so that it is the default where its probe
+     * finds a device. */
+#ifdef HAVE_CUDA
+    &mal_kern_backend_cuda,
+#endif
     &mal_kern_backend_cpu,
     &mal_kern_backend_cpu_opaque,
     NULL,
@@ -53,9 +60,14 @@ int mal_kern_lookup(const char *name, const mal_kern_backend **out)
     for (int i = 0; mal_kern_backends[i]; i++)
         if (!strcmp(mal_kern_backends[i]->name, name)) {
             int rc = mal_kern_backends[i]->probe();
-            if (rc)
+            if (rc) {
+                /* the probe's reason, copied: MAL_ERR writes the buffer
+                 * mal_errmsg() points at */
+                char why[512];
+                snprintf(why, sizeof why, "%s", mal_errmsg());
                 return MAL_ERR(MAL_EDEVICE, "device '%s' cannot be used on this machine: %s", name,
-                               mal_errmsg());
+                               why);
+            }
             *out = mal_kern_backends[i];
             return 0;
         }
@@ -70,6 +82,8 @@ int mal_kern_lookup(const char *name, const mal_kern_backend **out)
 
 const char *mal_kern_default_name(void)
 {
+    const char *env = getenv("MALLEUS_DEVICE");
+    if (env && *env) return env;
     for (int i = 0; mal_kern_backends[i]; i++)
         if (mal_kern_backends[i]->is_default && mal_kern_backends[i]->probe() == 0)
             return mal_kern_backends[i]->name;
@@ -83,7 +97,9 @@ int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out)
     *out = NULL;
     int rc = mal_kern_lookup(name ? name : mal_kern_default_name(), &b);
     if (rc) return rc;
-    return b->create(cfg ? cfg : &def, out);
+    mal_kern_config c = cfg ? *cfg : def;
+    if (c.compute == MAL_DTYPE_AUTO) c.compute = b->default_compute;
+    return b->create(&c, out);
 }
 
 void mal_kern_destroy(mal_kern k)

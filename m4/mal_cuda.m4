@@ -12,7 +12,7 @@ AC_DEFUN([MAL_CHECK_CUDA], [
     [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@],
        [use the CUDA toolkit and cuBLAS in DIR (default: /usr/local/cuda if present)])],
     [], [with_cuda=check])
-  AC_ARG_VAR([NVCC_ARCH_FLAGS], [nvcc -gencode flags (default: sm_80 and sm_90 plus compute_90 PTX)])
+  AC_ARG_VAR([NVCC_ARCH_FLAGS], [nvcc -gencode flags (default: sm_90a and sm_80 machine code plus compute_90 PTX)])
   mal_have_cuda=no
   mal_cuda_summary="no"
   AS_CASE([$with_cuda],
@@ -31,21 +31,25 @@ AC_DEFUN([MAL_CHECK_CUDA], [
       save_CPPFLAGS=$CPPFLAGS; save_LIBS=$LIBS; save_LDFLAGS=$LDFLAGS
       CPPFLAGS="$CPPFLAGS -I$mal_cuda_dir/include"
       LDFLAGS="$LDFLAGS -L$mal_cuda_libdir"
-      LIBS="-lcublas -lcudart $LIBS"
-      AC_MSG_CHECKING([whether CUDA runtime and cuBLAS link])
+      LIBS="-lcublasLt -lcublas -lcudart $LIBS"
+      AC_MSG_CHECKING([whether CUDA runtime, cuBLAS and cuBLASLt link])
       AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cuda_runtime.h>
-#include <cublas_v2.h>]], [[int n; cublasHandle_t h; cudaGetDeviceCount(&n); cublasCreate(&h);]])],
+#include <cublas_v2.h>
+#include <cublasLt.h>]], [[int n; cublasHandle_t h; cublasLtHandle_t lt; cudaGetDeviceCount(&n); cublasCreate(&h); cublasLtCreate(&lt);]])],
         [AC_MSG_RESULT([yes])],
-        [AC_MSG_RESULT([no]); mal_cuda_why="cuda_runtime.h/cublas_v2.h or libcudart/libcublas unusable in $mal_cuda_dir"])
+        [AC_MSG_RESULT([no]); mal_cuda_why="cuda_runtime.h/cublas_v2.h/cublasLt.h or libcudart/libcublas/libcublasLt unusable in $mal_cuda_dir"])
       CPPFLAGS=$save_CPPFLAGS; LIBS=$save_LIBS; LDFLAGS=$save_LDFLAGS
     ])
     AS_IF([test -z "$mal_cuda_why"], [
       mal_have_cuda=yes
       CUDA_DIR="$mal_cuda_dir"
-      CUDA_CFLAGS="-I$mal_cuda_dir/include"
-      CUDA_LIBS="-L$mal_cuda_libdir -Wl,-rpath,$mal_cuda_libdir -lcublas -lcudart -lstdc++"
+      dnl -isystem: the toolkit's headers are not ours to keep warning-free
+      CUDA_CFLAGS="-isystem $mal_cuda_dir/include"
+      CUDA_LIBS="-L$mal_cuda_libdir -Wl,-rpath,$mal_cuda_libdir -lcublasLt -lcublas -lcudart -lstdc++"
+      dnl sm_90a: Hopper's own instructions (HOPPER.md: the -gencode form);
+      dnl sm_80: Ampere; compute_90 PTX: the driver compiles it for later GPUs
       AS_IF([test -z "$NVCC_ARCH_FLAGS"],
-            [NVCC_ARCH_FLAGS="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"])
+            [NVCC_ARCH_FLAGS="-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90"])
       mal_cuda_summary="yes ($mal_cuda_dir)"
       AC_DEFINE([HAVE_CUDA], [1], [Define if the CUDA toolkit and cuBLAS are used.])
     ], [

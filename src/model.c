@@ -698,8 +698,8 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         mal_kern_zero(k, m->d_q, (size_t)N * A * e);
         mal_kern_zero(k, m->d_k, (size_t)N * A * e);
         mal_kern_zero(k, m->d_v, (size_t)N * A * e);
-        mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->q[l], a->k[l],
-                               a->v[l], a->att[l], B, T, Hl, hd);
+        mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->ao[l], a->q[l],
+                               a->k[l], a->v[l], a->att[l], B, T, Hl, hd);
         mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, c->rope_theta);
         mal_kern_rope_bwd(k, m->d_k, B, T, Hl, hd, c->rope_theta);
         mal_kern_zero(k, m->d_h, NC * e);

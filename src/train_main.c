@@ -12,6 +12,8 @@ static const char *const data_formats[] = {"auto", "llmc", "raw16", NULL};
 static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16};
 static const char *const adapt_modes[] = {"off", "restart", "online", NULL};
 static const int adapt_values[] = {MAL_ADAPT_OFF, MAL_ADAPT_RESTART, MAL_ADAPT_ONLINE};
+static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const int precision_values[] = {MAL_PRECISION_FP32, MAL_PRECISION_BF16};
 
 int main(int argc, char **argv)
 {
@@ -106,6 +108,12 @@ int main(int argc, char **argv)
 
         {MAL_OPT_SECTION, .help = "Backends:"},
         {MAL_OPT_STRING, "device", .metavar = "NAME", .target = &o->device, .help = device_help},
+        {MAL_OPT_CHOICE, "precision", .metavar = "P", .target = &o->precision,
+         .choices = precisions, .values = precision_values,
+         .help = "fp32 or bf16: activations and working weights (master\n"
+                 "weights, gradients and Adam moments are fp32 always;\n"
+                 "default: bf16 on GPUs, fp32 on the CPU, which has only\n"
+                 "fp32; fp32 on a GPU is the CPU's arithmetic)"},
         {MAL_OPT_STRING, "comm", .metavar = "NAME", .target = &o->comm, .help = comm_help},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},

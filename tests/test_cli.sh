@@ -73,14 +73,21 @@ expect 2 "disagrees with the plan" -- --plan "$top_srcdir/tests/plans/dp8.json" 
 expect 2 "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 1" -- --dp 2 --steps 1
 # Backends by name: unknown, not built into this build, listed in --help,
 # shown in the start-up table.
-expect 2 "unknown device 'tpu': this build has cpu, cpu-opaque" -- --device tpu --steps 1
-expect 2 "device 'cuda' is not compiled into this build" -- --device cuda --steps 1
+expect 2 "unknown device 'tpu': this build has (cuda, )?cpu, cpu-opaque" -- --device tpu --steps 1
+# --device cuda: not compiled in, or (a CUDA build) no GPU here; where a GPU
+# is present this run trains, and tests/test_cuda_train.sh covers it
+if ! grep -q '^#define HAVE_CUDA 1' "$top_builddir/malconf.h"; then
+    expect 2 "device 'cuda' is not compiled into this build" -- --device cuda --steps 1
+elif ! "$TRAIN" --device cuda --steps 0 >/dev/null 2>&1; then
+    expect 2 "device 'cuda' cannot be used on this machine: .*GPU" -- --device cuda --steps 1
+fi
 expect 2 "unknown comm backend 'tcp'" -- --comm tcp --steps 1
 expect 2 "comm backend 'nccl' is not compiled into this build" -- --comm nccl --steps 1
 expect 2 "unknown device 'tpu'" -- --device tpu --profile "$W/prof.json"
-"$TRAIN" --help | grep -q 'cpu, cpu-opaque in this build' || { echo "FAIL: --help lists no devices"; fails=$((fails + 1)); }
+expect 2 "device 'cpu' does not compute in bf16" -- --device cpu --precision bf16 --steps 1
+"$TRAIN" --help | grep -Eq '(cuda, )?cpu, cpu-opaque in this build' || { echo "FAIL: --help lists no devices"; fails=$((fails + 1)); }
 "$TRAIN" --device cpu-opaque --comm mpi --steps 1 --global-batch 2 --micro-batch 2 >"$W/out" 2>&1 &&
-    grep -Eq '^\| kernels / comm +\| cpu-opaque +/ mpi' "$W/out" ||
+    grep -Eq '^\| kernels / comm +\| cpu-opaque \(fp32\) +/ mpi' "$W/out" ||
     { cat "$W/out"; echo "FAIL: --device cpu-opaque run or its start-up table"; fails=$((fails + 1)); }
 printf '{"format": "malleus-plan/1", "micro_batch_size": 2, "pipelines": [{"micro_batches": 8, "stages": [{"ranks": [0], "layers": [0, 3]}]}], "suspended": []}' >"$W/short.json"
 expect 2 "layers" -- --plan "$W/short.json" --steps 1

@@ -514,7 +514,8 @@ static void test_attention(int B, int T, int H, int hd)
     mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
     float *att0 = fbuf(na);
     memcpy(att0, at.att, na * sizeof *att0);
-    mal_kern_attention_bwd(K, dq, dk, dv, scratch, at.R, at.q, at.k, at.v, at.att, B, T, H, hd);
+    mal_kern_attention_bwd(K, dq, dk, dv, scratch, at.R, at.out, at.q, at.k, at.v, at.att, B, T, H,
+                           hd);
     report("attention", "bwd dq vs FD", fd_check(at_loss, at.q, n, dq), FD_TOL);
     report("attention", "bwd dk vs FD", fd_check(at_loss, at.k, n, dk), FD_TOL);
     report("attention", "bwd dv vs FD", fd_check(at_loss, at.v, n, dv), FD_TOL);
@@ -529,7 +530,8 @@ static void test_attention(int B, int T, int H, int hd)
     memcpy(gv, pv, n * sizeof *gv);
     for (size_t i = 0; i < na; i++)
         scratch[i] = NAN;
-    mal_kern_attention_bwd(K, gq, gk, gv, scratch, at.R, at.q, at.k, at.v, att0, B, T, H, hd);
+    mal_kern_attention_bwd(K, gq, gk, gv, scratch, at.R, at.out, at.q, at.k, at.v, att0, B, T, H,
+                           hd);
     double e = fmax(acc_err(gq, pq, dq, n), fmax(acc_err(gk, pk, dk, n), acc_err(gv, pv, dv, n)));
     report("attention", "bwd accumulates (dq, dk, dv)", e, 1e-6);
 
@@ -932,12 +934,38 @@ static void test_registry(void)
     CHECK_OK(mal_kern_lookup("cpu-opaque", &b));
     CHECK_EQ_INT(mal_kern_lookup("nosuch", &b), MAL_EINVAL);
     CHECK(b == NULL && strstr(mal_errmsg(), "cpu, cpu-opaque"));
+    char names[128];
+    mal_kern_names(names, sizeof names, " ");
+    /* the default: $MALLEUS_DEVICE, else the first backend whose probe
+     * finds its device */
+    const char *env = getenv("MALLEUS_DEVICE");
+    char saved[64] = "";
+    if (env) snprintf(saved, sizeof saved, "%s", env);
+    unsetenv("MALLEUS_DEVICE");
+#ifdef HAVE_CUDA
+    int rc = mal_kern_lookup("cuda", &b);
+    CHECK(rc == 0 || (rc == MAL_EDEVICE && strstr(mal_errmsg(), "cannot be used on this machine")));
+    CHECK(!strcmp(mal_kern_default_name(), rc == 0 ? "cuda" : "cpu"));
+    CHECK(!strcmp(names, "cuda cpu cpu-opaque"));
+#else
     CHECK_EQ_INT(mal_kern_lookup("cuda", &b), MAL_ENOTSUP);
     CHECK(strstr(mal_errmsg(), "not compiled into this build"));
     CHECK(!strcmp(mal_kern_default_name(), "cpu"));
-    char names[128];
-    mal_kern_names(names, sizeof names, " ");
     CHECK(!strcmp(names, "cpu cpu-opaque"));
+#endif
+    setenv("MALLEUS_DEVICE", "cpu-opaque", 1);
+    CHECK(!strcmp(mal_kern_default_name(), "cpu-opaque"));
+    if (saved[0])
+        setenv("MALLEUS_DEVICE", saved, 1);
+    else
+        unsetenv("MALLEUS_DEVICE");
+    /* MAL_DTYPE_AUTO is the backend's default: fp32 for the CPU */
+    mal_kern_config ca = mal_kern_config_default();
+    ca.compute = MAL_DTYPE_AUTO;
+    mal_kern ka = NULL;
+    CHECK_OK(mal_kern_create("cpu", &ca, &ka));
+    CHECK(ka->compute == MAL_F32);
+    mal_kern_destroy(ka);
     /* the CPU backends compute in fp32 only */
     mal_kern_config c = mal_kern_config_default();
     c.compute = MAL_BF16;

@@ -84,6 +84,7 @@ static int load_inputs(mal_trainer *tr)
     int rc;
     mal_kern_config kc = mal_kern_config_default();
     kc.threads = o->threads;
+    kc.compute = mal_precision_dtype(o->precision);
     if ((rc = mal_kern_create(o->device, &kc, &tr->k))) return rc;
     tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
     const mal_comm_backend *cb;
@@ -362,7 +363,9 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
             (unsigned long long)tr->o.seed);
     fprintf(f, "| lr / warmup / wd     | %-10g / %5d / %-19g |\n", (double)tr->o.optim.lr,
             tr->o.optim.warmup_steps, (double)tr->o.optim.weight_decay);
-    fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", tr->k->name,
+    char kname[64];
+    snprintf(kname, sizeof kname, "%s (%s)", tr->k->name, mal_dtype_name(tr->k->compute));
+    fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
             tr->world ? tr->comm_name : "none");
     fprintf(f, "| build: CUDA / NCCL   | %-18s / %-19s |\n",
 #ifdef HAVE_CUDA

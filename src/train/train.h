@@ -31,6 +31,15 @@ typedef struct {
 
 /* What a run does when the monitor advises a re-plan. */
 enum { MAL_ADAPT_OFF = 0, MAL_ADAPT_RESTART = 1, MAL_ADAPT_ONLINE = 2 };
+enum { MAL_PRECISION_AUTO = 0, MAL_PRECISION_FP32 = 1, MAL_PRECISION_BF16 = 2 };
+
+/* The kernel dtype of a MAL_PRECISION_* (MAL_DTYPE_AUTO for AUTO). */
+static inline mal_dtype mal_precision_dtype(int precision)
+{
+    return precision == MAL_PRECISION_FP32   ? MAL_F32
+           : precision == MAL_PRECISION_BF16 ? MAL_BF16
+                                             : MAL_DTYPE_AUTO;
+}
 
 /* mal_trainer_run's positive return: stopped with a snapshot because the
  * monitor advised a re-plan (--adapt restart). */
@@ -57,6 +66,8 @@ typedef struct {
     int threads;            /* BLAS threads (0: leave the default) */
     const char *device;     /* kernel backend by name (kernels.h registry; NULL: the
                              * default for this build and machine) */
+    int precision;          /* MAL_PRECISION_*: compute dtype of activations and working
+                             * weights (AUTO: the backend's default, bf16 on GPUs) */
     const char *comm;       /* communication backend by name, the data plane (comm.h
                              * registry; NULL: the default for the device) */
     int log_every;          /* print a step line every N steps (0: never) */

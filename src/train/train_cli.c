@@ -67,6 +67,7 @@ static int measure(mal_train_cli *cli)
     mal_kern k = NULL;
     mal_kern_config kc = mal_kern_config_default();
     kc.threads = o->threads;
+    kc.compute = mal_precision_dtype(o->precision);
     if ((rc = mal_kern_create(o->device, &kc, &k))) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
@@ -111,6 +112,15 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     if ((rc = mal_kern_lookup(o->device ? o->device : mal_kern_default_name(), &kb)) ||
         (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->name), &cb))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    mal_dtype want = mal_precision_dtype(o->precision);
+    if (want != MAL_DTYPE_AUTO && !(kb->dtypes & (1u << want))) {
+        if (lead)
+            fprintf(stderr,
+                    "malleus-train: device '%s' does not compute in %s; use --precision %s or a "
+                    "device that does (--device cuda computes in fp32 and bf16)\n",
+                    kb->name, mal_dtype_name(want), mal_dtype_name(kb->default_compute));
         return 2;
     }
     if (cli->plan_path) {
@@ -178,9 +188,10 @@ void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t c
     char names[256];
     mal_kern_names(names, sizeof names, ", ");
     snprintf(dev, dev_len,
-             "kernel backend: %s in this build (default: a GPU\n"
-             "backend where a GPU is present, else cpu; cpu-opaque\n"
-             "is the test backend whose buffers the host cannot read)",
+             "kernel backend: %s in this build (default:\n"
+             "$MALLEUS_DEVICE if set, else a GPU backend where a GPU\n"
+             "is present, else cpu; cpu-opaque is the test backend\n"
+             "whose buffers the host cannot read)",
              names);
     mal_comm_names(names, sizeof names, ", ");
     snprintf(comm, comm_len,

@@ -1,0 +1,749 @@
+/* Causal self-attention for the CUDA backend, flash style: the T x T scores
+ * are never stored; the forward keeps one log-sum-exp per query (lse), the
+ * backward recomputes the probabilities.  NOTHING HERE HAS RUN ON A GPU
+ * YET; the kernels are checked on the CPU through the emulation
+ * (tests/test_cuda_emu.cpp) against a float64 reference.
+ *
+ * Shapes (kernels.h): q, k, v, out, dq, dk, dv are (B,T,H,hd) row-major, so
+ * the (T,hd) slice of head h of sequence b starts at (b*T*H + h)*hd with a
+ * row stride of ld = H*hd.  lse is (B,H,T) floats, natural log:
+ *   lse[t] = log sum_{s<=t} exp(q_t . k_s / sqrt(hd)),  P[t][s] = exp(S - lse).
+ *
+ * Two implementations behind mal_cu_attention_fwd/bwd:
+ *   generic - one warp per query (forward, dQ) or key (dK, dV) row, fp32
+ *             arithmetic, any even hd up to 256, float or bf16 storage.  The
+ *             fp32 mode's kernels (the CPU oracle's arithmetic up to
+ *             summation order) and the fallback for other head sizes.
+ *   mma     - bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation),
+ *             hd 64 or 128: FlashAttention-2's forward (a warp owns 16
+ *             queries, online softmax in registers, P reused from the
+ *             accumulators as the A operand of P V) and a deterministic
+ *             backward in two kernels -- dK/dV with a block per key tile
+ *             looping over queries, dQ with a block per query tile looping
+ *             over keys -- so no float atomics (FlashAttention-2 adds dQ
+ *             with atomics, whose order varies).  The price: S and dP are
+ *             computed in both kernels (7 products of T x T x hd per head
+ *             instead of 5).
+ * Why written here and not cuDNN's fused SDPA: bench/gpu/NOTES.md
+ * ("Attention: written here or cuDNN"). */
+#include "common.cuh"
+#include "cuda_ops.h"
+
+#include <math.h>
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+/* ======================================================================== */
+/* Generic kernels                                                          */
+
+enum { GEN_MAXJ = 8 }; /* hd <= 32 * 8 */
+
+/* One warp per query row (b, h, t): online softmax over s <= t; lane owns
+ * elements d = lane + 32 j. */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    gen_fwd_k(T *__restrict__ out, float *__restrict__ lse, const T *__restrict__ q,
+              const T *__restrict__ k, const T *__restrict__ v, int B, int T_, int H, int hd)
+{
+    const int lane = threadIdx.x % 32;
+    const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= (long)B * H * T_) return;
+    const int t = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
+    const size_t ld = (size_t)H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float qr[GEN_MAXJ], o[GEN_MAXJ];
+#pragma unroll
+    for (int j = 0; j < GEN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        qr[j] = d < hd ? ldf(q + base + (size_t)t * ld + d) : 0.0f;
+        o[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const T *kr = k + base + (size_t)s * ld, *vr = v + base + (size_t)s * ld;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GEN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) dot += qr[j] * ldf(kr + d);
+        }
+        const float sc = warp_sum(dot) * scale;
+        const float mn = fmaxf(m, sc);
+        const float corr = expf(m - mn), p = expf(sc - mn); /* m = -inf first: corr = 0 */
+        l = l * corr + p;
+#pragma unroll
+        for (int j = 0; j < GEN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) o[j] = o[j] * corr + p * ldf(vr + d);
+        }
+        m = mn;
+    }
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int j = 0; j < GEN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        if (d < hd) stf(out + base + (size_t)t * ld + d, o[j] * inv);
+    }
+    if (lane == 0) lse[((size_t)b * H + h) * T_ + t] = m + logf(l);
+}
+
+/* D[b,h,t] = sum_d dO[t][d] * O[t][d], one warp per row (both backward
+ * implementations use it). */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    rowdot_k(float *__restrict__ D, const T *__restrict__ dout, const T *__restrict__ out, int B,
+             int T_, int H, int hd)
+{
+    const int lane = threadIdx.x % 32;
+    const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= (long)B * H * T_) return;
+    const int t = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
+    const size_t ld = (size_t)H * hd, off = (size_t)b * T_ * ld + (size_t)h * hd + (size_t)t * ld;
+    float s = 0.0f;
+    for (int d = lane; d < hd; d += 32) s += ldf(dout + off + d) * ldf(out + off + d);
+    s = warp_sum(s);
+    if (lane == 0) D[((size_t)b * H + h) * T_ + t] = s;
+}
+
+/* dQ: one warp per query row t; for s <= t: P = exp(scale q.k_s - lse),
+ * dP = dO_t . v_s, dS = P (dP - D_t), dq += scale dS k_s. */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    gen_dq_k(T *__restrict__ dq, const T *__restrict__ dout, const T *__restrict__ q,
+             const T *__restrict__ k, const T *__restrict__ v, const float *__restrict__ lse,
+             const float *__restrict__ D, int B, int T_, int H, int hd)
+{
+    const int lane = threadIdx.x % 32;
+    const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= (long)B * H * T_) return;
+    const int t = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
+    const size_t ld = (size_t)H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
+    const size_t stat = ((size_t)b * H + h) * T_ + t;
+    const float scale = 1.0f / sqrtf((float)hd), L = lse[stat], Dt = D[stat];
+    float qr[GEN_MAXJ], dor[GEN_MAXJ], acc[GEN_MAXJ];
+#pragma unroll
+    for (int j = 0; j < GEN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        qr[j] = d < hd ? ldf(q + base + (size_t)t * ld + d) : 0.0f;
+        dor[j] = d < hd ? ldf(dout + base + (size_t)t * ld + d) : 0.0f;
+        acc[j] = 0.0f;
+    }
+    for (int s = 0; s <= t; s++) {
+        const T *kr = k + base + (size_t)s * ld, *vr = v + base + (size_t)s * ld;
+        float a = 0.0f, c = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GEN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) a += qr[j] * ldf(kr + d), c += dor[j] * ldf(vr + d);
+        }
+        const float p = expf(warp_sum(a) * scale - L);
+        const float ds = p * (warp_sum(c) - Dt);
+#pragma unroll
+        for (int j = 0; j < GEN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) acc[j] += ds * ldf(kr + d);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < GEN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        T *p = dq + base + (size_t)t * ld + d;
+        if (d < hd) stf(p, ldf(p) + scale * acc[j]);
+    }
+}
+
+/* dK, dV: one warp per key row s; for t >= s: dv += P dO_t,
+ * dk += scale dS q_t. */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    gen_dkv_k(T *__restrict__ dk, T *__restrict__ dv, const T *__restrict__ dout,
+              const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+              const float *__restrict__ lse, const float *__restrict__ D, int B, int T_, int H,
+              int hd)
+{
+    const int lane = threadIdx.x % 32;
+    const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= (long)B * H * T_) return;
+    const int s = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
+    const size_t ld = (size_t)H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
+    const size_t stat0 = ((size_t)b * H + h) * T_;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float kr[GEN_MAXJ], vr[GEN_MAXJ], ak[GEN_MAXJ], av[GEN_MAXJ];
+#pragma unroll
+    for (int j = 0; j < GEN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        kr[j] = d < hd ? ldf(k + base + (size_t)s * ld + d) : 0.0f;
+        vr[j] = d < hd ? ldf(v + base + (size_t)s * ld + d) : 0.0f;
+        ak[j] = av[j] = 0.0f;
+    }
+    for (int t = s; t < T_; t++) {
+        const T *qr = q + base + (size_t)t * ld, *dor = dout + base + (size_t)t * ld;
+        float a = 0.0f, c = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GEN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) a += ldf(qr + d) * kr[j], c += ldf(dor + d) * vr[j];
+        }
+        const float p = expf(warp_sum(a) * scale - lse[stat0 + t]);
+        const float ds = p * (warp_sum(c) - D[stat0 + t]);
+#pragma unroll
+        for (int j = 0; j < GEN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) av[j] += p * ldf(dor + d), ak[j] += ds * ldf(qr + d);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < GEN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        if (d >= hd) continue;
+        if (dk) {
+            T *p = dk + base + (size_t)s * ld + d;
+            stf(p, ldf(p) + scale * ak[j]);
+        }
+        if (dv) {
+            T *p = dv + base + (size_t)s * ld + d;
+            stf(p, ldf(p) + av[j]);
+        }
+    }
+}
+
+/* ======================================================================== */
+/* Tensor-core kernels (bf16, hd 64 or 128)                                  */
+
+/* Shared-memory tiles hold bf16 rows padded by 8 elements (16 bytes), so
+ * the 32-bit fragment loads of the 8 row groups of a warp fall in
+ * different banks. */
+#define PAD 8
+
+/* Copy `rows` rows of HD bf16 (global, row stride ld) into a shared tile:
+ * row-major (stride HD + PAD), or with TRANS transposed, dst[d][r] (stride
+ * rows + PAD), for the operands whose fragments run along the rows.  Rows
+ * at or past `valid` are zero (a zero key or value contributes nothing
+ * once its probability is masked to zero, and a zero never turns into NaN
+ * the way unwritten memory can). */
+template <int HD, bool TRANS>
+MAL_DEV void tile_load(bf16 *dst, const bf16 *src, size_t ld, int rows, int valid, int tid,
+                       int nthreads)
+{
+    const int per_row = HD / 8;
+    for (int i = tid; i < rows * per_row; i += nthreads) {
+        const int r = i / per_row, c = (i % per_row) * 8;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < valid) w = *(const uint4 *)(src + (size_t)r * ld + c);
+        if (!TRANS) {
+            *(uint4 *)(dst + r * (HD + PAD) + c) = w;
+        } else {
+            bf16 e[8];
+            memcpy(e, &w, 16);
+#pragma unroll
+            for (int j = 0; j < 8; j++) dst[(c + j) * (rows + PAD) + r] = e[j];
+        }
+    }
+}
+
+/* Fragment loads (layouts: common.cuh).  A (16 x 16) from a row-major
+ * tile X at (m0, k0); B (16 x 8) with B[k][n] = Y[n][k] from a row-major
+ * tile Y at (n0, k0).  x_ld / y_ld in elements. */
+MAL_DEV void frag_a(uint32_t a[4], const bf16 *X, int x_ld, int m0, int k0, int lane)
+{
+    const int g = lane / 4, c = lane % 4;
+    const bf16 *p = X + (m0 + g) * x_ld + k0 + 2 * c;
+    a[0] = *(const uint32_t *)p;
+    a[1] = *(const uint32_t *)(p + 8 * x_ld);
+    a[2] = *(const uint32_t *)(p + 8);
+    a[3] = *(const uint32_t *)(p + 8 * x_ld + 8);
+}
+MAL_DEV void frag_b(uint32_t b[2], const bf16 *Y, int y_ld, int n0, int k0, int lane)
+{
+    const int g = lane / 4, c = lane % 4;
+    const bf16 *p = Y + (n0 + g) * y_ld + k0 + 2 * c;
+    b[0] = *(const uint32_t *)p;
+    b[1] = *(const uint32_t *)(p + 8);
+}
+
+/* The A operand (16 x 16 of the k slice ks) from two accumulator tiles
+ * (16 x 8 each: columns 16 ks .. 16 ks + 7 and + 8 .. + 15), rounded to
+ * bf16: FlashAttention-2's register reuse. */
+MAL_DEV void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4])
+{
+    a[0] = pack_bf16x2(lo[0], lo[1]);
+    a[1] = pack_bf16x2(lo[2], lo[3]);
+    a[2] = pack_bf16x2(hi[0], hi[1]);
+    a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
+/* acc (16 x HD) += P (16 x K, the warp's accumulator tiles, rounded to
+ * bf16) x Y (K x HD), Y given transposed: Yt row-major HD x K (stride
+ * K + PAD).  P V in the forward, P^T dO and dS^T Q in dK/dV, dS K in dQ. */
+template <int HD, int K>
+MAL_DEV void acc_product(float acc[HD / 8][4], float p[K / 8][4], const bf16 *Yt, int lane)
+{
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ks++) {
+        uint32_t a[4];
+        acc_to_a(a, p[2 * ks], p[2 * ks + 1]);
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++) {
+            uint32_t b[2];
+            frag_b(b, Yt, K + PAD, nt * 8, ks * 16, lane);
+            mma_bf16_16816(acc[nt], a, b);
+        }
+    }
+}
+
+/* Where a tensor-core block works: its thread and lane numbers, its tile
+ * (the last tiles, with the most work under the causal mask, start first)
+ * and the head slice (b, h) of blockIdx.y. */
+struct geom {
+    int tid, lane, warp, g, c, tile, bh;
+    size_t ld, base;
+};
+template <int HD> MAL_DEV geom geom_of(int T_, int H)
+{
+    geom o;
+    o.tid = threadIdx.x, o.lane = o.tid % 32, o.warp = o.tid / 32;
+    o.g = o.lane / 4, o.c = o.lane % 4;
+    o.tile = gridDim.x - 1 - blockIdx.x, o.bh = blockIdx.y;
+    o.ld = (size_t)H * HD;
+    o.base = (size_t)(o.bh / H) * T_ * o.ld + (size_t)(o.bh % H) * HD;
+    return o;
+}
+
+enum { FWD_BQ = 64, FWD_BK = 64, FWD_THREADS = 128 };
+
+template <int HD> static size_t fwd_smem()
+{
+    /* Q and K row-major, V transposed */
+    return (size_t)(2 * FWD_BQ * (HD + PAD) + HD * (FWD_BK + PAD)) * sizeof(bf16);
+}
+
+/* Block: 64 queries of one (b, h), 4 warps of 16 queries each.  Key tiles
+ * of 64 from the first to the diagonal one; the last query tiles (the most
+ * key tiles) start first. */
+template <int HD>
+__global__ void __launch_bounds__(FWD_THREADS)
+    mma_fwd_k(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
+              const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T_, int H)
+{
+    MAL_SMEM(smem);
+    bf16 *Qs = (bf16 *)smem;
+    bf16 *Ks = Qs + FWD_BQ * (HD + PAD);
+    bf16 *Vt = Ks + FWD_BK * (HD + PAD);
+    const geom G = geom_of<HD>(T_, H);
+    const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c, qt = G.tile, bh = G.bh;
+    const size_t ld = G.ld, base = G.base;
+    const int q0 = qt * FWD_BQ;
+    const float sl2 = LOG2E / sqrtf((float)HD); /* scores in log2 units */
+
+    tile_load<HD, false>(Qs, q + base + (size_t)q0 * ld, ld, FWD_BQ, T_ - q0, tid, FWD_THREADS);
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8 */
+    const int row0 = q0 + warp * 16 + g;                     /* this thread's first query */
+
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * FWD_BK;
+        __syncthreads(); /* the previous tile's K, V are no longer read */
+        tile_load<HD, false>(Ks, k + base + (size_t)k0 * ld, ld, FWD_BK, T_ - k0, tid, FWD_THREADS);
+        tile_load<HD, true>(Vt, v + base + (size_t)k0 * ld, ld, FWD_BK, T_ - k0, tid, FWD_THREADS);
+        __syncthreads();
+        /* S (16 x 64) = Q_w K^T */
+        float s[FWD_BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < FWD_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[4];
+            frag_a(a, Qs, HD + PAD, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int nt = 0; nt < FWD_BK / 8; nt++) {
+                uint32_t bb[2];
+                frag_b(bb, Ks, HD + PAD, nt * 8, kk * 16, lane);
+                mma_bf16_16816(s[nt], a, bb);
+            }
+        }
+        /* scale, mask (key > query, key >= T), online softmax per row */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < FWD_BK / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + nt * 8 + 2 * c + (i & 1), qry = row0 + (i >= 2 ? 8 : 0);
+                float x = s[nt][i] * sl2;
+                if (key > qry || key >= T_) x = -INFINITY;
+                s[nt][i] = x;
+                mx[i >> 1] = fmaxf(mx[i >> 1], x);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            /* a row with every key so far masked keeps m = -inf: use 0 as
+             * the shift so that no -inf - -inf turns into NaN */
+            const float sh = mn == -INFINITY ? 0.0f : mn;
+            alpha[r] = exp2f(m[r] - sh);
+            m[r] = mn;
+            mx[r] = sh;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < FWD_BK / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float p = exp2f(s[nt][i] - mx[i >> 1]);
+                s[nt][i] = p;
+                rs[i >> 1] += p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + rs[r];
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[i][0] *= alpha[0], o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+        }
+        acc_product<HD, FWD_BK>(o, s, Vt, lane); /* O += P V */
+    }
+    /* the row sums were kept per thread: add the 4 threads of each row */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = row0 + 8 * r;
+        if (t >= T_) continue;
+        const float inv = 1.0f / l[r];
+        bf16 *orow = out + base + (size_t)t * ld;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+            *(uint32_t *)(orow + nt * 8 + 2 * c) =
+                pack_bf16x2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+        if (c == 0) lse[(size_t)bh * T_ + t] = (m[r] + log2f(l[r])) * LN2;
+    }
+}
+
+/* Two products of one warp that share their k loop over the head
+ * dimension: x (16 x N) = X1_w Y1^T and y (16 x N) = X2_w Y2^T, where the
+ * warp's rows of X1, X2 start at row m0 and Y1, Y2 hold N rows (all tiles
+ * row-major, stride HD + PAD).  Used for (S, dP) in both backward kernels. */
+template <int HD, int N>
+MAL_DEV void two_products(float x[N / 8][4], float y[N / 8][4], const bf16 *X1, const bf16 *X2,
+                          const bf16 *Y1, const bf16 *Y2, int m0, int lane)
+{
+#pragma unroll
+    for (int nt = 0; nt < N / 8; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) x[nt][i] = y[nt][i] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a1[4], a2[4];
+        frag_a(a1, X1, HD + PAD, m0, kk * 16, lane);
+        frag_a(a2, X2, HD + PAD, m0, kk * 16, lane);
+#pragma unroll
+        for (int nt = 0; nt < N / 8; nt++) {
+            uint32_t b1[2], b2[2];
+            frag_b(b1, Y1, HD + PAD, nt * 8, kk * 16, lane);
+            frag_b(b2, Y2, HD + PAD, nt * 8, kk * 16, lane);
+            mma_bf16_16816(x[nt], a1, b1);
+            mma_bf16_16816(y[nt], a2, b2);
+        }
+    }
+}
+
+/* dst[0..1] += f * (a0, a1): the accumulating bf16 store of the backward
+ * kernels' results (kernels.h: gradients are added to). */
+MAL_DEV void add_store2(bf16 *dst, float f, float a0, float a1)
+{
+    float2 old = __bfloat1622float2(*(const __nv_bfloat162 *)dst);
+    *(uint32_t *)dst = pack_bf16x2(old.x + f * a0, old.y + f * a1);
+}
+
+enum { BWD_THREADS = 128, DKV_BK = 64, DKV_BQ = 32, DQ_BQ = 64, DQ_BK = 32 };
+
+template <int HD> static size_t dkv_smem()
+{
+    /* K, V row-major (64 keys); Q, dO row-major and transposed (32
+     * queries); lse and D of the 32 queries */
+    return (size_t)(2 * DKV_BK * (HD + PAD) + 2 * DKV_BQ * (HD + PAD) + 2 * HD * (DKV_BQ + PAD)) *
+               sizeof(bf16) +
+           2 * DKV_BQ * sizeof(float);
+}
+
+/* dK, dV of 64 keys (4 warps x 16) of one (b, h); query tiles of 32 from
+ * the diagonal on.  Per warp, transposed products (keys are the rows):
+ *   S^T = K_w Q^T, P^T = exp(S^T - lse), dP^T = V_w dO^T,
+ *   dS^T = P^T (dP^T - D), dV_w += P^T dO, dK_w += scale dS^T Q. */
+template <int HD>
+__global__ void __launch_bounds__(BWD_THREADS)
+    mma_dkv_k(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
+              const bf16 *__restrict__ q, const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+              const float *__restrict__ lse, const float *__restrict__ D, int T_, int H)
+{
+    MAL_SMEM(smem);
+    bf16 *Ks = (bf16 *)smem;
+    bf16 *Vs = Ks + DKV_BK * (HD + PAD);
+    bf16 *Qs = Vs + DKV_BK * (HD + PAD);
+    bf16 *Os = Qs + DKV_BQ * (HD + PAD); /* dO rows */
+    bf16 *Qt = Os + DKV_BQ * (HD + PAD);
+    bf16 *Ot = Qt + HD * (DKV_BQ + PAD); /* dO transposed */
+    float *Ls = (float *)(Ot + HD * (DKV_BQ + PAD));
+    float *Ds = Ls + DKV_BQ;
+    const geom G = geom_of<HD>(T_, H);
+    const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c, bh = G.bh;
+    const size_t ld = G.ld, base = G.base;
+    const int k0 = G.tile * DKV_BK;
+    const float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
+    tile_load<HD, false>(Ks, k + base + (size_t)k0 * ld, ld, DKV_BK, T_ - k0, tid, BWD_THREADS);
+    tile_load<HD, false>(Vs, v + base + (size_t)k0 * ld, ld, DKV_BK, T_ - k0, tid, BWD_THREADS);
+    float adk[HD / 8][4], adv[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) adk[i][j] = adv[i][j] = 0.0f;
+    const int key0 = k0 + warp * 16 + g; /* this thread's first key (rows g, g + 8) */
+
+    for (int q0 = k0; q0 < T_; q0 += DKV_BQ) {
+        __syncthreads(); /* the previous query tile is no longer read */
+        const int nq = T_ - q0;
+        tile_load<HD, false>(Qs, q + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
+        tile_load<HD, false>(Os, dout + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
+        tile_load<HD, true>(Qt, q + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
+        tile_load<HD, true>(Ot, dout + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
+        for (int i = tid; i < DKV_BQ; i += BWD_THREADS) {
+            const bool ok = i < nq;
+            Ls[i] = ok ? lse[(size_t)bh * T_ + q0 + i] * LOG2E : 0.0f;
+            Ds[i] = ok ? D[(size_t)bh * T_ + q0 + i] : 0.0f;
+        }
+        __syncthreads();
+        float st_[DKV_BQ / 8][4], dp[DKV_BQ / 8][4];
+        two_products<HD, DKV_BQ>(st_, dp, Ks, Vs, Qs, Os, warp * 16, lane);
+        /* P^T and dS^T in place; element (key row, query column) */
+#pragma unroll
+        for (int nt = 0; nt < DKV_BQ / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int qi = nt * 8 + 2 * c + (i & 1), key = key0 + (i >= 2 ? 8 : 0);
+                const int qry = q0 + qi;
+                float p = exp2f(st_[nt][i] * sl2 - Ls[qi]);
+                if (key > qry || qry >= T_ || key >= T_) p = 0.0f;
+                st_[nt][i] = p;
+                dp[nt][i] = p * (dp[nt][i] - Ds[qi]);
+            }
+        /* dV_w += P^T dO,  dK_w += dS^T Q  (k = the 32 queries) */
+        acc_product<HD, DKV_BQ>(adv, st_, Ot, lane);
+        acc_product<HD, DKV_BQ>(adk, dp, Qt, lane);
+    }
+    /* accumulate into dk, dv (+=, as kernels.h says) */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T_) continue;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++) {
+            const size_t off = base + (size_t)key * ld + nt * 8 + 2 * c;
+            if (dk) add_store2(dk + off, scale, adk[nt][2 * r], adk[nt][2 * r + 1]);
+            if (dv) add_store2(dv + off, 1.0f, adv[nt][2 * r], adv[nt][2 * r + 1]);
+        }
+    }
+}
+
+template <int HD> static size_t dq_smem()
+{
+    /* Q, dO row-major (64 queries); K, V row-major and K transposed (32
+     * keys) */
+    return (size_t)(2 * DQ_BQ * (HD + PAD) + 2 * DQ_BK * (HD + PAD) + HD * (DQ_BK + PAD)) *
+           sizeof(bf16);
+}
+
+/* dQ of 64 queries (4 warps x 16) of one (b, h); key tiles of 32 up to the
+ * diagonal.  Per warp: S = Q_w K^T, P = exp(S - lse), dP = dO_w V^T,
+ * dS = P (dP - D), dQ_w += scale dS K. */
+template <int HD>
+__global__ void __launch_bounds__(BWD_THREADS)
+    mma_dq_k(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+             const bf16 *__restrict__ k, const bf16 *__restrict__ v, const float *__restrict__ lse,
+             const float *__restrict__ D, int T_, int H)
+{
+    MAL_SMEM(smem);
+    bf16 *Qs = (bf16 *)smem;
+    bf16 *Os = Qs + DQ_BQ * (HD + PAD);
+    bf16 *Ks = Os + DQ_BQ * (HD + PAD);
+    bf16 *Vs = Ks + DQ_BK * (HD + PAD);
+    bf16 *Kt = Vs + DQ_BK * (HD + PAD);
+    const geom G = geom_of<HD>(T_, H);
+    const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c, bh = G.bh;
+    const size_t ld = G.ld, base = G.base;
+    const int q0 = G.tile * DQ_BQ;
+    const float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
+    tile_load<HD, false>(Qs, q + base + (size_t)q0 * ld, ld, DQ_BQ, T_ - q0, tid, BWD_THREADS);
+    tile_load<HD, false>(Os, dout + base + (size_t)q0 * ld, ld, DQ_BQ, T_ - q0, tid, BWD_THREADS);
+    const int row0 = q0 + warp * 16 + g;
+    float L[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = row0 + 8 * r;
+        L[r] = t < T_ ? lse[(size_t)bh * T_ + t] * LOG2E : 0.0f;
+        Dr[r] = t < T_ ? D[(size_t)bh * T_ + t] : 0.0f;
+    }
+    float adq[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) adq[i][0] = adq[i][1] = adq[i][2] = adq[i][3] = 0.0f;
+    const int kend = min(T_, q0 + DQ_BQ); /* keys past the tile's last query are masked */
+    for (int k0 = 0; k0 < kend; k0 += DQ_BK) {
+        __syncthreads();
+        const int nk = T_ - k0;
+        tile_load<HD, false>(Ks, k + base + (size_t)k0 * ld, ld, DQ_BK, nk, tid, BWD_THREADS);
+        tile_load<HD, false>(Vs, v + base + (size_t)k0 * ld, ld, DQ_BK, nk, tid, BWD_THREADS);
+        tile_load<HD, true>(Kt, k + base + (size_t)k0 * ld, ld, DQ_BK, nk, tid, BWD_THREADS);
+        __syncthreads();
+        float s[DQ_BK / 8][4], dp[DQ_BK / 8][4];
+        two_products<HD, DQ_BK>(s, dp, Qs, Os, Ks, Vs, warp * 16, lane);
+#pragma unroll
+        for (int nt = 0; nt < DQ_BK / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + nt * 8 + 2 * c + (i & 1), r = i >> 1;
+                const int qry = row0 + 8 * r;
+                float p = exp2f(s[nt][i] * sl2 - L[r]);
+                if (key > qry || key >= T_ || qry >= T_) p = 0.0f;
+                s[nt][i] = p * (dp[nt][i] - Dr[r]); /* dS */
+            }
+        acc_product<HD, DQ_BK>(adq, s, Kt, lane); /* dQ_w += dS K */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = row0 + 8 * r;
+        if (t >= T_) continue;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++) {
+            add_store2(dq + base + (size_t)t * ld + nt * 8 + 2 * c, scale, adq[nt][2 * r],
+                       adq[nt][2 * r + 1]);
+        }
+    }
+}
+
+/* ======================================================================== */
+/* Launchers                                                                */
+
+template <typename K> static void allow_smem(K kern, size_t bytes)
+{
+#ifndef MAL_CUDA_EMU
+    if (bytes > 48 * 1024)
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#else
+    (void)kern, (void)bytes;
+#endif
+}
+
+/* The tensor-core kernels need bf16, hd 64 or 128, rows 16-byte aligned
+ * (they are: ld = H*hd bf16 is a multiple of 8 elements) and an sm_80+
+ * device (the backend only runs on such). */
+static bool use_mma(int use_bf16, int impl, int hd, const void *p)
+{
+    return use_bf16 && impl == 0 && (hd == 64 || hd == 128) && ((uintptr_t)p & 15) == 0;
+}
+
+template <int HD>
+static void mma_fwd(mal_cu_stream s, void *out, float *lse, const void *q, const void *k,
+                    const void *v, int B, int T, int H)
+{
+    dim3 grid((unsigned)((T + FWD_BQ - 1) / FWD_BQ), (unsigned)(B * H));
+    allow_smem(mma_fwd_k<HD>, fwd_smem<HD>());
+    MAL_LAUNCH(mma_fwd_k<HD>, grid, FWD_THREADS, fwd_smem<HD>(), s)
+    ((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, T, H);
+}
+
+extern "C" void mal_cu_attention_fwd(mal_cu_stream s, int use_bf16, int impl, void *out, float *lse,
+                                     const void *q, const void *k, const void *v, int B, int T,
+                                     int H, int hd)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
+    if (use_mma(use_bf16, impl, hd, q)) {
+        if (hd == 64)
+            mma_fwd<64>(s, out, lse, q, k, v, B, T, H);
+        else
+            mma_fwd<128>(s, out, lse, q, k, v, B, T, H);
+        return;
+    }
+    const unsigned blocks = mal_blocks((size_t)B * H * T, 4);
+    if (use_bf16)
+        MAL_LAUNCH(gen_fwd_k<bf16>, blocks, 128, 0, s)
+        ((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, B, T, H, hd);
+    else
+        MAL_LAUNCH(gen_fwd_k<float>, blocks, 128, 0, s)
+        ((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, H, hd);
+}
+
+extern "C" size_t mal_cu_attention_bwd_scratch_bytes(int B, int T, int H)
+{
+    return (size_t)B * H * T * sizeof(float);
+}
+
+template <int HD>
+static void mma_bwd(mal_cu_stream s, void *dq, void *dk, void *dv, const void *dout,
+                    const void *q, const void *k, const void *v, const float *lse, const float *D,
+                    int B, int T, int H)
+{
+    if (dk || dv) {
+        dim3 grid((unsigned)((T + DKV_BK - 1) / DKV_BK), (unsigned)(B * H));
+        allow_smem(mma_dkv_k<HD>, dkv_smem<HD>());
+        MAL_LAUNCH(mma_dkv_k<HD>, grid, BWD_THREADS, dkv_smem<HD>(), s)
+        ((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
+         (const bf16 *)v, lse, D, T, H);
+    }
+    if (dq) {
+        dim3 grid((unsigned)((T + DQ_BQ - 1) / DQ_BQ), (unsigned)(B * H));
+        allow_smem(mma_dq_k<HD>, dq_smem<HD>());
+        MAL_LAUNCH(mma_dq_k<HD>, grid, BWD_THREADS, dq_smem<HD>(), s)
+        ((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D,
+         T, H);
+    }
+}
+
+template <typename T_>
+static void gen_bwd(mal_cu_stream s, void *dq, void *dk, void *dv, const void *dout,
+                    const void *q, const void *k, const void *v, const float *lse, const float *D,
+                    int B, int T, int H, int hd)
+{
+    const unsigned blocks = mal_blocks((size_t)B * H * T, 4);
+    if (dq)
+        MAL_LAUNCH(gen_dq_k<T_>, blocks, 128, 0, s)
+        ((T_ *)dq, (const T_ *)dout, (const T_ *)q, (const T_ *)k, (const T_ *)v, lse, D, B, T, H,
+         hd);
+    if (dk || dv)
+        MAL_LAUNCH(gen_dkv_k<T_>, blocks, 128, 0, s)
+        ((T_ *)dk, (T_ *)dv, (const T_ *)dout, (const T_ *)q, (const T_ *)k, (const T_ *)v, lse, D,
+         B, T, H, hd);
+}
+
+extern "C" void mal_cu_attention_bwd(mal_cu_stream s, int use_bf16, int impl, void *dq, void *dk,
+                                     void *dv, const void *dout, const void *out, const void *q,
+                                     const void *k, const void *v, const float *lse, int B, int T,
+                                     int H, int hd, void *scratch)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || hd <= 0 || (!dq && !dk && !dv)) return;
+    float *D = (float *)scratch;
+    const unsigned rows = mal_blocks((size_t)B * H * T, 4);
+    if (use_bf16)
+        MAL_LAUNCH(rowdot_k<bf16>, rows, 128, 0, s)
+        (D, (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    else
+        MAL_LAUNCH(rowdot_k<float>, rows, 128, 0, s)
+        (D, (const float *)dout, (const float *)out, B, T, H, hd);
+    if (use_mma(use_bf16, impl, hd, q)) {
+        if (hd == 64)
+            mma_bwd<64>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H);
+        else
+            mma_bwd<128>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H);
+        return;
+    }
+    if (use_bf16)
+        gen_bwd<bf16>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H, hd);
+    else
+        gen_bwd<float>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H, hd);
+}

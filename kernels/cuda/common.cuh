@@ -1,0 +1,150 @@
+/* Device-side helpers shared by the CUDA kernels (the .cu files of kernels/cuda), written
+ * so that the same kernel source compiles two ways:
+ *   - by nvcc, for the GPU (the build of the CUDA backend);
+ *   - by a host C++ compiler with MAL_CUDA_EMU defined, against
+ *     kernels/cuda/emu.h, which runs each block's threads as fibers on the
+ *     CPU.  tests/test_cuda_emu.cpp uses that to check the kernels' indexing,
+ *     tile edges, fragment layouts and barriers against float64 references
+ *     on a machine without a GPU.
+ * Kernels therefore launch through MAL_LAUNCH, take dynamic shared memory
+ * through MAL_SMEM, use the matrix instruction only through mma_bf16_16816
+ * and read warp neighbours only through the shuffles below. */
+#ifndef MAL_CUDA_COMMON_CUH
+#define MAL_CUDA_COMMON_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+
+#ifdef MAL_CUDA_EMU
+#include "emu.h"
+#define MAL_LAUNCH(kern, grid, block, smem, stream) emu::bind((kern), (grid), (block), (smem))
+#define MAL_SMEM(name) unsigned char *name = emu::smem()
+#define MAL_DEV static inline
+#else
+#include <cuda_runtime.h>
+#define MAL_LAUNCH(kern, grid, block, smem, stream) (kern)<<<(grid), (block), (smem), (stream)>>>
+#define MAL_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#define MAL_DEV static __device__ __forceinline__
+#endif
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- element conversions (compute dtype T: float or bf16) ------------- */
+
+MAL_DEV float ldf(const float *p) { return *p; }
+MAL_DEV float ldf(const bf16 *p) { return __bfloat162float(*p); }
+MAL_DEV void stf(float *p, float x) { *p = x; }
+MAL_DEV void stf(bf16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+/* ---- vectors of 16 bytes: 4 floats or 8 bf16 -------------------------- */
+
+/* Elements of T in one 16-byte access. */
+template <typename T> struct vec {
+    static const int n = 16 / (int)sizeof(T);
+};
+
+/* Load / store 16 bytes at p (16-byte aligned) as floats. */
+MAL_DEV void load16(float out[4], const float *p)
+{
+    float4 v = *(const float4 *)p;
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+MAL_DEV void load16(float out[8], const bf16 *p)
+{
+    uint4 v = *(const uint4 *)p;
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat162 h;
+        memcpy(&h, &w[i], 4);
+        float2 f = __bfloat1622float2(h);
+        out[2 * i] = f.x, out[2 * i + 1] = f.y;
+    }
+}
+MAL_DEV void store16(float *p, const float in[4])
+{
+    *(float4 *)p = make_float4(in[0], in[1], in[2], in[3]);
+}
+MAL_DEV void store16(bf16 *p, const float in[8])
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+        memcpy(&w[i], &h, 4);
+    }
+    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* Two bf16 packed in 32 bits (the low half is the first element), the
+ * operand format of the matrix instruction. */
+MAL_DEV uint32_t pack_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &h, 4);
+    return w;
+}
+
+/* ---- warp reductions (all 32 lanes take part) ------------------------ */
+
+MAL_DEV float warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+MAL_DEV double warp_sum_d(double x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+MAL_DEV float warp_max(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* ---- the bf16 matrix instruction ------------------------------------- */
+
+/* D (16x8, fp32) = A (16x16, bf16, row) x B (16x8, bf16, col) + C, one warp.
+ * Fragments (PTX ISA, mma.m16n8k16 with .bf16), g = lane / 4, c = lane % 4:
+ *   a[0] = A[g][2c, 2c+1]    a[1] = A[g+8][2c, 2c+1]
+ *   a[2] = A[g][2c+8, +9]    a[3] = A[g+8][2c+8, +9]
+ *   b[0] = B[2c, 2c+1][g]    b[1] = B[2c+8, 2c+9][g]
+ *   d[0], d[1] = D[g][2c, 2c+1]    d[2], d[3] = D[g+8][2c, 2c+1]
+ * (each 32-bit register holds two bf16, the lower index in the low half). */
+MAL_DEV void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+#ifdef MAL_CUDA_EMU
+    emu::mma_bf16_16816(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    /* Built only for sm_80 and newer (configure's NVCC_ARCH_FLAGS); the
+     * launchers never select the tensor-core kernels elsewhere. */
+    __trap();
+#endif
+}
+
+/* ---- launch shapes ---------------------------------------------------- */
+
+static inline unsigned mal_blocks(size_t n, unsigned per_block)
+{
+    size_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : (b ? b : 1));
+}
+
+#endif /* MAL_CUDA_COMMON_CUH */

@@ -1,0 +1,818 @@
+/* CUDA backend of the kernel table (kernels.h): one instance = one GPU, one
+ * CUDA stream, one cuBLASLt handle and its workspace, and a scratch buffer
+ * for the kernels' deterministic reductions.  NOTHING HERE HAS RUN ON A GPU
+ * YET (bench/gpu/NOTES.md lists what the first run must verify).
+ *
+ * Everything is queued on the instance's stream and returns at once; the
+ * host waits only in sync() / queue_wait(), in copies to pageable host
+ * memory (which CUDA completes before returning), and the first time an
+ * operation needs a RoPE table or more scratch than it has (a one-off
+ * allocation, outside the steady state).  The table's callers read
+ * scalars from the device where the algorithm needs them -- the loss and
+ * the squared gradient norm for clipping, once per step -- and those reads
+ * are the step's only synchronisations.
+ *
+ * Matrix products go through cuBLASLt: bf16 operands with fp32
+ * accumulation, activations out in bf16, weight gradients accumulated in
+ * place into the fp32 gradient slab (C = D of type fp32, beta = 1); in the
+ * fp32 mode everything is fp32 with CUBLAS_COMPUTE_32F (no TF32: the fp32
+ * mode is the CPU backend's arithmetic).  The other kernels live in
+ * ops.cu and attention.cu (cuda_ops.h).
+ *
+ * Errors: an operation cannot return one, so the first failure (a CUDA or
+ * cuBLASLt error, an invalid token or target flagged by a kernel) is kept
+ * with its message and returned by the next sync(), as the CPU backend does.
+ */
+#include "kernels.h"
+#include "mal.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+
+/* cuBLASLt's workspace: 32 MiB is what NVIDIA recommends for Hopper. */
+#define LT_WORKSPACE (32u << 20)
+#define PLAN_CACHE 64
+#define ROPE_CACHE 8
+
+typedef struct {
+    /* the key */
+    int ta, tb, m, n, k, lda, ldb, ldc, at, ct, accumulate, align;
+    /* the plan */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+typedef struct {
+    int T, hd;
+    float theta;
+    float *cs; /* device: T rows of hd/2 cosines, then T rows of sines */
+} rope_dev;
+
+typedef struct {
+    int device, sm_count;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *ws;
+    void *scratch;
+    size_t scratch_bytes;
+    int *dev_err;  /* kernels' MAL_CU_ERR_* bits */
+    int *host_err; /* pinned copy */
+    int err;       /* first deferred error since the last sync */
+    char msg[512];
+    int attn_impl; /* 0 tensor cores where possible, 1 generic kernels */
+    lt_plan plans[PLAN_CACHE];
+    int n_plans;
+    rope_dev ropes[ROPE_CACHE];
+    int n_ropes;
+} cu_state;
+
+static cu_state *st_of(mal_kern k)
+{
+    return k->impl;
+}
+
+/* Keep the first failure for sync(); its message is recorded now (the
+ * global one may be overwritten before the caller syncs). */
+static void fail(cu_state *st, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail(cu_state *st, int code, const char *fmt, ...)
+{
+    if (st->err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
+    va_end(ap);
+    st->err = MAL_ERR(code, "%s", st->msg);
+}
+
+static int cu_ok(cu_state *st, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return 1;
+    fail(st, MAL_EDEVICE, "CUDA: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return 0;
+}
+
+static int lt_ok(cu_state *st, cublasStatus_t e, const char *what)
+{
+    if (e == CUBLAS_STATUS_SUCCESS) return 1;
+    fail(st, MAL_EDEVICE, "cuBLASLt: %s: status %d", what, (int)e);
+    return 0;
+}
+
+/* After a launcher: a bad launch configuration shows up here. */
+static void launched(cu_state *st, const char *what)
+{
+    cu_ok(st, cudaGetLastError(), what);
+}
+
+/* Scratch of at least `bytes` (device).  Growing waits for the queue (the
+ * old buffer may still be in use): it happens the first time an operation
+ * meets a larger shape, not in the steady state. */
+static void *scratch(cu_state *st, size_t bytes)
+{
+    if (bytes <= st->scratch_bytes) return st->scratch;
+    size_t want = bytes + bytes / 4 + 4096;
+    cudaStreamSynchronize(st->stream);
+    if (st->scratch) cudaFree(st->scratch);
+    st->scratch = NULL;
+    st->scratch_bytes = 0;
+    if (!cu_ok(st, cudaMalloc(&st->scratch, want), "scratch allocation")) return NULL;
+    st->scratch_bytes = want;
+    return st->scratch;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory, queue, events                                                      */
+
+static void *op_alloc(mal_kern k, size_t bytes)
+{
+    cu_state *st = st_of(k);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is the caller's to report */
+        return NULL;
+    }
+    /* zero-filled as the contract says, and finished before anyone else
+     * (another stream, NCCL) can see the buffer */
+    if (!cu_ok(st, cudaMemsetAsync(p, 0, bytes, st->stream), "zeroing a new buffer") ||
+        !cu_ok(st, cudaStreamSynchronize(st->stream), "zeroing a new buffer")) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void op_free(mal_kern k, void *p)
+{
+    (void)k;
+    if (p) cudaFree(p); /* waits for the device: no queued work still uses p */
+}
+
+static void *op_resize(mal_kern k, void *p, size_t old_bytes, size_t new_bytes)
+{
+    cu_state *st = st_of(k);
+    void *n = op_alloc(k, new_bytes);
+    if (!n) return NULL;
+    size_t keep = old_bytes < new_bytes ? old_bytes : new_bytes;
+    if (p && keep &&
+        !cu_ok(st, cudaMemcpyAsync(n, p, keep, cudaMemcpyDeviceToDevice, st->stream), "resize")) {
+        cudaFree(n);
+        return NULL;
+    }
+    op_free(k, p);
+    return n;
+}
+
+static void *op_host_alloc(mal_kern k, size_t bytes)
+{
+    (void)k;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 64) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void op_host_free(mal_kern k, void *p)
+{
+    (void)k;
+    if (p) cudaFreeHost(p);
+}
+
+static void op_zero(mal_kern k, void *x, size_t bytes)
+{
+    cu_state *st = st_of(k);
+    if (bytes) cu_ok(st, cudaMemsetAsync(x, 0, bytes, st->stream), "zero");
+}
+
+static void op_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src, size_t spitch,
+                        size_t width, size_t rows, mal_copy_kind kind)
+{
+    cu_state *st = st_of(k);
+    if (!width || !rows || dst == src) return;
+    enum cudaMemcpyKind ck = kind == MAL_COPY_D2H   ? cudaMemcpyDeviceToHost
+                             : kind == MAL_COPY_H2D ? cudaMemcpyHostToDevice
+                                                    : cudaMemcpyDeviceToDevice;
+    if (rows == 1 || (dpitch == width && spitch == width))
+        cu_ok(st, cudaMemcpyAsync(dst, src, width * rows, ck, st->stream), "copy");
+    else
+        cu_ok(st, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, ck, st->stream),
+              "strided copy");
+}
+
+static void op_queue_wait(mal_kern k)
+{
+    cu_state *st = st_of(k);
+    cu_ok(st, cudaStreamSynchronize(st->stream), "waiting for the stream");
+}
+
+/* Wait; turn the kernels' error bits into messages; return and clear the
+ * first deferred error. */
+static int op_sync(mal_kern k)
+{
+    cu_state *st = st_of(k);
+    if (cu_ok(st, cudaMemcpyAsync(st->host_err, st->dev_err, sizeof(int), cudaMemcpyDeviceToHost,
+                                  st->stream),
+              "reading the kernels' error flags") &&
+        cu_ok(st, cudaStreamSynchronize(st->stream), "waiting for the stream")) {
+        int bits = *st->host_err;
+        if (bits) {
+            cudaMemsetAsync(st->dev_err, 0, sizeof(int), st->stream);
+            if (bits & MAL_CU_ERR_TOKEN)
+                fail(st, MAL_EINVAL,
+                     "embedding: a token id outside the vocabulary; check the data file and the "
+                     "model's vocab size");
+            if (bits & MAL_CU_ERR_TARGET)
+                fail(st, MAL_EINVAL,
+                     "cross-entropy: a target outside the vocabulary; check the data file and "
+                     "the model's vocab size");
+        }
+    }
+    cu_ok(st, cudaGetLastError(), "a kernel");
+    int e = st->err;
+    if (e) {
+        /* the message of the first failure again, as the current one */
+        e = MAL_ERR(e, "%s", st->msg);
+        st->err = 0;
+    }
+    return e;
+}
+
+struct mal_kern_event {
+    cudaEvent_t e;
+};
+
+static mal_kern_event *op_event_create(mal_kern k)
+{
+    mal_kern_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return NULL;
+    if (!cu_ok(st_of(k), cudaEventCreate(&ev->e), "event create")) {
+        free(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+static void op_event_destroy(mal_kern k, mal_kern_event *e)
+{
+    (void)k;
+    cudaEventDestroy(e->e);
+    free(e);
+}
+
+static void op_event_record(mal_kern k, mal_kern_event *e)
+{
+    cu_state *st = st_of(k);
+    cu_ok(st, cudaEventRecord(e->e, st->stream), "event record");
+}
+
+/* Device time between the two events (the probe's device time). */
+static double op_event_elapsed(mal_kern k, mal_kern_event *a, mal_kern_event *b)
+{
+    cu_state *st = st_of(k);
+    float ms = 0.0f;
+    if (!cu_ok(st, cudaEventSynchronize(b->e), "event wait") ||
+        !cu_ok(st, cudaEventElapsedTime(&ms, a->e, b->e), "event time"))
+        return 0.0;
+    return 1e-3 * (double)ms;
+}
+
+static void *op_native_queue(mal_kern k)
+{
+    return st_of(k)->stream;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Matrix products (cuBLASLt), column-major views of row-major buffers        */
+
+/* The largest power of two (up to 256) that divides the address: cuBLASLt
+ * picks kernels for the alignment it is told, and the model's views are
+ * 64-byte aligned, not the 256 its heuristics assume by default. */
+static int align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && a % (uintptr_t)al) al /= 2;
+    return al;
+}
+
+static void plan_destroy(lt_plan *p)
+{
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+/* D (m x n, col-major, ld ldc, type ct) = op(A) op(B) (+ D when
+ * accumulate); A, B of type at.  Plans (descriptors and the heuristic's
+ * algorithm) are cached per shape, so the steady state makes no heuristic
+ * query. */
+static void lt_matmul(cu_state *st, int ta, int tb, int m, int n, int k, const void *A, int lda,
+                      const void *B, int ldb, void *C, int ldc, cudaDataType_t at,
+                      cudaDataType_t ct, int accumulate)
+{
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        if (!accumulate) /* D = 0: no product of an empty sum */
+            cu_ok(st, cudaMemset2DAsync(C, (size_t)ldc * (ct == CUDA_R_32F ? 4 : 2), 0,
+                                        (size_t)m * (ct == CUDA_R_32F ? 4 : 2), (size_t)n,
+                                        st->stream),
+                  "empty product");
+        return;
+    }
+    int al = align_of(A);
+    if (align_of(B) < al) al = align_of(B);
+    if (align_of(C) < al) al = align_of(C);
+    lt_plan *p = NULL;
+    for (int i = 0; i < st->n_plans; i++) {
+        lt_plan *q = &st->plans[i];
+        if (q->ta == ta && q->tb == tb && q->m == m && q->n == n && q->k == k && q->lda == lda &&
+            q->ldb == ldb && q->ldc == ldc && q->at == (int)at && q->ct == (int)ct &&
+            q->accumulate == accumulate && q->align == al) {
+            p = q;
+            break;
+        }
+    }
+    if (!p) {
+        /* a full cache starts over (a shape change: new plans are few) */
+        if (st->n_plans == PLAN_CACHE) {
+            for (int i = 0; i < st->n_plans; i++) plan_destroy(&st->plans[i]);
+            st->n_plans = 0;
+        }
+        p = &st->plans[st->n_plans];
+        memset(p, 0, sizeof *p);
+        cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasLtMatmulPreference_t pref = NULL;
+        cublasLtMatmulHeuristicResult_t res;
+        int got = 0;
+        uint32_t al32 = (uint32_t)al;
+        size_t wsb = LT_WORKSPACE;
+        int ok = lt_ok(st, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                       "matmul descriptor") &&
+                 lt_ok(st,
+                       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &oa,
+                                                      sizeof oa),
+                       "transa") &&
+                 lt_ok(st,
+                       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &ob,
+                                                      sizeof ob),
+                       "transb") &&
+                 lt_ok(st,
+                       cublasLtMatrixLayoutCreate(&p->a, at, ta ? k : m, ta ? m : k, lda),
+                       "layout A") &&
+                 lt_ok(st,
+                       cublasLtMatrixLayoutCreate(&p->b, at, tb ? n : k, tb ? k : n, ldb),
+                       "layout B") &&
+                 lt_ok(st, cublasLtMatrixLayoutCreate(&p->c, ct, m, n, ldc), "layout C") &&
+                 lt_ok(st, cublasLtMatmulPreferenceCreate(&pref), "preference") &&
+                 lt_ok(st,
+                       cublasLtMatmulPreferenceSetAttribute(
+                           pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
+                       "workspace preference");
+        const cublasLtMatmulPreferenceAttributes_t als[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; ok && i < 4; i++)
+            ok = lt_ok(st, cublasLtMatmulPreferenceSetAttribute(pref, als[i], &al32, sizeof al32),
+                       "alignment preference");
+        ok = ok && lt_ok(st,
+                         cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c,
+                                                        pref, 1, &res, &got),
+                         "heuristic");
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (ok && got < 1) {
+            fail(st, MAL_EDEVICE,
+                 "cuBLASLt: no algorithm for a %dx%dx%d product (types %d/%d, alignment %d)", m,
+                 n, k, (int)at, (int)ct, al);
+            ok = 0;
+        }
+        if (!ok) {
+            plan_destroy(p);
+            return;
+        }
+        p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb;
+        p->ldc = ldc, p->at = (int)at, p->ct = (int)ct, p->accumulate = accumulate, p->align = al;
+        p->algo = res.algo;
+        st->n_plans++;
+    }
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    lt_ok(st,
+          cublasLtMatmul(st->lt, p->op, &one, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+                         st->ws, LT_WORKSPACE, st->stream),
+          "matmul");
+}
+
+static cudaDataType_t dtype_of(mal_kern k)
+{
+    return k->compute == MAL_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* out (N,OC) = inp (N,C) @ W (OC,C)^T: column-major out^T (OC x N) =
+ * op_T(W stored C x OC) x inp^T (C x N). */
+static void op_matmul_fwd(mal_kern k, void *out, const void *inp, const void *weight, int N, int C,
+                          int OC, int accumulate)
+{
+    cudaDataType_t t = dtype_of(k);
+    lt_matmul(st_of(k), 1, 0, OC, N, C, weight, C, inp, C, out, OC, t, t, accumulate);
+}
+
+/* dinp (N,C) += dout (N,OC) @ W (OC,C):   dinp^T (C x N) = W^T (C x OC,
+ * stored) x dout^T (OC x N, stored).
+ * dW (OC,C) += dout^T @ inp:   dW^T (C x OC) = inp^T (C x N, stored) x
+ * op_T(dout^T stored OC x N), into the fp32 gradient. */
+static void op_matmul_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
+                          const void *inp, const void *weight, int N, int C, int OC)
+{
+    cu_state *st = st_of(k);
+    cudaDataType_t t = dtype_of(k);
+    if (N <= 0 || C <= 0 || OC <= 0) return;
+    if (dinp) lt_matmul(st, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, t, t, 1);
+    if (dweight) lt_matmul(st, 0, 1, C, OC, N, inp, C, dout, OC, dweight, C, t, CUDA_R_32F, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The other operations: launchers of ops.cu and attention.cu                 */
+
+#define BF(k) ((k)->compute == MAL_BF16)
+
+static void op_rmsnorm_fwd(mal_kern k, void *out, float *rstd, const void *inp, const void *weight,
+                           int N, int C, float eps)
+{
+    cu_state *st = st_of(k);
+    mal_cu_rmsnorm_fwd(st->stream, BF(k), out, rstd, inp, weight, N, C, eps);
+    launched(st, "rmsnorm forward");
+}
+
+static void op_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
+                           const void *inp, const void *weight, const float *rstd, int N, int C)
+{
+    cu_state *st = st_of(k);
+    void *s = scratch(st, mal_cu_rmsnorm_bwd_scratch_bytes(N, C));
+    if (!s) return;
+    mal_cu_rmsnorm_bwd(st->stream, BF(k), dinp, dweight, dout, inp, weight, rstd, N, C, s);
+    launched(st, "rmsnorm backward");
+}
+
+/* The cos/sin table of (T, hd, theta) on the device, built on the host
+ * exactly as the CPU backend builds its own (double, then float).  One per
+ * exact T (the kernel finds the sines T rows after the cosines); a model
+ * has one or two shapes. */
+static const float *rope_table(cu_state *st, int T, int hd, float theta)
+{
+    for (int i = 0; i < st->n_ropes; i++) {
+        rope_dev *r = &st->ropes[i];
+        if (r->hd == hd && r->theta == theta && r->T == T) return r->cs;
+    }
+    const int h2 = hd / 2;
+    size_t bytes = (size_t)2 * T * h2 * sizeof(float);
+    float *h = malloc(bytes), *d = NULL;
+    if (!h) {
+        fail(st, MAL_ENOMEM, "rope: no memory for a %d x %d cos/sin table", T, h2);
+        return NULL;
+    }
+    for (int i = 0; i < h2; i++) {
+        double freq = pow((double)theta, -2.0 * i / hd);
+        for (int t = 0; t < T; t++) {
+            double a = t * freq;
+            h[(size_t)t * h2 + i] = (float)cos(a);
+            h[(size_t)T * h2 + (size_t)t * h2 + i] = (float)sin(a);
+        }
+    }
+    int ok = cu_ok(st, cudaMalloc((void **)&d, bytes), "rope table") &&
+             cu_ok(st, cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "rope table");
+    free(h);
+    if (!ok) {
+        if (d) cudaFree(d);
+        return NULL;
+    }
+    if (st->n_ropes == ROPE_CACHE) { /* rare: keep the newest tables */
+        cudaStreamSynchronize(st->stream);
+        cudaFree(st->ropes[0].cs);
+        memmove(st->ropes, st->ropes + 1, (ROPE_CACHE - 1) * sizeof *st->ropes);
+        st->n_ropes--;
+    }
+    st->ropes[st->n_ropes++] = (rope_dev){T, hd, theta, d};
+    return d;
+}
+
+static void rope(mal_kern k, void *x, int B, int T, int H, int hd, float theta, float dir)
+{
+    cu_state *st = st_of(k);
+    if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
+    if (hd % 2) {
+        fail(st, MAL_EINVAL,
+             "rope: head dimension %d is odd; RoPE rotates pairs, use an even head dimension", hd);
+        return;
+    }
+    const float *cs = rope_table(st, T, hd, theta);
+    if (!cs) return;
+    mal_cu_rope(st->stream, BF(k), x, cs, B, T, H, hd, dir);
+    launched(st, "rope");
+}
+
+static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, float theta)
+{
+    rope(k, x, B, T, H, hd, theta, 1.0f);
+}
+
+static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, float theta)
+{
+    rope(k, dx, B, T, H, hd, theta, -1.0f);
+}
+
+/* Flash attention keeps one float per query (the log-sum-exp) for the
+ * backward, and the backward's scratch holds one float per query. */
+static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *saved,
+                               size_t *scratch_b)
+{
+    (void)k, (void)hd;
+    size_t b = (size_t)B * (size_t)H * (size_t)T * sizeof(float);
+    if (saved) *saved = b;
+    if (scratch_b) *scratch_b = b;
+}
+
+static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, const void *kk,
+                             const void *v, int B, int T, int H, int hd)
+{
+    cu_state *st = st_of(k);
+    mal_cu_attention_fwd(st->stream, BF(k), st->attn_impl, out, saved, q, kk, v, B, T, H, hd);
+    launched(st, "attention forward");
+}
+
+static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr, const void *dout,
+                             const void *out, const void *q, const void *kk, const void *v,
+                             const void *saved, int B, int T, int H, int hd)
+{
+    cu_state *st = st_of(k);
+    mal_cu_attention_bwd(st->stream, BF(k), st->attn_impl, dq, dk, dv, dout, out, q, kk, v, saved,
+                         B, T, H, hd, scr);
+    launched(st, "attention backward");
+}
+
+static void op_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up, size_t n)
+{
+    cu_state *st = st_of(k);
+    mal_cu_swiglu_fwd(st->stream, BF(k), out, gate, up, n);
+    launched(st, "swiglu forward");
+}
+
+static void op_swiglu_bwd(mal_kern k, void *dgate, void *dup, const void *dout, const void *gate,
+                          const void *up, size_t n)
+{
+    cu_state *st = st_of(k);
+    mal_cu_swiglu_bwd(st->stream, BF(k), dgate, dup, dout, gate, up, n);
+    launched(st, "swiglu backward");
+}
+
+static void op_add(mal_kern k, void *out, const void *a, const void *b, size_t n)
+{
+    cu_state *st = st_of(k);
+    mal_cu_add(st->stream, BF(k), out, a, b, n);
+    launched(st, "add");
+}
+
+static void op_accumulate(mal_kern k, float *y, const float *x, size_t n)
+{
+    cu_state *st = st_of(k);
+    mal_cu_accumulate(st->stream, y, x, n);
+    launched(st, "accumulate");
+}
+
+static void op_scale(mal_kern k, float *x, size_t n, float s)
+{
+    cu_state *st = st_of(k);
+    mal_cu_scale(st->stream, x, n, s);
+    launched(st, "scale");
+}
+
+static void op_sumsq(mal_kern k, double *acc, const float *x, size_t rows, size_t width,
+                     size_t pitch)
+{
+    cu_state *st = st_of(k);
+    void *s = scratch(st, mal_cu_sumsq_scratch_bytes());
+    if (!s) return;
+    mal_cu_sumsq(st->stream, acc, x, rows, width, pitch, s);
+    launched(st, "sum of squares");
+}
+
+/* The table passes no vocabulary size to the embedding; the model's is the
+ * only one that fits the tokens, and the kernels need it only to range-check
+ * (forward) and to size the sort (backward): INT32_MAX / C rows is what the
+ * weight's size allows, and the check against the model's vocabulary is
+ * made where the data is opened.  The backward sorts by token over the
+ * largest id present instead. */
+#define EMB_V_UNKNOWN 65536 /* tokens are uint16 (data.h) */
+
+static void op_embedding_fwd(mal_kern k, void *out, const int *tokens, const void *wte, int N,
+                             int C)
+{
+    cu_state *st = st_of(k);
+    mal_cu_embedding_fwd(st->stream, BF(k), out, tokens, wte, N, C, EMB_V_UNKNOWN, st->dev_err);
+    launched(st, "embedding forward");
+}
+
+static void op_embedding_bwd(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
+                             int C)
+{
+    cu_state *st = st_of(k);
+    void *s = scratch(st, mal_cu_embedding_bwd_scratch_bytes(N, EMB_V_UNKNOWN));
+    if (!s) return;
+    mal_cu_embedding_bwd(st->stream, BF(k), dwte, dout, tokens, N, C, EMB_V_UNKNOWN, s);
+    launched(st, "embedding backward");
+}
+
+static void op_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits, const void *logits,
+                            const int *targets, int N, int V, float dscale)
+{
+    cu_state *st = st_of(k);
+    mal_cu_xent(st->stream, BF(k), losses, dlogits, logits, targets, N, V, dscale, st->dev_err);
+    launched(st, "cross-entropy");
+}
+
+static void op_cast_working(mal_kern k, void *work, const float *master, size_t n)
+{
+    cu_state *st = st_of(k);
+    if (!work || work == (const void *)master || !n) return;
+    mal_cu_cast(st->stream, BF(k), work, master, n);
+    launched(st, "working-copy cast");
+}
+
+/* The bias corrections in double, as the CPU backend computes them. */
+static void op_adamw(mal_kern k, float *param, void *work, const float *grad, float *m, float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, int t)
+{
+    cu_state *st = st_of(k);
+    const float ibc1 = (float)(1.0 / (1.0 - pow((double)beta1, t)));
+    const float ibc2 = (float)(1.0 / (1.0 - pow((double)beta2, t)));
+    mal_cu_adamw(st->stream, BF(k), param, work == (void *)param ? NULL : work, grad, m, v, n, lr,
+                 beta1, beta2, eps, weight_decay, grad_scale, ibc1, ibc2);
+    launched(st, "adamw");
+}
+
+static const mal_kernels_ops cuda_ops = {
+    .alloc = op_alloc,
+    .free = op_free,
+    .resize = op_resize,
+    .host_alloc = op_host_alloc,
+    .host_free = op_host_free,
+    .zero = op_zero,
+    .memcpy2d = op_memcpy2d,
+    .sync = op_sync,
+    .queue_wait = op_queue_wait,
+    .event_create = op_event_create,
+    .event_destroy = op_event_destroy,
+    .event_record = op_event_record,
+    .event_elapsed = op_event_elapsed,
+    .native_queue = op_native_queue,
+    .matmul_fwd = op_matmul_fwd,
+    .matmul_bwd = op_matmul_bwd,
+    .rmsnorm_fwd = op_rmsnorm_fwd,
+    .rmsnorm_bwd = op_rmsnorm_bwd,
+    .rope_fwd = op_rope_fwd,
+    .rope_bwd = op_rope_bwd,
+    .attention_bytes = op_attention_bytes,
+    .attention_fwd = op_attention_fwd,
+    .attention_bwd = op_attention_bwd,
+    .swiglu_fwd = op_swiglu_fwd,
+    .swiglu_bwd = op_swiglu_bwd,
+    .add = op_add,
+    .accumulate = op_accumulate,
+    .scale = op_scale,
+    .sumsq = op_sumsq,
+    .embedding_fwd = op_embedding_fwd,
+    .embedding_bwd = op_embedding_bwd,
+    .xent_fwd_bwd = op_xent_fwd_bwd,
+    .adamw = op_adamw,
+    .cast_working = op_cast_working,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Registry entry                                                             */
+
+/* The tensor-core kernels are built for sm_80 and newer (configure's
+ * NVCC_ARCH_FLAGS: sm_90a, sm_80, PTX of compute_90 for later GPUs). */
+static int cuda_probe(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return MAL_ERR(MAL_EDEVICE, "no usable GPU: %s (%s)", cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+    }
+    if (n < 1) return MAL_ERR(MAL_EDEVICE, "no GPU visible (CUDA sees 0 devices)");
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+        major < 8)
+        return MAL_ERR(MAL_EDEVICE,
+                       "GPU 0 has compute capability %d.x; the CUDA backend needs 8.0 or newer "
+                       "(bf16 tensor cores)",
+                       major);
+    return 0;
+}
+
+/* The device of this process when the caller does not name one: the local
+ * rank that the launcher exports (MPICH, Open MPI, Slurm), modulo the
+ * devices there are; 0 for a single process. */
+static int pick_device(int n)
+{
+    static const char *const vars[] = {"MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v) % (n > 0 ? n : 1);
+    }
+    return 0;
+}
+
+static void cuda_destroy(mal_kern k);
+
+static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
+{
+    *out = NULL;
+    int rc = cuda_probe();
+    if (rc) return rc;
+    if (cfg->compute != MAL_F32 && cfg->compute != MAL_BF16)
+        return MAL_ERR(MAL_ENOTSUP, "the cuda backend computes in fp32 or bf16, not %s",
+                       mal_dtype_name(cfg->compute));
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    int dev = cfg->device >= 0 ? cfg->device : pick_device(n);
+    if (dev >= n)
+        return MAL_ERR(MAL_EINVAL, "GPU %d requested but this machine has %d", dev, n);
+    mal_kern k = calloc(1, sizeof *k);
+    cu_state *st = calloc(1, sizeof *st);
+    if (!k || !st) {
+        free(k);
+        free(st);
+        return MAL_ERR(MAL_ENOMEM, "out of memory creating a cuda kernel instance");
+    }
+    k->ops = &cuda_ops;
+    k->name = "cuda";
+    k->compute = cfg->compute;
+    k->host_addressable = 0;
+    k->impl = st;
+    st->device = dev;
+    const char *impl = getenv("MALLEUS_CUDA_ATTENTION");
+    st->attn_impl = impl && !strcmp(impl, "generic");
+    int ok = cu_ok(st, cudaSetDevice(dev), "selecting the GPU") &&
+             cu_ok(st, cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, dev),
+                   "device attributes") &&
+             cu_ok(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking),
+                   "stream create") &&
+             lt_ok(st, cublasLtCreate(&st->lt), "handle create") &&
+             cu_ok(st, cudaMalloc(&st->ws, LT_WORKSPACE), "cuBLASLt workspace") &&
+             cu_ok(st, cudaMalloc((void **)&st->dev_err, sizeof(int)), "error flag") &&
+             cu_ok(st, cudaMemset(st->dev_err, 0, sizeof(int)), "error flag") &&
+             cu_ok(st, cudaMallocHost((void **)&st->host_err, sizeof(int)), "error flag");
+    if (!ok) {
+        rc = MAL_ERR(MAL_EDEVICE, "cannot start the cuda backend on GPU %d: %s", dev, st->msg);
+        cuda_destroy(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
+}
+
+static void cuda_destroy(mal_kern k)
+{
+    if (!k) return;
+    cu_state *st = st_of(k);
+    if (st) {
+        if (st->stream) cudaStreamSynchronize(st->stream);
+        for (int i = 0; i < st->n_plans; i++) plan_destroy(&st->plans[i]);
+        for (int i = 0; i < st->n_ropes; i++) cudaFree(st->ropes[i].cs);
+        if (st->scratch) cudaFree(st->scratch);
+        if (st->ws) cudaFree(st->ws);
+        if (st->dev_err) cudaFree(st->dev_err);
+        if (st->host_err) cudaFreeHost(st->host_err);
+        if (st->lt) cublasLtDestroy(st->lt);
+        if (st->stream) cudaStreamDestroy(st->stream);
+        free(st);
+    }
+    free(k);
+}
+
+const mal_kern_backend mal_kern_backend_cuda = {
+    .name = "cuda",
+    .what = "NVIDIA GPU (sm_80+): cuBLASLt + Malleus kernels, fp32 or bf16",
+    .is_default = 1,
+    .probe = cuda_probe,
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .dtypes = 1u << MAL_F32 | 1u << MAL_BF16,
+    .default_compute = MAL_BF16,
+};

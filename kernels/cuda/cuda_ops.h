@@ -1,0 +1,105 @@
+/* Launchers of the CUDA backend's kernels (kernels/cuda/ops.cu,
+ * kernels/cuda/attention.cu), callable from C: kernels/cuda/cuda.c calls
+ * them from the kernel table's operations, tests/test_cuda_emu.cpp calls
+ * them on the CPU emulation (kernels/cuda/emu.h).
+ *
+ * Every launcher queues its kernels on `stream` and returns without
+ * waiting.  `bf16` selects the compute dtype of the void * buffers (0:
+ * float, 1: bf16); float * buffers are fp32 always (kernels.h's element
+ * types).  Shapes and contracts are kernels.h's; what is added here is the
+ * scratch some operations need for a deterministic reduction (a device
+ * buffer of at least the *_scratch_bytes the launcher names, contents
+ * undefined on return) and `err`, a device int that a kernel ORs a
+ * MAL_CU_ERR_* bit into when its input is invalid (a token or target out of
+ * range) -- the backend reads it at its next sync.
+ *
+ * Determinism: no launcher uses a floating-point atomic, and every
+ * reduction sums in an order fixed by the shapes alone, so the same inputs
+ * give the same bits on the same GPU. */
+#ifndef MAL_CUDA_OPS_H
+#define MAL_CUDA_OPS_H
+
+#include <stddef.h>
+
+#ifdef MAL_CUDA_EMU
+typedef void *mal_cu_stream;
+#else
+#include <cuda_runtime_api.h>
+typedef cudaStream_t mal_cu_stream;
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MAL_CU_ERR_TOKEN = 1, MAL_CU_ERR_TARGET = 2 };
+
+/* RMSNorm (kernels.h).  The backward's weight gradient is reduced through
+ * `scratch` (mal_cu_rmsnorm_bwd_scratch_bytes(N, C)). */
+void mal_cu_rmsnorm_fwd(mal_cu_stream s, int bf16, void *out, float *rstd, const void *inp,
+                        const void *weight, int N, int C, float eps);
+size_t mal_cu_rmsnorm_bwd_scratch_bytes(int N, int C);
+void mal_cu_rmsnorm_bwd(mal_cu_stream s, int bf16, void *dinp, float *dweight, const void *dout,
+                        const void *inp, const void *weight, const float *rstd, int N, int C,
+                        void *scratch);
+
+/* RoPE with a cos/sin table `cs` (float, T rows of hd/2 cosines, then T
+ * rows of hd/2 sines, the CPU backend's table), dir +1 forward, -1 back. */
+void mal_cu_rope(mal_cu_stream s, int bf16, void *x, const float *cs, int B, int T, int H, int hd,
+                 float dir);
+
+void mal_cu_swiglu_fwd(mal_cu_stream s, int bf16, void *out, const void *gate, const void *up,
+                       size_t n);
+void mal_cu_swiglu_bwd(mal_cu_stream s, int bf16, void *dgate, void *dup, const void *dout,
+                       const void *gate, const void *up, size_t n);
+void mal_cu_add(mal_cu_stream s, int bf16, void *out, const void *a, const void *b, size_t n);
+void mal_cu_accumulate(mal_cu_stream s, float *y, const float *x, size_t n);
+void mal_cu_scale(mal_cu_stream s, float *x, size_t n, float f);
+
+/* acc[0] (device double) += sum of squares of `rows` runs of `width`
+ * floats `pitch` apart; scratch: mal_cu_sumsq_scratch_bytes(). */
+size_t mal_cu_sumsq_scratch_bytes(void);
+void mal_cu_sumsq(mal_cu_stream s, double *acc, const float *x, size_t rows, size_t width,
+                  size_t pitch, void *scratch);
+
+/* Embedding; the backward sorts positions by token (stably) through
+ * `scratch` (mal_cu_embedding_bwd_scratch_bytes(N, V)) and adds each
+ * vocabulary row's gradients in position order, as the CPU backend does. */
+void mal_cu_embedding_fwd(mal_cu_stream s, int bf16, void *out, const int *tokens, const void *wte,
+                          int N, int C, int V, int *err);
+size_t mal_cu_embedding_bwd_scratch_bytes(int N, int V);
+void mal_cu_embedding_bwd(mal_cu_stream s, int bf16, float *dwte, const void *dout,
+                          const int *tokens, int N, int C, int V, void *scratch);
+
+void mal_cu_xent(mal_cu_stream s, int bf16, float *losses, void *dlogits, const void *logits,
+                 const int *targets, int N, int V, float dscale, int *err);
+
+/* AdamW over n elements; ibc1, ibc2 = 1 / (1 - beta^t) computed by the
+ * caller in double, as the CPU backend does.  work (compute dtype) is
+ * written when not NULL. */
+void mal_cu_adamw(mal_cu_stream s, int bf16, float *param, void *work, const float *grad, float *m,
+                  float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float grad_scale, float ibc1, float ibc2);
+void mal_cu_cast(mal_cu_stream s, int bf16, void *work, const float *master, size_t n);
+
+/* Causal attention (kernels.h), flash style: never a T x T matrix in
+ * memory.  `lse` (B,H,T floats) is what the forward keeps for the
+ * backward: the log-sum-exp of each query's scaled scores.  The backward
+ * recomputes the probabilities; `scratch` (mal_cu_attention_bwd_scratch_bytes)
+ * holds D = rowsum(dO * O) per query.  impl: 0 picks the tensor-core
+ * kernels where the shape allows (bf16, hd 64 or 128), 1 forces the
+ * generic kernels (any hd, fp32 arithmetic; fp32 mode always uses them). */
+size_t mal_cu_attention_bwd_scratch_bytes(int B, int T, int H);
+void mal_cu_attention_fwd(mal_cu_stream s, int bf16, int impl, void *out, float *lse,
+                          const void *q, const void *k, const void *v, int B, int T, int H,
+                          int hd);
+void mal_cu_attention_bwd(mal_cu_stream s, int bf16, int impl, void *dq, void *dk, void *dv,
+                          const void *dout, const void *out, const void *q, const void *k,
+                          const void *v, const float *lse, int B, int T, int H, int hd,
+                          void *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MAL_CUDA_OPS_H */

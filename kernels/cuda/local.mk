@@ -1,0 +1,47 @@
+# kernels/cuda/: the CUDA backend (built when configure finds the CUDA
+# toolkit; see m4/mal_cuda.m4).  The .cu files are compiled by nvcc through
+# the suffix rule below (IOR's way), the host side (cuda.c) by the C
+# compiler like every other file.  Included by Makefile.am.
+
+CUDA_SRC = kernels/cuda/cuda.c kernels/cuda/cuda_ops.h kernels/cuda/common.cuh \
+	kernels/cuda/emu.h kernels/cuda/ops.cu kernels/cuda/attention.cu
+
+if HAVE_CUDA
+libmalleus_a_SOURCES += $(CUDA_SRC)
+else
+EXTRA_DIST += $(CUDA_SRC)
+endif
+
+SUFFIXES = .cu
+# -Xptxas -v prints registers, spills and shared memory per kernel:
+# make NVCC_EXTRA=-Xptxas=-v kernels/cuda/attention.o
+NVCC_FLAGS = -std=c++17 -O3 $(NVCC_ARCH_FLAGS) -Xcompiler -Wall,-Wno-unused-function \
+	-I$(top_srcdir)/kernels -I$(top_srcdir)/kernels/cuda $(NVCC_EXTRA)
+AM_V_NVCC = $(am__v_NVCC_@AM_V@)
+am__v_NVCC_ = $(am__v_NVCC_@AM_DEFAULT_V@)
+am__v_NVCC_0 = @echo "  NVCC    " $@;
+am__v_NVCC_1 =
+.cu.$(OBJEXT):
+	$(AM_V_NVCC)$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
+
+# nvcc leaves header dependencies to us
+kernels/cuda/ops.$(OBJEXT) kernels/cuda/attention.$(OBJEXT): kernels/cuda/common.cuh \
+	kernels/cuda/cuda_ops.h kernels/cuda/emu.h
+
+# The kernels against float64 references: on the CPU through the emulation
+# of emu.h (runs everywhere the toolkit's headers are), and on the GPU
+# (exits 77 without one).  One source, tests/test_cuda_kernels.cu.
+if HAVE_CUDA
+check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels
+TESTS += tests/test_cuda_emu tests/test_cuda_kernels
+tests_test_cuda_emu_SOURCES = tests/test_cuda_emu.cpp
+tests_test_cuda_emu_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)/kernels/cuda
+tests_test_cuda_emu_CXXFLAGS = -std=c++17 -O2
+tests_test_cuda_emu_LDADD =
+tests_test_cuda_kernels_SOURCES = tests/test_cuda_kernels.cu
+tests_test_cuda_kernels_LDADD = $(CUDA_LIBS)
+tests/test_cuda_emu.$(OBJEXT) tests/test_cuda_kernels.$(OBJEXT): tests/test_cuda_kernels.cu \
+	$(CUDA_SRC)
+else
+EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu
+endif

@@ -1,0 +1,576 @@
+/* The CUDA backend's kernels (kernels/cuda/ops.cu, attention.cu) against
+ * float64 references written here from kernels.h's contracts.  One source,
+ * two programs:
+ *   tests/test_cuda_emu     (tests/test_cuda_emu.cpp: this file built by the
+ *                            host C++ compiler with MAL_CUDA_EMU) runs the
+ *                            kernels on the CPU through kernels/cuda/emu.h:
+ *                            the check of indexing, tile edges, masks,
+ *                            tensor-core fragment layouts, reductions and
+ *                            barriers that a machine without a GPU can make;
+ *   tests/test_cuda_kernels (this file built by nvcc) runs them on the GPU,
+ *                            compiled by the real compiler; exit 77 where no
+ *                            GPU is usable.
+ *
+ * Inputs are drawn fresh every run (the seed is printed; MAL_TEST_SEED
+ * repeats a run).  Outputs that an operation writes are poisoned with NaN
+ * first, so an element it fails to write fails the comparison; outputs it
+ * accumulates into start from random values.  fp32 storage must match the
+ * reference within 1e-5 relative (norm-wise; tighter per op where the
+ * arithmetic allows), bf16 storage within bf16's error (the reference
+ * computes in float64 on the same bf16 inputs).  Under the emulation every
+ * attention kernel also runs in two other thread orders and must give the
+ * same bits: a difference is a race (on the GPU the second and third runs
+ * check run-to-run determinism instead).  Exit 0 pass, 1 fail, 77 no GPU. */
+#include "../kernels/cuda/attention.cu"
+#include "../kernels/cuda/ops.cu"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <vector>
+
+#ifdef MAL_CUDA_EMU
+#define PROG "test_cuda_emu"
+static void settle(void) {}
+static void set_order(int o) { emu::set_order(o); }
+template <typename T> using mvec = std::vector<T>;
+#else
+/* Buffers the kernels read and the host fills and checks: managed memory
+ * (the test's buffers are a few MB at most), read only after settle(). */
+template <typename T> struct managed {
+    typedef T value_type;
+    managed() {}
+    template <typename U> managed(const managed<U> &) {}
+    T *allocate(size_t n)
+    {
+        void *p = NULL;
+        if (cudaMallocManaged(&p, n * sizeof(T) + 16) != cudaSuccess) {
+            fprintf(stderr, "cudaMallocManaged of %zu bytes failed\n", n * sizeof(T));
+            exit(99);
+        }
+        return (T *)p;
+    }
+    void deallocate(T *p, size_t) { cudaFree(p); }
+    template <typename U> bool operator==(const managed<U> &) const { return true; }
+    template <typename U> bool operator!=(const managed<U> &) const { return false; }
+};
+template <typename T> using mvec = std::vector<T, managed<T>>;
+#define PROG "test_cuda_kernels"
+static void settle(void)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "CUDA error: %s (%s)\n", cudaGetErrorString(e), cudaGetErrorName(e));
+        exit(1);
+    }
+}
+static void set_order(int o) { (void)o; }
+#endif
+
+typedef mvec<double> dvec;
+
+static int failures;
+static uint64_t rng_state;
+
+static double urand(void) /* (0, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
+}
+static double nrand(void)
+{
+    return sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand());
+}
+
+/* A buffer of the compute dtype with its values as doubles (what the
+ * kernel sees: bf16-rounded when bf16). */
+struct buf {
+    int bf;
+    mvec<float> f;
+    mvec<bf16> h;
+    buf(size_t n, int bf16_) : bf(bf16_), f(bf16_ ? 0 : n), h(bf16_ ? n : 0) {}
+    void *p() { return bf ? (void *)h.data() : (void *)f.data(); }
+    size_t n() const { return bf ? h.size() : f.size(); }
+    double get(size_t i) const { return bf ? (double)__bfloat162float(h[i]) : (double)f[i]; }
+    void set(size_t i, double x)
+    {
+        if (bf)
+            h[i] = __float2bfloat16_rn((float)x);
+        else
+            f[i] = (float)x;
+    }
+    void randn(double scale)
+    {
+        for (size_t i = 0; i < n(); i++) set(i, scale * nrand());
+    }
+    void poison()
+    {
+        for (size_t i = 0; i < n(); i++) set(i, NAN);
+    }
+    dvec d() const
+    {
+        settle();
+        dvec o(n());
+        for (size_t i = 0; i < n(); i++) o[i] = get(i);
+        return o;
+    }
+};
+
+static mvec<float> frand(size_t n, double scale)
+{
+    mvec<float> v(n);
+    for (auto &x : v) x = (float)(scale * nrand());
+    return v;
+}
+
+/* ||got - want|| / ||want|| <= tol, and no NaN anywhere. */
+static void check(const char *what, const dvec &got, const dvec &want, double tol)
+{
+    double num = 0, den = 0;
+    size_t bad = (size_t)-1;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (!(got[i] == got[i]) && bad == (size_t)-1) bad = i;
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1e-300));
+    int ok = bad == (size_t)-1 && rel <= tol && got.size() == want.size();
+    printf("%-44s rel err %.3g (tol %.1g)%s\n", what, rel, tol, ok ? "" : "   <-- FAIL");
+    if (bad != (size_t)-1) printf("    element %zu is NaN (not written?)\n", bad);
+    if (!ok) failures++;
+}
+static dvec tod(const mvec<float> &v)
+{
+    settle();
+    return dvec(v.begin(), v.end());
+}
+
+static const char *dt(int bf)
+{
+    return bf ? "bf16" : "fp32";
+}
+
+/* tolerance of a stored result: bf16 output rounding dominates */
+static double tol_of(int bf, double fp32_tol)
+{
+    return bf ? 8e-3 : fp32_tol;
+}
+
+/* ---- RMSNorm --------------------------------------------------------- */
+
+static void test_rmsnorm(int bf, int N, int C)
+{
+    const float eps = 1e-5f;
+    buf x(N * (size_t)C, bf), w(C, bf), out(N * (size_t)C, bf), dy(N * (size_t)C, bf),
+        dx(N * (size_t)C, bf);
+    x.randn(1.0);
+    w.randn(1.0);
+    dy.randn(1.0);
+    dx.randn(0.5);
+    out.poison();
+    mvec<float> rstd(N, NAN), dw = frand(C, 0.5);
+    const dvec X = x.d(), W = w.d(), DY = dy.d(), DX0 = dx.d(), DW0 = tod(dw);
+    mal_cu_rmsnorm_fwd(0, bf, out.p(), rstd.data(), x.p(), w.p(), N, C, eps);
+    mvec<char> scratch(mal_cu_rmsnorm_bwd_scratch_bytes(N, C));
+    mal_cu_rmsnorm_bwd(0, bf, dx.p(), dw.data(), dy.p(), x.p(), w.p(), rstd.data(), N, C,
+                       scratch.data());
+    dvec ro(X.size()), rr(N), rdx = DX0, rdw = DW0;
+    for (int n = 0; n < N; n++) {
+        double ss = 0, dot = 0;
+        for (int c = 0; c < C; c++) ss += X[n * C + c] * X[n * C + c];
+        double r = 1.0 / sqrt(ss / C + eps);
+        rr[n] = r;
+        for (int c = 0; c < C; c++) {
+            ro[n * C + c] = X[n * C + c] * r * W[c];
+            dot += DY[n * C + c] * W[c] * X[n * C + c];
+        }
+        /* the kernel uses its own fp32 rstd; the reference recomputes it */
+        for (int c = 0; c < C; c++) {
+            rdx[n * C + c] += r * DY[n * C + c] * W[c] - r * r * r * dot / C * X[n * C + c];
+            rdw[c] += DY[n * C + c] * X[n * C + c] * r;
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm fwd %s N=%d C=%d", dt(bf), N, C);
+    check(what, out.d(), ro, tol_of(bf, 1e-6));
+    snprintf(what, sizeof what, "rmsnorm rstd %s", dt(bf));
+    check(what, tod(rstd), rr, 1e-6);
+    snprintf(what, sizeof what, "rmsnorm bwd dx %s", dt(bf));
+    check(what, dx.d(), rdx, tol_of(bf, 1e-5));
+    snprintf(what, sizeof what, "rmsnorm bwd dweight %s", dt(bf));
+    check(what, tod(dw), rdw, bf ? 2e-3 : 1e-5);
+}
+
+/* ---- RoPE -------------------------------------------------------------- */
+
+static void test_rope(int bf, int B, int T, int H, int hd)
+{
+    const float theta = 10000.0f;
+    const int h2 = hd / 2;
+    mvec<float> cs((size_t)2 * T * h2);
+    for (int i = 0; i < h2; i++) {
+        double freq = pow((double)theta, -2.0 * i / hd);
+        for (int t = 0; t < T; t++) {
+            cs[(size_t)t * h2 + i] = (float)cos(t * freq);
+            cs[(size_t)T * h2 + (size_t)t * h2 + i] = (float)sin(t * freq);
+        }
+    }
+    size_t n = (size_t)B * T * H * hd;
+    buf x(n, bf);
+    x.randn(1.0);
+    const dvec X = x.d();
+    mal_cu_rope(0, bf, x.p(), cs.data(), B, T, H, hd, 1.0f);
+    dvec ref(n);
+    for (size_t e = 0; e < n; e += 2) {
+        int t = (int)((e / ((size_t)H * hd)) % T), i = (int)(e % hd) / 2;
+        double a = t * pow((double)theta, -2.0 * i / hd);
+        ref[e] = X[e] * cos(a) - X[e + 1] * sin(a);
+        ref[e + 1] = X[e] * sin(a) + X[e + 1] * cos(a);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rope fwd %s B=%d T=%d H=%d hd=%d", dt(bf), B, T, H, hd);
+    check(what, x.d(), ref, tol_of(bf, 1e-6));
+    mal_cu_rope(0, bf, x.p(), cs.data(), B, T, H, hd, -1.0f);
+    snprintf(what, sizeof what, "rope bwd(fwd(x)) = x %s", dt(bf));
+    check(what, x.d(), X, tol_of(bf, 1e-6));
+}
+
+/* ---- element-wise ------------------------------------------------------ */
+
+static void test_elementwise(int bf, size_t n, int offset)
+{
+    /* offset > 0 makes the views unaligned: the scalar paths */
+    buf g(n + offset, bf), u(n + offset, bf), out(n + offset, bf), dy(n + offset, bf),
+        dg(n + offset, bf), du(n + offset, bf);
+    g.randn(2.0), u.randn(1.0), dy.randn(1.0), dg.randn(0.5), du.randn(0.5);
+    out.poison();
+    const dvec G = g.d(), U = u.d(), DY = dy.d(), DG = dg.d(), DU = du.d();
+    const size_t es = bf ? 2 : 4;
+    char *pg = (char *)g.p() + offset * es, *pu = (char *)u.p() + offset * es;
+    char *po = (char *)out.p() + offset * es, *pdy = (char *)dy.p() + offset * es;
+    mal_cu_swiglu_fwd(0, bf, po, pg, pu, n);
+    mal_cu_swiglu_bwd(0, bf, (char *)dg.p() + offset * es, (char *)du.p() + offset * es, pdy, pg,
+                      pu, n);
+    dvec ro(n), rdg(n), rdu(n), go(n), gdg(n), gdu(n);
+    for (size_t i = 0; i < n; i++) {
+        double a = G[i + offset], b = U[i + offset], d = DY[i + offset];
+        double sig = 1.0 / (1.0 + exp(-a));
+        ro[i] = a * b * sig;
+        rdg[i] = DG[i + offset] + d * b * sig * (1.0 + a * (1.0 - sig));
+        rdu[i] = DU[i + offset] + d * a * sig;
+        go[i] = out.get(i + offset), gdg[i] = dg.get(i + offset), gdu[i] = du.get(i + offset);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "swiglu fwd %s n=%zu off=%d", dt(bf), n, offset);
+    check(what, go, ro, tol_of(bf, 1e-6));
+    snprintf(what, sizeof what, "swiglu bwd dgate %s", dt(bf));
+    check(what, gdg, rdg, tol_of(bf, 1e-6));
+    snprintf(what, sizeof what, "swiglu bwd dup %s", dt(bf));
+    check(what, gdu, rdu, tol_of(bf, 1e-6));
+    /* add, in place on a (the residual adds) */
+    mal_cu_add(0, bf, pg, pg, pu, n);
+    dvec ra(n), ga(n);
+    for (size_t i = 0; i < n; i++) ra[i] = G[i + offset] + U[i + offset], ga[i] = g.get(i + offset);
+    snprintf(what, sizeof what, "add (out = a) %s", dt(bf));
+    check(what, ga, ra, tol_of(bf, 1e-7));
+}
+
+static void test_fp32_vec(size_t n, int offset)
+{
+    mvec<float> y = frand(n + offset, 1), x = frand(n + offset, 1);
+    dvec Y = tod(y), X = tod(x);
+    mal_cu_accumulate(0, y.data() + offset, x.data() + offset, n);
+    mal_cu_scale(0, y.data() + offset, n, 0.75f);
+    dvec r(n), got(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (Y[i + offset] + X[i + offset]) * 0.75, got[i] = y[i + offset];
+    char what[96];
+    snprintf(what, sizeof what, "accumulate + scale n=%zu off=%d", n, offset);
+    check(what, got, r, 1e-7);
+    /* sum of squares over a strided view: rows x width, pitch */
+    size_t rows = 7, width = n / 9 + 1, pitch = width + 5;
+    mvec<float> m = frand(rows * pitch, 1);
+    mvec<double> acc(1, 1.25);
+    mvec<char> scratch(mal_cu_sumsq_scratch_bytes());
+    mal_cu_sumsq(0, acc.data(), m.data(), rows, width, pitch, scratch.data());
+    mal_cu_sumsq(0, acc.data(), x.data(), 1, n, n, scratch.data());
+    settle();
+    double want = 1.25;
+    for (size_t r_ = 0; r_ < rows; r_++)
+        for (size_t c = 0; c < width; c++) want += (double)m[r_ * pitch + c] * m[r_ * pitch + c];
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    check("sumsq (strided + contiguous, in double)", dvec(1, acc[0]), dvec(1, want), 1e-13);
+}
+
+/* ---- embedding --------------------------------------------------------- */
+
+static void test_embedding(int bf, int N, int C, int V)
+{
+    buf wte((size_t)V * C, bf), out((size_t)N * C, bf), dout((size_t)N * C, bf);
+    wte.randn(1), dout.randn(1);
+    out.poison();
+    mvec<int> tok(N);
+    /* few distinct tokens, so rows repeat many times */
+    for (int n = 0; n < N; n++) tok[n] = (int)(urand() * (V < 13 ? V : 13));
+    tok[N - 1] = V - 1;
+    mvec<float> dw = frand((size_t)V * C, 0.5);
+    const dvec WTE = wte.d(), DO = dout.d();
+    dvec rdw = tod(dw);
+    mvec<int> err(1, 0);
+    mal_cu_embedding_fwd(0, bf, out.p(), tok.data(), wte.p(), N, C, V, err.data());
+    mvec<char> scratch(mal_cu_embedding_bwd_scratch_bytes(N, V));
+    memset(scratch.data(), 0x5a, scratch.size());
+    mal_cu_embedding_bwd(0, bf, dw.data(), dout.p(), tok.data(), N, C, V, scratch.data());
+    dvec ro((size_t)N * C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            ro[(size_t)n * C + c] = WTE[(size_t)tok[n] * C + c];
+            rdw[(size_t)tok[n] * C + c] += DO[(size_t)n * C + c];
+        }
+    char what[96];
+    snprintf(what, sizeof what, "embedding fwd %s N=%d C=%d V=%d", dt(bf), N, C, V);
+    check(what, out.d(), ro, 0);
+    snprintf(what, sizeof what, "embedding bwd %s", dt(bf));
+    check(what, tod(dw), rdw, 1e-6);
+    settle();
+    if (err[0]) printf("embedding: error flag %d on valid tokens   <-- FAIL\n", err[0]), failures++;
+    /* the CPU backend's order: dwte[v] += dout[n] for n ascending, in
+     * float: the result must be exactly that */
+    mvec<float> seq = frand((size_t)V * C, 0.5), par = seq;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) seq[(size_t)tok[n] * C + c] += (float)DO[(size_t)n * C + c];
+    mal_cu_embedding_bwd(0, bf, par.data(), dout.p(), tok.data(), N, C, V, scratch.data());
+    settle();
+    if (memcmp(seq.data(), par.data(), seq.size() * sizeof(float)))
+        printf("embedding bwd: not the CPU backend's summation order   <-- FAIL\n"), failures++;
+    tok[3] = V; /* out of range */
+    mal_cu_embedding_fwd(0, bf, out.p(), tok.data(), wte.p(), N, C, V, err.data());
+    settle();
+    if (!(err[0] & MAL_CU_ERR_TOKEN))
+        printf("embedding: token out of range not flagged   <-- FAIL\n"), failures++;
+}
+
+/* ---- cross-entropy ----------------------------------------------------- */
+
+static void test_xent(int bf, int N, int V, int alias)
+{
+    buf lg((size_t)N * V, bf), dl((size_t)N * V, bf);
+    lg.randn(3);
+    dl.poison();
+    mvec<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = (int)(urand() * V);
+    mvec<float> loss(N, NAN);
+    const dvec L = lg.d();
+    const float dscale = 1.0f / 37;
+    mvec<int> err(1, 0);
+    mal_cu_xent(0, bf, loss.data(), alias ? lg.p() : dl.p(), lg.p(), tgt.data(), N, V, dscale,
+                err.data());
+    dvec rl(N), rd((size_t)N * V);
+    for (int n = 0; n < N; n++) {
+        double m = -1e300, s = 0;
+        for (int i = 0; i < V; i++) m = fmax(m, L[(size_t)n * V + i]);
+        for (int i = 0; i < V; i++) s += exp(L[(size_t)n * V + i] - m);
+        rl[n] = log(s) + m - L[(size_t)n * V + tgt[n]];
+        for (int i = 0; i < V; i++)
+            rd[(size_t)n * V + i] = (exp(L[(size_t)n * V + i] - m) / s - (i == tgt[n])) * dscale;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "xent losses %s N=%d V=%d%s", dt(bf), N, V, alias ? " aliased" : "");
+    check(what, tod(loss), rl, 1e-6);
+    snprintf(what, sizeof what, "xent dlogits %s", dt(bf));
+    check(what, alias ? lg.d() : dl.d(), rd, tol_of(bf, 1e-6));
+    settle();
+    if (err[0]) printf("xent: error flag on valid targets   <-- FAIL\n"), failures++;
+}
+
+/* ---- AdamW ------------------------------------------------------------- */
+
+static void test_adamw(int bf, size_t n)
+{
+    mvec<float> p = frand(n, 1), g = frand(n, 1), m = frand(n, 0.1), v(n);
+    for (auto &x : v) x = (float)(0.01 * urand());
+    buf work(n, bf);
+    work.poison();
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    const int t = 3;
+    const float ibc1 = (float)(1.0 / (1.0 - pow(0.9f, t))), ibc2 = (float)(1.0 / (1.0 - pow(0.95f, t)));
+    dvec P = tod(p), G = tod(g), M = tod(m), Vv = tod(v);
+    mal_cu_adamw(0, bf, p.data(), work.p(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd,
+                 gs, ibc1, ibc2);
+    dvec rp(n), rm(n), rv(n);
+    for (size_t i = 0; i < n; i++) {
+        double gi = G[i] * gs;
+        rm[i] = b1 * M[i] + (1 - (double)b1) * gi;
+        rv[i] = b2 * Vv[i] + (1 - (double)b2) * gi * gi;
+        rp[i] = P[i] - lr * (rm[i] * ibc1 / (sqrt(rv[i] * ibc2) + eps) + wd * P[i]);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "adamw param %s n=%zu", dt(bf), n);
+    check(what, tod(p), rp, 1e-6);
+    check("adamw m", tod(m), rm, 1e-6);
+    check("adamw v", tod(v), rv, 1e-6);
+    snprintf(what, sizeof what, "adamw working copy %s", dt(bf));
+    check(what, work.d(), tod(p), bf ? 4e-3 : 0);
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+struct att_ref {
+    dvec out, lse, dq, dk, dv;
+};
+
+static att_ref attention_ref(const dvec &Q, const dvec &K, const dvec &Vv, const dvec &DO, int B,
+                             int T, int H, int hd)
+{
+    att_ref r;
+    size_t n = (size_t)B * T * H * hd, ld = (size_t)H * hd;
+    r.out.assign(n, 0), r.dq.assign(n, 0), r.dk.assign(n, 0), r.dv.assign(n, 0);
+    r.lse.assign((size_t)B * H * T, 0);
+    const double sc = 1.0 / sqrt((double)hd);
+    dvec P((size_t)T * T), dP((size_t)T * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t base = (size_t)b * T * ld + (size_t)h * hd;
+#define AT(X, t, d) X[base + (size_t)(t) * ld + (d)]
+            for (int t = 0; t < T; t++) {
+                double m = -1e300;
+                for (int s = 0; s <= t; s++) {
+                    double dot = 0;
+                    for (int d = 0; d < hd; d++) dot += AT(Q, t, d) * AT(K, s, d);
+                    P[(size_t)t * T + s] = dot * sc;
+                    m = fmax(m, dot * sc);
+                }
+                double sum = 0;
+                for (int s = 0; s <= t; s++) sum += exp(P[(size_t)t * T + s] - m);
+                r.lse[((size_t)b * H + h) * T + t] = m + log(sum);
+                for (int s = 0; s <= t; s++) P[(size_t)t * T + s] = exp(P[(size_t)t * T + s] - m) / sum;
+                for (int d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int s = 0; s <= t; s++) o += P[(size_t)t * T + s] * AT(Vv, s, d);
+                    AT(r.out, t, d) = o;
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                double Dt = 0;
+                for (int s = 0; s <= t; s++) {
+                    double dp = 0;
+                    for (int d = 0; d < hd; d++) dp += AT(DO, t, d) * AT(Vv, s, d);
+                    dP[(size_t)t * T + s] = dp;
+                    Dt += P[(size_t)t * T + s] * dp;
+                }
+                for (int s = 0; s <= t; s++) {
+                    double p = P[(size_t)t * T + s], ds = p * (dP[(size_t)t * T + s] - Dt);
+                    for (int d = 0; d < hd; d++) {
+                        AT(r.dv, s, d) += p * AT(DO, t, d);
+                        AT(r.dq, t, d) += sc * ds * AT(K, s, d);
+                        AT(r.dk, s, d) += sc * ds * AT(Q, t, d);
+                    }
+                }
+            }
+#undef AT
+        }
+    return r;
+}
+
+static void test_attention(int bf, int impl, int B, int T, int H, int hd)
+{
+    size_t n = (size_t)B * T * H * hd;
+    buf q(n, bf), k(n, bf), v(n, bf), out(n, bf), dout(n, bf), dq(n, bf), dk(n, bf), dv(n, bf);
+    q.randn(1), k.randn(1), v.randn(1), dout.randn(1);
+    dq.randn(0.1), dk.randn(0.1), dv.randn(0.1);
+    out.poison();
+    const dvec DQ0 = dq.d(), DK0 = dk.d(), DV0 = dv.d();
+    mvec<float> lse((size_t)B * H * T, NAN);
+    mvec<char> scratch(mal_cu_attention_bwd_scratch_bytes(B, T, H));
+    mal_cu_attention_fwd(0, bf, impl, out.p(), lse.data(), q.p(), k.p(), v.p(), B, T, H, hd);
+    mal_cu_attention_bwd(0, bf, impl, dq.p(), dk.p(), dv.p(), dout.p(), out.p(), q.p(), k.p(),
+                         v.p(), lse.data(), B, T, H, hd, scratch.data());
+    /* the reference backward uses the kernel's own (rounded) output only
+     * through D; recompute everything from the inputs */
+    att_ref r = attention_ref(q.d(), k.d(), v.d(), dout.d(), B, T, H, hd);
+    for (size_t i = 0; i < n; i++) r.dq[i] += DQ0[i], r.dk[i] += DK0[i], r.dv[i] += DV0[i];
+    const char *kind = use_mma(bf, impl, hd, q.p()) ? "mma" : "generic";
+    char what[128];
+    /* bf16 on tensor cores: P and dS are rounded to bf16 before their
+     * products (FlashAttention's practice), so the backward is looser */
+    double tf = bf ? 1e-2 : 2e-6, tb = bf ? 2e-2 : 1e-5;
+    snprintf(what, sizeof what, "attention %s %s out B%d T%d H%d hd%d", kind, dt(bf), B, T, H, hd);
+    check(what, out.d(), r.out, tf);
+    check("   lse", tod(lse), r.lse, bf ? 1e-3 : 1e-6);
+    check("   dq", dq.d(), r.dq, tb);
+    check("   dk", dk.d(), r.dk, tb);
+    check("   dv", dv.d(), r.dv, tb);
+
+    /* the same inputs in two other thread orders: the same bits */
+    for (int order = 1; order <= 2; order++) {
+        set_order(order == 1 ? 1 : 7);
+        buf out2(n, bf), dq2(n, bf), dk2(n, bf), dv2(n, bf);
+        out2.poison();
+        for (size_t i = 0; i < n; i++) dq2.set(i, DQ0[i]), dk2.set(i, DK0[i]), dv2.set(i, DV0[i]);
+        mvec<float> lse2(lse.size(), NAN);
+        mal_cu_attention_fwd(0, bf, impl, out2.p(), lse2.data(), q.p(), k.p(), v.p(), B, T, H, hd);
+        mal_cu_attention_bwd(0, bf, impl, dq2.p(), dk2.p(), dv2.p(), dout.p(), out2.p(), q.p(),
+                             k.p(), v.p(), lse2.data(), B, T, H, hd, scratch.data());
+        set_order(0);
+        settle();
+        size_t es = bf ? 2 : 4;
+        if (memcmp(out.p(), out2.p(), n * es) || memcmp(dq.p(), dq2.p(), n * es) ||
+            memcmp(dk.p(), dk2.p(), n * es) || memcmp(dv.p(), dv2.p(), n * es) ||
+            memcmp(lse.data(), lse2.data(), lse.size() * 4)) {
+            printf("   results depend on the thread order (%s): a race   <-- FAIL\n",
+                   order == 1 ? "reversed" : "shuffled");
+            failures++;
+        }
+    }
+}
+
+int main(void)
+{
+#ifndef MAL_CUDA_EMU
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev < 1) {
+        printf("test_cuda_kernels: skipped: no usable GPU (%s)\n",
+               ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("test_cuda_kernels: %s, compute capability %d.%d, %d SMs\n", prop.name, prop.major,
+           prop.minor, prop.multiProcessorCount);
+#endif
+    const char *env = getenv("MAL_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    rng_state = seed * 2654435761u + 1;
+    printf("%s: seed %llu (MAL_TEST_SEED=%llu repeats this run)\n",
+           PROG, (unsigned long long)seed, (unsigned long long)seed);
+    for (int bf = 0; bf <= 1; bf++) {
+        test_rmsnorm(bf, 37, 64);
+        test_rmsnorm(bf, 9, 40);  /* rows that are no whole number of 16-byte vectors (bf16) */
+        test_rope(bf, 2, 5, 3, 16);
+        test_rope(bf, 1, 4, 2, 6); /* hd not a multiple of the vector: the pair path */
+        test_elementwise(bf, 1000, 0);
+        test_elementwise(bf, 997, 1);
+        test_embedding(bf, 300, 48, 20);
+        test_xent(bf, 5, 1000, 0);
+        test_xent(bf, 4, 77, 1);
+        test_adamw(bf, 1001);
+    }
+    test_fp32_vec(4099, 0);
+    test_fp32_vec(1000, 3);
+    /* generic attention (the fp32 mode's kernels), then the tensor-core
+     * kernels at both head sizes with ragged tiles */
+    test_attention(0, 0, 2, 21, 3, 8);
+    test_attention(0, 0, 1, 37, 2, 64);
+    test_attention(1, 1, 1, 19, 2, 16);
+    test_attention(1, 0, 1, 70, 2, 64);
+    test_attention(1, 0, 2, 130, 1, 128);
+    test_attention(1, 0, 1, 64, 1, 64);
+    printf("%s: %s (%d failure%s)\n", PROG, failures ? "FAIL" : "ok", failures,
+           failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
