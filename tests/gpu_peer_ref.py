@@ -5,7 +5,10 @@
 #              tests/test_torch_ref), gives the reference model's loss and
 #              gradients in float32 on a random batch;
 #   curve A B  two loss curves (malleus-train metrics JSONL or one loss per
-#              line) agree within --rtol at every step.
+#              line) agree within --rtol at every step;
+#   state A B  two malleus-train snapshot directories hold the same state
+#              (parameters, Adam m and v): bit for bit, or within --rtol
+#              per tensor (norm-wise) when given.
 # Exit status: 0 match, 1 mismatch, 77 torch missing, 99 error.
 import argparse
 import json
@@ -87,6 +90,42 @@ def check_curve(a_path, b_path, rtol):
     return 0
 
 
+def check_state(a_dir, b_dir, rtol):
+    sys.path.insert(0, HERE)
+    import torch_ref
+    fa, _ = torch_ref.open_snapshot(a_dir)
+    fb, _ = torch_ref.open_snapshot(b_dir)
+    bad, n, worst = 0, 0, 0.0
+    with fa, fb:
+        for group in ("param", "adam_m", "adam_v"):
+            names = sorted(fa[group].keys())
+            if names != sorted(fb[group].keys()):
+                print("MISMATCH: %s tensors differ" % group)
+                return 1
+            for name in names:
+                x = np.asarray(fa[group][name][...])
+                y = np.asarray(fb[group][name][...])
+                n += 1
+                if rtol is None:
+                    if x.shape != y.shape or x.tobytes() != y.tobytes():
+                        diff = int(np.sum(x != y)) if x.shape == y.shape else -1
+                        print("MISMATCH %s/%s: %d elements differ" % (group, name, diff))
+                        bad += 1
+                else:
+                    e = float(np.linalg.norm((x - y).astype(np.float64)) /
+                              max(float(np.linalg.norm(y.astype(np.float64))), 1e-30))
+                    worst = max(worst, e)
+                    if not e <= rtol:
+                        print("MISMATCH %s/%s: relative difference %.3g" % (group, name, e))
+                        bad += 1
+    if rtol is None:
+        print("state: %d tensors, %s" % (n, "%d differ" % bad if bad else "bit-identical"))
+    else:
+        print("state: %d tensors, worst relative difference %.3g (tolerance %.3g)" %
+              (n, worst, rtol))
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -97,10 +136,16 @@ def main():
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--rtol", type=float, default=1e-4)
+    st = sub.add_parser("state")
+    st.add_argument("a")
+    st.add_argument("b")
+    st.add_argument("--rtol", type=float, default=None, help="default: bit-identical")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "model":
         return check_model(a.model, a.seed)
+    if a.cmd == "state":
+        return check_state(a.a, a.b, a.rtol)
     return check_curve(a.a, a.b, a.rtol)
 
 

@@ -30,10 +30,19 @@ kernels/cuda/ops.$(OBJEXT) kernels/cuda/attention.$(OBJEXT): kernels/cuda/common
 
 # The kernels against float64 references: on the CPU through the emulation
 # of emu.h (runs everywhere the toolkit's headers are), and on the GPU
-# (exits 77 without one).  One source, tests/test_cuda_kernels.cu.
+# (exits 77 without one).  One source, tests/test_cuda_kernels.cu.  The
+# backend through the table against the CPU backend (test_cuda_ops), the
+# whole model (test_cuda_model) and malleus-train (test_cuda_train.sh) on
+# the GPU: exit 77 without one.  bench/gpu/run.sh runs them on a GPU
+# machine.
 if HAVE_CUDA
-check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels
-TESTS += tests/test_cuda_emu tests/test_cuda_kernels
+check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops \
+	tests/test_cuda_model
+TESTS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model \
+	tests/test_cuda_train.sh
+dist_check_SCRIPTS += tests/test_cuda_train.sh
+tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
+tests_test_cuda_model_SOURCES = tests/test_cuda_model.c
 tests_test_cuda_emu_SOURCES = tests/test_cuda_emu.cpp
 tests_test_cuda_emu_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)/kernels/cuda
 tests_test_cuda_emu_CXXFLAGS = -std=c++17 -O2
@@ -43,5 +52,6 @@ tests_test_cuda_kernels_LDADD = $(CUDA_LIBS)
 tests/test_cuda_emu.$(OBJEXT) tests/test_cuda_kernels.$(OBJEXT): tests/test_cuda_kernels.cu \
 	$(CUDA_SRC)
 else
-EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu
+EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu tests/test_cuda_ops.c \
+	tests/test_cuda_model.c tests/test_cuda_train.sh
 endif

@@ -549,9 +549,10 @@ extern "C" void mal_cu_sumsq(mal_cu_stream s, double *acc, const float *x, size_
 /* ======================================================================== */
 /* Embedding                                                                */
 
-/* One warp per token: out[n] = wte[tokens[n]]; a token outside [0, V)
- * gives a zero row and sets MAL_CU_ERR_TOKEN. */
-template <typename T>
+/* One warp per token: out[n] = wte[tokens[n]] (16 bytes per access where
+ * rows are whole vectors); a token outside [0, V) gives a zero row and
+ * sets MAL_CU_ERR_TOKEN. */
+template <typename T, bool VEC>
 __global__ void __launch_bounds__(256) embedding_fwd_k(T *__restrict__ out,
                                                        const int *__restrict__ tokens,
                                                        const T *__restrict__ wte, int N, int C,
@@ -568,7 +569,11 @@ __global__ void __launch_bounds__(256) embedding_fwd_k(T *__restrict__ out,
         return;
     }
     const T *w = wte + (size_t)tok * C;
-    for (int c = lane; c < C; c += 32) o[c] = w[c];
+    if (VEC)
+        for (int c = lane * vec<T>::n; c < C; c += 32 * vec<T>::n)
+            *(uint4 *)(o + c) = *(const uint4 *)(w + c);
+    else
+        for (int c = lane; c < C; c += 32) o[c] = w[c];
 }
 
 /* Stable counting sort of positions by token, then one warp per vocabulary
@@ -662,8 +667,12 @@ template <typename T>
 static void embedding_fwd(mal_cu_stream s, void *out, const int *tokens, const void *wte, int N,
                           int C, int V, int *err)
 {
-    MAL_LAUNCH((embedding_fwd_k<T>), mal_blocks((size_t)N, 8), 256, 0, s)
-    ((T *)out, tokens, (const T *)wte, N, C, V, err);
+    if (vec_ok<T>(out, wte, out, C))
+        MAL_LAUNCH((embedding_fwd_k<T, true>), mal_blocks((size_t)N, 8), 256, 0, s)
+        ((T *)out, tokens, (const T *)wte, N, C, V, err);
+    else
+        MAL_LAUNCH((embedding_fwd_k<T, false>), mal_blocks((size_t)N, 8), 256, 0, s)
+        ((T *)out, tokens, (const T *)wte, N, C, V, err);
 }
 
 extern "C" void mal_cu_embedding_fwd(mal_cu_stream s, int use_bf16, void *out, const int *tokens,
@@ -721,8 +730,20 @@ enum { XENT_THREADS = 512 };
 /* One block per row.  Pass 1: each thread keeps a running max and a sum of
  * e^(x - max) rescaled when the max grows (online softmax); the block
  * combines them in a fixed tree.  Pass 2 writes (e^(x - m) / sum) * dscale
- * and subtracts dscale at the target.  loss = log(sum) + (m - x[target]). */
-template <typename T>
+ * and subtracts dscale at the target.  loss = log(sum) + (m - x[target]).
+ * VN elements per access (16 bytes when V is a multiple of it and the
+ * buffers are aligned: the 32000-token vocabulary is). */
+MAL_DEV void online_add(float &m, float &sum, float x)
+{
+    if (x > m) {
+        sum = sum * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        sum += expf(x - m);
+    }
+}
+
+template <typename T, int VN>
 __global__ void __launch_bounds__(XENT_THREADS)
     xent_k(float *__restrict__ losses, T *dlogits, const T *logits, const int *__restrict__ targets,
            int V, float dscale, int *err)
@@ -736,13 +757,14 @@ __global__ void __launch_bounds__(XENT_THREADS)
     const bool bad = tgt < 0 || tgt >= V;
     if (threadIdx.x == 0) xt_s[0] = bad ? 0.0f : ldf(x + tgt); /* before pass 2 overwrites it */
     float m = -INFINITY, sum = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = ldf(x + i);
-        if (v > m) {
-            sum = sum * expf(m - v) + 1.0f;
-            m = v;
+    for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
+        if (VN > 1) {
+            float a[VN];
+            load16(a, x + i);
+#pragma unroll
+            for (int j = 0; j < VN; j++) online_add(m, sum, a[j]);
         } else {
-            sum += expf(v - m);
+            online_add(m, sum, ldf(x + i));
         }
     }
     rm[threadIdx.x] = m;
@@ -771,9 +793,16 @@ __global__ void __launch_bounds__(XENT_THREADS)
         return;
     }
     if (threadIdx.x == 0 && losses) losses[n] = logf(S) + (M - xt);
-    if (d) {
-        const float f = dscale / S;
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    if (!d) return;
+    const float f = dscale / S;
+    for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
+        if (VN > 1) {
+            float a[VN];
+            load16(a, x + i);
+#pragma unroll
+            for (int j = 0; j < VN; j++) a[j] = expf(a[j] - M) * f - (i + j == tgt ? dscale : 0.0f);
+            store16(d + i, a);
+        } else {
             float g = expf(ldf(x + i) - M) * f;
             if (i == tgt) g -= dscale;
             stf(d + i, g);
@@ -781,25 +810,51 @@ __global__ void __launch_bounds__(XENT_THREADS)
     }
 }
 
+template <typename T>
+static void xent(mal_cu_stream s, float *losses, void *dlogits, const void *logits,
+                 const int *targets, int N, int V, float dscale, int *err)
+{
+    const size_t smem = (2 * XENT_THREADS + 1) * sizeof(float);
+    if (V % vec<T>::n == 0 && aligned16(logits) && aligned16(dlogits))
+        MAL_LAUNCH((xent_k<T, vec<T>::n>), (unsigned)N, XENT_THREADS, smem, s)
+        (losses, (T *)dlogits, (const T *)logits, targets, V, dscale, err);
+    else
+        MAL_LAUNCH((xent_k<T, 1>), (unsigned)N, XENT_THREADS, smem, s)
+        (losses, (T *)dlogits, (const T *)logits, targets, V, dscale, err);
+}
+
 extern "C" void mal_cu_xent(mal_cu_stream s, int use_bf16, float *losses, void *dlogits,
                             const void *logits, const int *targets, int N, int V, float dscale,
                             int *err)
 {
     if (N <= 0 || V <= 0) return;
-    const size_t smem = (2 * XENT_THREADS + 1) * sizeof(float);
     if (use_bf16)
-        MAL_LAUNCH((xent_k<__nv_bfloat16>), (unsigned)N, XENT_THREADS, smem, s)
-        (losses, (__nv_bfloat16 *)dlogits, (const __nv_bfloat16 *)logits, targets, V, dscale, err);
+        xent<__nv_bfloat16>(s, losses, dlogits, logits, targets, N, V, dscale, err);
     else
-        MAL_LAUNCH((xent_k<float>), (unsigned)N, XENT_THREADS, smem, s)
-        (losses, (float *)dlogits, (const float *)logits, targets, V, dscale, err);
+        xent<float>(s, losses, dlogits, logits, targets, N, V, dscale, err);
 }
 
 /* ======================================================================== */
 /* AdamW and the working copy                                               */
 
-/* cpu.c's update, element by element; work[i] = param[i] in T when work is
- * given.  4 floats per thread (16-byte accesses) where aligned. */
+/* cpu.c's update of one element (the same expressions in the same order). */
+MAL_DEV void adam1(float &p, float g, float &m, float &v, float lr, float beta1, float beta2,
+                   float eps, float wd, float gs, float ibc1, float ibc2)
+{
+    const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+    const float gj = g * gs;
+    const float mi = beta1 * m + a1 * gj;
+    const float vi = beta2 * v + a2 * gj * gj;
+    m = mi;
+    v = vi;
+    p -= lr * (mi * ibc1 / (sqrtf(vi * ibc2) + eps) + wd * p);
+}
+
+/* 4 elements per thread, 16-byte accesses where the slab is aligned (it
+ * is: tensors start at 16-float offsets) and the chunk is whole; work[i] =
+ * param[i] in T when work is given.  The partial chunk goes element by
+ * element without arrays (a loop bound known only at run time would put
+ * arrays in local memory: seen in the SASS of a first version). */
 template <typename T>
 __global__ void __launch_bounds__(256)
     adamw_k(float *__restrict__ param, T *__restrict__ work, const float *__restrict__ grad,
@@ -808,37 +863,28 @@ __global__ void __launch_bounds__(256)
 {
     const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i0 >= n) return;
-    const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    float p[4], g[4], mm[4], vv[4];
-    const bool full = vec4 && i0 + 4 <= n;
-    const int cnt = full ? 4 : (int)(n - i0 < 4 ? n - i0 : 4);
-    if (full) {
+    if (vec4 && i0 + 4 <= n) {
+        float p[4], g[4], mm[4], vv[4];
         load16(p, param + i0);
         load16(g, grad + i0);
         load16(mm, m + i0);
         load16(vv, v + i0);
-    } else {
-        for (int j = 0; j < cnt; j++)
-            p[j] = param[i0 + j], g[j] = grad[i0 + j], mm[j] = m[i0 + j], vv[j] = v[i0 + j];
-    }
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float gj = g[j] * gs;
-        const float mi = beta1 * mm[j] + a1 * gj;
-        const float vi = beta2 * vv[j] + a2 * gj * gj;
-        mm[j] = mi;
-        vv[j] = vi;
-        p[j] -= lr * (mi * ibc1 / (sqrtf(vi * ibc2) + eps) + wd * p[j]);
-    }
-    if (full) {
+        for (int j = 0; j < 4; j++) adam1(p[j], g[j], mm[j], vv[j], lr, beta1, beta2, eps, wd, gs, ibc1, ibc2);
         store16(param + i0, p);
         store16(m + i0, mm);
         store16(v + i0, vv);
-    } else {
-        for (int j = 0; j < cnt; j++) param[i0 + j] = p[j], m[i0 + j] = mm[j], v[i0 + j] = vv[j];
+        if (work)
+#pragma unroll
+            for (int j = 0; j < 4; j++) stf(work + i0 + j, p[j]);
+        return;
     }
-    if (work)
-        for (int j = 0; j < cnt; j++) stf(work + i0 + j, p[j]);
+    for (size_t i = i0; i < n && i < i0 + 4; i++) {
+        float p = param[i], mi = m[i], vi = v[i];
+        adam1(p, grad[i], mi, vi, lr, beta1, beta2, eps, wd, gs, ibc1, ibc2);
+        param[i] = p, m[i] = mi, v[i] = vi;
+        if (work) stf(work + i, p);
+    }
 }
 
 template <typename T>

@@ -1,0 +1,466 @@
+/* Every operation of the CUDA backend's kernel table against the CPU
+ * backend (the oracle), through the table itself: instance, memory and
+ * copies, cuBLASLt products, the kernels, deferred errors, events.  Exit 77
+ * where no GPU is usable (cudaGetDeviceCount fails with error 35 on a
+ * machine without a driver).
+ *
+ * Inputs are drawn fresh every run (seed printed; MAL_TEST_SEED repeats
+ * it); outputs an operation writes are poisoned with NaN before it runs,
+ * outputs it accumulates into start from random values.  fp32 instance:
+ * within 1e-5 relative (norm-wise) of the CPU backend.  bf16 instance: the
+ * same inputs rounded to bf16 go to both; the reference is the CPU
+ * backend's fp32 result on them (within ~1e-6 of float64, far inside the
+ * tolerance) -- float64 itself for the products, computed here -- and the
+ * tolerance is bf16's (2^-8 relative per stored element, more where an
+ * operation rounds intermediates).  The kernels' own float64 checks are
+ * tests/test_cuda_kernels (GPU) and tests/test_cuda_emu (CPU). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "mal.h"
+#include "mal_test.h"
+
+static mal_kern G, C; /* the GPU instance under test, the CPU oracle */
+static int bf;        /* G computes in bf16 */
+static int failures;
+static uint64_t rng;
+
+static double urand(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
+}
+static float nrand(void)
+{
+    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
+}
+
+static uint16_t f2bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* n random values (what both instances get: bf16-exact when G is bf16) */
+static float *rnd(size_t n, float scale)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    CHECK(x);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = scale * nrand();
+        if (bf) x[i] = bf2f(f2bf(x[i]));
+    }
+    return x;
+}
+static float *nans(size_t n)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    CHECK(x);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+/* Device buffers of n elements of instance k's compute dtype (cd = 1) or
+ * fp32 (cd = 0), filled from host floats. */
+static void *up(mal_kern k, const float *h, size_t n, int cd)
+{
+    int half = cd && k->compute == MAL_BF16;
+    size_t es = half ? 2 : 4;
+    void *d = mal_kern_alloc(k, n * es + 64);
+    CHECK(d);
+    if (half) {
+        uint16_t *t = malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) t[i] = f2bf(h[i]);
+        mal_kern_from_host(k, d, t, n * 2);
+        CHECK_OK(mal_kern_sync(k));
+        free(t);
+    } else {
+        mal_kern_from_host(k, d, h, n * 4);
+        CHECK_OK(mal_kern_sync(k));
+    }
+    return d;
+}
+static float *down(mal_kern k, const void *d, size_t n, int cd)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    CHECK(h);
+    if (cd && k->compute == MAL_BF16) {
+        uint16_t *t = malloc(n * 2 + 2);
+        mal_kern_to_host(k, t, d, n * 2);
+        CHECK_OK(mal_kern_sync(k));
+        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
+        free(t);
+    } else {
+        mal_kern_to_host(k, h, d, n * 4);
+        CHECK_OK(mal_kern_sync(k));
+    }
+    return h;
+}
+
+/* One argument on both instances. */
+typedef struct {
+    void *g, *c;
+    size_t n;
+    int cd;
+} arg;
+static arg A(const float *h, size_t n, int cd)
+{
+    arg a = {up(G, h, n, cd), up(C, h, n, cd), n, cd};
+    return a;
+}
+static void drop(arg *a)
+{
+    mal_kern_free(G, a->g);
+    mal_kern_free(C, a->c);
+}
+
+static void cmp(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    double num = 0, den = 0;
+    size_t nan_at = (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        if (!(got[i] == got[i]) && nan_at == (size_t)-1) nan_at = i;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1e-300));
+    int ok = nan_at == (size_t)-1 && rel <= tol;
+    printf("%-5s %-40s rel err %.3g (tol %.1g)%s\n", bf ? "bf16" : "fp32", what, rel, tol,
+           ok ? "" : "   <-- FAIL");
+    if (nan_at != (size_t)-1) printf("      element %zu is NaN (not written?)\n", nan_at);
+    if (!ok) failures++;
+}
+/* Compare argument a on both instances. */
+static void cmp_arg(const char *what, arg *a, double tol32, double tol16)
+{
+    CHECK_OK(mal_kern_sync(G));
+    float *g = down(G, a->g, a->n, a->cd), *c = down(C, a->c, a->n, a->cd);
+    cmp(what, g, c, a->n, bf ? tol16 : tol32);
+    free(g);
+    free(c);
+}
+
+static void test_matmul(int N, int Cc, int OC)
+{
+    float *x = rnd((size_t)N * Cc, 1), *w = rnd((size_t)OC * Cc, 0.2f);
+    float *o0 = nans((size_t)N * OC), *dy = rnd((size_t)N * OC, 1);
+    float *dx0 = rnd((size_t)N * Cc, 0.3f), *dw0 = rnd((size_t)OC * Cc, 0.3f);
+    arg X = A(x, (size_t)N * Cc, 1), W = A(w, (size_t)OC * Cc, 1), O = A(o0, (size_t)N * OC, 1);
+    arg DY = A(dy, (size_t)N * OC, 1), DX = A(dx0, (size_t)N * Cc, 1),
+        DW = A(dw0, (size_t)OC * Cc, 0);
+    mal_kern_matmul_fwd(G, O.g, X.g, W.g, N, Cc, OC, 0);
+    mal_kern_matmul_bwd(G, DX.g, DW.g, DY.g, X.g, W.g, N, Cc, OC);
+    CHECK_OK(mal_kern_sync(G));
+    /* float64 references */
+    double *ro = calloc((size_t)N * OC, sizeof *ro), *rdx = calloc((size_t)N * Cc, sizeof *rdx),
+           *rdw = calloc((size_t)OC * Cc, sizeof *rdw);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int c = 0; c < Cc; c++) s += (double)x[n * Cc + c] * w[o * Cc + c];
+            ro[n * OC + o] = s;
+        }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < Cc; c++) {
+            double s = dx0[n * Cc + c];
+            for (int o = 0; o < OC; o++) s += (double)dy[n * OC + o] * w[o * Cc + c];
+            rdx[n * Cc + c] = s;
+        }
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < Cc; c++) {
+            double s = dw0[o * Cc + c];
+            for (int n = 0; n < N; n++) s += (double)dy[n * OC + o] * x[n * Cc + c];
+            rdw[o * Cc + c] = s;
+        }
+    float *ref = malloc(sizeof(float) * (size_t)(N * OC + N * Cc + OC * Cc));
+    char what[80];
+    float *go = down(G, O.g, O.n, 1), *gdx = down(G, DX.g, DX.n, 1), *gdw = down(G, DW.g, DW.n, 0);
+    for (size_t i = 0; i < O.n; i++) ref[i] = (float)ro[i];
+    snprintf(what, sizeof what, "matmul fwd %dx%dx%d (float64 ref)", N, Cc, OC);
+    cmp(what, go, ref, O.n, bf ? 6e-3 : 1e-5);
+    for (size_t i = 0; i < DX.n; i++) ref[i] = (float)rdx[i];
+    cmp("matmul bwd dinp (+=)", gdx, ref, DX.n, bf ? 6e-3 : 1e-5);
+    for (size_t i = 0; i < DW.n; i++) ref[i] = (float)rdw[i];
+    cmp("matmul bwd dweight (fp32 +=)", gdw, ref, DW.n, bf ? 1e-3 : 1e-5);
+    /* accumulate = 1 adds to the output */
+    mal_kern_matmul_fwd(G, O.g, X.g, W.g, N, Cc, OC, 1);
+    float *go2 = down(G, O.g, O.n, 1);
+    for (size_t i = 0; i < O.n; i++) ref[i] = 2.0f * (float)ro[i];
+    cmp("matmul fwd accumulate", go2, ref, O.n, bf ? 8e-3 : 1e-5);
+    free(go), free(gdx), free(gdw), free(go2), free(ref), free(ro), free(rdx), free(rdw);
+    free(x), free(w), free(o0), free(dy), free(dx0), free(dw0);
+    drop(&X), drop(&W), drop(&O), drop(&DY), drop(&DX), drop(&DW);
+}
+
+static void test_norm_rope_swiglu(void)
+{
+    const int N = 67, Cc = 96, B = 2, T = 13, H = 4, hd = 24;
+    float *x = rnd((size_t)N * Cc, 1), *w = rnd(Cc, 1), *dy = rnd((size_t)N * Cc, 1);
+    float *dx0 = rnd((size_t)N * Cc, 0.3f), *dw0 = rnd(Cc, 0.3f), *pn = nans((size_t)N * Cc);
+    arg X = A(x, (size_t)N * Cc, 1), W = A(w, Cc, 1), O = A(pn, (size_t)N * Cc, 1);
+    arg R = A(pn, N, 0), DY = A(dy, (size_t)N * Cc, 1), DX = A(dx0, (size_t)N * Cc, 1);
+    arg DW = A(dw0, Cc, 0);
+    mal_kern_rmsnorm_fwd(G, O.g, R.g, X.g, W.g, N, Cc, 1e-5f);
+    mal_kern_rmsnorm_fwd(C, O.c, R.c, X.c, W.c, N, Cc, 1e-5f);
+    cmp_arg("rmsnorm fwd", &O, 1e-5, 8e-3);
+    cmp_arg("rmsnorm rstd", &R, 1e-5, 1e-5);
+    mal_kern_rmsnorm_bwd(G, DX.g, DW.g, DY.g, X.g, W.g, R.g, N, Cc);
+    mal_kern_rmsnorm_bwd(C, DX.c, DW.c, DY.c, X.c, W.c, R.c, N, Cc);
+    cmp_arg("rmsnorm bwd dinp", &DX, 1e-5, 8e-3);
+    cmp_arg("rmsnorm bwd dweight", &DW, 1e-5, 2e-3);
+    drop(&X), drop(&W), drop(&O), drop(&R), drop(&DY), drop(&DX), drop(&DW);
+
+    size_t n = (size_t)B * T * H * hd;
+    float *q = rnd(n, 1);
+    arg Q = A(q, n, 1);
+    mal_kern_rope_fwd(G, Q.g, B, T, H, hd, 10000.0f);
+    mal_kern_rope_fwd(C, Q.c, B, T, H, hd, 10000.0f);
+    cmp_arg("rope fwd", &Q, 1e-5, 8e-3);
+    mal_kern_rope_bwd(G, Q.g, B, T, H, hd, 500.0f);
+    mal_kern_rope_bwd(C, Q.c, B, T, H, hd, 500.0f);
+    cmp_arg("rope bwd (another theta)", &Q, 1e-5, 8e-3);
+    drop(&Q);
+
+    size_t m = 5003;
+    float *g = rnd(m, 2), *u = rnd(m, 1), *d = rnd(m, 1), *dg0 = rnd(m, 0.3f), *du0 = rnd(m, 0.3f);
+    float *pm = nans(m);
+    arg Gt = A(g, m, 1), U = A(u, m, 1), D = A(d, m, 1), S = A(pm, m, 1), DG = A(dg0, m, 1),
+        DU = A(du0, m, 1);
+    mal_kern_swiglu_fwd(G, S.g, Gt.g, U.g, m);
+    mal_kern_swiglu_fwd(C, S.c, Gt.c, U.c, m);
+    cmp_arg("swiglu fwd", &S, 1e-5, 8e-3);
+    mal_kern_swiglu_bwd(G, DG.g, DU.g, D.g, Gt.g, U.g, m);
+    mal_kern_swiglu_bwd(C, DG.c, DU.c, D.c, Gt.c, U.c, m);
+    cmp_arg("swiglu bwd dgate", &DG, 1e-5, 8e-3);
+    cmp_arg("swiglu bwd dup", &DU, 1e-5, 8e-3);
+    mal_kern_add(G, Gt.g, Gt.g, U.g, m); /* out = a, the residual add */
+    mal_kern_add(C, Gt.c, Gt.c, U.c, m);
+    cmp_arg("add (out aliases a)", &Gt, 1e-6, 8e-3);
+    drop(&Gt), drop(&U), drop(&D), drop(&S), drop(&DG), drop(&DU);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(pn), free(q), free(g), free(u);
+    free(d), free(dg0), free(du0), free(pm);
+}
+
+static void test_fp32_ops(void)
+{
+    size_t n = 10007;
+    float *y = rnd(n, 1), *x = rnd(n, 1);
+    arg Y = A(y, n, 0), X = A(x, n, 0);
+    mal_kern_accumulate(G, Y.g, X.g, n);
+    mal_kern_accumulate(C, Y.c, X.c, n);
+    mal_kern_scale(G, Y.g, n, -0.375f);
+    mal_kern_scale(C, Y.c, n, -0.375f);
+    cmp_arg("accumulate + scale (fp32 state)", &Y, 1e-7, 1e-7);
+    /* sum of squares over a strided view, into a device double */
+    double z = 0.5, hg = 0, hc = 0;
+    double *ag = mal_kern_alloc(G, 8), *ac = mal_kern_alloc(C, 8);
+    mal_kern_from_host(G, ag, &z, 8);
+    mal_kern_from_host(C, ac, &z, 8);
+    mal_kern_sumsq(G, ag, X.g, 37, 200, 261);
+    mal_kern_sumsq(C, ac, X.c, 37, 200, 261);
+    mal_kern_sumsq(G, ag, Y.g, 1, n, n);
+    mal_kern_sumsq(C, ac, Y.c, 1, n, n);
+    mal_kern_to_host(G, &hg, ag, 8);
+    mal_kern_to_host(C, &hc, ac, 8);
+    CHECK_OK(mal_kern_sync(G));
+    CHECK_OK(mal_kern_sync(C));
+    float fg = (float)(hg / hc), one = 1.0f;
+    cmp("sumsq strided + contiguous (double)", &fg, &one, 1, 1e-12);
+    mal_kern_free(G, ag), mal_kern_free(C, ac);
+    drop(&Y), drop(&X), free(y), free(x);
+}
+
+static void test_embedding_xent(void)
+{
+    const int N = 300, Cc = 40, V = 50;
+    float *wte = rnd((size_t)V * Cc, 1), *dy = rnd((size_t)N * Cc, 1),
+          *dw0 = rnd((size_t)V * Cc, 0.3f);
+    float *pn = nans((size_t)N * Cc);
+    int tok[300];
+    for (int i = 0; i < N; i++) tok[i] = (int)(urand() * 9) * 5; /* repeats */
+    int *tg = mal_kern_alloc(G, sizeof tok), *tc = mal_kern_alloc(C, sizeof tok);
+    mal_kern_from_host(G, tg, tok, sizeof tok);
+    mal_kern_from_host(C, tc, tok, sizeof tok);
+    arg Wt = A(wte, (size_t)V * Cc, 1), O = A(pn, (size_t)N * Cc, 1),
+        DY = A(dy, (size_t)N * Cc, 1), DW = A(dw0, (size_t)V * Cc, 0);
+    mal_kern_embedding_fwd(G, O.g, tg, Wt.g, N, Cc);
+    mal_kern_embedding_fwd(C, O.c, tc, Wt.c, N, Cc);
+    cmp_arg("embedding fwd", &O, 0, 0);
+    mal_kern_embedding_bwd(G, DW.g, DY.g, tg, N, Cc);
+    mal_kern_embedding_bwd(C, DW.c, DY.c, tc, N, Cc);
+    cmp_arg("embedding bwd (CPU's order: exact)", &DW, 0, 0);
+
+    const int Nx = 9, Vx = 32000;
+    float *lg = rnd((size_t)Nx * Vx, 3), *pl = nans(Nx);
+    int tgt[9];
+    for (int i = 0; i < Nx; i++) tgt[i] = (int)(urand() * Vx);
+    int *xg = mal_kern_alloc(G, sizeof tgt), *xc = mal_kern_alloc(C, sizeof tgt);
+    mal_kern_from_host(G, xg, tgt, sizeof tgt);
+    mal_kern_from_host(C, xc, tgt, sizeof tgt);
+    arg L = A(lg, (size_t)Nx * Vx, 1), LS = A(pl, Nx, 0);
+    mal_kern_xent_fwd_bwd(G, LS.g, L.g, L.g, xg, Nx, Vx, 0.125f);
+    mal_kern_xent_fwd_bwd(C, LS.c, L.c, L.c, xc, Nx, Vx, 0.125f);
+    cmp_arg("cross-entropy losses (V 32000)", &LS, 1e-5, 1e-5);
+    cmp_arg("cross-entropy dlogits (in place)", &L, 1e-5, 8e-3);
+    /* a target outside the vocabulary: an error from the next sync */
+    tgt[4] = Vx + 3;
+    mal_kern_from_host(G, xg, tgt, sizeof tgt);
+    mal_kern_xent_fwd_bwd(G, LS.g, NULL, L.g, xg, Nx, Vx, 1.0f);
+    mal_clearerr();
+    int rc = mal_kern_sync(G);
+    printf("%-5s %-40s %s\n", bf ? "bf16" : "fp32", "bad target -> sync error",
+           rc == MAL_EINVAL && strstr(mal_errmsg(), "target") ? "ok" : "   <-- FAIL");
+    if (!(rc == MAL_EINVAL && strstr(mal_errmsg(), "target"))) failures++;
+    CHECK_OK(mal_kern_sync(G)); /* reported once */
+    mal_kern_free(G, tg), mal_kern_free(C, tc), mal_kern_free(G, xg), mal_kern_free(C, xc);
+    drop(&Wt), drop(&O), drop(&DY), drop(&DW), drop(&L), drop(&LS);
+    free(wte), free(dy), free(dw0), free(pn), free(lg), free(pl);
+}
+
+static void test_attention(int B, int T, int H, int hd)
+{
+    size_t n = (size_t)B * T * H * hd, sg, xg, sc, xc;
+    mal_kern_attention_bytes(G, B, T, H, hd, &sg, &xg);
+    mal_kern_attention_bytes(C, B, T, H, hd, &sc, &xc);
+    float *q = rnd(n, 1), *k = rnd(n, 1), *v = rnd(n, 1), *dy = rnd(n, 1), *pn = nans(n);
+    float *d0 = rnd(n, 0.1f);
+    arg Q = A(q, n, 1), K = A(k, n, 1), Vv = A(v, n, 1), O = A(pn, n, 1), DY = A(dy, n, 1);
+    arg DQ = A(d0, n, 1), DK = A(d0, n, 1), DV = A(d0, n, 1);
+    void *svg = mal_kern_alloc(G, sg), *scg = mal_kern_alloc(G, xg);
+    void *svc = mal_kern_alloc(C, sc), *scc = mal_kern_alloc(C, xc);
+    mal_kern_attention_fwd(G, O.g, svg, Q.g, K.g, Vv.g, B, T, H, hd);
+    mal_kern_attention_fwd(C, O.c, svc, Q.c, K.c, Vv.c, B, T, H, hd);
+    char what[80];
+    snprintf(what, sizeof what, "attention fwd B%d T%d H%d hd%d", B, T, H, hd);
+    cmp_arg(what, &O, 1e-5, 1e-2);
+    mal_kern_attention_bwd(G, DQ.g, DK.g, DV.g, scg, DY.g, O.g, Q.g, K.g, Vv.g, svg, B, T, H, hd);
+    mal_kern_attention_bwd(C, DQ.c, DK.c, DV.c, scc, DY.c, O.c, Q.c, K.c, Vv.c, svc, B, T, H, hd);
+    cmp_arg("attention bwd dq (+=)", &DQ, 1e-5, 2e-2);
+    cmp_arg("attention bwd dk (+=)", &DK, 1e-5, 2e-2);
+    cmp_arg("attention bwd dv (+=)", &DV, 1e-5, 2e-2);
+    mal_kern_free(G, svg), mal_kern_free(G, scg), mal_kern_free(C, svc), mal_kern_free(C, scc);
+    drop(&Q), drop(&K), drop(&Vv), drop(&O), drop(&DY), drop(&DQ), drop(&DK), drop(&DV);
+    free(q), free(k), free(v), free(dy), free(pn), free(d0);
+}
+
+static void test_adamw(void)
+{
+    size_t n = 4099;
+    int save = bf;
+    bf = 0; /* the state is fp32 whatever the instance computes in */
+    float *p = rnd(n, 1), *g = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f), *pn = nans(n);
+    bf = save;
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    arg P = A(p, n, 0), Gr = A(g, n, 0), M = A(m, n, 0), Vv = A(v, n, 0), W = A(pn, n, 1);
+    mal_kern_adamw(G, P.g, W.g, Gr.g, M.g, Vv.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 5);
+    mal_kern_adamw(C, P.c, W.c, Gr.c, M.c, Vv.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 5);
+    cmp_arg("adamw param", &P, 1e-6, 1e-6);
+    cmp_arg("adamw m", &M, 1e-6, 1e-6);
+    cmp_arg("adamw v", &Vv, 1e-6, 1e-6);
+    cmp_arg("adamw working copy", &W, 1e-6, 4e-3);
+    mal_kern_cast_working(G, W.g, P.g, n);
+    mal_kern_cast_working(C, W.c, P.c, n);
+    cmp_arg("cast_working", &W, 0, 4e-3);
+    drop(&P), drop(&Gr), drop(&M), drop(&Vv), drop(&W);
+    free(p), free(g), free(m), free(v), free(pn);
+}
+
+/* Memory and queue operations of the GPU instance alone. */
+static void test_memory(void)
+{
+    enum { R = 7, Wd = 33, P = 50 };
+    float h[R * P], back[R * P];
+    for (int i = 0; i < R * P; i++) h[i] = (float)i;
+    float *d = mal_kern_alloc(G, sizeof h), *e = mal_kern_alloc(G, sizeof h);
+    CHECK(d && e);
+    /* alloc is zero-filled */
+    mal_kern_to_host(G, back, d, sizeof back);
+    CHECK_OK(mal_kern_sync(G));
+    for (int i = 0; i < R * P; i++) CHECK(back[i] == 0.0f);
+    mal_kern_from_host(G, d, h, sizeof h);
+    mal_kern_zero(G, e, sizeof h);
+    /* strided device-to-device, then device-to-host with another pitch */
+    mal_kern_memcpy2d(G, e, P * 4, d + 3, P * 4, Wd * 4, R, MAL_COPY_D2D);
+    float *pin = mal_kern_host_alloc(G, R * Wd * 4);
+    CHECK(pin);
+    mal_kern_memcpy2d(G, pin, Wd * 4, e, P * 4, Wd * 4, R, MAL_COPY_D2H);
+    CHECK_OK(mal_kern_sync(G));
+    int ok = 1;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Wd; c++) ok &= pin[r * Wd + c] == h[r * P + 3 + c];
+    /* resize keeps the prefix and zero-fills the rest */
+    float *big = mal_kern_resize(G, d, sizeof h, 2 * sizeof h);
+    CHECK(big);
+    float *b2 = malloc(2 * sizeof h);
+    mal_kern_to_host(G, b2, big, 2 * sizeof h);
+    CHECK_OK(mal_kern_sync(G));
+    for (int i = 0; i < R * P; i++) ok &= b2[i] == h[i] && b2[R * P + i] == 0.0f;
+    /* events time device work */
+    mal_kern_event *e0 = mal_kern_event_create(G), *e1 = mal_kern_event_create(G);
+    CHECK(e0 && e1);
+    mal_kern_event_record(G, e0);
+    for (int i = 0; i < 50; i++) mal_kern_scale(G, big, 2 * R * P, 1.0f);
+    mal_kern_event_record(G, e1);
+    double t = mal_kern_event_elapsed(G, e0, e1);
+    ok &= t > 0 && t < 10;
+    ok &= mal_kern_native_queue(G) != NULL && G->host_addressable == 0;
+    printf("%-5s %-40s %s (50 launches: %.1f us)\n", bf ? "bf16" : "fp32",
+           "alloc, copies 2-D, resize, events", ok ? "ok" : "   <-- FAIL", t * 1e6);
+    if (!ok) failures++;
+    mal_kern_event_destroy(G, e0), mal_kern_event_destroy(G, e1);
+    mal_kern_host_free(G, pin), mal_kern_free(G, big), mal_kern_free(G, e), free(b2);
+}
+
+int main(void)
+{
+    mal_kern_config cfg = mal_kern_config_default();
+    mal_kern probe = NULL;
+    int rc = mal_kern_create("cuda", &cfg, &probe);
+    if (rc == MAL_EDEVICE || rc == MAL_ENOTSUP) {
+        printf("test_cuda_ops: skipped: %s\n", mal_errmsg());
+        return MAL_TEST_SKIP;
+    }
+    CHECK_OK(rc);
+    mal_kern_destroy(probe);
+    const char *env = getenv("MAL_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    rng = seed * 2654435761u + 7;
+    printf("test_cuda_ops: seed %llu (MAL_TEST_SEED repeats it)\n", (unsigned long long)seed);
+    CHECK_OK(mal_kern_create("cpu", &cfg, &C));
+    for (bf = 0; bf <= 1; bf++) {
+        cfg.compute = bf ? MAL_BF16 : MAL_F32;
+        CHECK_OK(mal_kern_create("cuda", &cfg, &G));
+        test_memory();
+        test_matmul(37, 64, 48);
+        test_matmul(256, 512, 384);
+        test_norm_rope_swiglu();
+        test_fp32_ops();
+        test_embedding_xent();
+        test_attention(2, 37, 3, 8);    /* generic kernels (tiny's head size) */
+        test_attention(1, 200, 2, 64);  /* tensor cores in bf16 (small's head size) */
+        test_attention(1, 130, 2, 128); /* tensor cores, the 1b head size */
+        test_adamw();
+        CHECK_OK(mal_kern_sync(G));
+        mal_kern_destroy(G);
+    }
+    mal_kern_destroy(C);
+    printf("test_cuda_ops: %s (%d failure%s)\n", failures ? "FAIL" : "ok", failures,
+           failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}

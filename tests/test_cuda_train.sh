@@ -1,0 +1,147 @@
+#!/bin/sh
+# malleus-train on the GPU (--device cuda); exit 77 where none is usable.
+#   1. fp32 on the GPU trains the CPU's loss curve: tiny and small, 20 steps,
+#      every step within 1e-4 relative;
+#   2. bf16 stays within 2% of fp32 at every step of 300 steps of small on
+#      the built-in corpus (MAL_CUDA_LONG=0 shortens it to 60 steps);
+#   3. determinism: two bf16 runs end in bit-identical state (parameters and
+#      Adam moments of the final snapshot);
+#   4. resume: 10 steps, a snapshot, 10 more in a new process end in the
+#      state of 20 straight steps, bit for bit (bf16 on the GPU);
+#   5. a GPU snapshot resumes on the CPU and a CPU snapshot on the GPU (fp32),
+#      continuing the other device's curve within 1e-4;
+#   6. PyTorch on the GPU (bench/gpu/torch_peer.py, bf16 autocast), started
+#      from malleus-train's step-0 snapshot on malleus-train's batches,
+#      trains a loss curve within 2% of malleus-train's bf16 one (skipped
+#      with a message when $PYTHON3 has no torch with CUDA).
+# Every comparison is made by tests/gpu_peer_ref.py; each was shown to fail
+# on a perturbed run (another learning rate) in tests/test_gpu_peer.sh.
+set -u
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+PYTHON3=${PYTHON3:-python3}
+TRAIN=$top_builddir/malleus-train
+TOKENIZE=$top_builddir/malleus-tokenize
+REF=$top_srcdir/tests/gpu_peer_ref.py
+PEER=$top_srcdir/bench/gpu/torch_peer.py
+export PYTHONDONTWRITEBYTECODE=1
+
+[ -x "$TRAIN" ] || { echo "test_cuda_train: $TRAIN not built"; exit 99; }
+if ! "$TRAIN" --device cuda --steps 0 --quiet >/dev/null 2>"${TMPDIR:-/tmp}/cuda_probe.$$"; then
+    echo "test_cuda_train: skipped: $(tail -1 "${TMPDIR:-/tmp}/cuda_probe.$$")"
+    rm -f "${TMPDIR:-/tmp}/cuda_probe.$$"
+    exit 77
+fi
+rm -f "${TMPDIR:-/tmp}/cuda_probe.$$"
+"$PYTHON3" -c 'import numpy, h5py' 2>/dev/null ||
+    { echo "test_cuda_train: $PYTHON3 lacks numpy/h5py (the comparisons need them)"; exit 99; }
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/test_cuda_train.XXXXXX") || exit 99
+trap 'rm -rf "$W"' EXIT
+fails=0
+step() { printf '\n== %s\n' "$*"; }
+run() { # name, then malleus-train arguments; log in $W/name.log
+    name=$1
+    shift
+    if ! "$TRAIN" --quiet "$@" >"$W/$name.log" 2>&1; then
+        cat "$W/$name.log"
+        echo "FAIL: malleus-train $*"
+        fails=$((fails + 1))
+        return 1
+    fi
+}
+compare() { # what, then gpu_peer_ref.py arguments
+    what=$1
+    shift
+    if "$PYTHON3" "$REF" "$@" >"$W/cmp.out" 2>&1; then
+        tail -1 "$W/cmp.out"
+        echo "ok: $what"
+    else
+        cat "$W/cmp.out"
+        echo "FAIL: $what"
+        fails=$((fails + 1))
+    fi
+}
+
+step "1. fp32 on the GPU = the CPU's curve (20 steps)"
+for m in tiny small; do
+    run cpu_$m --model $m --device cpu --precision fp32 --steps 20 --metrics "$W/cpu_$m.jsonl" &&
+        run gpu_$m --model $m --device cuda --precision fp32 --steps 20 --metrics "$W/gpu_$m.jsonl" &&
+        compare "$m fp32: GPU vs CPU" curve "$W/gpu_$m.jsonl" "$W/cpu_$m.jsonl" --rtol 1e-4
+done
+
+LONG=300
+[ "${MAL_CUDA_LONG:-1}" = 0 ] && LONG=60
+step "2. bf16 within 2% of fp32 ($LONG steps of small, GPU)"
+run f32 --model small --device cuda --precision fp32 --steps $LONG --metrics "$W/f32.jsonl" &&
+    run b16 --model small --device cuda --precision bf16 --steps $LONG --metrics "$W/b16.jsonl" &&
+    compare "small bf16 vs fp32 over $LONG steps" curve "$W/b16.jsonl" "$W/f32.jsonl" --rtol 0.02
+
+step "3. determinism: two bf16 runs, the same bits"
+for r in a b; do
+    run det_$r --model small --device cuda --precision bf16 --steps 20 --snapshot-dir "$W/det_$r"
+done
+compare "bf16 runs bit-identical" state "$W/det_a" "$W/det_b"
+
+step "4. resume on the GPU continues bit for bit"
+run res1 --model small --device cuda --precision bf16 --steps 10 --snapshot-dir "$W/res" &&
+    run res2 --model small --device cuda --precision bf16 --steps 20 --snapshot-dir "$W/res" --resume &&
+    compare "10 + resume + 10 = 20 straight" state "$W/res" "$W/det_a"
+
+step "5. snapshots cross devices (fp32, tiny)"
+run x_cpu20 --model tiny --device cpu --precision fp32 --steps 20 --metrics "$W/x_cpu20.jsonl"
+run x_cuda20 --model tiny --device cuda --precision fp32 --steps 20 --metrics "$W/x_cuda20.jsonl"
+# cross A B: 10 steps on device A, a snapshot, 10 more on device B; steps
+# 11-20 must be B's own 20-step curve
+cross() {
+    run x_$1_$2_a --model tiny --device $1 --precision fp32 --steps 10 --snapshot-dir "$W/$1$2" &&
+        run x_$1_$2_b --model tiny --device $2 --precision fp32 --steps 20 \
+            --snapshot-dir "$W/$1$2" --resume --metrics "$W/$1$2.jsonl" &&
+        tail -n 10 "$W/x_${2}20.jsonl" >"$W/$2_tail.jsonl" &&
+        compare "$1 snapshot -> $2 resume: $2's own steps 11-20" curve "$W/$1$2.jsonl" \
+            "$W/$2_tail.jsonl" --rtol 1e-4
+}
+cross cuda cpu
+cross cpu cuda
+# a bf16 run's snapshot holds fp32 master weights: the CPU resumes it
+run x_b10 --model tiny --device cuda --precision bf16 --steps 10 --snapshot-dir "$W/b2c" &&
+    run x_b20 --model tiny --device cpu --steps 12 --snapshot-dir "$W/b2c" --resume &&
+    echo "ok: bf16 GPU snapshot resumed on the CPU"
+
+step "6. PyTorch on the GPU, same weights and batches, bf16"
+if "$PYTHON3" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    "$PYTHON3" - "$W/text.txt" <<'PY'
+import random, sys
+r = random.Random(5)
+words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs",
+         "far", "away", "from", "home", "while", "birds", "sing", "in", "trees"]
+with open(sys.argv[1], "w") as f:
+    for i in range(6000):
+        f.write(" ".join(r.choice(words) for _ in range(12)) + ".\n")
+PY
+    "$TOKENIZE" "$W/text.txt" "$W/tok.bin" >/dev/null || { echo "tokenize failed"; exit 99; }
+    S=40
+    HP="--seed 7 --global-batch 8 --micro-batch 8 --lr 1e-3 --warmup 5 --decay-steps $S \
+        --min-lr-ratio 0.1 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --clip 1.0"
+    # shellcheck disable=SC2086
+    run pt0 --model small --device cuda --data "$W/tok.bin" $HP --steps 0 --snapshot-dir "$W/pt0" &&
+        run pt --model small --device cuda --precision bf16 --data "$W/tok.bin" $HP --steps $S \
+            --metrics "$W/pt.jsonl" &&
+        "$PYTHON3" "$PEER" --device cuda --model small --precision bf16 --batch 8 --steps $S \
+            --warmup 0 --seed 7 --lr 1e-3 --lr-warmup 5 --weight-decay 0.1 --adam-eps 1e-8 \
+            --clip 1.0 --weights "$W/pt0" --data "$W/tok.bin" --losses "$W/torch.txt" \
+            >"$W/peer.log" 2>&1 ||
+        { cat "$W/peer.log"; echo "FAIL: the PyTorch peer"; fails=$((fails + 1)); }
+    [ -s "$W/torch.txt" ] &&
+        compare "PyTorch bf16 autocast vs malleus-train bf16 (small, $S steps)" curve \
+            "$W/pt.jsonl" "$W/torch.txt" --rtol 0.02
+else
+    echo "skipped: $PYTHON3 has no torch with CUDA"
+fi
+
+echo
+if [ $fails -gt 0 ]; then
+    echo "test_cuda_train: FAIL ($fails)"
+    exit 1
+fi
+echo "test_cuda_train: ok"
