@@ -5,7 +5,8 @@
 #              tests/test_torch_ref), gives the reference model's loss and
 #              gradients in float32 on a random batch;
 #   curve A B  two loss curves (malleus-train metrics JSONL or one loss per
-#              line) agree within --rtol at every step;
+#              line) agree within --rtol at every step (or every mean of
+#              --window steps);
 #   state A B  two malleus-train snapshot directories hold the same state
 #              (parameters, Adam m and v): bit for bit, or within --rtol
 #              per tensor (norm-wise) when given.
@@ -75,11 +76,14 @@ def read_curve(path):
     return out
 
 
-def check_curve(a_path, b_path, rtol):
+def check_curve(a_path, b_path, rtol, window=1):
     a, b = read_curve(a_path), read_curve(b_path)
     if len(a) != len(b) or not a:
         print("MISMATCH: %d vs %d steps" % (len(a), len(b)))
         return 1
+    if window > 1:  # means of consecutive windows (the last one may be short)
+        a = [sum(a[i:i + window]) / len(a[i:i + window]) for i in range(0, len(a), window)]
+        b = [sum(b[i:i + window]) / len(b[i:i + window]) for i in range(0, len(b), window)]
     worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
     for i, (x, y) in enumerate(zip(a, b)):
         print("step %2d  %.7f  %.7f  rel %.2g" % (i + 1, x, y, abs(x - y) / abs(y)))
@@ -136,6 +140,7 @@ def main():
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--rtol", type=float, default=1e-4)
+    c.add_argument("--window", type=int, default=1, help="compare means of this many steps")
     st = sub.add_parser("state")
     st.add_argument("a")
     st.add_argument("b")
@@ -146,7 +151,7 @@ def main():
         return check_model(a.model, a.seed)
     if a.cmd == "state":
         return check_state(a.a, a.b, a.rtol)
-    return check_curve(a.a, a.b, a.rtol)
+    return check_curve(a.a, a.b, a.rtol, a.window)
 
 
 if __name__ == "__main__":
