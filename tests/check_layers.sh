@@ -30,13 +30,13 @@ layer() {
 
 # Where a quoted include resolves (the -I order of Makefile.am).
 resolve() {
-    for d in src src/train kernels ckpt replan; do
+    for d in src src/train kernels kernels/cuda ckpt replan; do
         [ -f "$d/$1" ] && { echo "$d/$1"; return; }
     done
 }
 
 bad=0 n=0
-for f in $(find src kernels ckpt replan -name '*.[ch]' | sort); do
+for f in $(find src kernels ckpt replan -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort); do
     lf=$(layer "$f")
     [ -n "$lf" ] || continue
     for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
