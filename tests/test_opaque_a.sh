@@ -26,7 +26,7 @@ run "$top_builddir/tests/test_reshard" "$W/reshard" "$P/pp4dp2.json" "$P/mixed_t
 T="$top_builddir/malleus-train"
 run "$T" --device cpu-opaque --model tiny --steps 2 --global-batch 16 --micro-batch 2 \
     --dp 2 --tp 2 --pp 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" >"$W/out" 2>&1
-grep -Eq '^\| kernels / comm +\| cpu-opaque +/ mpi' "$W/out" ||
+grep -Eq '^\| kernels / comm +\| cpu-opaque \(fp32\) +/ mpi' "$W/out" ||
     { cat "$W/out"; echo "FAIL: the start-up table does not show cpu-opaque / mpi"; exit 1; }
 run "$T" --device cpu-opaque --model tiny --steps 3 --global-batch 16 --micro-batch 2 \
     --dp 2 --tp 2 --pp 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --resume >"$W/out" 2>&1
