@@ -32,6 +32,10 @@ EXTRA_DIST += tests/plans/tp4dp2.json tests/plans/six.json tests/plans/four.json
 	tests/plans/one.json tests/plans/wrong_layers.json tests/plans/wrong_heads.json
 dist_check_SCRIPTS += tests/test_snapshot_crash.sh
 TESTS += tests/test_snapshot_crash.sh
+# Asynchronous snapshots (malleus-train --snapshot-async): the synchronous
+# writer's files, exact resume, one in flight, retention, failures.
+dist_check_SCRIPTS += tests/test_snapshot_async.sh
+TESTS += tests/test_snapshot_async.sh
 dist_check_SCRIPTS += tests/test_reshard_h5py.sh
 TESTS += tests/test_reshard_h5py.sh
 dist_check_SCRIPTS += tests/test_reshard_cli.sh

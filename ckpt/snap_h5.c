@@ -54,6 +54,12 @@ int snap_h5err_at(const char *file, int line, int code, const char *fmt, ...)
     return mal_seterr_at(file, line, code, "%s", msg);
 }
 
+int mal_snapshot_library_init(void)
+{
+    if (H5open() < 0) return SNAP_H5ERR(MAL_EIO, "cannot start the HDF5 library");
+    return 0;
+}
+
 int snap_h5close(hid_t *f, const char *fpath)
 {
     hid_t id = *f;

@@ -59,6 +59,22 @@ typedef struct {
     char *plan_json;      /* plan the snapshot was written under (NULL: not stored) */
 } mal_snap_meta;
 
+/* ------------------------------------------------------------------ threads */
+
+/* HDF5 here is built without thread safety (Debian's parallel HDF5 cannot
+ * be both), so the functions of this header are called by one thread at a
+ * time: a program that writes snapshots from a thread of its own (the
+ * trainer's background writer, src/train/ckpt_async.c) calls none of them
+ * from any other thread while that thread runs, and the test hooks below
+ * are not thread-safe either.
+ *
+ * Local.  Start the libraries the snapshot code uses (H5open) on the
+ * calling thread; idempotent.  HDF5's start-up registers with MPI (a
+ * callback at MPI_Finalize), so a program whose first snapshot call may
+ * run on another thread calls this first from the thread that started
+ * the communication layer. */
+int mal_snapshot_library_init(void);
+
 /* ------------------------------------------------------------------ writing */
 
 /* A snapshot being written; library-owned, freed by mal_snap_writer_finish. */

@@ -173,8 +173,34 @@ int mal_comm_dup(mal_comm *parent, const char *backend, mal_comm **out);
 /* Collective over the job (every process calls it once, first): start the
  * communication layer (MPI_Init with the program's arguments) and return
  * the communicator of all processes in *world, owned by the caller until
- * mal_comm_finalize.  Programs call this instead of MPI themselves. */
+ * mal_comm_finalize.  Programs call this instead of MPI themselves.  Only
+ * the thread that called it may use the layer (mal_comm_init_threads). */
 int mal_comm_init(int *argc, char ***argv, mal_comm **world);
+
+/* Which threads of a process may call the control plane. */
+typedef enum {
+    /* only the thread that started the layer (MPI_THREAD_SINGLE .. SERIALIZED) */
+    MAL_COMM_THREADS_ONE = 0,
+    /* any thread, at the same time as the others, each on communicators no
+     * other thread uses at that time (MPI_THREAD_MULTIPLE): e.g. a
+     * background snapshot writer on a duplicate (mal_comm_dup) of the
+     * world while the step loop runs on its own */
+    MAL_COMM_THREADS_MANY = 1,
+} mal_comm_threads;
+
+/* Collective over the job: mal_comm_init asking MPI for the thread level
+ * `want` (MPI_Init_thread).  MPI may grant less (MPICH 4.0.2 as Debian
+ * builds it grants MPI_THREAD_MULTIPLE): callers check
+ * mal_comm_thread_level() before starting threads that communicate.  If
+ * the layer was already started (the caller's own MPI_Init), its level
+ * stays what it is. */
+int mal_comm_init_threads(int *argc, char ***argv, mal_comm_threads want, mal_comm **world);
+
+/* Local.  The thread level the running layer provides (MPI_Query_thread;
+ * MAL_COMM_THREADS_ONE when it is not running), and MPI's name for it
+ * ("MPI_THREAD_MULTIPLE", ...; "MPI not running"). */
+mal_comm_threads mal_comm_thread_level(void);
+const char *mal_comm_thread_level_name(void);
 /* Collective: destroy `world` (may be NULL, e.g. after a failed init) and
  * shut the communication layer down if mal_comm_init started it. */
 void mal_comm_finalize(mal_comm *world);

@@ -228,13 +228,57 @@ int mal_comm_mpi_world(mal_comm **out)
     return wrap_comm(dup, &mal_comm_mpi_ops, out);
 }
 
-int mal_comm_init(int *argc, char ***argv, mal_comm **world)
+int mal_comm_init_threads(int *argc, char ***argv, mal_comm_threads want, mal_comm **world)
 {
-    int init = 0, rc;
+    int init = 0, rc, provided = MPI_THREAD_SINGLE;
     *world = NULL;
     MPI_Initialized(&init);
-    if (!init && (rc = MPI_Init(argc, argv)) != MPI_SUCCESS) return MAL_MPI_ERR(rc, "MPI_Init");
+    /* MPI_Init is MPI_Init_thread(MPI_THREAD_SINGLE): the default keeps
+     * MPICH's single-threaded fast path (no lock around every call). */
+    if (!init) {
+        rc = want == MAL_COMM_THREADS_MANY
+                 ? MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided)
+                 : MPI_Init(argc, argv);
+        if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "MPI_Init");
+    }
+    (void)provided; /* what was granted: mal_comm_thread_level() */
     return mal_comm_mpi_world(world);
+}
+
+int mal_comm_init(int *argc, char ***argv, mal_comm **world)
+{
+    return mal_comm_init_threads(argc, argv, MAL_COMM_THREADS_ONE, world);
+}
+
+/* MPI_Query_thread is the level MPI granted, whoever initialised it. */
+static int query_thread(void)
+{
+    int init = 0, fin = 0, level = MPI_THREAD_SINGLE;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (!init || fin || MPI_Query_thread(&level) != MPI_SUCCESS) return -1;
+    return level;
+}
+
+mal_comm_threads mal_comm_thread_level(void)
+{
+    return query_thread() == MPI_THREAD_MULTIPLE ? MAL_COMM_THREADS_MANY : MAL_COMM_THREADS_ONE;
+}
+
+const char *mal_comm_thread_level_name(void)
+{
+    switch (query_thread()) {
+    case MPI_THREAD_SINGLE:
+        return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+        return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+        return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+        return "MPI_THREAD_MULTIPLE";
+    default:
+        return "MPI not running";
+    }
 }
 
 void mal_comm_finalize(mal_comm *world)

@@ -16,7 +16,7 @@ libmalleus_a_SOURCES += src/config.h src/config.c \
 # the trainer layer
 libmalleus_a_SOURCES += src/train/train.h src/train/train_internal.h src/train/train.c \
 	src/train/part.c src/train/pipeline.c src/train/monitor.c src/train/online.c \
-	src/train/ckpt.c src/train/eval.c src/train/train_memory.c src/train/profile_measure.c \
+	src/train/ckpt.c src/train/ckpt_async.c src/train/eval.c src/train/train_memory.c src/train/profile_measure.c \
 	src/train/train_cli.h src/train/train_cli.c
 
 bin_PROGRAMS += malleus-train

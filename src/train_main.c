@@ -161,6 +161,11 @@ int main(int argc, char **argv)
          .hi = INT_MAX, .help = "also snapshot every N steps (default: 0 = end only)"},
         {MAL_OPT_INT, "keep", .metavar = "N", .target = &o->keep_snapshots, .lo = 0, .hi = INT_MAX,
          .help = "keep the newest N snapshots (default: 0 = all)"},
+        {MAL_OPT_FLAG, "snapshot-async", .target = &o->snapshot_async, .ival = 1,
+         .help = "write the --snapshot-every snapshots in the background:\n"
+                 "the state is copied to pinned host memory (one more copy\n"
+                 "of this rank's share of it) and training goes on while a\n"
+                 "thread writes and commits it (needs MPI_THREAD_MULTIPLE)"},
         {MAL_OPT_FLAG, "resume", .target = &o->resume, .ival = 1,
          .help = "continue from the newest snapshot in --snapshot-dir"},
         {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,

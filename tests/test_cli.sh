@@ -57,6 +57,7 @@ expect nz "$W/bad.bin" -- --data "$W/bad.bin" --data-format llmc --steps 1
 expect 2 "not a multiple of --micro-batch" -- --global-batch 6 --micro-batch 4
 expect 2 "vocabulary of 100" -- --model "$W/v100.json" --steps 1
 expect 2 "--resume needs --snapshot-dir" -- --resume
+expect 2 "--snapshot-async needs --snapshot-dir" -- --snapshot-async
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3:0.5
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3:2:10:5

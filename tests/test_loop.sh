@@ -2,7 +2,11 @@
 # The straggler-adaptive restart loop without Slurm (jobs/adaptive-loop.sh
 # under mpiexec): 8 ranks, rank 3 slowed 4x from step 6; the loop must
 # re-plan, reshard, resume, reach the target step, and follow the
-# straggler-free one-process loss curve (tests/check_loop.py).
+# straggler-free one-process loss curve (tests/check_loop.py).  Its
+# periodic snapshots are written in the background (--snapshot-async; the
+# re-plan's own snapshot is committed before exit 3): the loop must find
+# the newest complete one all the same.  tests/test_slurm.sh runs the
+# same loop with synchronous snapshots.
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 : "${MPIEXEC:=mpiexec.mpich}"
@@ -15,7 +19,7 @@ export OPENBLAS_NUM_THREADS=1
     --quiet --metrics "$W/ref.jsonl" || exit 99
 MALLEUS_BIN="$top_builddir" RUN_DIR="$W/run" NPROCS=8 LAUNCH="timeout 120 $MPIEXEC -n 8" \
     STEPS=$STEPS RANKS_PER_NODE=4 SNAPSHOT_EVERY=6 \
-    TRAIN_ARGS="--inject 3:4:6 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
+    TRAIN_ARGS="--snapshot-async --inject 3:4:6 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
     timeout 600 bash "$top_srcdir/jobs/adaptive-loop.sh" >"$W/loop.out" 2>&1
 rc=$?
 cat "$W/run/events.log" 2>/dev/null

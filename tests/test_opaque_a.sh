@@ -9,7 +9,9 @@
 #    micro-batches with suspended ranks) against the one-process run;
 #  - test_reshard: snapshot, exact resume, reshard uniform -> mixed TP and
 #    resume on it (every loaded shard checked bit for bit);
-#  - malleus-train --device cpu-opaque on 8 ranks: snapshot, then resume.
+#  - malleus-train --device cpu-opaque on 8 ranks: a background snapshot
+#    (--snapshot-async: staged device -> pinned host through the kernel
+#    table) and a final one, then resume.
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 MALLEUS_TEST_DEVICE=cpu-opaque
@@ -25,9 +27,12 @@ run "$top_builddir/tests/test_reshard" "$W/reshard" "$P/pp4dp2.json" "$P/mixed_t
 
 T="$top_builddir/malleus-train"
 run "$T" --device cpu-opaque --model tiny --steps 2 --global-batch 16 --micro-batch 2 \
-    --dp 2 --tp 2 --pp 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" >"$W/out" 2>&1
+    --dp 2 --tp 2 --pp 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" \
+    --snapshot-every 1 --snapshot-async >"$W/out" 2>&1
 grep -Eq '^\| kernels / comm +\| cpu-opaque \(fp32\) +/ mpi' "$W/out" ||
     { cat "$W/out"; echo "FAIL: the start-up table does not show cpu-opaque / mpi"; exit 1; }
+grep -q 'written in the background: .*step_00000001' "$W/out" ||
+    { cat "$W/out"; echo "FAIL: no background snapshot on cpu-opaque"; exit 1; }
 run "$T" --device cpu-opaque --model tiny --steps 3 --global-batch 16 --micro-batch 2 \
     --dp 2 --tp 2 --pp 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --resume >"$W/out" 2>&1
 grep -q 'resumed from' "$W/out" && grep -q 'step 3/3' "$W/out" ||

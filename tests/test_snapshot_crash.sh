@@ -7,7 +7,11 @@
 # Each time `latest` must still name step 2, which must load completely
 # (malleus-reshard reads and verifies every block of it) and resume: the
 # resumed run repeats the uninterrupted run's losses bit for bit, commits
-# step 4, and the dead writer's debris is gone.
+# step 4, and the dead writer's debris is gone.  The fourth case kills rank
+# 1 in its shard data while the step-4 snapshot is written in the
+# background (--snapshot-async; MALLEUS_TEST_SNAPSHOT_HOLD=1 makes the
+# writer start only after step 5 was trained, so training certainly went
+# on during the write): the same guarantees hold.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -27,19 +31,30 @@ loss() { sed -n "s/^{\"step\": $2, \"loss\": \([^,]*\),.*/\1/p" "$1"; }
 sh "$top_srcdir/tests/mpirun.sh" 4 60 "$T" $common --steps 4 --metrics "$W/ref.jsonl" >"$W/ref.out" 2>&1 ||
     { cat "$W/ref.out"; echo "FAIL: reference run"; exit 1; }
 
-for case in 1:data 0:index 0:rename; do
-    rank=${case%%:*} point=${case#*:}
-    d="$W/$point"
+for case in 1:data 0:index 0:rename 1:data:async; do
+    rank=${case%%:*} point=${case#*:} mode=sync
+    case $point in *:async) point=${point%:async} mode=async ;; esac
+    d="$W/$point.$mode"
     mkdir -p "$d"
-    MALLEUS_TEST_SNAPSHOT_KILL="$rank:4:$point" timeout -k 5 60 "$MPIEXEC" -n 4 "$T" $common \
-        --steps 4 --snapshot-every 2 --snapshot-dir "$d/snap" --metrics "$d/m.jsonl" >"$d/out" 2>&1
+    if [ $mode = async ]; then
+        # steps 5.. train while the step-4 snapshot is in flight
+        MALLEUS_TEST_SNAPSHOT_HOLD=1 MALLEUS_TEST_SNAPSHOT_KILL="$rank:4:$point" timeout -k 5 60 \
+            "$MPIEXEC" -n 4 "$T" $common --steps 8 --snapshot-every 2 --snapshot-async \
+            --snapshot-dir "$d/snap" --metrics "$d/m.jsonl" >"$d/out" 2>&1
+    else
+        MALLEUS_TEST_SNAPSHOT_KILL="$rank:4:$point" timeout -k 5 60 "$MPIEXEC" -n 4 "$T" $common \
+            --steps 4 --snapshot-every 2 --snapshot-dir "$d/snap" --metrics "$d/m.jsonl" >"$d/out" 2>&1
+    fi
     rc=$?
+    point="$point ($mode)"
     [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$d/out"; fail "$point: the killed run exited with $rc"; continue; }
     grep -q "kills itself" "$d/out" || fail "$point: the hook did not fire"
+    [ $mode = sync ] || [ -n "$(loss "$d/m.jsonl" 5)" ] ||
+        fail "$point: step 5 was not trained while step 4 was being written"
     [ "$(cat "$d/snap/latest")" = step_00000002 ] || fail "$point: latest is $(cat "$d/snap/latest")"
     [ ! -e "$d/snap/step_00000004/COMPLETE" ] || fail "$point: step 4 was committed"
     case $point in
-    rename) [ -d "$d/snap/step_00000004" ] || fail "rename: no uncommitted step_00000004" ;;
+    rename*) [ -d "$d/snap/step_00000004" ] || fail "rename: no uncommitted step_00000004" ;;
     *) ls -d "$d/snap"/.tmp-step_00000004.* >/dev/null 2>&1 || fail "$point: no debris of the killed writer" ;;
     esac
     # step 4 is not trusted, step 2 loads whole

@@ -13,6 +13,12 @@
  * the state once, not once per replica, and replicas share the writing;
  * suspended ranks write nothing but take part in the commit.
  *
+ * A snapshot is first described (mal_ckpt_job_prepare: blocks, meta,
+ * copied out of the trainer), then written (mal_ckpt_job_write) either
+ * here, packing one block at a time, or by the background writer
+ * (ckpt_async.c) from its staged host copy: the same blocks in the same
+ * order, so the same files.
+ *
  * Restoring reads, on every active rank, exactly the local shard of every
  * tensor it holds, from whatever blocks the snapshot stores: the snapshot
  * may come from any plan and any world size (a resharded one reads
@@ -88,83 +94,164 @@ static int owned_blocks(const struct mal_trainer *tr, mal_owned_block **out, int
     return rc;
 }
 
-/* Declare this rank's shard and write its blocks of all three groups.
- * Memory: one block, in pinned host memory. */
-static int save_local(struct mal_trainer *tr, mal_snap_writer *w)
+int mal_ckpt_staging_floats(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                            size_t *floats)
 {
-    mal_model *m = tr->model;
+    mal_tensor_info *lt = NULL;
     mal_owned_block *ob = NULL;
-    mal_snap_tensor *blocks = NULL;
-    char(*names)[80] = NULL;
-    float *pack = NULL;
-    int nob = 0, rc;
-    if ((rc = owned_blocks(tr, &ob, &nob))) return rc;
-    if (nob == 0) goto out;
-    blocks = calloc((size_t)N_GROUPS * (size_t)nob, sizeof *blocks);
-    names = calloc((size_t)N_GROUPS * (size_t)nob, sizeof *names);
-    size_t max_b = 0;
-    for (int i = 0; i < nob; i++)
-        max_b = MAL_MAX(max_b,
-                        mal_piece_floats(&m->tensors[ob[i].tensor], ob[i].begin, ob[i].end));
-    pack = mal_kern_host_alloc(m->k, max_b * sizeof(float));
-    if (!blocks || !names || !pack) {
-        rc = MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
-        goto out;
-    }
+    int nlt = 0, nob = 0;
+    *floats = 0;
+    int rc = mal_reshard_rank_blocks(plan, cfg, rank, &lt, &nlt, &ob, &nob);
+    for (int i = 0; !rc && i < nob; i++)
+        *floats += N_GROUPS * mal_piece_floats(&lt[ob[i].tensor], ob[i].begin, ob[i].end);
+    free(lt);
+    free(ob);
+    return rc;
+}
+
+/* The blocks of all groups, their names and where each lies when staged
+ * back to back. */
+static int describe_blocks(const struct mal_trainer *tr, mal_ckpt_job *job)
+{
+    const mal_model *m = tr->model;
+    int rc, nob;
+    if ((rc = owned_blocks(tr, &job->owned, &job->n_owned))) return rc;
+    if ((nob = job->n_owned) == 0) return 0;
+    int n = N_GROUPS * nob;
+    job->blocks = calloc((size_t)n, sizeof *job->blocks);
+    job->names = calloc((size_t)n, sizeof *job->names);
+    job->offset = calloc((size_t)n, sizeof *job->offset);
+    if (!job->blocks || !job->names || !job->offset)
+        return MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
     for (int g = 0; g < N_GROUPS; g++)
         for (int i = 0; i < nob; i++) {
             int k = g * nob + i;
-            const mal_tensor_info *t = &m->tensors[ob[i].tensor];
-            snprintf(names[k], sizeof names[k], "%s/%s", mal_model_state_name(g), t->name);
-            blocks[k].name = names[k];
-            axis_block(t, ob[i].begin, ob[i].end, &blocks[k]);
+            const mal_owned_block *o = &job->owned[i];
+            const mal_tensor_info *t = &m->tensors[o->tensor];
+            snprintf(job->names[k], sizeof job->names[k], "%s/%s", mal_model_state_name(g),
+                     t->name);
+            job->blocks[k].name = job->names[k];
+            axis_block(t, o->begin, o->end, &job->blocks[k]);
+            size_t f = mal_piece_floats(t, o->begin, o->end);
+            job->offset[k] = job->floats;
+            job->floats += f;
+            job->max_block = MAL_MAX(job->max_block, f);
         }
-    int h = mal_snap_writer_add_shard(w, tr->world_rank, blocks, N_GROUPS * nob);
-    if (h < 0) {
-        rc = h;
-        goto out;
+    job->n_blocks = n;
+    return 0;
+}
+
+void mal_ckpt_job_prepare(const struct mal_trainer *tr, const char *dir, mal_ckpt_job *job)
+{
+    memset(job, 0, sizeof *job);
+    job->keep = tr->o.keep_snapshots;
+    job->shard = tr->world_rank;
+    job->meta = (mal_snap_meta){.step = tr->step,
+                                .consumed_samples = tr->step * (int64_t)tr->o.global_batch,
+                                .seed = tr->o.seed,
+                                .config_json = mal_config_to_json(&tr->o.model),
+                                .train_json = train_json(&tr->o)};
+    int rc = mal_plan_to_string(&tr->plan, &job->meta.plan_json);
+    if (!rc && (!(job->dir = strdup(dir)) || !job->meta.config_json || !job->meta.train_json))
+        rc = MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
+    if (!rc && tr->model) rc = describe_blocks(tr, job);
+    if (rc) {
+        job->local_rc = rc;
+        snprintf(job->local_msg, sizeof job->local_msg, "%s", mal_errmsg());
     }
-    for (int g = 0; g < N_GROUPS; g++)
-        for (int i = 0; i < nob; i++) {
-            const mal_tensor_info *t = &m->tensors[ob[i].tensor];
-            mal_piece_pack(m->k, t, mal_model_state(m, g), ob[i].begin, ob[i].end, pack,
-                           MAL_COPY_D2H);
-            if ((rc = mal_kern_sync(m->k))) goto out;
-            size_t n = mal_piece_floats(t, ob[i].begin, ob[i].end);
-            if ((rc = mal_snap_writer_put(w, h, g * nob + i, pack, n))) goto out;
+}
+
+void mal_ckpt_job_fini(mal_ckpt_job *job)
+{
+    free(job->dir);
+    free(job->meta.config_json);
+    free(job->meta.train_json);
+    free(job->meta.plan_json);
+    free(job->owned);
+    free(job->blocks);
+    free(job->names);
+    free(job->offset);
+    memset(job, 0, sizeof *job);
+}
+
+/* Declare this rank's shard and put every block, from the staging area or
+ * packed one at a time from the state (memory: one block, pinned). */
+static int write_blocks(const mal_ckpt_job *job, mal_snap_writer *w, mal_model *m,
+                        const float *staged)
+{
+    float *pack = NULL;
+    int rc = 0;
+    if (job->n_blocks == 0) return 0;
+    if (!staged && !(pack = mal_kern_host_alloc(m->k, job->max_block * sizeof(float))))
+        return MAL_ERR(MAL_ENOMEM, "snapshot: no pinned host memory for a block of %zu floats",
+                       job->max_block);
+    int h = mal_snap_writer_add_shard(w, job->shard, job->blocks, job->n_blocks);
+    if (h < 0) rc = h;
+    for (int k = 0; k < job->n_blocks && !rc; k++) {
+        const mal_owned_block *o = &job->owned[k % job->n_owned];
+        const float *data = staged ? staged + job->offset[k] : pack;
+        size_t n = (k + 1 < job->n_blocks ? job->offset[k + 1] : job->floats) - job->offset[k];
+        if (!staged) {
+            mal_piece_pack(m->k, &m->tensors[o->tensor], mal_model_state(m, k / job->n_owned),
+                           o->begin, o->end, pack, MAL_COPY_D2H);
+            if ((rc = mal_kern_sync(m->k))) break;
         }
-out:
-    free(ob);
-    free(blocks);
-    free(names);
+        rc = mal_snap_writer_put(w, h, k, data, n);
+    }
     if (pack) mal_kern_host_free(m->k, pack);
+    return rc;
+}
+
+/* Test hook: MALLEUS_TEST_SNAPSHOT_FAIL=RANK:STEP:N makes the N-th writer
+ * I/O step of that rank's write of the snapshot of STEP fail with EIO
+ * (mal_snapshot_fault_nth_io, armed on the thread that writes), so the
+ * tests see a failure in the middle of a write - synchronous or in the
+ * background - reach every rank and end the run. */
+static void arm_fault_hook(int rank, int64_t step)
+{
+    const char *e = getenv("MALLEUS_TEST_SNAPSHOT_FAIL");
+    int r, n;
+    long long s;
+    if (e && sscanf(e, "%d:%lld:%d", &r, &s, &n) == 3 && r == rank && s == step && n > 0)
+        mal_snapshot_fault_nth_io = n;
+}
+
+int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, mal_model *m, const float *staged,
+                       char *out_path, size_t out_len)
+{
+    mal_snap_writer *w = NULL;
+    arm_fault_hook(job->shard, job->meta.step);
+    int rc = mal_snap_writer_begin(&w, comm, job->dir, &job->meta);
+    if (rc) return rc;
+    /* A failure found while preparing is reported by finish on every
+     * rank; its message is re-recorded here, on the writing thread. */
+    int lrc = job->local_rc ? MAL_ERR(job->local_rc, "%s", job->local_msg)
+                            : write_blocks(job, w, m, staged);
+    rc = mal_snap_writer_finish(w, lrc, job->keep, out_path, out_len);
+    mal_snapshot_fault_nth_io = 0; /* a hook that did not fire stays off */
     return rc;
 }
 
 int mal_train_ckpt_save(struct mal_trainer *tr)
 {
     if (!tr->o.snapshot_dir) return MAL_ERR(MAL_EINVAL, "no --snapshot-dir to save into");
+    /* one snapshot at a time, and HDF5 on one thread at a time */
+    int rc = mal_trainer_snapshot_wait(tr);
+    if (rc) return rc;
     double t0 = mal_now();
-    mal_model *m = tr->model;
-    char *cfg = mal_config_to_json(&tr->o.model), *trj = train_json(&tr->o), *plj = NULL;
-    int rc = mal_plan_to_string(&tr->plan, &plj), lrc = 0;
-    if (rc || !cfg || !trj) lrc = rc ? rc : MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
-    mal_snap_meta meta = {tr->step, tr->step * (int64_t)tr->o.global_batch, tr->o.seed, 0, cfg, trj,
-                          plj};
-    mal_snap_writer *w = NULL;
+    mal_ckpt_job job;
     char path[4096];
-    if ((rc = mal_snap_writer_begin(&w, tr->world, tr->o.snapshot_dir, &meta))) goto out;
-    if (!lrc && m) lrc = save_local(tr, w);
-    if ((rc = mal_snap_writer_finish(w, lrc, tr->o.keep_snapshots, path, sizeof path))) goto out;
-    tr->saved_step = tr->step;
-    /* finish is collective and commits after every rank is done: rank 0's
-     * time is the snapshot's */
-    if (tr->world_rank == 0)
-        mal_log(MAL_LOG_INFO, "snapshot written: %s (%.3f s)", path, mal_now() - t0);
-out:
-    free(cfg);
-    free(trj);
-    free(plj);
+    mal_ckpt_job_prepare(tr, tr->o.snapshot_dir, &job);
+    rc = mal_ckpt_job_write(&job, tr->world, tr->model, NULL, path, sizeof path);
+    if (!rc) {
+        double dt = mal_now() - t0;
+        tr->saved_step = tr->step;
+        tr->snap_stats = (mal_snapshot_stats){tr->step, 0, dt, 0, dt, 4.0 * (double)job.floats, 0};
+        /* finish is collective and commits after every rank is done: rank
+         * 0's time is the snapshot's */
+        if (tr->world_rank == 0) mal_log(MAL_LOG_INFO, "snapshot written: %s (%.3f s)", path, dt);
+    }
+    mal_ckpt_job_fini(&job);
     return rc;
 }
 

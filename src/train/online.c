@@ -152,6 +152,10 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     double t0 = mal_now();
     int rc;
     if (!tr->world) return MAL_ERR(MAL_EINVAL, "a plan change needs MPI");
+    /* A background snapshot (of the old plan's blocks, in staging sized
+     * for them) is finished first: one snapshot in flight, never across a
+     * change. */
+    if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
     if ((rc = mal_plan_copy(&next, next_in))) return rc;
     if ((rc = mal_plan_validate(&next, tr->world_size, tr->o.model.n_layers, tr->o.model.n_heads,
                                 tr->o.model.ffn_hidden, tr->o.global_batch))) {

@@ -134,6 +134,8 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (o->optim.warmup_steps < 0) return MAL_ERR(MAL_EINVAL, "--warmup must be >= 0");
     if (o->resume && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
+    if (o->snapshot_async && !o->snapshot_dir)
+        return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     int world_size = o->world ? o->world->size : 1;
 
     mal_trainer *tr = calloc(1, sizeof *tr);
@@ -141,6 +143,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     mal_plan_init(&tr->plan);
     tr->o = *o;
     tr->saved_step = -1;
+    tr->snap_stats.step = -1;
     tr->world_rank = o->world ? o->world->rank : 0;
     tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
@@ -164,6 +167,11 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
         goto fail;
     }
     if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail; /* agreed */
+    /* the background snapshot writer, after resume: HDF5 stays on this
+     * thread until a writer starts */
+    rc = mal_ckpt_async_setup(tr);
+    if (tr->world && tr->world_size > 1) rc = mal_snapshot_agree(tr->world, rc);
+    if (rc) goto fail;
     *out = tr;
     return 0;
 fail:
@@ -174,6 +182,8 @@ fail:
 void mal_trainer_destroy(mal_trainer *tr)
 {
     if (!tr) return;
+    /* first: a background snapshot still being written needs the world */
+    mal_ckpt_async_teardown(tr);
     if (tr->metrics) fclose(tr->metrics);
     mal_trainer_unwire_part(tr);
     mal_monitor_teardown(tr);
@@ -359,6 +369,16 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         fprintf(f, "|   pipeline %-9d | %-40.40s |\n", p, line);
     }
     if (pl->n_suspended) fprintf(f, "| suspended ranks      | %-40d |\n", pl->n_suspended);
+    if (tr->o.snapshot_dir) {
+        char line[128], keep[32] = "all";
+        if (tr->o.keep_snapshots > 0) snprintf(keep, sizeof keep, "%d", tr->o.keep_snapshots);
+        int n = tr->o.snapshot_every > 0
+                    ? snprintf(line, sizeof line, "every %d steps", tr->o.snapshot_every)
+                    : snprintf(line, sizeof line, "at the end");
+        snprintf(line + n, sizeof line - (size_t)n, ", keep %s, %s", keep,
+                 tr->async ? "background" : "synchronous");
+        fprintf(f, "| snapshots            | %-40.40s |\n", line);
+    }
     fprintf(f, "| steps / seed         | %6lld / %-31llu |\n", (long long)tr->o.steps,
             (unsigned long long)tr->o.seed);
     fprintf(f, "| lr / warmup / wd     | %-10g / %5d / %-19g |\n", (double)tr->o.optim.lr,
@@ -480,6 +500,10 @@ int mal_trainer_run(mal_trainer *tr)
                         width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
                         (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
         }
+        /* A background snapshot is collected at the step where every
+         * rank's writer is done; its failure, agreed, ends the run. */
+        int busy;
+        if ((rc = mal_trainer_snapshot_poll(tr, &busy))) return rc;
         if ((rc = mal_sample_after_step(tr, &st))) return rc;
         if (st.replan && tr->step < tr->o.steps) {
             if (lead)
@@ -487,19 +511,27 @@ int mal_trainer_run(mal_trainer *tr)
                         (long long)st.step, st.trigger_rank,
                         st.trigger_rank >= 0 ? tr->rates[st.trigger_rank] : 0.0);
             if (tr->o.adapt == MAL_ADAPT_RESTART) {
+                /* exit 3 promises a committed snapshot of this step */
                 if (tr->o.snapshot_dir && tr->saved_step != tr->step &&
                     (rc = mal_trainer_save(tr)))
                     return rc;
+                if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
                 return MAL_TRAIN_REPLAN;
             }
-            if (tr->o.adapt == MAL_ADAPT_ONLINE && (rc = mal_trainer_replan_online(tr)))
-                return mal_trainer_fatal(tr, rc);
+            if (tr->o.adapt == MAL_ADAPT_ONLINE) {
+                if ((rc = mal_trainer_snapshot_wait(tr))) return rc; /* agreed */
+                if ((rc = mal_trainer_replan_online(tr))) return mal_trainer_fatal(tr, rc);
+            }
         }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
-            st.step != tr->o.steps && tr->saved_step != tr->step && (rc = mal_trainer_save(tr)))
+            st.step != tr->o.steps && tr->saved_step != tr->step &&
+            (rc = tr->o.snapshot_async ? mal_trainer_save_background(tr) : mal_trainer_save(tr)))
             return rc;
     }
+    /* The final snapshot is written now (after the one in flight); the
+     * run ends only once every snapshot it started is committed. */
     if (tr->o.snapshot_dir && tr->saved_step != tr->step && (rc = mal_trainer_save(tr))) return rc;
+    if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
     mal_eval_summary(tr);
     return 0;
 }

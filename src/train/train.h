@@ -61,6 +61,8 @@ typedef struct {
     const char *snapshot_dir;  /* NULL: no snapshots */
     int snapshot_every;     /* steps between snapshots (0: only at the end) */
     int keep_snapshots;     /* retention: newest N kept (0: all) */
+    int snapshot_async;     /* periodic snapshots written in the background while
+                             * training goes on (mal_trainer_save_background) */
     int resume;             /* continue from the latest snapshot in snapshot_dir */
     const char *metrics_path;  /* JSON lines, one per step; NULL: none */
     int threads;            /* BLAS threads (0: leave the default) */
@@ -153,10 +155,58 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st);
 int mal_trainer_fatal(mal_trainer *tr, int rc);
 
 /* Collective over the world.  Write a snapshot of the full state now
- * (needs snapshot_dir): every rank writes the blocks it owns. */
+ * (needs snapshot_dir) and return once it is committed: every rank writes
+ * the blocks it owns.  A background write in flight is waited for first
+ * (its failure is returned instead). */
 int mal_trainer_save(mal_trainer *tr);
 /* The same into another directory. */
 int mal_trainer_save_to(mal_trainer *tr, const char *dir);
+
+/* Collective over the world.  An asynchronous snapshot: wait for a
+ * background write in flight (one at a time), copy this rank's blocks of
+ * the state from the device into pinned host staging buffers through the
+ * kernel table, start a thread that writes and commits them exactly as
+ * mal_trainer_save would (the same files, the same commit protocol; its
+ * collective parts on the trainer's own duplicate of the world), and
+ * return: the caller trains on.  The write's outcome comes back from
+ * mal_trainer_snapshot_poll or _wait, which every rank must call until it
+ * is collected (mal_trainer_run polls after every step; a plan change,
+ * mal_trainer_save and mal_trainer_destroy wait).
+ *
+ * The writer thread calls MPI, so a job of several ranks needs the
+ * communication layer started with MAL_COMM_THREADS_MANY
+ * (mal_comm_init_threads); without it, and in a trainer created without
+ * opts->snapshot_async, this is mal_trainer_save (with a warning in the
+ * first case).  Returns a failure of the write in flight or of staging,
+ * the same on every rank. */
+int mal_trainer_save_background(mal_trainer *tr);
+
+/* Collective over the world, at the same point on every rank (e.g. after
+ * each step).  With no background write in flight: *busy = 0, returns 0.
+ * While any rank's writer is still at work: *busy = 1, returns 0.  Once
+ * every rank's writer has finished: collects it (*busy = 0) and returns
+ * its result, the same code on every rank (a failure carries the failing
+ * rank's message). */
+int mal_trainer_snapshot_poll(mal_trainer *tr, int *busy);
+
+/* Collective over the world.  Wait for the background write in flight, if
+ * any, and return its result as mal_trainer_snapshot_poll does. */
+int mal_trainer_snapshot_wait(mal_trainer *tr);
+
+/* What the last snapshot collected cost this rank. */
+typedef struct {
+    int64_t step;          /* its step (-1: none yet) */
+    int background;        /* 1: written by the background writer */
+    double stall_s;        /* time the caller was held: the whole write when
+                            * synchronous; else waiting for the previous
+                            * one, staging and starting the writer */
+    double stage_s;        /* of which the device -> pinned host copy */
+    double write_s;        /* the write itself, begin to commit */
+    double bytes;          /* this rank's bytes of state written */
+    int steps_overlapped;  /* polls that found it still in flight */
+} mal_snapshot_stats;
+/* Local. */
+void mal_trainer_snapshot_stats(const mal_trainer *tr, mal_snapshot_stats *out);
 
 /* Local.  Print the start-up table to `f`. */
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f);

@@ -213,7 +213,11 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     mal_trainer *tr = NULL;
     mal_plan plan;
     mal_plan_init(&plan);
-    if ((rc = mal_comm_init(argc, argv, &world))) {
+    /* a background snapshot writer communicates while the step loop does */
+    if ((rc = mal_comm_init_threads(argc, argv,
+                                    o->snapshot_async ? MAL_COMM_THREADS_MANY
+                                                      : MAL_COMM_THREADS_ONE,
+                                    &world))) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         goto out;
     }

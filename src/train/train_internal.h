@@ -1,9 +1,12 @@
 /* Internal state of the trainer layer (src/train/), shared by its files:
  * train.c (set-up, step, run, output), part.c (this rank's share of a
  * plan), pipeline.c (the 1F1B schedule), monitor.c (probe, rates, policy,
- * injection), online.c (online re-planning), ckpt.c (snapshot glue) and
- * profile_measure.c.  Calls between them go one way: train -> online ->
- * part -> pipeline -> monitor, train -> ckpt.  Not installed. */
+ * injection), online.c (online re-planning), ckpt.c (snapshot glue),
+ * ckpt_async.c (its background writer) and profile_measure.c.  Calls
+ * between them go one way: train -> online -> part -> pipeline -> monitor,
+ * train -> ckpt and ckpt_async, which call each other (a synchronous save
+ * waits for the background writer; the writer writes through ckpt.c);
+ * online waits for a background snapshot.  Not installed. */
 #ifndef MAL_TRAIN_INTERNAL_H
 #define MAL_TRAIN_INTERNAL_H
 
@@ -15,6 +18,8 @@
 #include "gradsync.h"
 #include "model.h"
 #include "plan.h"
+#include "reshard.h"
+#include "snapshot.h"
 #include "train.h"
 
 /* Time spent per category during one step, seconds. */
@@ -83,6 +88,10 @@ struct mal_trainer {
     double kept_bytes;         /* bytes of state the last one left in place */
     mal_migration_times mig_times; /* this rank's breakdown of the last one */
 
+    /* snapshots (ckpt.c, ckpt_async.c) */
+    struct mal_ckpt_async *async; /* the background writer (NULL: synchronous only) */
+    mal_snapshot_stats snap_stats; /* the last snapshot collected */
+
     /* validation (eval.c) */
     mal_data *val;             /* validation data (NULL: no evaluation) */
     double best_val;           /* best validation loss of this run so far */
@@ -139,10 +148,58 @@ int mal_sample_after_step(struct mal_trainer *tr, const mal_step_stats *st);
 int mal_eval_only(struct mal_trainer *tr);
 void mal_eval_summary(const struct mal_trainer *tr);
 
-/* ckpt.c: write a snapshot of the state / restore from the newest one in
+/* ckpt.c: write a snapshot of the state now (after waiting for a
+ * background write in flight) / restore from the newest one in
  * o.snapshot_dir (collective). */
 int mal_train_ckpt_save(struct mal_trainer *tr);
 int mal_train_ckpt_restore(struct mal_trainer *tr);
+
+/* ckpt.c: one snapshot as its writer sees it - what this rank writes and
+ * the meta, copied out of the trainer so that a thread can write it while
+ * the trainer moves on.  Block k is state group k / n_owned of owned piece
+ * k % n_owned. */
+typedef struct {
+    char *dir;                /* the snapshot directory (owned) */
+    int keep;                 /* retention (--keep) */
+    mal_snap_meta meta;       /* step, progress, config, settings, plan (strings owned) */
+    int shard;                /* the shard file's id: the world rank */
+    mal_owned_block *owned;   /* [n_owned]: the pieces this rank writes */
+    int n_owned;
+    int n_blocks;             /* MAL_STATE_N_SAVED x n_owned */
+    mal_snap_tensor *blocks;  /* [n_blocks]; names point into `names`, data unused */
+    char (*names)[80];
+    size_t *offset;           /* [n_blocks]: floats before block k, back to back */
+    size_t floats, max_block; /* all blocks' floats, the largest block's */
+    int local_rc;             /* a failure while preparing: the write reports it on
+                               * every rank (every rank still takes part) */
+    char local_msg[1024];
+} mal_ckpt_job;
+
+/* Local.  Describe the snapshot of the current state into `dir` (never
+ * fails: a failure is kept in job->local_rc). */
+void mal_ckpt_job_prepare(const struct mal_trainer *tr, const char *dir, mal_ckpt_job *job);
+void mal_ckpt_job_fini(mal_ckpt_job *job);
+
+/* Collective over `comm` (NULL: one process): write and commit `job`.
+ * The data of block k is read from `staged` + job->offset[k] (host memory:
+ * the background writer, which never touches the kernel table) or, with
+ * staged NULL, packed from model m's state through its kernel table one
+ * block at a time (synchronous).  out_path receives the step directory. */
+int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, mal_model *m,
+                       const float *staged, char *out_path, size_t out_len);
+
+/* Local.  Floats rank `rank` of a run under `plan` stages for a snapshot
+ * (all groups of the blocks it writes). */
+int mal_ckpt_staging_floats(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                            size_t *floats);
+
+/* ckpt_async.c: the background writer.  setup (collective; when
+ * o.snapshot_async and o.snapshot_dir): its duplicate of the world, HDF5
+ * started on this thread, the staging buffers allocated and touched.
+ * teardown (collective): wait for a write in flight (a failure nobody
+ * collected is logged), free everything. */
+int mal_ckpt_async_setup(struct mal_trainer *tr);
+void mal_ckpt_async_teardown(struct mal_trainer *tr);
 
 /* train_memory.c: collective over the world: MAL_EINVAL, with the
  * numbers, when the largest part of tr->plan needs more memory than a

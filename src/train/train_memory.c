@@ -64,6 +64,12 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
         return rc;
     int ovf = 0;
     *need = mal_size_add(*need, mal_size_mul(mal_data_n_tokens(tr->data), 2, &ovf), &ovf);
+    /* the background snapshot writer's staging copy of the blocks r writes */
+    size_t staged = 0;
+    if (tr->o.snapshot_async && tr->o.snapshot_dir &&
+        (rc = mal_ckpt_staging_floats(plan, &tr->o.model, r, &staged)))
+        return rc;
+    *need = mal_size_add(*need, mal_size_mul(staged, sizeof(float), &ovf), &ovf);
     if (ovf) *need = SIZE_MAX;
     return 0;
 }
@@ -97,7 +103,7 @@ int mal_trainer_check_memory(mal_trainer *tr)
     return MAL_ERR(MAL_EINVAL,
                    "model %s does not fit in memory: rank %d's part (layers [%d, %d)%s%s, TP "
                    "%d, micro-batch %d) needs %zu bytes (%.1f GiB: fp32 parameters, gradients "
-                   "and Adam moments, activations, data), but a rank has %.0f bytes (%.1f GiB: "
+                   "and Adam moments, activations, data, --snapshot-async's staging), but a rank has %.0f bytes (%.1f GiB: "
                    "%.1f GiB of memory shared by %d ranks on a node); use more ranks (more "
                    "stages or TP), a smaller micro-batch or a smaller model",
                    tr->o.model.name, worst, worst_part.layer_begin, worst_part.layer_end,
