@@ -2,7 +2,7 @@
  *
  * A mal_comm is a group of ranks (a communicator).  Point-to-point peers and
  * broadcast roots are ranks *within* the communicator.  Backends are chosen
- * by name (the registry below): "mpi" now, "nccl" later.
+ * by name (the registry below): "mpi" and, in builds with NCCL, "nccl".
  *
  * Control plane: small host messages - plan broadcast, rates and times,
  * barriers, snapshot coordination, agreement on failure, and the bootstrap
@@ -17,7 +17,9 @@
  * the planes were split) and otherwise stages every transfer through pinned
  * host buffers of the instance (mal_kern_host_alloc), which is what a GPU
  * over MPI needs; the reductions are done by the backend (on the host for
- * MPI, on the device for NCCL), never by the caller.
+ * MPI, on the device for NCCL), never by the caller.  The NCCL data plane
+ * (src/comm_nccl.c) works on buffers of a GPU instance only (its registry
+ * entry names the device), device to device, never through the host.
  *
  * Ordering of the data plane against the kernel queue - one rule for every
  * backend:
@@ -35,6 +37,49 @@
  *     (dp_waitall) that completes it returns, not before; a send's buffer
  *     must not be written until that wait.  Completion is the same event
  *     ordering as in 2.
+ *
+ * The NCCL backend's streams and events, in order (comm_nccl.c):
+ *  - every NCCL communicator (one per mal_comm, one per distinct member
+ *    list) has a stream of its own; NCCL kernels never run on the kernel
+ *    queue, so a pipeline transfer does not wait behind compute it does not
+ *    depend on;
+ *  - post (any op): event `ready` recorded on the kernel queue, the
+ *    communicator's stream waits for it (rule 1; no host wait);
+ *  - collective: the NCCL call on the communicator's stream, then event
+ *    `done` recorded there and the kernel queue made to wait for it
+ *    (rule 2); then the host polls `done` (sleeping between polls) until it
+ *    completes, NCCL reports an error, or the timeout passes;
+ *  - sends are *held* (nothing launched) until the process's next receive,
+ *    wait or collective on any NCCL communicator; then every held send and
+ *    the receives of a group are launched together, one NCCL group per
+ *    communicator.  NCCL runs a communicator's operations in launch order,
+ *    and a send of a large message cannot finish before its receiver
+ *    launches the receive; launching sends eagerly would let two ranks that
+ *    exchange in opposite orders (1F1B: stage 0 sends activation 1 while
+ *    stage 1 sends gradient 0) block each other's stream for good.
+ *    Each request has an event recorded after its launch;
+ *  - dp_waitall launches what is held, polls each request's event (timeout
+ *    as above) and makes the kernel queue wait for it (rule 3).
+ * Consequences for callers: complete data-plane sends (dp_waitall) before
+ * a control-plane operation that their receiver may be waiting behind
+ * (held sends are launched by data-plane calls only); messages between two
+ * ranks match in the order they are posted, whatever their tags (NCCL has
+ * none); the NCCL backend cannot see a receive of a different size than
+ * its send (MPI reports it).  Each operation is complete on the host when
+ * its call (collectives) or wait (point to point) returns: the timeout
+ * needs a host that waits; overlapping the gradient reduction with the
+ * backward pass will relax that for the buckets it launches.
+ *
+ * Failures (NCCL): communicators are created non-blocking
+ * (ncclConfig_t.blocking = 0) and every wait - creation included - gives
+ * up after $MALLEUS_NCCL_TIMEOUT seconds (default 600): the communicator
+ * is aborted (ncclCommAbort, so no kernel is left spinning on the GPU),
+ * the operation returns MAL_EDEVICE with a message naming the operation,
+ * the communicator's size and the peer or members, and the trainer's fatal
+ * path ends the job with status 1, after which jobs/adaptive-loop.sh
+ * resumes from the newest snapshot.  An aborted communicator refuses every
+ * later operation (MAL_EDEVICE).  abort() aborts every NCCL communicator
+ * of the process before MPI_Abort.
  *
  * Waiting never busy-polls: on an oversubscribed machine MPICH's blocking
  * calls spin and starve the very rank they wait for (ENVIRONMENT.md), so
@@ -129,7 +174,11 @@ struct mal_comm_ops {
      * by the backend, bitwise the same on every member and independent of
      * anything but the list's order.  Members must call their lists in the
      * same order (messages between two ranks on `tag` match in the order
-     * posted).  No communicator of the members is created. */
+     * posted).  MPI creates no communicator of the members (a ring on c);
+     * NCCL creates one per distinct list the first time the list is used
+     * (bootstrapped over c's control plane with `tag`) and keeps it until c
+     * is destroyed, so a list seen before - the same replicas after an
+     * online plan change - costs nothing. */
     int (*dp_allreduce_list)(mal_comm *c, mal_kern k, const int *members, int n, int tag,
                              void *buf, size_t count, mal_dtype dt, mal_reduce_op op);
     /* Local: post a send / receive of `bytes` of device buffer buf (any
@@ -148,13 +197,24 @@ struct mal_comm_ops {
      * plane; every request is freed whatever the outcome; the first error
      * is returned. */
     int (*dp_waitall)(mal_comm *c, int n, mal_comm_req **reqs);
+
+    /* ---- data-plane state of a communicator (NULL where the data plane
+     * needs none, as MPI's) */
+    /* Collective over the new communicator c: set up c->dp (NCCL: a
+     * communicator of c's ranks, its id broadcast over c's control plane).
+     * Called by split, create_group and mal_comm_dup once c's control plane
+     * exists; on failure c is destroyed and the error returned. */
+    int (*dp_attach)(mal_comm *c);
+    /* Local: free c->dp (called by destroy when c->dp is set). */
+    void (*dp_detach)(mal_comm *c);
 };
 
 struct mal_comm {
     const mal_comm_ops *ops;
     int rank, size;
     int *world_ranks; /* [size]: world rank of each member */
-    void *impl;       /* backend state (e.g. the MPI_Comm) */
+    void *impl;       /* control-plane state (the MPI_Comm) */
+    void *dp;         /* data-plane state (NCCL's communicators); NULL for MPI */
 };
 
 /* The MPI backend.  MPI must be initialised first (mal_comm_init, or the
@@ -214,6 +274,9 @@ typedef struct {
     /* 0 when usable on this machine, else MAL_E* with the reason recorded */
     int (*probe)(void);
     const mal_comm_ops *ops;
+    /* the kernel backend whose buffers its data plane moves ("cuda" for
+     * NCCL); NULL: any (MPI stages what the host cannot address) */
+    const char *device;
 } mal_comm_backend;
 
 /* Local.  The backends of this build, NULL-terminated. */
@@ -224,8 +287,13 @@ extern const mal_comm_backend *const mal_comm_backends[];
  * here, with a message that lists what this build has. */
 int mal_comm_lookup(const char *name, const mal_comm_backend **out);
 
+/* Local.  0 when backend b's data plane can move buffers of kernel
+ * backend `device` (by name), else MAL_EINVAL with a message naming both. */
+int mal_comm_check_device(const mal_comm_backend *b, const char *device);
+
 /* Local.  The default backend for kernel backend `device`: "nccl" for a
- * GPU backend where NCCL is built, else "mpi". */
+ * GPU backend where NCCL is built and usable, else "mpi".  (Ranks sharing
+ * one GPU need "mpi": NCCL before 2.30 refuses two ranks on one GPU.) */
 const char *mal_comm_default_name(const char *device);
 
 /* Local.  "mpi" (the names of this build, `sep` between them) into buf. */

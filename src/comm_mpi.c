@@ -124,7 +124,8 @@ int mal_mpi_waitall(int n, MPI_Request *reqs, const char *what)
 
 MPI_Comm mal_comm_mpi_handle(const mal_comm *c)
 {
-    if (!c || c->ops != &mal_comm_mpi_ops) return MPI_COMM_NULL;
+    /* every table built on MAL_COMM_MPI_CONTROL_PLANE has an MPI_Comm */
+    if (!c || c->ops->split != mal_comm_mpi_split) return MPI_COMM_NULL;
     return comm_of(c);
 }
 
@@ -180,6 +181,13 @@ static int wrap_comm(MPI_Comm comm, const mal_comm_ops *ops, mal_comm **out)
     MPI_Group_free(&group);
     MPI_Group_free(&world);
     free(idx);
+    /* A backend with a data plane of its own (NCCL) sets it up now, over
+     * the control plane just made; every member of the new communicator
+     * is here. */
+    if (ops->dp_attach && (err = ops->dp_attach(c))) {
+        mal_comm_mpi_destroy(c);
+        return err;
+    }
     *out = c;
     return 0;
 
@@ -290,7 +298,7 @@ void mal_comm_finalize(mal_comm *world)
     if (init && !fin) MPI_Finalize();
 }
 
-static int mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
+int mal_comm_mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
 {
     MPI_Comm nc = MPI_COMM_NULL;
     *out = NULL;
@@ -302,7 +310,7 @@ static int mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
     return wrap_comm(nc, parent->ops, out);
 }
 
-static int mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_comm **out)
+int mal_comm_mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_comm **out)
 {
     int err = 0, rc, self = 0;
     MPI_Group pg = MPI_GROUP_NULL, g = MPI_GROUP_NULL;
@@ -346,9 +354,12 @@ cleanup:
     return err;
 }
 
-static void mpi_destroy(mal_comm *c)
+void mal_comm_mpi_destroy(mal_comm *c)
 {
     mpi_impl *impl = c->impl;
+    /* the data plane's state first: it may still use the control plane's
+     * communicator (NCCL finalises its communicator) */
+    if (c->dp && c->ops->dp_detach) c->ops->dp_detach(c);
     if (impl && impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
     if (impl) free(impl->counts), free(impl->displs), free(impl->ring_scratch);
     free(impl);
@@ -451,19 +462,19 @@ static int allreduce(mal_comm *c, void *buf, size_t n, MPI_Datatype type, size_t
     return 0;
 }
 
-static int mpi_allreduce_f32(mal_comm *c, float *buf, size_t n)
+int mal_comm_mpi_allreduce_f32(mal_comm *c, float *buf, size_t n)
 {
     return allreduce(c, buf, n, MPI_FLOAT, sizeof *buf, MPI_SUM, "all-reduce (sum, float)");
 }
 
-static int mpi_allreduce_f64(mal_comm *c, double *buf, size_t n)
+int mal_comm_mpi_allreduce_f64(mal_comm *c, double *buf, size_t n)
 {
     return allreduce(c, buf, n, MPI_DOUBLE, sizeof *buf, MPI_SUM, "all-reduce (sum, double)");
 }
 
 /* Max goes the same way: with NaNs or signed zeros the result of a max can
  * depend on the order of comparisons too. */
-static int mpi_allreduce_max_f64(mal_comm *c, double *buf, size_t n)
+int mal_comm_mpi_allreduce_max_f64(mal_comm *c, double *buf, size_t n)
 {
     return allreduce(c, buf, n, MPI_DOUBLE, sizeof *buf, MPI_MAX, "all-reduce (max, double)");
 }
@@ -476,7 +487,7 @@ static int check_root(const mal_comm *c, int root, const char *what)
     return 0;
 }
 
-static int mpi_broadcast(mal_comm *c, void *buf, size_t bytes, int root)
+int mal_comm_mpi_broadcast(mal_comm *c, void *buf, size_t bytes, int root)
 {
     int err = check_root(c, root, "broadcast");
     if (err) return err;
@@ -492,7 +503,7 @@ static int mpi_broadcast(mal_comm *c, void *buf, size_t bytes, int root)
     return 0;
 }
 
-static int mpi_gather(mal_comm *c, const void *send, void *recv, size_t bytes, int root)
+int mal_comm_mpi_gather(mal_comm *c, const void *send, void *recv, size_t bytes, int root)
 {
     int err = check_root(c, root, "gather");
     if (err) return err;
@@ -513,7 +524,7 @@ static int mpi_gather(mal_comm *c, const void *send, void *recv, size_t bytes, i
     return mal_mpi_wait(&req, MPI_STATUS_IGNORE, "gather");
 }
 
-static int mpi_barrier(mal_comm *c)
+int mal_comm_mpi_barrier(mal_comm *c)
 {
     if (c->size == 1) return 0;
     MPI_Request req = MPI_REQUEST_NULL;
@@ -524,7 +535,7 @@ static int mpi_barrier(mal_comm *c)
 
 /* ---- control plane ---------------------------------------------------- */
 
-static int mpi_allreduce_min_int(mal_comm *c, int *buf, size_t n)
+int mal_comm_mpi_allreduce_min_int(mal_comm *c, int *buf, size_t n)
 {
     return allreduce(c, buf, n, MPI_INT, sizeof *buf, MPI_MIN, "all-reduce (min, int)");
 }
@@ -533,7 +544,7 @@ static int mpi_allreduce_min_int(mal_comm *c, int *buf, size_t n)
  * not leave the others waiting in a gather nobody receives), then the
  * bytes.  The int arrays of the reduce-scatter path carry MPI's counts and
  * displacements: one collective at a time runs on a communicator. */
-static int mpi_gatherv(mal_comm *c, const void *send, size_t bytes, int root, void **out,
+int mal_comm_mpi_gatherv(mal_comm *c, const void *send, size_t bytes, int root, void **out,
                        size_t *counts)
 {
     const char *what = "gather-v";
@@ -618,14 +629,14 @@ static int post_p2p(mal_comm *c, void *buf, size_t bytes, int peer, int tag, int
     return 0;
 }
 
-static int mpi_isend(mal_comm *c, const void *buf, size_t bytes, int peer, int tag,
+int mal_comm_mpi_isend(mal_comm *c, const void *buf, size_t bytes, int peer, int tag,
                      mal_comm_req **req)
 {
     /* MPI_Isend takes a const buffer; the cast only shares post_p2p. */
     return post_p2p(c, (void *)(uintptr_t)buf, bytes, peer, tag, 0, req);
 }
 
-static int mpi_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag, mal_comm_req **req)
+int mal_comm_mpi_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag, mal_comm_req **req)
 {
     return post_p2p(c, buf, bytes, peer, tag, 1, req);
 }
@@ -633,7 +644,7 @@ static int mpi_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag, ma
 /* Frees the request whatever the outcome.  A receive must get exactly the
  * bytes it asked for: a shorter message means the peers disagree about
  * what they exchange, which MPI alone would not report. */
-static int mpi_wait(mal_comm_req *r)
+int mal_comm_mpi_wait(mal_comm_req *r)
 {
     if (!r) return 0;
     MPI_Status st;
@@ -732,7 +743,7 @@ static int mpi_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
     (void)c;
     int err = 0;
     for (int i = 0; i < n; i++) {
-        int rc = mpi_wait(reqs[i]);
+        int rc = mal_comm_mpi_wait(reqs[i]);
         reqs[i] = NULL;
         if (!err) err = rc;
     }
@@ -812,7 +823,7 @@ static int mpi_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, in
 
 /* MPI_COMM_WORLD, not c's communicator: the table promises to end every
  * rank of the job, and MPI only promises "at least the group of comm". */
-static void mpi_abort(mal_comm *c, int code)
+void mal_comm_mpi_abort(mal_comm *c, int code)
 {
     (void)c;
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -820,19 +831,8 @@ static void mpi_abort(mal_comm *c, int code)
 
 const mal_comm_ops mal_comm_mpi_ops = {
     .name = "mpi",
-    .split = mpi_split,
-    .create_group = mpi_create_group,
-    .destroy = mpi_destroy,
-    .allreduce_f32 = mpi_allreduce_f32,
-    .allreduce_f64 = mpi_allreduce_f64,
-    .allreduce_max_f64 = mpi_allreduce_max_f64,
-    .broadcast = mpi_broadcast,
-    .gather = mpi_gather,
-    .barrier = mpi_barrier,
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
-    .wait = mpi_wait,
-    .abort = mpi_abort,
+    MAL_COMM_MPI_CONTROL_PLANE,
+    .abort = mal_comm_mpi_abort,
     .dp_allreduce = mpi_dp_allreduce,
     .dp_allreduce_list = mpi_dp_allreduce_list,
     .dp_isend = mpi_dp_isend,
@@ -840,6 +840,4 @@ const mal_comm_ops mal_comm_mpi_ops = {
     .dp_group_start = mpi_dp_group_start,
     .dp_group_end = mpi_dp_group_end,
     .dp_waitall = mpi_dp_waitall,
-    .allreduce_min_int = mpi_allreduce_min_int,
-    .gatherv = mpi_gatherv,
 };

@@ -1,5 +1,5 @@
 /* MPI backend internals that other modules may use: the communicator behind a
- * mal_comm (HDF5's MPI-IO driver, the control plane of the NCCL backend) and
+ * mal_comm, the control-plane functions the NCCL backend's table reuses, and
  * the sleeping wait for raw MPI requests.
  *
  * Why a sleeping wait: MPICH's blocking calls busy-poll.  With more ranks
@@ -27,10 +27,46 @@
 
 #include "comm.h"
 
-/* Local: the MPI communicator of `c`, or MPI_COMM_NULL if `c` is not an MPI
- * backend communicator.  Owned by `c` (never free it); valid until
- * mal_comm_destroy(c). */
+/* Local: the MPI communicator of `c` (the control plane of every backend),
+ * or MPI_COMM_NULL if `c` is NULL or its backend has no MPI control plane.
+ * Owned by `c` (never free it); valid until mal_comm_destroy(c). */
 MPI_Comm mal_comm_mpi_handle(const mal_comm *c);
+
+/* The MPI control plane, which every backend's table reuses (comm.h: MPI
+ * serves the control plane whatever the data plane).  Contracts as the
+ * table's entries in comm.h.  Communicators made by split, create_group
+ * and mal_comm_dup get the parent's (or the named) table and, where it has
+ * one, its dp_attach; mal_comm_mpi_destroy calls dp_detach. */
+int mal_comm_mpi_split(mal_comm *parent, int color, int key, mal_comm **out);
+int mal_comm_mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_comm **out);
+void mal_comm_mpi_destroy(mal_comm *c);
+int mal_comm_mpi_allreduce_f32(mal_comm *c, float *buf, size_t n);
+int mal_comm_mpi_allreduce_f64(mal_comm *c, double *buf, size_t n);
+int mal_comm_mpi_allreduce_max_f64(mal_comm *c, double *buf, size_t n);
+int mal_comm_mpi_allreduce_min_int(mal_comm *c, int *buf, size_t n);
+int mal_comm_mpi_broadcast(mal_comm *c, void *buf, size_t bytes, int root);
+int mal_comm_mpi_gather(mal_comm *c, const void *send, void *recv, size_t bytes, int root);
+int mal_comm_mpi_gatherv(mal_comm *c, const void *send, size_t bytes, int root, void **out,
+                         size_t *counts);
+int mal_comm_mpi_barrier(mal_comm *c);
+int mal_comm_mpi_isend(mal_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                       mal_comm_req **req);
+int mal_comm_mpi_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag,
+                       mal_comm_req **req);
+int mal_comm_mpi_wait(mal_comm_req *req);
+void mal_comm_mpi_abort(mal_comm *c, int code);
+
+/* The control-plane entries of a backend's table (designated
+ * initialisers): `.name`, `.abort` and the data plane are the backend's. */
+#define MAL_COMM_MPI_CONTROL_PLANE                                                                 \
+    .split = mal_comm_mpi_split, .create_group = mal_comm_mpi_create_group,                        \
+    .destroy = mal_comm_mpi_destroy, .allreduce_f32 = mal_comm_mpi_allreduce_f32,                  \
+    .allreduce_f64 = mal_comm_mpi_allreduce_f64,                                                   \
+    .allreduce_max_f64 = mal_comm_mpi_allreduce_max_f64,                                           \
+    .allreduce_min_int = mal_comm_mpi_allreduce_min_int, .broadcast = mal_comm_mpi_broadcast,      \
+    .gather = mal_comm_mpi_gather, .gatherv = mal_comm_mpi_gatherv,                                \
+    .barrier = mal_comm_mpi_barrier, .isend = mal_comm_mpi_isend, .irecv = mal_comm_mpi_irecv,     \
+    .wait = mal_comm_mpi_wait
 
 /* Local: wait for one request with test + sleep (see above).  `status` may
  * be MPI_STATUS_IGNORE.  `what` names the operation for the error message.

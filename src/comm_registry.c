@@ -17,11 +17,17 @@ static const mal_comm_backend comm_mpi = {
     .what = "MPI for both planes (device buffers staged through pinned host memory)",
     .probe = mpi_probe,
     .ops = &mal_comm_mpi_ops,
+    .device = NULL,
 };
 
+#ifdef HAVE_NCCL
+extern const mal_comm_backend mal_comm_backend_nccl; /* src/comm_nccl.c */
+#endif
+
 const mal_comm_backend *const mal_comm_backends[] = {
-    /* #ifdef HAVE_NCCL: &mal_comm_backend_nccl, once kernels/cuda and
-     * src/comm_nccl.c exist (it is the default with a GPU device). */
+#ifdef HAVE_NCCL
+    &mal_comm_backend_nccl,
+#endif
     &comm_mpi,
     NULL,
 };
@@ -30,8 +36,7 @@ const mal_comm_backend *const mal_comm_backends[] = {
 static const struct {
     const char *name, *needs;
 } known[] = {
-    {"nccl", "a build with the NCCL backend (configure --with-nccl, on a checkout that has "
-             "src/comm_nccl.c) and a GPU device"},
+    {"nccl", "a build with CUDA and NCCL (configure --with-cuda --with-nccl) and a GPU"},
 };
 
 void mal_comm_names(char *buf, size_t len, const char *sep)
@@ -49,9 +54,17 @@ int mal_comm_lookup(const char *name, const mal_comm_backend **out)
     mal_comm_names(names, sizeof names, ", ");
     for (int i = 0; mal_comm_backends[i]; i++)
         if (!strcmp(mal_comm_backends[i]->name, name)) {
-            if (mal_comm_backends[i]->probe())
-                return MAL_ERR(MAL_EDEVICE, "comm backend '%s' cannot be used on this machine: %s",
-                               name, mal_errmsg());
+            int rc = mal_comm_backends[i]->probe();
+            if (rc) {
+                /* the probe's reason, copied: MAL_ERR writes the buffer
+                 * mal_errmsg() points at */
+                char why[512];
+                snprintf(why, sizeof why, "%s", mal_errmsg());
+                /* a bad setting is the user's to fix (MAL_EINVAL); anything
+                 * else means no device here */
+                return MAL_ERR(rc == MAL_EINVAL ? MAL_EINVAL : MAL_EDEVICE,
+                               "comm backend '%s' cannot be used on this machine: %s", name, why);
+            }
             *out = mal_comm_backends[i];
             return 0;
         }
@@ -62,6 +75,15 @@ int mal_comm_lookup(const char *name, const mal_comm_backend **out)
                            "build has: %s",
                            name, known[i].needs, names);
     return MAL_ERR(MAL_EINVAL, "unknown comm backend '%s': this build has %s", name, names);
+}
+
+int mal_comm_check_device(const mal_comm_backend *b, const char *device)
+{
+    if (!b->device || (device && !strcmp(b->device, device))) return 0;
+    return MAL_ERR(MAL_EINVAL,
+                   "comm backend '%s' moves buffers of the '%s' device, not of '%s': use "
+                   "--device %s, or --comm mpi",
+                   b->name, b->device, device ? device : "(none)", b->device);
 }
 
 const char *mal_comm_default_name(const char *device)

@@ -83,7 +83,20 @@ elif ! "$TRAIN" --device cuda --steps 0 >/dev/null 2>&1; then
     expect 2 "device 'cuda' cannot be used on this machine: .*GPU" -- --device cuda --steps 1
 fi
 expect 2 "unknown comm backend 'tcp'" -- --comm tcp --steps 1
-expect 2 "comm backend 'nccl' is not compiled into this build" -- --comm nccl --steps 1
+# --comm nccl: not compiled in, or (an NCCL build) no GPU here, or not with
+# the cpu device
+if ! grep -q '^#define HAVE_NCCL 1' "$top_builddir/malconf.h"; then
+    expect 2 "comm backend 'nccl' is not compiled into this build" -- --comm nccl --steps 1
+elif ! "$TRAIN" --device cuda --comm nccl --steps 0 >/dev/null 2>&1; then
+    expect 2 "comm backend 'nccl' cannot be used on this machine: .*NCCL moves GPU buffers" -- --comm nccl --steps 1
+else
+    expect 2 "comm backend 'nccl' moves buffers of the 'cuda' device, not of 'cpu'" -- --device cpu --comm nccl --steps 1
+fi
+if grep -q '^#define HAVE_NCCL 1' "$top_builddir/malconf.h"; then
+    export MALLEUS_NCCL_TIMEOUT=soon
+    expect 2 "MALLEUS_NCCL_TIMEOUT='soon' is not a number of seconds" -- --comm nccl --steps 1
+    unset MALLEUS_NCCL_TIMEOUT
+fi
 expect 2 "unknown device 'tpu'" -- --device tpu --profile "$W/prof.json"
 expect 2 "device 'cpu' does not compute in bf16" -- --device cpu --precision bf16 --steps 1
 "$TRAIN" --help | grep -Eq '(cuda, )?cpu, cpu-opaque in this build' || { echo "FAIL: --help lists no devices"; fails=$((fails + 1)); }

@@ -88,7 +88,9 @@ static int load_inputs(mal_trainer *tr)
     if ((rc = mal_kern_create(o->device, &kc, &tr->k))) return rc;
     tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
     const mal_comm_backend *cb;
-    if ((rc = mal_comm_lookup(tr->comm_name, &cb))) return rc;
+    if ((rc = mal_comm_lookup(tr->comm_name, &cb)) ||
+        (rc = mal_comm_check_device(cb, tr->k->name)))
+        return rc;
     if ((rc = make_plan(tr))) return rc;
     rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
                       : mal_data_open_default(&tr->data);

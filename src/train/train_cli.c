@@ -110,7 +110,8 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     const mal_kern_backend *kb;
     const mal_comm_backend *cb;
     if ((rc = mal_kern_lookup(o->device ? o->device : mal_kern_default_name(), &kb)) ||
-        (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->name), &cb))) {
+        (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->name), &cb)) ||
+        (rc = mal_comm_check_device(cb, kb->name))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -197,7 +198,9 @@ void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t c
     snprintf(comm, comm_len,
              "communication backend of the data plane: %s in this\n"
              "build (default: nccl with a GPU backend where built,\n"
-             "else mpi; the control plane is always MPI)",
+             "else mpi; the control plane is always MPI; ranks that\n"
+             "share a GPU need mpi; nccl gives up on a peer after\n"
+             "$MALLEUS_NCCL_TIMEOUT seconds, default 600)",
              names);
 }
 
