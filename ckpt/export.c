@@ -18,18 +18,6 @@
 #include "model.h"
 #include "snapshot.h"
 
-uint16_t mal_bf16_from_f32(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x0040u); /* quiet NaN */
-    /* Round to nearest, ties to even: add just under half an ulp of bf16,
-     * plus one when the bit that stays lowest is odd.  Overflow carries
-     * into the exponent and gives infinity, as it should. */
-    u += 0x7fffu + (u >> 16 & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 int mal_export_hf_name(const char *name, char *out, size_t len, int *permute)
 {
     static const struct {

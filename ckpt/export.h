@@ -78,10 +78,6 @@ typedef struct {
  * *st (may be NULL) is filled on success. */
 int mal_export_hf(const mal_export_options *o, mal_export_stats *st);
 
-/* Local, pure.  The bf16 bits of x, rounded to nearest, ties to even (as
- * torch's x.to(torch.bfloat16)); NaN stays a quiet NaN of the same sign. */
-uint16_t mal_bf16_from_f32(float x);
-
 /* Local, pure.  The Hugging Face name of Malleus tensor `name` into out
  * (`len` bytes), and whether its rows are permuted (q and k).  MAL_EINVAL
  * for a name the exporter does not know. */

@@ -60,6 +60,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Element types of compute buffers.  State buffers are always MAL_F32.
  * MAL_DTYPE_AUTO, in a mal_kern_config only, asks for the backend's
@@ -70,6 +71,31 @@ typedef enum { MAL_DTYPE_AUTO = -1, MAL_F32 = 0, MAL_BF16 = 1 } mal_dtype;
 static inline size_t mal_dtype_bytes(mal_dtype t) { return t == MAL_BF16 ? 2 : 4; }
 /* "fp32", "bf16". */
 const char *mal_dtype_name(mal_dtype t);
+
+/* Local, pure.  The bf16 bits of x, rounded to nearest, ties to even (as
+ * torch's x.to(torch.bfloat16)); NaN stays a quiet NaN of the same sign.
+ * (Host code: malleus-export's bf16 files, the MPI data plane's bf16
+ * reductions.) */
+static inline uint16_t mal_bf16_from_f32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x0040u); /* quiet NaN */
+    /* Round to nearest, ties to even: add just under half an ulp of bf16,
+     * plus one when the bit that stays lowest is odd.  Overflow carries
+     * into the exponent and gives infinity, as it should. */
+    u += 0x7fffu + (u >> 16 & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Local, pure.  The float of bf16 bits b (exact). */
+static inline float mal_f32_from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 /* Directions of memcpy2d (cudaMemcpy2DAsync's, without host to host). */
 typedef enum {

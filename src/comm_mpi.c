@@ -780,20 +780,39 @@ static int check_f32(mal_dtype dt, const char *what)
 {
     if (dt != MAL_F32)
         return MAL_ERR(MAL_ENOTSUP,
-                       "%s: the MPI data plane reduces fp32 only, not %s (use the nccl backend "
-                       "or fp32 compute)",
+                       "%s: the MPI data plane reduces member lists in fp32 only, not %s (use "
+                       "the nccl backend or fp32 compute)",
                        what, mal_dtype_name(dt));
     return 0;
+}
+
+/* bf16 (a GPU's activations, TP all-reduce): widened to fp32 on the host,
+ * summed there like fp32 (each element by one rank), rounded back to
+ * nearest-even bf16 - the same bits on every member. */
+static int allreduce_bf16(mal_comm *c, uint16_t *h, size_t count)
+{
+    float *f = malloc(count * sizeof *f);
+    if (!f) return MAL_ERR(MAL_ENOMEM, "all-reduce (bf16): out of memory for %zu values", count);
+    for (size_t i = 0; i < count; i++)
+        f[i] = mal_f32_from_bf16(h[i]);
+    int rc = allreduce(c, f, count, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce (sum, bf16)");
+    if (!rc)
+        for (size_t i = 0; i < count; i++)
+            h[i] = mal_bf16_from_f32(f[i]);
+    free(f);
+    return rc;
 }
 
 static int mpi_dp_allreduce(mal_comm *c, mal_kern k, void *buf, size_t count, mal_dtype dt)
 {
     void *host, *stage;
-    int rc = check_f32(dt, "all-reduce");
+    int rc = dt == MAL_BF16 ? 0 : check_f32(dt, "all-reduce");
     if (rc || c->size == 1 || count == 0) return rc;
-    size_t bytes = count * sizeof(float);
+    size_t bytes = count * mal_dtype_bytes(dt);
     if ((rc = dp_stage(k, buf, bytes, &host, &stage))) return rc;
-    rc = allreduce(c, host, count, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce (sum, float)");
+    rc = dt == MAL_BF16 ? allreduce_bf16(c, host, count)
+                        : allreduce(c, host, count, MPI_FLOAT, sizeof(float), MPI_SUM,
+                                    "all-reduce (sum, float)");
     dp_unstage(k, buf, bytes, stage, rc == 0);
     return rc;
 }

@@ -401,7 +401,41 @@ static void test_data_plane(mal_comm *w, const char *device)
     if (w->rank != 1)
         CHECK_EQ_INT(mal_comm_dp_allreduce_list(w, k, others, 1, 3, d1, 1, MAL_F32, MAL_OP_SUM),
                      MAL_EINVAL);
-    CHECK_EQ_INT(mal_comm_dp_allreduce(w, k, d1, 1, MAL_BF16), MAL_ENOTSUP);
+    CHECK_EQ_INT(mal_comm_dp_allreduce_list(w, k, others, 1, 3, d1, 1, MAL_BF16, MAL_OP_SUM),
+                 MAL_ENOTSUP); /* member lists carry fp32 gradients only */
+
+    /* bf16 all-reduce (a GPU's TP activations): summed in fp32, rounded to
+     * nearest even.  Element 4: rank 0 gives 0.046875, the others 1, so on
+     * 8 ranks the sum 7.046875 lies 1.5 bf16 ulps above 7: rounding gives
+     * 7.0625, truncating would give 7.03125. */
+    {
+        const float vals[] = {1.0f + 0x1.0p-8f, 3.0f, -0.5f, 1e-3f, 0.0f};
+        enum { NV = 5 };
+#define BF16_INPUT(i, r) ((i) == 4 ? ((r) == 0 ? 0.046875f : 1.0f) : vals[i] * (float)((r) + 1))
+        uint16_t hb[NV];
+        for (int i = 0; i < NV; i++)
+            hb[i] = mal_bf16_from_f32(BF16_INPUT(i, w->rank));
+        uint16_t *db = mal_kern_alloc(k, sizeof hb);
+        CHECK(db != NULL);
+        mal_kern_from_host(k, db, hb, sizeof hb);
+        CHECK_OK(mal_comm_dp_allreduce(w, k, db, NV, MAL_BF16));
+        mal_kern_to_host(k, hb, db, sizeof hb);
+        CHECK_OK(mal_kern_sync(k));
+        for (int i = 0; i < NV; i++) {
+            float sum = 0; /* the same fp32 sum of the same bf16 inputs, any order: exact here */
+            for (int r = 0; r < w->size; r++)
+                sum += mal_f32_from_bf16(mal_bf16_from_f32(BF16_INPUT(i, r)));
+            if (hb[i] != mal_bf16_from_f32(sum)) {
+                fprintf(stderr, "%s: bf16 all-reduce, element %d: %g, want %g\n", device, i,
+                        (double)mal_f32_from_bf16(hb[i]), (double)sum);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+        if (w->size == 8) CHECK(mal_f32_from_bf16(hb[4]) == 7.0625f);
+#undef BF16_INPUT
+        check_identical(mal_comm_mpi_handle(w), hb, sizeof hb, "bf16 all-reduce");
+        mal_kern_free(k, db);
+    }
 
     /* all-reduce over the world (both of its paths) */
     for (size_t n = 100; n <= 20011; n += 19911) {
