@@ -7,7 +7,9 @@
 # malleus-replan: A uniform dp 2 x tp 2 x pp 2, B for rank 3 eight times slow.
 # Before every timed operation each rank touches and frees WARM_MB MiB
 # (default 1024; 0: off) so that neither path pays for memory the host has
-# not backed yet (bench/README.md).
+# not backed yet (bench/README.md).  DEVICE and COMM, when set, pick the
+# kernel and communication backends (bench/gpu/run.sh: DEVICE=cuda COMM=mpi,
+# 8 ranks sharing one GPU).
 #   sh bench/migrate/run.sh [BUILD_DIR] [MODEL]
 set -e
 top_srcdir=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,5 +41,5 @@ for b in b c; do
     echo "== plan A (uniform) <-> plan $(echo $b | tr bc BC)"
     ${MPIEXEC:-mpiexec.mpich} -n 8 "$build/bench/migrate/bench_migrate" --model "$model" \
         --plan-a "$dir/a.json" --plan-b "$dir/$b.json" --reps 3 --dir "$dir/snap" \
-        --warm-mb "${WARM_MB:-1024}"
+        --warm-mb "${WARM_MB:-1024}" ${DEVICE:+--device "$DEVICE"} ${COMM:+--comm "$COMM"}
 done
