@@ -281,12 +281,21 @@ static int channel_create(const ncclUniqueId *id, int size, int rank, const char
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&ch->comm, size, *id, rank, &cfg);
+    int rc = 0;
     if (r != ncclSuccess && r != ncclInProgress) {
-        int rc = nccl_err(ch, r, "creating the communicator");
+        rc = nccl_err(ch, r, "creating the communicator");
         if (ch->comm) ncclCommAbort(ch->comm);
         ch->comm = NULL;
+    } else {
+        ch->next = G.live;
+        G.live = ch;
+        rc = wait_on(ch, NULL, "creating the communicator"); /* aborts it on failure */
+    }
+    if (rc) {
         channel_destroy(ch);
-        if (r == ncclInvalidUsage) {
+        /* NCCL (before 2.30) refuses ranks sharing a GPU, at once or while
+         * it sets up: say what to do */
+        if (r == ncclInvalidUsage || strstr(mal_errmsg(), "Duplicate GPU")) {
             char why[512]; /* MAL_ERR writes the buffer mal_errmsg() points at */
             snprintf(why, sizeof why, "%s", mal_errmsg());
             rc = MAL_ERR(rc,
@@ -294,13 +303,6 @@ static int channel_create(const ncclUniqueId *id, int size, int rank, const char
                          "for ranks sharing a GPU)",
                          why);
         }
-        return rc;
-    }
-    ch->next = G.live;
-    G.live = ch;
-    int rc = wait_on(ch, NULL, "creating the communicator");
-    if (rc) {
-        channel_destroy(ch);
         return rc;
     }
     mal_comm_nccl_created++;
