@@ -70,6 +70,15 @@ export MALLEUS_MEMORY_MB=1000
 expect 2 'shared by 2 ranks on a node' \
     "$MPIEXEC" -n 2 "$B/malleus-train" --model small --dp 2 --steps 1 --global-batch 8 \
     --micro-batch 4 --quiet
+# Generated tokens (--data synthetic:V) are not held: they fit (the check
+# once counted their unbounded stream as SIZE_MAX bytes and refused every
+# synthetic run on CPUs).  --snapshot-async's staging copy of the
+# parameters and Adam moments (~300 MiB for small) is held: it does not.
+"$B/malleus-train" --model small --data synthetic:256 --steps 1 --global-batch 8 \
+    --micro-batch 4 --quiet >"$W/out" 2>&1 ||
+    { cat "$W/out"; echo "FAIL: small on synthetic data"; fails=$((fails + 1)); }
+expect 2 'does not fit in memory: .*snapshot-async' "$B/malleus-train" --model small --steps 1 \
+    --global-batch 8 --micro-batch 4 --quiet --snapshot-dir "$W/snap" --snapshot-async
 unset MALLEUS_MEMORY_MB
 
 echo "$fails failure(s)"

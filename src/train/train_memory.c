@@ -63,7 +63,10 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
     if ((rc = mal_model_bytes(&tr->o.model, part, plan->micro_batch_size, tr->k, in_flight, need)))
         return rc;
     int ovf = 0;
-    *need = mal_size_add(*need, mal_size_mul(mal_data_n_tokens(tr->data), 2, &ovf), &ovf);
+    /* a token file is held whole; generated tokens (synthetic:V, whose
+     * count is SIZE_MAX: unbounded) are computed, not held */
+    size_t tokens = mal_data_n_tokens(tr->data);
+    if (tokens != SIZE_MAX) *need = mal_size_add(*need, mal_size_mul(tokens, 2, &ovf), &ovf);
     /* the background snapshot writer's staging copy of the blocks r writes */
     size_t staged = 0;
     if (tr->o.snapshot_async && tr->o.snapshot_dir &&
