@@ -44,8 +44,13 @@ TESTS += tests/test_reshard_cli.sh
 # Benchmark: built with the tests so that it keeps compiling, run by hand
 # (bench/snapshot/run.sh), never by make check.
 check_PROGRAMS += bench/snapshot/bench_snapshot
-bench_snapshot_bench_snapshot_SOURCES = bench/snapshot/bench_snapshot.c
-EXTRA_DIST += bench/snapshot/run.sh bench/snapshot/README.md bench/snapshot/model.json
+bench_snapshot_bench_snapshot_SOURCES = bench/snapshot/bench_snapshot.c bench/snapshot/bench_util.h
+# ... and its asynchronous counterpart: the loop's stall against the
+# synchronous write (bench/snapshot/run_async.sh).
+check_PROGRAMS += bench/snapshot/bench_async
+bench_snapshot_bench_async_SOURCES = bench/snapshot/bench_async.c bench/snapshot/bench_util.h
+EXTRA_DIST += bench/snapshot/run.sh bench/snapshot/run_async.sh bench/snapshot/README.md \
+	bench/snapshot/model.json
 
 # malleus-export: an independent rotate-half LLaMA reads the safetensors
 # (CI), and transformers' LlamaForCausalLM where it can be had (else 77).

@@ -21,3 +21,10 @@ tests_test_comm_SOURCES = tests/test_comm.c
 # tests/mpirun.sh is the launcher every MPI test script runs through.
 dist_check_SCRIPTS += tests/mpirun.sh tests/test_comm.sh
 TESTS += tests/test_comm.sh
+
+# The control plane from two threads at once (MPI_THREAD_MULTIPLE; the
+# background snapshot writer's use).
+check_PROGRAMS += tests/test_comm_threads
+tests_test_comm_threads_SOURCES = tests/test_comm_threads.c
+dist_check_SCRIPTS += tests/test_comm_threads.sh
+TESTS += tests/test_comm_threads.sh

@@ -31,15 +31,8 @@
 #include "snapshot.h"
 #include "train.h"
 
-static mal_comm *world;
-
-#define DIE_IF(rc)                                                                                 \
-    do {                                                                                           \
-        if (rc) {                                                                                  \
-            fprintf(stderr, "bench_snapshot: rank %d: %s\n", world->rank, mal_errmsg());           \
-            mal_comm_abort(world, 1);                                                              \
-        }                                                                                          \
-    } while (0)
+#define BENCH_NAME "bench_snapshot"
+#include "bench_util.h"
 
 static double wtime_coll(void)
 {
@@ -88,17 +81,6 @@ static void evict(const char *dir)
     DIE_IF(mal_comm_barrier(world));
 }
 
-static int rm_cb(const char *p, const struct stat *st, int fl, struct FTW *f)
-{
-    (void)st, (void)fl, (void)f;
-    return remove(p);
-}
-
-static void rmtree(const char *p)
-{
-    if (world->rank == 0) nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    DIE_IF(mal_comm_barrier(world));
-}
 
 /* What resume does on every rank: read its local shards of all groups. */
 static double read_local(const char *step_dir, mal_model *m)
@@ -173,14 +155,7 @@ int main(int argc, char **argv)
     rmtree(newdir);
 
     mal_train_options o = mal_train_defaults();
-    if (!model) {
-        /* default: the config next to this file, found from the source dir */
-        const char *top = getenv("top_srcdir");
-        static char path[4096];
-        snprintf(path, sizeof path, "%s/bench/snapshot/model.json", top ? top : ".");
-        model = path;
-    }
-    DIE_IF(mal_config_load(&o.model, model));
+    load_model(&o.model, model);
     o.steps = 0;
     o.global_batch = world->size / tp > 0 ? world->size / tp : 1;
     o.micro_batch = 1;
