@@ -269,7 +269,22 @@ struct mal_kernels_ops {
      * after the master changed outside the optimizer (initialisation,
      * restore, migration).  Nothing when they alias. */
     void (*cast_working)(mal_kern k, void *work, const float *master, size_t n);
+
+    /* --- straggler emulation (optional: NULL where the backend has none) */
+    /* Slow this instance's device to about 1/rate of its speed for the
+     * work on its queue, for real (--inject-mode gpu): a co-running load on
+     * the same device, in the background, until the next call.  rate <= 1
+     * stops it; a new rate replaces the old one.  Returns 0, or MAL_E* (the
+     * load could not start, or failed since the last call; it is then
+     * stopped).  The destroy of the instance stops it too.  The CPU
+     * backends leave it NULL: a busy thread would take cores from the other
+     * ranks of a shared machine, which the sleep mode does not. */
+    int (*slowdown)(mal_kern k, double rate);
 };
+
+/* The longest period of a backend's slowdown duty cycle (seconds): a
+ * measurement that must see the mean slowdown spans several. */
+#define MAL_KERN_SLOWDOWN_PERIOD_S 0.002
 
 /* ---- registry ----------------------------------------------------------- */
 
@@ -285,6 +300,7 @@ typedef struct {
     int (*create)(const mal_kern_config *cfg, mal_kern *out);
     void (*destroy)(mal_kern k);
     unsigned dtypes;           /* compute dtypes it offers: bit 1 << mal_dtype */
+    int has_slowdown;          /* 1: its instances have ops->slowdown */
     mal_dtype default_compute; /* what MAL_DTYPE_AUTO means for it */
 } mal_kern_backend;
 
@@ -464,6 +480,9 @@ static inline void mal_kern_adamw(mal_kern k, float *param, void *work, const fl
     k->ops->adamw(k, param, work, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
                   t);
 }
+/* ops->slowdown where the backend has it (mal_kern_has_slowdown). */
+static inline int mal_kern_has_slowdown(mal_kern k) { return k->ops->slowdown != NULL; }
+static inline int mal_kern_slowdown(mal_kern k, double rate) { return k->ops->slowdown(k, rate); }
 static inline void mal_kern_cast_working(mal_kern k, void *work, const float *master, size_t n)
 {
     k->ops->cast_working(k, work, master, n);

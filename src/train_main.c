@@ -14,6 +14,8 @@ static const char *const adapt_modes[] = {"off", "restart", "online", NULL};
 static const int adapt_values[] = {MAL_ADAPT_OFF, MAL_ADAPT_RESTART, MAL_ADAPT_ONLINE};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const int precision_values[] = {MAL_PRECISION_FP32, MAL_PRECISION_BF16};
+static const char *const inject_modes[] = {"sleep", "gpu", NULL};
+static const int inject_mode_values[] = {MAL_INJECT_SLEEP, MAL_INJECT_GPU};
 
 int main(int argc, char **argv)
 {
@@ -144,9 +146,16 @@ int main(int argc, char **argv)
         {MAL_OPT_STRING, "planner-profile", .metavar = "P", .target = &o->profile,
          .help = "planner profile: preset or JSON file (default: --model)"},
         {MAL_OPT_FUNC, "inject", .metavar = "R:F[:FROM[:TO]]", .fn = mal_train_cli_inject,
-         .help = "TEST FEATURE: stretch rank R's compute by factor F\n"
-                 "from step FROM to step TO (0-based, TO exclusive) with\n"
-                 "sleeps; repeatable"},
+         .help = "TEST FEATURE: slow rank R by factor F from step FROM\n"
+                 "to step TO (0-based, TO exclusive), as --inject-mode\n"
+                 "says; repeatable"},
+        {MAL_OPT_CHOICE, "inject-mode", .metavar = "MODE", .target = &o->inject_mode,
+         .choices = inject_modes, .values = inject_mode_values,
+         .help = "how --inject slows a rank: sleep (default: sleeps of\n"
+                 "(F-1) x its measured compute; right when ranks share a\n"
+                 "device) or gpu (a busy kernel takes the rank's GPU for\n"
+                 "1 - 1/F of every 2 ms, for real; --device cuda, one\n"
+                 "GPU per rank)"},
 
         {MAL_OPT_SECTION, .help = "Profiling:"},
         {MAL_OPT_STRING, "profile", .metavar = "FILE", .target = &cli.measure_path,

@@ -62,6 +62,19 @@ expect 2 "--inject expects RANK:FACTOR" -- --inject 3
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3:0.5
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3:2:10:5
 expect 2 "--inject names rank 5 but the job has 1 ranks" -- --inject 5:2 --steps 1
+# --inject-mode: sleep or gpu; gpu slows a GPU for real, so the CPU backends
+# (which have no slowdown in the kernel table) refuse it as a usage error
+expect 2 "--inject-mode must be sleep or gpu" -- --inject-mode fast
+expect 2 "--inject-mode gpu slows a GPU for real, and device 'cpu' has none" -- \
+    --inject 0:3 --inject-mode gpu --device cpu --steps 1
+expect 2 "--inject-mode gpu slows a GPU for real, and device 'cpu-opaque' has none" -- \
+    --inject-mode gpu --device cpu-opaque --steps 1
+"$TRAIN" --help >"$W/out" 2>&1 && grep -q -- '--inject-mode MODE' "$W/out" ||
+    { echo "FAIL: --help lacks --inject-mode"; fails=$((fails + 1)); }
+# sleep stays the default and is accepted explicitly
+"$TRAIN" --model tiny --steps 2 --global-batch 4 --micro-batch 2 --inject 0:2:1 \
+    --inject-mode sleep --quiet >"$W/out" 2>&1 ||
+    { cat "$W/out"; echo "FAIL: --inject-mode sleep"; fails=$((fails + 1)); }
 expect 2 "--adapt must be off, restart or online" -- --adapt sometimes
 expect 2 "--gap expects a number" -- --gap -1
 expect 2 "needs a planner profile" -- --adapt online --planner-profile "$W/nope.json" --steps 1

@@ -29,12 +29,8 @@ PEER=$top_srcdir/bench/gpu/torch_peer.py
 export PYTHONDONTWRITEBYTECODE=1
 
 [ -x "$TRAIN" ] || { echo "test_cuda_train: $TRAIN not built"; exit 99; }
-if ! "$TRAIN" --device cuda --steps 0 --quiet >/dev/null 2>"${TMPDIR:-/tmp}/cuda_probe.$$"; then
-    echo "test_cuda_train: skipped: $(tail -1 "${TMPDIR:-/tmp}/cuda_probe.$$")"
-    rm -f "${TMPDIR:-/tmp}/cuda_probe.$$"
-    exit 77
-fi
-rm -f "${TMPDIR:-/tmp}/cuda_probe.$$"
+. "$top_srcdir/tests/cuda_skip.sh"
+mal_need_cuda test_cuda_train
 "$PYTHON3" -c 'import numpy, h5py' 2>/dev/null ||
     { echo "test_cuda_train: $PYTHON3 lacks numpy/h5py (the comparisons need them)"; exit 99; }
 

@@ -21,7 +21,9 @@
 #            determinism), test_cuda_train.sh (loss curves, bf16 vs fp32,
 #            determinism, resume, cross-device snapshots, PyTorch from the
 #            same weights and batches; MAL_CUDA_LONG=0 by default here: 60
-#            bf16 steps instead of 300), test_comm_nccl.sh (every NCCL
+#            bf16 steps instead of 300), test_cuda_inject.sh (--inject-mode
+#            gpu: step and probe times rise 1.8-6x at rate 3, and fall back
+#            after), test_comm_nccl.sh (every NCCL
 #            data-plane op against MPI's on one-rank communicators, the
 #            timeout and abort), test_gpu_job.sh (the job script's bind
 #            wrapper and its CPU run)
@@ -125,7 +127,7 @@ if has build; then
 fi
 
 if has tests; then
-    GPU_TESTS="tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_train.sh tests/test_comm_nccl.sh tests/test_gpu_job.sh"
+    GPU_TESTS="tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_comm_nccl.sh tests/test_gpu_job.sh"
     stage tests 240 60 "make -j2 check PYTHON3=$PY MPIEXEC=$MPIEXEC TESTS='$GPU_TESTS'"
     rc=$?
     : >"$OUT/tests.txt"

@@ -29,11 +29,14 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_ops.h"
 
@@ -73,6 +76,17 @@ typedef struct {
     int n_plans;
     rope_dev ropes[ROPE_CACHE];
     int n_ropes;
+    /* straggler emulation (op_slowdown): a thread that launches the busy
+     * kernel on `stream` at a duty cycle */
+    struct {
+        pthread_t thread;
+        int running;
+        cudaStream_t stream;  /* its own, of the highest priority */
+        size_t smem;          /* the busy blocks' shared memory */
+        atomic_llong busy_ns; /* busy part of each period */
+        atomic_int stop;      /* 1: the thread returns */
+        atomic_int err;       /* the thread's first cudaError_t (it then returns) */
+    } slow;
 } cu_state;
 
 static cu_state *st_of(mal_kern k)
@@ -662,6 +676,113 @@ static void op_adamw(mal_kern k, float *param, void *work, const float *grad, fl
     launched(st, "adamw");
 }
 
+/* ------------------------------------------------------------------------ */
+/* Straggler emulation                                                        */
+
+/* A slowdown by `rate` is a duty cycle: every period of
+ * MAL_KERN_SLOWDOWN_PERIOD_S the thread below launches the busy kernel
+ * (slow.cu: one block per SM holding all of the SM's shared memory, so no
+ * other block fits beside it) for the busy part d = 1 - 1/rate of the
+ * period and leaves the GPU alone for the rest.  Work on the instance's
+ * stream then has the SMs for about 1/rate of the wall time: a step that
+ * took t takes about t * rate (rate 3: busy 2/3 of every 2 ms).
+ *
+ * An approximation, for three reasons.  The GPU's block scheduler shares
+ * SMs between streams block by block, not by time slices: a training
+ * kernel's blocks already running when the busy kernel is launched finish
+ * first (the busy block of that SM starts late and, spinning for a fixed
+ * time, ends late), and blocks of both wait for each other at the edges.
+ * Memory bandwidth and L2 are shared, and the spin uses neither.  And the
+ * launch, the host's wake-up and the stream synchronisation add a few
+ * microseconds to each period.  The busy stream has the highest priority
+ * so that its blocks go first when SMs free up, which keeps the busy part
+ * close to d.  Samples that time the slowdown must span several periods
+ * (the monitor's probe does, with --inject-mode gpu): a kernel shorter
+ * than a period runs at full speed in the idle part or waits out a busy
+ * part, 1 or many times slower, and only the mean is 1/rate. */
+static void *slow_loop(void *arg)
+{
+    cu_state *st = arg;
+    const long long period = (long long)(MAL_KERN_SLOWDOWN_PERIOD_S * 1e9);
+    cudaError_t e = cudaSetDevice(st->device);
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    while (e == cudaSuccess && !atomic_load(&st->slow.stop)) {
+        long long busy = atomic_load(&st->slow.busy_ns);
+        mal_cu_spin(st->slow.stream, st->sm_count, st->slow.smem, (unsigned long long)busy);
+        if ((e = cudaGetLastError()) != cudaSuccess ||
+            (e = cudaStreamSynchronize(st->slow.stream)) != cudaSuccess)
+            break;
+        /* The idle part: up to the start of the next period.  A period
+         * that ran over (the busy blocks waited for SMs) is not caught up
+         * by a burst: the next one starts now. */
+        long long ns = next.tv_nsec + period;
+        next.tv_sec += ns / 1000000000;
+        next.tv_nsec = ns % 1000000000;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next.tv_sec || (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec))
+            next = now;
+        else
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) != 0) {
+            }
+    }
+    if (e != cudaSuccess) atomic_store(&st->slow.err, (int)e);
+    return NULL;
+}
+
+/* Stop the thread if it runs; MAL_EDEVICE if it had failed, else 0. */
+static int slow_stop(cu_state *st)
+{
+    if (!st->slow.running) return 0;
+    atomic_store(&st->slow.stop, 1);
+    pthread_join(st->slow.thread, NULL);
+    st->slow.running = 0;
+    cudaError_t e = (cudaError_t)atomic_load(&st->slow.err);
+    if (e == cudaSuccess) return 0;
+    return MAL_ERR(MAL_EDEVICE, "CUDA: the straggler emulation's busy kernel failed: %s (%s)",
+                   cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static int op_slowdown(mal_kern k, double rate)
+{
+    cu_state *st = st_of(k);
+    const double period = MAL_KERN_SLOWDOWN_PERIOD_S * 1e9;
+    if (st->slow.running && rate > 1.0 && !atomic_load(&st->slow.err)) {
+        /* a new rate for the running thread, from its next period on */
+        atomic_store(&st->slow.busy_ns, (long long)((1.0 - 1.0 / rate) * period));
+        return 0;
+    }
+    int rc = slow_stop(st);
+    if (rc || !(rate > 1.0)) return rc;
+    if (!st->slow.stream) {
+        int least = 0, greatest = 0;
+        st->slow.smem = mal_cu_spin_prepare(st->device);
+        if (!st->slow.smem)
+            return MAL_ERR(MAL_EDEVICE,
+                           "CUDA: cannot give the straggler emulation's busy kernel the shared "
+                           "memory of a whole SM: %s",
+                           cudaGetErrorString(cudaGetLastError()));
+        cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+        if (e == cudaSuccess)
+            e = cudaStreamCreateWithPriority(&st->slow.stream, cudaStreamNonBlocking, greatest);
+        if (e != cudaSuccess) {
+            st->slow.stream = NULL;
+            return MAL_ERR(MAL_EDEVICE, "CUDA: straggler emulation stream: %s (%s)",
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+    }
+    atomic_store(&st->slow.busy_ns, (long long)((1.0 - 1.0 / rate) * period));
+    atomic_store(&st->slow.stop, 0);
+    atomic_store(&st->slow.err, 0);
+    int err = pthread_create(&st->slow.thread, NULL, slow_loop, st);
+    if (err)
+        return MAL_ERR(MAL_ENOMEM, "cannot start the straggler emulation's thread: %s",
+                       strerror(err));
+    st->slow.running = 1;
+    return 0;
+}
+
 static const mal_kernels_ops cuda_ops = {
     .alloc = op_alloc,
     .free = op_free,
@@ -697,6 +818,7 @@ static const mal_kernels_ops cuda_ops = {
     .xent_fwd_bwd = op_xent_fwd_bwd,
     .adamw = op_adamw,
     .cast_working = op_cast_working,
+    .slowdown = op_slowdown,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -792,6 +914,8 @@ static void cuda_destroy(mal_kern k)
     if (!k) return;
     cu_state *st = st_of(k);
     if (st) {
+        slow_stop(st);
+        if (st->slow.stream) cudaStreamDestroy(st->slow.stream);
         if (st->stream) cudaStreamSynchronize(st->stream);
         for (int i = 0; i < st->n_plans; i++) plan_destroy(&st->plans[i]);
         for (int i = 0; i < st->n_ropes; i++) cudaFree(st->ropes[i].cs);
@@ -815,4 +939,5 @@ const mal_kern_backend mal_kern_backend_cuda = {
     .destroy = cuda_destroy,
     .dtypes = 1u << MAL_F32 | 1u << MAL_BF16,
     .default_compute = MAL_BF16,
+    .has_slowdown = 1,
 };

@@ -98,6 +98,16 @@ void mal_cu_attention_bwd(mal_cu_stream s, int bf16, int impl, void *dq, void *d
                           const void *v, const float *lse, int B, int T, int H, int hd,
                           void *scratch);
 
+/* Straggler emulation (kernels/cuda/slow.cu; cuda.c's slowdown).
+ * mal_cu_spin_prepare lets the busy kernel have the largest shared memory
+ * a block of `device` may have and returns those bytes (0 on failure:
+ * cudaGetLastError says why); call it with `device` current.  mal_cu_spin
+ * queues `blocks` busy blocks (one per SM) holding `smem` bytes each
+ * (prepare's answer), so that no other kernel's block fits beside them,
+ * spinning for `ns` nanoseconds of wall time each. */
+size_t mal_cu_spin_prepare(int device);
+void mal_cu_spin(mal_cu_stream s, int blocks, size_t smem, unsigned long long ns);
+
 #ifdef __cplusplus
 }
 #endif

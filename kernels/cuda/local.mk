@@ -4,7 +4,7 @@
 # compiler like every other file.  Included by Makefile.am.
 
 CUDA_SRC = kernels/cuda/cuda.c kernels/cuda/cuda_ops.h kernels/cuda/common.cuh \
-	kernels/cuda/emu.h kernels/cuda/ops.cu kernels/cuda/attention.cu
+	kernels/cuda/emu.h kernels/cuda/ops.cu kernels/cuda/attention.cu kernels/cuda/slow.cu
 
 if HAVE_CUDA
 libmalleus_a_SOURCES += $(CUDA_SRC)
@@ -25,22 +25,24 @@ am__v_NVCC_1 =
 	$(AM_V_NVCC)$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
 
 # nvcc leaves header dependencies to us
-kernels/cuda/ops.$(OBJEXT) kernels/cuda/attention.$(OBJEXT): kernels/cuda/common.cuh \
-	kernels/cuda/cuda_ops.h kernels/cuda/emu.h
+kernels/cuda/ops.$(OBJEXT) kernels/cuda/attention.$(OBJEXT) kernels/cuda/slow.$(OBJEXT): \
+	kernels/cuda/common.cuh kernels/cuda/cuda_ops.h kernels/cuda/emu.h
 
 # The kernels against float64 references: on the CPU through the emulation
 # of emu.h (runs everywhere the toolkit's headers are), and on the GPU
 # (exits 77 without one).  One source, tests/test_cuda_kernels.cu.  The
 # backend through the table against the CPU backend (test_cuda_ops), the
 # whole model (test_cuda_model) and malleus-train (test_cuda_train.sh) on
-# the GPU: exit 77 without one.  bench/gpu/run.sh runs them on a GPU
+# the GPU: exit 77 without one.  --inject-mode gpu's slowdown as the
+# monitor sees it (test_cuda_inject.sh): exit 77 without one.  bench/gpu/run.sh runs them on a GPU
 # machine.
+EXTRA_DIST += tests/cuda_skip.sh
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops \
 	tests/test_cuda_model
 TESTS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model \
-	tests/test_cuda_train.sh
-dist_check_SCRIPTS += tests/test_cuda_train.sh
+	tests/test_cuda_train.sh tests/test_cuda_inject.sh
+dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh
 tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
 tests_test_cuda_model_SOURCES = tests/test_cuda_model.c
 tests_test_cuda_emu_SOURCES = tests/test_cuda_emu.cpp
@@ -53,5 +55,5 @@ tests/test_cuda_emu.$(OBJEXT) tests/test_cuda_kernels.$(OBJEXT): tests/test_cuda
 	$(CUDA_SRC)
 else
 EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu tests/test_cuda_ops.c \
-	tests/test_cuda_model.c tests/test_cuda_train.sh
+	tests/test_cuda_model.c tests/test_cuda_train.sh tests/test_cuda_inject.sh
 endif

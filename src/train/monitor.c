@@ -13,9 +13,12 @@
  * Rank 0 feeds the rates to the re-plan policy (replan/policy.h) and, on
  * check steps, broadcasts its advice.
  *
- * Injection stretches a rank's measured compute by FACTOR with a sleep of
- * (FACTOR - 1) x the time it just measured, which the monitor and the
- * compute-time accounting both see, and which costs no CPU.
+ * Injection, sleep mode (the default), stretches a rank's measured compute
+ * by FACTOR with a sleep of (FACTOR - 1) x the time it just measured, which
+ * the monitor and the compute-time accounting both see, and which costs no
+ * CPU.  GPU mode (mal_trainer_step starts the kernel table's slowdown)
+ * slows the device itself, at a duty cycle; then a probe sample times a
+ * batch of matmuls long enough to span several periods of it (below).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +29,19 @@
 #include "mal.h"
 #include "policy.h"
 #include "train_internal.h"
+
+/* One probe sample: device seconds per matmul, over tr->probe_reps of them
+ * between two events. */
+static double probe_sample(struct mal_trainer *tr)
+{
+    mal_kern k = tr->k;
+    int n = tr->probe_n;
+    mal_kern_event_record(k, tr->probe_ev[0]);
+    for (int r = 0; r < tr->probe_reps; r++)
+        mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
+    mal_kern_event_record(k, tr->probe_ev[1]);
+    return mal_kern_event_elapsed(k, tr->probe_ev[0], tr->probe_ev[1]) / tr->probe_reps;
+}
 
 double mal_inject_factor(const struct mal_trainer *tr, int64_t step)
 {
@@ -77,6 +93,22 @@ int mal_monitor_setup(struct mal_trainer *tr)
     mal_kern_free(k, hd);
     free(h);
     if (rc) return rc;
+    tr->probe_reps = 1;
+    if (tr->o.inject_mode == MAL_INJECT_GPU) {
+        /* A duty-cycled slowdown is a mean over its period: one matmul (tens
+         * of microseconds on a GPU) runs at full speed in an idle part or
+         * waits out a busy one, and the fastest of five would miss it.  So
+         * every sample times enough matmuls to span four periods, measured
+         * now, before any injection starts (the first step's at the
+         * earliest).  Per matmul, so ranks with other counts compare. */
+        double t1 = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t = probe_sample(tr);
+            if (t < t1) t1 = t;
+        }
+        double want = 4 * MAL_KERN_SLOWDOWN_PERIOD_S / (t1 > 1e-7 ? t1 : 1e-7);
+        tr->probe_reps = want < 1 ? 1 : want > 16384 ? 16384 : (int)ceil(want);
+    }
 
     /* Node names, for the metrics file (and the planner's node map). */
     char name[MAL_HOSTNAME_LEN];
@@ -151,16 +183,11 @@ void mal_monitor_teardown(struct mal_trainer *tr)
  * which the same argument favours. */
 double mal_monitor_probe(struct mal_trainer *tr)
 {
-    mal_kern k = tr->k;
-    int n = tr->probe_n;
-    /* The fastest of five runs: a context switch or a cold cache only ever
-     * makes a run slower, a slow device makes all five slower. */
+    /* The fastest of five samples: a context switch or a cold cache only
+     * ever makes a sample slower, a slow device makes all five slower. */
     double best = 1e30;
     for (int rep = 0; rep < 5; rep++) {
-        mal_kern_event_record(k, tr->probe_ev[0]);
-        mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
-        mal_kern_event_record(k, tr->probe_ev[1]);
-        double dt = mal_kern_event_elapsed(k, tr->probe_ev[0], tr->probe_ev[1]);
+        double dt = probe_sample(tr);
         if (dt < best) best = dt;
     }
     return mal_inject_stretch(tr, best);

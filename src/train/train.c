@@ -86,6 +86,12 @@ static int load_inputs(mal_trainer *tr)
     kc.threads = o->threads;
     kc.compute = mal_precision_dtype(o->precision);
     if ((rc = mal_kern_create(o->device, &kc, &tr->k))) return rc;
+    if (o->inject_mode == MAL_INJECT_GPU && !mal_kern_has_slowdown(tr->k))
+        return MAL_ERR(MAL_EINVAL,
+                       "--inject-mode gpu needs a kernel backend that can slow its device "
+                       "(--device cuda); '%s' cannot: use --inject-mode sleep",
+                       tr->k->name);
+    tr->slow_rate = 1.0;
     tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
     const mal_comm_backend *cb;
     if ((rc = mal_comm_lookup(tr->comm_name, &cb)) ||
@@ -197,6 +203,9 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_eval_teardown(tr);
     mal_plan_fini(&tr->plan);
     free(tr->rank_times);
+    /* the injected load stops before the instance goes (its destroy would
+     * stop it too) */
+    if (tr->k && tr->slow_rate > 1.0) mal_kern_slowdown(tr->k, 1.0);
     /* last: every device buffer above was the instance's */
     mal_kern_destroy(tr->k);
     free(tr);
@@ -255,6 +264,16 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     memset(&tr->times, 0, sizeof tr->times);
     tr->loss_local = 0;
     tr->inject_now = mal_inject_factor(tr, step);
+    if (tr->o.inject_mode == MAL_INJECT_GPU) {
+        /* The device itself is slowed from this step on (or back to full
+         * speed): a co-running load, started, changed or stopped only
+         * where the factor changes.  Nothing is stretched by sleeping. */
+        if (tr->inject_now != tr->slow_rate) {
+            if ((rc = mal_kern_slowdown(tr->k, tr->inject_now))) return rc;
+            tr->slow_rate = tr->inject_now;
+        }
+        tr->inject_now = 1.0;
+    }
     if (m) {
         double c0 = mal_now();
         mal_model_zero_grad(m);

@@ -19,15 +19,24 @@
 #include "optim.h"
 #include "plan.h"
 
-/* Straggler injection (tests, demos, benchmarks): rank `rank`'s compute is
- * stretched by `factor` during steps [from, to) (0-based; to < 0: forever),
- * as extra sleep proportional to its own measured compute, so on a shared
- * machine the slowed rank does not take CPU from the others. */
+/* Straggler injection (tests, demos, benchmarks): rank `rank` is slowed by
+ * `factor` during steps [from, to) (0-based; to < 0: forever), in the way
+ * mal_train_options.inject_mode says. */
 typedef struct {
     int rank;
     double factor;
     int64_t from, to;
 } mal_inject;
+
+/* How injection slows a rank.  SLEEP (the default): its measured compute is
+ * stretched by extra sleep proportional to it, so on a shared machine (or
+ * a GPU shared by several ranks) the slowed rank takes nothing from the
+ * others.  GPU: its device is slowed for real by a co-running busy load at
+ * a duty cycle (the kernel table's slowdown; only backends that have one,
+ * for machines with a GPU per rank: on a shared GPU it slows every rank
+ * there); the monitor's probe then times batches of matmuls that span
+ * several periods of the duty cycle. */
+enum { MAL_INJECT_SLEEP = 0, MAL_INJECT_GPU = 1 };
 
 /* What a run does when the monitor advises a re-plan. */
 enum { MAL_ADAPT_OFF = 0, MAL_ADAPT_RESTART = 1, MAL_ADAPT_ONLINE = 2 };
@@ -77,6 +86,7 @@ typedef struct {
     /* straggler monitor and adaptation */
     const mal_inject *inject;  /* [n_inject] */
     int n_inject;
+    int inject_mode;           /* MAL_INJECT_*: how (SLEEP) */
     int adapt;                 /* MAL_ADAPT_* */
     int check_every, window;   /* policy cadence K and window W (0: defaults 3, 2) */
     double gap, threshold, noise_floor; /* policy (0: defaults 0.3, 1.2, 1.2) */

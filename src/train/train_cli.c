@@ -165,6 +165,15 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
             return 2;
         }
     }
+    if (o->inject_mode == MAL_INJECT_GPU && !kb->has_slowdown) {
+        if (lead)
+            fprintf(stderr,
+                    "malleus-train: --inject-mode gpu slows a GPU for real, and device '%s' has "
+                    "none: use --device cuda on a machine with a GPU per rank, or --inject-mode "
+                    "sleep\n",
+                    kb->name);
+        return 2;
+    }
     for (int i = 0; i < o->n_inject; i++)
         if (o->inject[i].rank >= world->size) {
             if (lead)

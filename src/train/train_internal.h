@@ -78,6 +78,8 @@ struct mal_trainer {
     void *probe_a, *probe_w, *probe_out;
     mal_kern_event *probe_ev[2];
     double inject_now;         /* injection factor of the current step (1: none) */
+    double slow_rate;          /* --inject-mode gpu: the device's slowdown now (1: none) */
+    int probe_reps;            /* matmuls per probe sample (1; more with --inject-mode gpu) */
     int check_every_all;       /* the policy's cadence, known on every rank */
     char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */
     double *rates;             /* rank 0: [world_size] latest straggling rates */
