@@ -9,7 +9,7 @@
 # The third part, "mt", measures what the thread level costs by itself:
 # malleus-train on 8 ranks (tiny, DP 2 x TP 2 x PP 2, 30 steps, no periodic
 # snapshot) with MPI started as MPI_THREAD_SINGLE and as
-# MPI_THREAD_MULTIPLE (--snapshot-async), twice each, alternating: the
+# MPI_THREAD_MULTIPLE (--snapshot-async), three times each, alternating: the
 # median step time of steps 6-30.
 #   sh bench/snapshot/run_async.sh [BUILD_DIR] [DIR] [1|2|mt]
 set -e
@@ -32,7 +32,7 @@ fi
 if [ -z "$which" ] || [ "$which" = mt ]; then
     echo "== MPI thread level alone: 8 ranks, tiny, median step ms of steps 6-30"
     mkdir -p "$dir"
-    for rep in 1 2; do
+    for rep in 1 2 3; do
         for mode in single multiple; do
             extra=""
             [ $mode = multiple ] && extra="--snapshot-async"
