@@ -45,11 +45,12 @@ want $? 2 "a local rank that is not a number"
 # The job outside Slurm on CPUs: 2 ranks, the loop to the end.
 export MALLEUS_BIN="$top_builddir" MALLEUS_LOOP="$top_srcdir/jobs/adaptive-loop.sh"
 export OPENBLAS_NUM_THREADS=1
+# (SNAPSHOT_ASYNC=1: the background snapshots a cuda job writes by default)
 out=$(DEVICE=cpu NPROCS=2 RUN_DIR="$W/run" MODEL=tiny STEPS=4 GLOBAL_BATCH=8 PIPELINES=1 \
-    SNAPSHOT_EVERY=2 timeout 300 bash "$top_srcdir/jobs/malleus-gpu.sbatch" 2>&1)
+    SNAPSHOT_EVERY=2 SNAPSHOT_ASYNC=1 timeout 300 bash "$top_srcdir/jobs/malleus-gpu.sbatch" 2>&1)
 rc=$?
 want $rc 0 "DEVICE=cpu job outside Slurm (exit status)"
-echo "$out" | grep -q 'malleus-gpu: 2 ranks, 2 per node, .* device cpu, comm mpi' ||
+echo "$out" | grep -q 'malleus-gpu: 2 ranks, 2 per node, .* device cpu, comm mpi, snapshots in the background' ||
     { echo "$out" | tail -20; echo "FAIL: no start line"; fails=$((fails + 1)); }
 grep -q 'done: 4 steps' "$W/run/events.log" 2>/dev/null ||
     { echo "$out" | tail -20; echo "FAIL: the loop did not finish"; fails=$((fails + 1)); }
