@@ -1,5 +1,8 @@
 #!/bin/sh
 # Install every Debian package Malleus needs to build, test and benchmark.
+# clang and libclang-rt-14-dev (libFuzzer, clang's sanitizer runtimes) are
+# for `make fuzz`; gcc's AddressSanitizer and UBSan runtimes, which `make
+# check-sanitize` uses, come with build-essential.
 #
 # Idempotent: packages already present are skipped by apt-get, and the package
 # lists are refreshed only when a package is actually missing.  Must run as
@@ -14,6 +17,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
       libopenblas-dev
       libjansson-dev
       slurm-wlm munge
+      clang libclang-rt-14-dev
       python3 python3-numpy python3-h5py python3-matplotlib"
 
 # PyTorch is only needed by the benchmarks (bench/); skip it with

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
 #include "mal.h"
 
 const char *const mal_config_presets[] = {"tiny", "small", "124m", "1b", "32b", "70b", "110b", NULL};
@@ -90,10 +91,15 @@ static int get_real(json_t *root, const char *key, float *out, float dflt, const
 
 int mal_config_from_json(mal_model_config *cfg, const char *text, const char *what)
 {
+    return mal_config_parse_buffer(cfg, text, strlen(text), what);
+}
+
+int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, const char *what)
+{
     static const char *known[] = {"name",       "vocab",   "d_model",    "n_layers", "n_heads",
                                   "ffn_hidden", "seq_len", "rope_theta", "norm_eps"};
     json_error_t jerr;
-    json_t *root = json_loads(text, 0, &jerr);
+    json_t *root = json_loadb(buf, len, 0, &jerr);
     if (!root)
         return MAL_ERR(MAL_EFORMAT, "%s: invalid JSON at line %d column %d: %s", what, jerr.line,
                        jerr.column, jerr.text);
@@ -140,40 +146,19 @@ int mal_config_load(mal_model_config *cfg, const char *spec)
             *cfg = presets[i];
             return 0;
         }
-    FILE *f = fopen(spec, "rb");
-    if (!f) {
-        int e = errno;
-        return MAL_ERR(e == ENOENT ? MAL_ENOENT : MAL_EIO,
-                       "model \"%s\" is neither a preset (tiny, small, 124m, 1b, 32b, 70b, 110b) nor a "
-                       "readable JSON file: %s",
-                       spec, strerror(e));
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = MAL_ERR(MAL_ENOMEM, "reading %s: out of memory", spec);
-                goto out;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        rc = MAL_ERR(MAL_EIO, "reading %s failed", spec);
-        goto out;
-    }
-    buf[len] = '\0';
-    rc = mal_config_from_json(cfg, buf, spec);
-out:
+    /* Read with a bound: a config is a few hundred bytes, and /dev/zero or
+     * a pipe that never ends must not fill the memory. */
+    unsigned char *buf;
+    size_t len;
+    int rc = mal_file_read(spec, "model config", MAL_CONFIG_MAX_FILE_BYTES, 0, &buf, &len);
+    if (rc == MAL_ENOENT)
+        return MAL_ERR(MAL_ENOENT,
+                       "model \"%s\" is neither a preset (tiny, small, 124m, 1b, 32b, 70b, "
+                       "110b) nor a readable JSON file: no such file",
+                       spec);
+    if (rc) return rc;
+    rc = mal_config_parse_buffer(cfg, (const char *)buf, len, spec);
     free(buf);
-    fclose(f);
     return rc;
 }
 

@@ -4,6 +4,7 @@
 #ifndef MAL_CONFIG_H
 #define MAL_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -27,6 +28,13 @@ int mal_config_load(mal_model_config *cfg, const char *spec);
 
 /* Local.  Parse from JSON text; `what` names the source in messages. */
 int mal_config_from_json(mal_model_config *cfg, const char *json, const char *what);
+/* The same on `len` bytes that need no terminating NUL (a NUL inside is
+ * MAL_EFORMAT): the parser every config goes through, and the fuzzing entry
+ * (tests/fuzz/fuzz_config.c). */
+int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, const char *what);
+
+/* Largest model config file read (a config is a few hundred bytes). */
+#define MAL_CONFIG_MAX_FILE_BYTES (1 << 20)
 
 /* Upper bounds of the sizes.  Far above any model trained today (LLaMA 3
  * 405B: d_model 16384, ffn_hidden 53248, 126 layers), and small enough that

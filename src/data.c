@@ -124,11 +124,12 @@ static int data_create(mal_data **out, char *name, uint16_t *tokens, size_t n)
     return 0;
 }
 
-/* Check a loaded file image and return where its tokens start and how many
- * there are.  `len` >= 1. */
-static int validate_image(const char *path, int format, const unsigned char *buf, size_t len,
-                          size_t *start, size_t *n)
+int mal_data_parse_image(const char *path, int format, const unsigned char *buf, size_t len,
+                         size_t *start, size_t *n)
 {
+    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
+        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
+    if (len == 0) return MAL_ERR(MAL_EFORMAT, "token file %s is empty", path);
     if (format == MAL_DATA_AUTO)
         format = len >= 4 && get_le32(buf) == MAL_DATA_LLMC_MAGIC ? MAL_DATA_LLMC : MAL_DATA_RAW16;
 
@@ -210,11 +211,7 @@ int mal_data_open(mal_data **out, const char *path, int format)
         return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
     rc = read_whole_file(path, "token file", &buf, &len);
     if (rc) return rc;
-    if (len == 0) {
-        rc = MAL_ERR(MAL_EFORMAT, "token file %s is empty", path);
-        goto cleanup;
-    }
-    rc = validate_image(path, format, buf, len, &start, &n);
+    rc = mal_data_parse_image(path, format, buf, len, &start, &n);
     if (rc) goto cleanup;
 
     /* For raw files the image is the token array already; for llm.c files

@@ -71,6 +71,17 @@ int mal_data_open_heldout(mal_data **out);
 /* Local.  Release everything; NULL is allowed. */
 void mal_data_destroy(mal_data *d);
 
+/* Local.  Check the image of a token file (`len` bytes at `buf`, as read)
+ * in `format` (MAL_DATA_AUTO: llm.c when the magic says so, else raw16):
+ * the llm.c header's magic, version and token count against the length,
+ * a raw file's even length.  On success the tokens are the *n uint16
+ * (little endian) from byte *start.  MAL_EFORMAT (empty, malformed,
+ * trailing data), MAL_ECORRUPT (truncated), MAL_EINVAL (unknown format),
+ * each naming `path`.  The parser every token file goes through, and the
+ * fuzzing entry (tests/fuzz/fuzz_llmc.c). */
+int mal_data_parse_image(const char *path, int format, const unsigned char *buf, size_t len,
+                         size_t *start, size_t *n);
+
 /* Local accessors.  Pointers stay owned by `d` and valid until destroy. */
 size_t mal_data_n_tokens(const mal_data *d);
 int mal_data_max_token(const mal_data *d);    /* largest token id present */

@@ -52,3 +52,18 @@ TESTS += tests/test_exit_codes.sh
 # buffers the host cannot touch: the device-memory seam, checked without a GPU.
 dist_check_SCRIPTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
 TESTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
+
+# ---- builds of this tree with other flags (make fuzz)
+# VARIANT/src: a copy of the distributed sources (the checkout is usually
+# configured in place, and automake allows no VPATH build of such a tree);
+# tests/variant-build.sh configures VARIANT/build from it.  distdir keeps
+# the files' times, so a second run rebuilds only what changed.
+EXTRA_DIST += tests/variant-build.sh
+variant-src:
+	@test -n "$(VARIANT)" || { echo "variant-src: set VARIANT" >&2; exit 2; }
+	@$(MKDIR_P) $(VARIANT)
+	@$(MAKE) $(AM_MAKEFLAGS) distdir distdir=$(VARIANT)/src >/dev/null
+
+.PHONY: variant-src
+clean-local:
+	-rm -rf fuzz-build
