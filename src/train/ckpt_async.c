@@ -97,26 +97,46 @@ int mal_ckpt_async_setup(struct mal_trainer *tr)
                     mal_comm_thread_level_name());
         return 0;
     }
+    /* The writer's communicator first: collective, so every rank makes it
+     * whatever fails below (the caller agrees on the outcome).  Every rank
+     * of the world, suspended ones too, takes part in the commit; control
+     * plane only, so the "mpi" backend. */
+    mal_comm *comm = NULL;
+    int rc = multi ? mal_comm_dup(tr->world, "mpi", &comm) : 0;
     mal_ckpt_async *a = calloc(1, sizeof *a);
-    if (!a) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    if (!a) {
+        mal_comm_destroy(comm);
+        return rc ? rc : MAL_ERR(MAL_ENOMEM, "out of memory");
+    }
     tr->async = a;
+    a->comm = comm;
     a->k = tr->k;
     const char *h = getenv("MALLEUS_TEST_SNAPSHOT_HOLD");
     a->hold = h ? atoi(h) : 0;
     /* HDF5 starts on this thread: its start-up registers with MPI */
-    int rc = mal_snapshot_library_init();
-    /* collective (every rank, whatever failed above: the caller agrees on
-     * the outcome): every rank of the world, suspended ones too, takes
-     * part in the commit; control plane only, so the "mpi" backend */
-    if (multi) {
-        int drc = mal_comm_dup(tr->world, "mpi", &a->comm);
-        if (!rc) rc = drc;
-    }
+    if (!rc) rc = mal_snapshot_library_init();
     size_t floats = 0;
     if (!rc && tr->model &&
         !(rc = mal_ckpt_staging_floats(&tr->plan, &tr->o.model, tr->world_rank, &floats)))
         rc = stage_reserve(a, floats);
     return rc;
+}
+
+void mal_ckpt_async_plan_changed(struct mal_trainer *tr)
+{
+    mal_ckpt_async *a = tr->async;
+    size_t floats = 0;
+    if (!a || (tr->model &&
+               mal_ckpt_staging_floats(&tr->plan, &tr->o.model, tr->world_rank, &floats)))
+        return;
+    if (floats == a->stage_floats) return;
+    /* sized for the new plan now, not in the next snapshot's stall; what
+     * fails here is tried again (and reported on every rank) then */
+    if (a->stage) mal_kern_host_free(a->k, a->stage);
+    a->stage = NULL;
+    a->stage_floats = 0;
+    if (floats && stage_reserve(a, floats))
+        mal_log(MAL_LOG_WARN, "rank %d: %s", tr->world_rank, mal_errmsg());
 }
 
 static void *writer_main(void *arg)

@@ -209,6 +209,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     tr->mig_times.bytes_kept = ms.kept_here;
     tr->migrated_bytes = ms.moved;
     tr->kept_bytes = ms.kept;
+    mal_ckpt_async_plan_changed(tr);
     rc = log_times(tr);
 out:
     mal_model_destroy(old);

@@ -202,6 +202,9 @@ int mal_ckpt_staging_floats(const mal_plan *plan, const mal_model_config *cfg, i
  * collected is logged), free everything. */
 int mal_ckpt_async_setup(struct mal_trainer *tr);
 void mal_ckpt_async_teardown(struct mal_trainer *tr);
+/* Local, after a plan change: the staging buffers re-sized for the blocks
+ * this rank writes under the new plan (none on a suspended rank). */
+void mal_ckpt_async_plan_changed(struct mal_trainer *tr);
 
 /* train_memory.c: collective over the world: MAL_EINVAL, with the
  * numbers, when the largest part of tr->plan needs more memory than a
