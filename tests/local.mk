@@ -53,6 +53,12 @@ TESTS += tests/test_exit_codes.sh
 dist_check_SCRIPTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
 TESTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
 
+# The multi-rank suite on the GPU (--device cuda, fp32; comm mpi, then nccl
+# where 8 ranks can use it); exit 77 without a GPU.  bench/gpu/run.sh runs
+# it on a GPU machine (stage multirank).
+dist_check_SCRIPTS += tests/test_cuda_multirank.sh
+TESTS += tests/test_cuda_multirank.sh
+
 # ---- builds of this tree with other flags (make fuzz)
 # VARIANT/src: a copy of the distributed sources (the checkout is usually
 # configured in place, and automake allows no VPATH build of such a tree);

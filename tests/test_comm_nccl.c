@@ -25,9 +25,15 @@
  *    peer or tag are refused.
  * Inputs are drawn fresh each run (the seed is printed).  Rank 0 prints the
  * verdict.
+ *
+ * `test_comm_nccl --nccl-version` (no MPI, no GPU needed) prints the version
+ * code of the NCCL library it runs with (ncclGetVersion: 22803 for 2.28.3)
+ * and exits: tests/test_cuda_multirank.sh asks it whether ranks may share
+ * a GPU (2.30 and newer, with NCCL_MULTI_RANK_GPU_ENABLE=1).
  */
 #include <cuda_runtime_api.h>
 #include <mpi.h>
+#include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,6 +440,16 @@ static void test_failures(mal_comm *w, mal_kern k)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--nccl-version")) {
+        int v = 0;
+        ncclResult_t r = ncclGetVersion(&v);
+        if (r != ncclSuccess) {
+            fprintf(stderr, "ncclGetVersion: %s\n", ncclGetErrorString(r));
+            return MAL_TEST_ERROR;
+        }
+        printf("%d\n", v);
+        return 0;
+    }
     mal_comm *w = NULL;
     CHECK_OK(mal_comm_init(&argc, &argv, &w));
     atexit(abort_unless_finished);

@@ -73,14 +73,7 @@ int main(int argc, char **argv)
     snprintf(b_dir, sizeof b_dir, "%s/b", argv[2]);
     snprintf(c_dir, sizeof c_dir, "%s/c", argv[2]);
 
-    mal_train_options o = mal_train_defaults();
-    CHECK_OK(mal_config_load(&o.model, "tiny"));
-    o.steps = 3;
-    o.global_batch = 16;
-    o.micro_batch = 2;
-    o.log_every = 0;
-    o.threads = 1;
-    o.device = mal_test_device();
+    mal_train_options o = mal_test_tiny_options(3, 2);
     o.dp = o.tp = o.pp = 2;
     o.world = world;
     o.snapshot_dir = a_dir;

@@ -6,8 +6,10 @@
  * the reference; then, for each plan, the ranks train the same run under
  * that plan.  At every step the global loss must match the reference within
  * 1e-4 relative, and at the end every parameter shard every rank holds must
- * match the reference tensor within 1e-4 of that tensor's largest value.
- * Rank 0 prints one verdict line per plan. */
+ * match the reference tensor within 1e-4 of that tensor's largest value,
+ * and the copies of every parameter and Adam moment on different
+ * data-parallel replicas must be bitwise identical (whatever their TP
+ * sizes).  Rank 0 prints one verdict line per plan. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,13 +104,15 @@ int main(int argc, char **argv)
             compare_shard(m, t, rm, rt, &err, &scale);
             worst_param = fmax(worst_param, err / scale);
         }
-        double worst[2] = {worst_loss, worst_param};
+        double worst[2] = {worst_loss, worst_param}, mismatches;
         CHECK_OK(mal_comm_allreduce_max_f64(world, worst, 2));
-        int ok = worst[0] <= 1e-4 && worst[1] <= 1e-4;
+        CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatches));
+        int ok = worst[0] <= 1e-4 && worst[1] <= 1e-4 && mismatches == 0;
         failed |= !ok;
         if (world->rank == 0)
-            printf("%s %s: %d steps in %.2f s, max loss rel diff %.2e, max param rel diff %.2e\n",
-                   ok ? "PASS" : "FAIL", argv[a], STEPS, secs, worst[0], worst[1]);
+            printf("%s %s: %d steps in %.2f s, max loss rel diff %.2e, max param rel diff %.2e, "
+                   "replica mismatches %.0f\n",
+                   ok ? "PASS" : "FAIL", argv[a], STEPS, secs, worst[0], worst[1], mismatches);
         mal_trainer_destroy(tr);
         mal_plan_fini(&plan);
     }

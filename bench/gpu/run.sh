@@ -30,6 +30,19 @@
 #   job      jobs/malleus-gpu.sbatch by hand (no Slurm there): 4 ranks
 #            share the GPU over the MPI data plane, rank 3 slowed 4x, the
 #            loop re-plans, reshards and resumes (README "Jobs")
+#   multirank  make check of tests/test_cuda_multirank.sh: the multi-rank
+#            suite on 8 ranks sharing the GPU, --device cuda, fp32, comm
+#            mpi (the six plans of test_parallel against the one-rank GPU
+#            run, reshard, --adapt online with an injected straggler, the
+#            restart loop), then comm nccl where NCCL can take 8 ranks
+#            (8 GPUs, or NCCL 2.30+), else a line says it is skipped.  A
+#            stage of its own: ~45 s on the 2-core VM with cpu-opaque,
+#            guessed 60-150 s on the H100 (8 CUDA contexts time-sliced on
+#            one GPU, every transfer staged through host memory), twice
+#            that with the NCCL part; it does not fit in the tests
+#            stage's 240 s beside the other GPU tests, and after tests and
+#            job a first call may have too little left: then a call of its
+#            own, STAGES="setup build multirank"
 #   bench12  bench/gpu/bench.py: ceilings, then malleus / torch.compile /
 #            eager on the 124m and 1b shapes (BENCH_ARGS narrows it, e.g.
 #            "--shapes 1b --who malleus")
@@ -48,12 +61,12 @@
 # the GPU machine counts as a failure, so this never passes without having
 # run.  $OUT keeps at most 8 files (the device tool's limit): summary.txt,
 # tests.txt, job.txt, bench.md, bench.json, bench13.txt and logs.tgz (every
-# log).
+# log); the multirank stage's log goes into tests.txt too.
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-580}
 OUT=${OUT:-$PWD/gpu-out}
-STAGES=${STAGES:-setup build tests job bench12 bench13}
+STAGES=${STAGES:-setup build tests job multirank bench12 bench13}
 STAGES=$(echo " $STAGES " | sed 's/ bench / bench12 /') # the old name
 BENCH_ARGS=${BENCH_ARGS:-}
 NVCC_ARCH_FLAGS=${NVCC_ARCH_FLAGS:-"-gencode arch=compute_90a,code=sm_90a"}
@@ -154,6 +167,20 @@ if has job; then
     { cat "$LOGS/job.log"; echo "== events.log"; cat /tmp/malleus-gpu-run/events.log; } >"$OUT/job.txt" 2>&1
     grep -E '^malleus-gpu:|adaptive-loop:' "$LOGS/job.log" | head -12 | tee -a "$SUMMARY"
     [ $rc -eq 0 ] || status=1
+fi
+
+if has multirank; then
+    t=tests/test_cuda_multirank
+    rm -f "$t.log" "$t.trs"
+    stage multirank 240 60 "make -j2 check PYTHON3=$PY MPIEXEC=$MPIEXEC TESTS=$t.sh"
+    rc=$?
+    res=$(sed -n 's/^:test-result: //p' "$t.trs" 2>/dev/null)
+    say "  ${res:-MISSING}: $t.sh"
+    grep -E '^\[[0-9]+ s\] (ok|FAIL|==|NCCL|the NCCL|PASS)' "$t.log" 2>/dev/null | tee -a "$SUMMARY"
+    cat "$t.log" >>"$OUT/tests.txt" 2>/dev/null
+    cp "$t.log" "$LOGS/" 2>/dev/null
+    # a skip (77) on the GPU machine means it did not run: a failure
+    [ $rc -eq 0 ] && [ "$res" = PASS ] || status=1
 fi
 
 if has bench12; then

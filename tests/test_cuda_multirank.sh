@@ -1,0 +1,157 @@
+#!/bin/sh
+# The multi-rank suite on the GPU (issue 13): 8 ranks share the machine's
+# GPU(s), each with the tiny model (a few hundred MiB of GPU memory a rank,
+# most of it the CUDA context), fp32 compute (the tests' tolerances are
+# fp32's; tests/tiny_options.h), exit 77 where no GPU is usable:
+#   1. test_parallel: the six plans of tests/test_parallel.sh against the
+#      one-rank run on the same device (every rank computes it): loss at
+#      every step and every parameter shard within 1e-4, replicas bitwise
+#      identical;
+#   2. test_reshard: snapshot, exact resume, reshard pp4dp2 -> mixed_tp and
+#      resume on it (state and loaded shards bit for bit, loss within 1e-4);
+#   3. --adapt online with a straggler injected by sleeping (right when ranks
+#      share a GPU): test_online (two plan changes, replicas bitwise
+#      identical after each, loss within 1e-4 of the one-rank run), then
+#      malleus-train --adapt online --inject (a migration line, training
+#      continues to the end);
+#   4. the restart loop (jobs/adaptive-loop.sh through mpiexec, rank 3
+#      slowed 4x): re-plan, reshard, resume, and the loss curve of the
+#      one-rank run on the same device within 1e-4 (tests/check_loop.py).
+# All of it with the MPI data plane (--comm mpi: device buffers staged
+# through pinned host memory), then with NCCL (--comm nccl) where it can
+# run 8 ranks: 8 or more GPUs (one rank each), or NCCL 2.30 or newer, whose
+# NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share a GPU; otherwise a line
+# says why the NCCL part is skipped.
+#
+# MALLEUS_TEST_DEVICE (default cuda) names the kernel backend: with
+# cpu-opaque the script runs end to end without a GPU, MPI part only (make
+# check does not do that: test_opaque_a/b.sh cover cpu-opaque).
+set -u
+: "${top_srcdir:=$(dirname "$0")/..}"
+: "${top_builddir:=.}"
+: "${MPIEXEC:=mpiexec.mpich}"
+: "${PYTHON3:=/usr/bin/python3}"
+DEV=${MALLEUS_TEST_DEVICE:-cuda}
+MALLEUS_TEST_DEVICE=$DEV
+OPENBLAS_NUM_THREADS=1
+export MALLEUS_TEST_DEVICE OPENBLAS_NUM_THREADS
+TRAIN=$top_builddir/malleus-train
+P=$top_srcdir/tests/plans
+[ -x "$TRAIN" ] || { echo "test_cuda_multirank: $TRAIN not built"; exit 99; }
+if [ "$DEV" = cuda ]; then
+    . "$top_srcdir/tests/cuda_skip.sh"
+    mal_need_cuda test_cuda_multirank
+fi
+W=$(mktemp -d "${TMPDIR:-/tmp}/test_cuda_multirank.XXXXXX") || exit 99
+trap 'rm -rf "$W"' EXIT INT TERM
+fails=0
+T0=$(date +%s)
+say() { echo "[$(($(date +%s) - T0)) s] $*"; }
+# mpi NAME TIMEOUT_S PROGRAM [ARGS...]: 8 ranks, output in $W/NAME.out and
+# echoed; a failure is counted, named and the rest goes on
+mpi() {
+    name=$1 limit=$2
+    shift 2
+    sh "$top_srcdir/tests/mpirun.sh" 8 "$limit" "$@" >"$W/$name.out" 2>&1
+    rc=$?
+    verdicts='^(PASS|FAIL|SKIP|step [0-9]+: plan change)'
+    grep -E "$verdicts" "$W/$name.out"
+    if [ $rc -ne 0 ]; then
+        grep -Ev "$verdicts" "$W/$name.out" | tail -20
+        say "FAIL ($COMM): $name exited $rc"
+        fails=$((fails + 1))
+        return 1
+    fi
+    say "ok ($COMM): $name"
+}
+# check NAME WHAT FILE PATTERN: FILE has a line matching PATTERN (ERE)
+check() {
+    if ! grep -Eq "$4" "$3"; then
+        tail -20 "$3"
+        say "FAIL ($COMM): $1: $2"
+        fails=$((fails + 1))
+        return 1
+    fi
+}
+
+# The one-rank run on this device, for the restart loop's loss curve.
+"$TRAIN" --device "$DEV" --precision fp32 --model tiny --steps 24 --global-batch 16 \
+    --micro-batch 2 --quiet --metrics "$W/ref.jsonl" >"$W/ref.out" 2>&1 ||
+    { cat "$W/ref.out"; echo "FAIL: the one-rank reference run"; exit 1; }
+
+suite() {
+    COMM=$1
+    MALLEUS_TEST_COMM=$COMM
+    export MALLEUS_TEST_COMM
+    say "== the multi-rank suite on $DEV, comm $COMM${NCCL_MULTI_RANK_GPU_ENABLE:+ (NCCL_MULTI_RANK_GPU_ENABLE=$NCCL_MULTI_RANK_GPU_ENABLE)}"
+    mpi parallel 300 "$top_builddir/tests/test_parallel" "$P/dp8.json" "$P/tp8.json" \
+        "$P/pp4dp2.json" "$P/mixed_tp.json" "$P/uneven_stages.json" "$P/suspended.json"
+    mkdir -p "$W/reshard.$COMM"
+    mpi reshard 120 "$top_builddir/tests/test_reshard" "$W/reshard.$COMM" "$P/pp4dp2.json" \
+        "$P/mixed_tp.json"
+    mpi online 240 "$top_builddir/tests/test_online"
+    mpi train-online 120 "$TRAIN" --device "$DEV" --comm "$COMM" --precision fp32 --model tiny \
+        --steps 8 --global-batch 16 --micro-batch 2 --dp 2 --tp 2 --pp 2 --inject 3:8:1 \
+        --inject-mode sleep --adapt online --ranks-per-node 4 --check-every 2 --window 3 \
+        --gap 1.5 --noise-floor 2.0 --threshold 2.0 &&
+        check train-online "the start-up table does not show $DEV (fp32) / $COMM" \
+            "$W/train-online.out" "^\| kernels / comm +\| $DEV \(fp32\) +/ $COMM" &&
+        check train-online "no online migration line" "$W/train-online.out" \
+            '^online migration 1 at step [0-9]+: [0-9.]+ MiB moved' &&
+        check train-online "training did not continue to step 8" "$W/train-online.out" \
+            'step 8/8' && say "ok ($COMM): malleus-train --adapt online: $(grep '^online migration 1' "$W/train-online.out")"
+    # the restart loop, as tests/test_loop.sh runs it without Slurm
+    run=$W/loop.$COMM
+    MALLEUS_BIN="$top_builddir" RUN_DIR="$run" NPROCS=8 LAUNCH="timeout 120 $MPIEXEC -n 8" \
+        STEPS=24 RANKS_PER_NODE=4 SNAPSHOT_EVERY=6 \
+        TRAIN_ARGS="--device $DEV --comm $COMM --precision fp32 --inject 3:4:6 --inject-mode sleep --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
+        timeout 400 bash "$top_srcdir/jobs/adaptive-loop.sh" >"$W/loop.$COMM.out" 2>&1
+    rc=$?
+    grep -E 'generation|re-plan|done' "$run/events.log" 2>/dev/null | head -8
+    if [ $rc -ne 0 ]; then
+        tail -30 "$W/loop.$COMM.out"
+        say "FAIL ($COMM): the restart loop exited $rc"
+        fails=$((fails + 1))
+    elif "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$run" "$W/ref.jsonl" 24 3; then
+        say "ok ($COMM): the restart loop"
+    else
+        say "FAIL ($COMM): the restart loop against the one-rank run"
+        fails=$((fails + 1))
+    fi
+}
+
+suite mpi
+
+# NCCL: 8 ranks need 8 GPUs, or GPUs they may share (NCCL 2.30+).
+why=
+gpus=0
+if [ "$DEV" != cuda ]; then
+    why="the device is $DEV, not cuda"
+elif [ ! -x "$top_builddir/tests/test_comm_nccl" ]; then
+    why="this build has no NCCL (configure --with-nccl)"
+else
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    ver=$("$top_builddir/tests/test_comm_nccl" --nccl-version 2>&1) ||
+        { echo "FAIL: test_comm_nccl --nccl-version: $ver"; exit 1; }
+    if [ "$gpus" -ge 8 ]; then
+        say "NCCL $ver, $gpus GPUs: one rank per GPU"
+    elif [ "$ver" -ge 23000 ]; then
+        NCCL_MULTI_RANK_GPU_ENABLE=1
+        export NCCL_MULTI_RANK_GPU_ENABLE
+        say "NCCL $ver, $gpus GPU(s): 8 ranks share them (NCCL_MULTI_RANK_GPU_ENABLE=1)"
+    else
+        why="NCCL $ver and $gpus GPU(s): 8 ranks would share a GPU, which NCCL refuses before 2.30 (23000); 8 GPUs, or NCCL 2.30+, run it"
+    fi
+fi
+if [ -n "$why" ]; then
+    say "the NCCL multi-rank part is skipped: $why"
+else
+    suite nccl
+fi
+
+if [ $fails -eq 0 ]; then
+    say "PASS: the multi-rank suite on $DEV ($([ -n "$why" ] && echo 'comm mpi; nccl skipped' || echo 'comm mpi and nccl'))"
+    exit 0
+fi
+say "FAIL: $fails check(s) of the multi-rank suite on $DEV"
+exit 1
