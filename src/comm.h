@@ -60,15 +60,69 @@
  *    Each request has an event recorded after its launch;
  *  - dp_waitall launches what is held, polls each request's event (timeout
  *    as above) and makes the kernel queue wait for it (rule 3).
+ *  - non-blocking member-list all-reduce (dp_iallreduce_list): post =
+ *    `ready` on the kernel queue, the list's stream waits for it (rule 1),
+ *    ncclAllReduce on the list's stream, then a `done` event of the
+ *    request's own recorded there; nothing waits on the host.  The kernel
+ *    queue goes on with the backward pass meanwhile: the reduction runs on
+ *    its own stream, concurrently, on the bucket's region of the packing
+ *    buffer, which no kernel touches until the wait.  dp_waitall polls
+ *    `done` (timeout and abort as above) and makes the kernel queue wait
+ *    for it (rule 3), so the unpacking kernels queued after the wait read
+ *    the result.  dp_progress has nothing to do on NCCL (the GPU runs what
+ *    was launched; held sends stay held, for the reason above).  Lists
+ *    posted in one global order by all their members also keep NCCL's own
+ *    rule: kernels of different communicators launched in different orders
+ *    on different ranks can wait on each other on the GPU;
+ *  - a list's communicator is created by the first reduction on that list
+ *    (blocking, collective over the members): a caller that posts
+ *    non-blocking reductions in the middle of other work makes the lists it
+ *    will use first, with a blocking reduction of count 0 at a point where
+ *    every member can reach it (the gradient sync does so before the first
+ *    backward pass).
  * Consequences for callers: complete data-plane sends (dp_waitall) before
  * a control-plane operation that their receiver may be waiting behind
  * (held sends are launched by data-plane calls only); messages between two
  * ranks match in the order they are posted, whatever their tags (NCCL has
  * none); the NCCL backend cannot see a receive of a different size than
- * its send (MPI reports it).  Each operation is complete on the host when
- * its call (collectives) or wait (point to point) returns: the timeout
- * needs a host that waits; overlapping the gradient reduction with the
- * backward pass will relax that for the buckets it launches.
+ * its send (MPI reports it).  Each blocking operation is complete on the
+ * host when its call (collectives) or wait (point to point) returns: the
+ * timeout needs a host that waits, which for a non-blocking reduction is
+ * its dp_waitall.
+ *
+ * Non-blocking member-list all-reduce (dp_iallreduce_list, dp_progress,
+ * dp_waitall), the rules for every backend:
+ *  - a rank's outstanding non-blocking list reductions on one communicator
+ *    run in the order it posted them, one after the other (MPI: a FIFO per
+ *    communicator, only its head has messages in flight; NCCL: launch
+ *    order on the list's stream, and the lists posted in one order);
+ *  - members post the lists they share in one global order - for the
+ *    gradient sync, its bucket order, which every rank derives from the
+ *    plan alone.  That order is total over all buckets of the step, so no
+ *    cycle of waits can form across lists: a rank runs its queue serially
+ *    and waits for bucket X only while X is its head, i.e. only behind
+ *    buckets earlier than X in the total order; the earliest unfinished
+ *    bucket of the whole job is at the head of every member's queue once
+ *    each member has posted it, so it finishes, and by induction so does
+ *    every bucket.  (Posting is never held back by a reduction: a rank
+ *    posts as its backward pass finishes the bucket's gradients and only
+ *    progresses - never waits - until it has posted everything);
+ *  - no blocking list reduction on c while non-blocking ones are
+ *    outstanding there (on MPI it would queue behind them; on NCCL it
+ *    would break the global order), and a distinct tag for the
+ *    non-blocking ones where both kinds are used on one communicator;
+ *  - the buffer is not read or written by the caller (host or kernels)
+ *    from the post until the wait returns;
+ *  - the result is bitwise the same on every member, and the same bits as
+ *    the blocking dp_allreduce_list of the same buffer gives (MPI: the
+ *    blocking one is the non-blocking one waited for; NCCL: the same
+ *    ncclAllReduce on the same communicator);
+ *  - progress happens only inside dp_iallreduce_list, dp_progress and
+ *    dp_waitall calls on c (MPI runs no thread of its own here), so a
+ *    caller with long work between its posts calls dp_progress now and
+ *    then; dp_progress never waits;
+ *  - every request is waited for before c is destroyed (a request left
+ *    behind fails at its wait).
  *
  * Failures (NCCL): communicators are created non-blocking
  * (ncclConfig_t.blocking = 0) and every wait - creation included - gives
@@ -181,6 +235,19 @@ struct mal_comm_ops {
      * online plan change - costs nothing. */
     int (*dp_allreduce_list)(mal_comm *c, mal_kern k, const int *members, int n, int tag,
                              void *buf, size_t count, mal_dtype dt, mal_reduce_op op);
+    /* Local (each member's part of the collective of the blocking one):
+     * post the same reduction without waiting; *req (owned by the caller
+     * until dp_waitall frees it; NULL when there is nothing to combine: one
+     * member or count 0) completes it.  Ordering, progress and the rules
+     * that keep members from deadlocking: the top of the file. */
+    int (*dp_iallreduce_list)(mal_comm *c, mal_kern k, const int *members, int n, int tag,
+                              void *buf, size_t count, mal_dtype dt, mal_reduce_op op,
+                              mal_comm_req **req);
+    /* Local: advance the non-blocking reductions outstanding on c (MPI:
+     * test the head's messages, combine, post its next step, start the
+     * next reduction); never waits.  0, or the first error met (the failed
+     * request reports it again at its wait). */
+    int (*dp_progress)(mal_comm *c);
     /* Local: post a send / receive of `bytes` of device buffer buf (any
      * size); the request is owned by the caller until waited on. */
     int (*dp_isend)(mal_comm *c, mal_kern k, const void *buf, size_t bytes, int peer, int tag,
@@ -368,6 +435,13 @@ static inline int mal_comm_dp_allreduce_list(mal_comm *c, mal_kern k, const int 
 {
     return c->ops->dp_allreduce_list(c, k, members, n, tag, buf, count, dt, op);
 }
+static inline int mal_comm_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, int n,
+                                              int tag, void *buf, size_t count, mal_dtype dt,
+                                              mal_reduce_op op, mal_comm_req **req)
+{
+    return c->ops->dp_iallreduce_list(c, k, members, n, tag, buf, count, dt, op, req);
+}
+static inline int mal_comm_dp_progress(mal_comm *c) { return c->ops->dp_progress(c); }
 static inline int mal_comm_dp_isend(mal_comm *c, mal_kern k, const void *buf, size_t bytes,
                                     int peer, int tag, mal_comm_req **req)
 {

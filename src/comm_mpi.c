@@ -65,9 +65,21 @@ struct mal_comm_req {
     size_t bytes;
     int peer, tag;
     /* a staged data-plane transfer: the pinned host copy (freed at the
-     * wait) and, for a receive, the device buffer it is copied into */
+     * wait) and, for a receive or a reduction, the device buffer it is
+     * copied into */
     mal_kern k;
     void *stage, *dev;
+    /* a non-blocking member-list all-reduce (is_list): queued on its
+     * communicator (c; NULL once the communicator was destroyed), started
+     * when it reaches the head of the queue */
+    int is_list, done, err;
+    mal_comm *c;
+    int *members, n;
+    float *host; /* what the ring reduces: dev itself or the staged copy */
+    size_t count;
+    mal_reduce_op op;
+    mal_ring *ring;
+    mal_comm_req *next;
 };
 
 typedef struct {
@@ -75,6 +87,11 @@ typedef struct {
     int *counts, *displs; /* [size]: blocks of the reduce-scatter path */
     void *ring_scratch;   /* host scratch of the member-list reduction, kept */
     size_t ring_scratch_bytes;
+    /* outstanding member-list reductions, in the order posted; only the
+     * head runs (comm.h) */
+    mal_comm_req *q_head, **q_tail;
+    int q_failed; /* an earlier reduction failed: the ring's messages no
+                   * longer match, so every later one fails too */
 } mpi_impl;
 
 static MPI_Comm comm_of(const mal_comm *c)
@@ -93,6 +110,18 @@ int mal_mpi_err_at(const char *file, int line, int mpirc, const char *what)
                          len ? msg : "no MPI error string", mpirc);
 }
 
+/* Between the i-th and the next test of a wait that began spinning: the
+ * nap schedule above (t0: when the naps began, kept by the caller). */
+static void nap_after(long i, int64_t *t0)
+{
+    if (i < SPIN_TESTS) return;
+    int64_t waited = i == SPIN_TESTS ? 0 : now_ns() - *t0;
+    if (i == SPIN_TESTS) *t0 = now_ns();
+    int64_t nap = waited < BACKOFF_AFTER_NS ? NAP_NS : MAL_MIN(waited / 16, NAP_MAX_NS);
+    struct timespec ts = {0, (long)nap};
+    nanosleep(&ts, NULL);
+}
+
 int mal_mpi_wait(MPI_Request *req, MPI_Status *status, const char *what)
 {
     int64_t t0 = 0;
@@ -101,12 +130,7 @@ int mal_mpi_wait(MPI_Request *req, MPI_Status *status, const char *what)
         int rc = MPI_Test(req, &done, status);
         if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
         if (done) return 0;
-        if (i < SPIN_TESTS) continue;
-        int64_t waited = i == SPIN_TESTS ? 0 : now_ns() - t0;
-        if (i == SPIN_TESTS) t0 = now_ns();
-        int64_t nap = waited < BACKOFF_AFTER_NS ? NAP_NS : MAL_MIN(waited / 16, NAP_MAX_NS);
-        struct timespec ts = {0, (long)nap};
-        nanosleep(&ts, NULL);
+        nap_after(i, &t0);
     }
 }
 
@@ -154,6 +178,7 @@ static int wrap_comm(MPI_Comm comm, const mal_comm_ops *ops, mal_comm **out)
         goto fail_alloc;
     }
     impl->comm = comm;
+    impl->q_tail = &impl->q_head;
     c->ops = ops;
     c->impl = impl;
     if ((rc = MPI_Comm_rank(comm, &c->rank)) != MPI_SUCCESS ||
@@ -360,6 +385,16 @@ void mal_comm_mpi_destroy(mal_comm *c)
     /* the data plane's state first: it may still use the control plane's
      * communicator (NCCL finalises its communicator) */
     if (c->dp && c->ops->dp_detach) c->ops->dp_detach(c);
+    /* reductions nobody waited for (an error path): stopped, and their
+     * waits will say why */
+    for (mal_comm_req *r = impl ? impl->q_head : NULL, *nx; r; r = nx) {
+        nx = r->next;
+        mal_comm_ring_free(r->ring);
+        r->ring = NULL;
+        r->c = NULL;
+        r->next = NULL;
+        r->done = 1;
+    }
     if (impl && impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
     if (impl) free(impl->counts), free(impl->displs), free(impl->ring_scratch);
     free(impl);
@@ -618,7 +653,8 @@ static int post_p2p(mal_comm *c, void *buf, size_t bytes, int peer, int tag, int
     if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
     mal_comm_req *r = malloc(sizeof *r);
     if (!r) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
-    *r = (mal_comm_req){MPI_REQUEST_NULL, is_recv, bytes, peer, tag, NULL, NULL, NULL};
+    *r = (mal_comm_req){.req = MPI_REQUEST_NULL, .is_recv = is_recv, .bytes = bytes,
+                        .peer = peer, .tag = tag};
     int rc = is_recv ? MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req)
                      : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req);
     if (rc != MPI_SUCCESS) {
@@ -644,9 +680,12 @@ int mal_comm_mpi_irecv(mal_comm *c, void *buf, size_t bytes, int peer, int tag, 
 /* Frees the request whatever the outcome.  A receive must get exactly the
  * bytes it asked for: a shorter message means the peers disagree about
  * what they exchange, which MPI alone would not report. */
+static int list_wait(mal_comm_req *r);
+
 int mal_comm_mpi_wait(mal_comm_req *r)
 {
     if (!r) return 0;
+    if (r->is_list) return list_wait(r);
     MPI_Status st;
     int err = mal_mpi_wait(&r->req, &st, r->is_recv ? "wait (receive)" : "wait (send)");
     if (!err && r->is_recv) {
@@ -687,7 +726,8 @@ static int dp_post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, i
     if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
     mal_comm_req *r = calloc(1, sizeof *r);
     if (!r) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
-    *r = (mal_comm_req){MPI_REQUEST_NULL, is_recv, bytes, peer, tag, NULL, NULL, NULL};
+    *r = (mal_comm_req){.req = MPI_REQUEST_NULL, .is_recv = is_recv, .bytes = bytes,
+                        .peer = peer, .tag = tag};
     void *mbuf = buf;
     if (!k->host_addressable) {
         if (!(r->stage = mal_kern_host_alloc(k, bytes ? bytes : 1))) {
@@ -817,27 +857,151 @@ static int mpi_dp_allreduce(mal_comm *c, mal_kern k, void *buf, size_t count, ma
     return rc;
 }
 
+/* ---- member-list reductions: a queue per communicator ------------------ */
+
+/* Fail r (and, the ring's messages being out of step from here on, every
+ * reduction queued behind it). */
+static void list_fail(mpi_impl *im, mal_comm_req *r, int err)
+{
+    r->err = err;
+    if (!im->q_failed) im->q_failed = err;
+}
+
+/* Advance the queue of c: start the head's ring when it reaches the head,
+ * test it, and go on to the next reduction when it is done.  Never waits.
+ * Returns the first error met (which the failed request keeps too). */
+static int list_progress(mal_comm *c)
+{
+    mpi_impl *im = c->impl;
+    int first_err = 0;
+    while (im->q_head) {
+        mal_comm_req *r = im->q_head;
+        int rc = 0, done = 0;
+        if (im->q_failed && !r->ring) {
+            rc = MAL_ERR(im->q_failed,
+                         "member-list all-reduce: an earlier reduction on this communicator "
+                         "failed, so this one cannot run");
+        } else {
+            if (!r->ring) {
+                /* the ring's scratch is kept with the communicator (one
+                 * reduction runs at a time): a reduction every step must
+                 * not allocate every step */
+                size_t need = mal_comm_ring_scratch_bytes(r->count, r->n);
+                if (need > im->ring_scratch_bytes) {
+                    void *p = realloc(im->ring_scratch, need);
+                    if (!p)
+                        rc = MAL_ERR(MAL_ENOMEM, "member-list all-reduce: out of memory for "
+                                                 "scratch");
+                    else
+                        im->ring_scratch = p, im->ring_scratch_bytes = need;
+                }
+                if (!rc)
+                    rc = mal_comm_ring_start(c, r->members, r->n, r->tag, r->host, r->count, r->op,
+                                             im->ring_scratch, &r->ring);
+            }
+            if (!rc) rc = mal_comm_ring_progress(r->ring, &done);
+        }
+        if (rc) {
+            list_fail(im, r, rc);
+            if (!first_err) first_err = rc;
+            done = 1;
+        }
+        if (!done) break; /* the head is still running: later ones wait */
+        mal_comm_ring_free(r->ring);
+        r->ring = NULL;
+        r->done = 1;
+        im->q_head = r->next;
+        r->next = NULL;
+        if (!im->q_head) im->q_tail = &im->q_head;
+    }
+    return first_err;
+}
+
+/* The wait of a member-list reduction: progress its communicator's queue
+ * (sleeping between tests) until it is done, then the result back into
+ * the device buffer (rule 2/3) and the request freed. */
+static int list_wait(mal_comm_req *r)
+{
+    int64_t t0 = 0;
+    for (long i = 0; !r->done && r->c; i++) {
+        list_progress(r->c); /* errors land in the requests */
+        if (!r->done) nap_after(i, &t0);
+    }
+    int err = r->err;
+    if (!err && !r->c)
+        err = MAL_ERR(MAL_EINVAL, "member-list all-reduce: its communicator was destroyed before "
+                                  "the wait");
+    if (r->stage) {
+        if (!err) mal_kern_from_host(r->k, r->dev, r->stage, r->count * sizeof(float));
+        mal_kern_queue_wait(r->k);
+        mal_kern_host_free(r->k, r->stage);
+    }
+    free(r->members);
+    free(r);
+    return err;
+}
+
+static int mpi_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
+                                  void *buf, size_t count, mal_dtype dt, mal_reduce_op op,
+                                  mal_comm_req **out)
+{
+    const char *what = "member-list all-reduce";
+    mpi_impl *im = c->impl;
+    int rc = check_f32(dt, what), me = -1;
+    *out = NULL;
+    if (rc) return rc;
+    if (n < 1) return MAL_ERR(MAL_EINVAL, "%s: %d members; list at least one", what, n);
+    if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
+    for (int i = 0; i < n; i++) {
+        if (members[i] < 0 || members[i] >= c->size)
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: member %d is not a rank of this communicator of %d ranks", what,
+                           members[i], c->size);
+        if (members[i] == c->rank) me = i;
+    }
+    if (me < 0)
+        return MAL_ERR(MAL_EINVAL, "%s: calling rank %d is not in the list of %d members", what,
+                       c->rank, n);
+    if (n == 1 || count == 0) return 0; /* nothing to combine: no request */
+    mal_comm_req *r = calloc(1, sizeof *r);
+    if (!r || !(r->members = malloc((size_t)n * sizeof *members))) {
+        free(r);
+        return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
+    }
+    memcpy(r->members, members, (size_t)n * sizeof *members);
+    r->req = MPI_REQUEST_NULL;
+    r->is_list = 1;
+    r->c = c, r->n = n, r->tag = tag, r->count = count, r->op = op;
+    r->k = k, r->dev = buf;
+    /* rule 1: staged (device -> pinned host) or used in place after the
+     * kernel queue has passed everything queued before this call */
+    void *host = NULL;
+    if ((rc = dp_stage(k, buf, count * sizeof(float), &host, &r->stage))) {
+        free(r->members);
+        free(r);
+        return rc;
+    }
+    r->host = host;
+    *im->q_tail = r;
+    im->q_tail = &r->next;
+    /* its first messages go now when it is the head; errors land in the
+     * request, which the wait reports */
+    list_progress(c);
+    *out = r;
+    return 0;
+}
+
+static int mpi_dp_progress(mal_comm *c) { return list_progress(c); }
+
+/* The blocking reduction is the non-blocking one waited for: the same
+ * machine, the same bits. */
 static int mpi_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
                                  void *buf, size_t count, mal_dtype dt, mal_reduce_op op)
 {
-    mpi_impl *im = c->impl;
-    void *host, *stage;
-    int rc = check_f32(dt, "member-list all-reduce");
+    mal_comm_req *r = NULL;
+    int rc = mpi_dp_iallreduce_list(c, k, members, n, tag, buf, count, dt, op, &r);
     if (rc) return rc;
-    /* the ring's scratch is kept with the communicator: a reduction every
-     * step must not allocate every step */
-    size_t need = mal_comm_ring_scratch_bytes(count, n);
-    if (need > im->ring_scratch_bytes) {
-        void *p = realloc(im->ring_scratch, need);
-        if (!p) return MAL_ERR(MAL_ENOMEM, "member-list all-reduce: out of memory for scratch");
-        im->ring_scratch = p;
-        im->ring_scratch_bytes = need;
-    }
-    size_t bytes = count * sizeof(float);
-    if ((rc = dp_stage(k, buf, bytes, &host, &stage))) return rc;
-    rc = mal_comm_ring_allreduce(c, members, n, tag, host, count, op, im->ring_scratch);
-    dp_unstage(k, buf, bytes, stage, rc == 0);
-    return rc;
+    return mal_comm_mpi_wait(r);
 }
 
 /* MPI_COMM_WORLD, not c's communicator: the table promises to end every
@@ -854,6 +1018,8 @@ const mal_comm_ops mal_comm_mpi_ops = {
     .abort = mal_comm_mpi_abort,
     .dp_allreduce = mpi_dp_allreduce,
     .dp_allreduce_list = mpi_dp_allreduce_list,
+    .dp_iallreduce_list = mpi_dp_iallreduce_list,
+    .dp_progress = mpi_dp_progress,
     .dp_isend = mpi_dp_isend,
     .dp_irecv = mpi_dp_irecv,
     .dp_group_start = mpi_dp_group_start,

@@ -72,6 +72,7 @@ typedef struct nccl_req nccl_req;
 struct nccl_req {
     uint32_t magic;
     int is_recv, launched, err;
+    int is_coll; /* a non-blocking member-list all-reduce (bytes: its size) */
     channel *ch; /* NULL: its communicator was destroyed before the wait */
     mal_kern k;
     void *buf;
@@ -369,6 +370,16 @@ static void nccl_detach(mal_comm *c)
     c->dp = NULL;
 }
 
+/* The channel of member list `members` when it exists already, else NULL. */
+static channel *list_channel_cached(mal_comm *c, const int *members, int n)
+{
+    nccl_dp *dp = c->dp;
+    for (int i = 0; i < dp->n_lists; i++)
+        if (dp->lists[i].n == n && !memcmp(dp->lists[i].members, members, (size_t)n * sizeof(int)))
+            return dp->lists[i].ch;
+    return NULL;
+}
+
 /* The channel of member list `members` (this rank's index in it: *index),
  * made on first use: collective over the members. */
 static int list_channel_get(mal_comm *c, const int *members, int n, int tag, channel **out)
@@ -393,11 +404,7 @@ static int list_channel_get(mal_comm *c, const int *members, int n, int tag, cha
         return MAL_ERR(MAL_EINVAL,
                        "member-list all-reduce: calling rank %d is not in the list of %d members",
                        c->rank, n);
-    for (int i = 0; i < dp->n_lists; i++)
-        if (dp->lists[i].n == n && !memcmp(dp->lists[i].members, members, (size_t)n * sizeof(int))) {
-            *out = dp->lists[i].ch;
-            return 0;
-        }
+    if ((*out = list_channel_cached(c, members, n))) return 0;
     if (mal_grow(&dp->lists, &dp->cap_lists, dp->n_lists, sizeof *dp->lists, 8))
         return MAL_ERR(MAL_ENOMEM, "NCCL: out of memory");
     int *copy = malloc((size_t)n * sizeof *copy);
@@ -596,6 +603,80 @@ static int nccl_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, i
     return allreduce_on(ch, k, buf, count, dt, op, "member-list all-reduce");
 }
 
+/* A request like *tmpl, with its `done` event, and its channel's stream
+ * made to wait for the kernel queue (rule 1). */
+static int req_new(const nccl_req *tmpl, const char *what, nccl_req **out)
+{
+    *out = NULL;
+    nccl_req *q = malloc(sizeof *q);
+    if (!q) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
+    *q = *tmpl;
+    cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        free(q);
+        return cuda_err(e, what);
+    }
+    int rc = after_queue(q->ch, q->k, what);
+    if (rc) {
+        cudaEventDestroy(q->done);
+        free(q);
+        return rc;
+    }
+    *out = q;
+    return 0;
+}
+
+/* Post the member-list all-reduce without waiting (comm.h, "non-blocking
+ * member-list all-reduce"): the list's stream waits for the kernel queue
+ * (rule 1), ncclAllReduce goes on it, and the request's own `done` event
+ * after it, which dp_waitall polls and makes the kernel queue wait for
+ * (rule 3).  The host does not wait for the reduction; it waits only for
+ * NCCL to settle the launch (ncclInProgress, non-blocking communicators),
+ * and for the list's communicator where this is the list's first use. */
+static int nccl_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
+                                   void *buf, size_t count, mal_dtype dt, mal_reduce_op op,
+                                   mal_comm_req **out)
+{
+    const char *what = "member-list all-reduce (non-blocking)";
+    ncclDataType_t t = ncclFloat32;
+    channel *ch = NULL;
+    int rc;
+    *out = NULL;
+    if ((rc = gpu_instance(k, what)) || (rc = dtype_of(dt, &t, what))) return rc;
+    if (!(ch = list_channel_cached(c, members, n)) &&
+        /* creating it blocks on the members: held sends go first */
+        ((rc = launch_held()) || (rc = list_channel_get(c, members, n, tag, &ch))))
+        return rc;
+    if ((rc = alive(ch, what))) return rc;
+    if (count == 0) return 0;
+    nccl_req *q = NULL;
+    nccl_req tmpl = {REQ_MAGIC, 0, 0, 0, 1, ch, k, buf, count * mal_dtype_bytes(dt), -1, -1,
+                     NULL, NULL};
+    if ((rc = req_new(&tmpl, what, &q))) return rc;
+    rc = called(ch,
+                ncclAllReduce(buf, buf, count, t, op == MAL_OP_MAX ? ncclMax : ncclSum, ch->comm,
+                              ch->stream),
+                what);
+    cudaError_t e;
+    if (!rc && (e = cudaEventRecord(q->done, ch->stream)) != cudaSuccess) rc = cuda_err(e, what);
+    if (rc) {
+        cudaEventDestroy(q->done);
+        free(q);
+        return rc;
+    }
+    q->launched = 1;
+    *out = (mal_comm_req *)(void *)q;
+    return 0;
+}
+
+/* Nothing to advance: the GPU runs what was launched, and held sends stay
+ * held until a call that may block (comm.h). */
+static int nccl_dp_progress(mal_comm *c)
+{
+    (void)c;
+    return 0;
+}
+
 static int post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int tag, int is_recv,
                 mal_comm_req **out)
 {
@@ -609,20 +690,10 @@ static int post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int 
                        what, peer, c->size);
     if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
     if ((rc = gpu_instance(k, what)) || (rc = alive(ch, what))) return rc;
-    nccl_req *q = calloc(1, sizeof *q);
-    if (!q) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
-    *q = (nccl_req){REQ_MAGIC, is_recv, 0, 0, ch, k, buf, bytes, peer, c->world_ranks[peer],
-                    NULL, NULL};
-    cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        free(q);
-        return cuda_err(e, what);
-    }
-    if ((rc = after_queue(ch, k, what))) {
-        cudaEventDestroy(q->done);
-        free(q);
-        return rc;
-    }
+    nccl_req *q = NULL;
+    nccl_req tmpl = {REQ_MAGIC, is_recv, 0, 0, 0, ch, k, buf, bytes, peer, c->world_ranks[peer],
+                     NULL, NULL};
+    if ((rc = req_new(&tmpl, what, &q))) return rc;
     if (!is_recv) {
         /* held until the next blocking call (comm.h) */
         *G.held_tail = q;
@@ -701,8 +772,11 @@ static int nccl_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
         }
         const char *what = q->is_recv ? "receive" : "send";
         char desc[96];
-        snprintf(desc, sizeof desc, "%s of %zu bytes %s world rank %d", what, q->bytes,
-                 q->is_recv ? "from" : "to", q->world_peer);
+        if (q->is_coll)
+            snprintf(desc, sizeof desc, "member-list all-reduce of %zu bytes", q->bytes);
+        else
+            snprintf(desc, sizeof desc, "%s of %zu bytes %s world rank %d", what, q->bytes,
+                     q->is_recv ? "from" : "to", q->world_peer);
         if (q->err)
             rc = q->err;
         else if (!q->ch)
@@ -738,6 +812,8 @@ static const mal_comm_ops nccl_ops = {
     .abort = nccl_abort,
     .dp_allreduce = nccl_dp_allreduce,
     .dp_allreduce_list = nccl_dp_allreduce_list,
+    .dp_iallreduce_list = nccl_dp_iallreduce_list,
+    .dp_progress = nccl_dp_progress,
     .dp_isend = nccl_dp_isend,
     .dp_irecv = nccl_dp_irecv,
     .dp_group_start = nccl_dp_group_start,

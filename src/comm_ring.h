@@ -1,7 +1,8 @@
 /* All-reduce over any list of members of a communicator, by a ring of
  * point-to-point messages on that communicator: the MPI data plane's
- * dp_allreduce_list (comm_mpi.c), on host memory.  Internal to the MPI
- * backend; everyone else calls mal_comm_dp_allreduce_list.
+ * member-list reductions (dp_allreduce_list and dp_iallreduce_list,
+ * comm_mpi.c), on host memory.  Internal to the MPI backend; everyone else
+ * calls mal_comm_dp_allreduce_list / mal_comm_dp_iallreduce_list.
  *
  * It needs no communicator of the members' own, so forming a group costs
  * nothing: an online plan change regroups the data-parallel replicas, and
@@ -11,7 +12,17 @@
  * Reduce-scatter then all-gather around the ring (members in list order):
  * each block is combined on exactly one member and copied to the others, so
  * every member ends with bitwise the same result, and the combination
- * order depends only on the list, so reruns are bitwise reproducible. */
+ * order depends only on the list, so reruns are bitwise reproducible.
+ * Small buffers (<= 64 KiB) go to the first member, which combines them in
+ * list order and sends the result back (two rounds of latency instead of
+ * 2(n-1)).  Messages are cut at 1 GiB.
+ *
+ * The reduction is a state machine (mal_ring): start posts the first
+ * step's messages, progress tests them without waiting and, when a step's
+ * messages are all complete, combines what arrived and posts the next
+ * step.  The blocking and the non-blocking reduction of comm_mpi.c are the
+ * same machine (the blocking one progresses it until it is done), so their
+ * results are bitwise the same. */
 #ifndef MAL_COMM_RING_H
 #define MAL_COMM_RING_H
 
@@ -19,16 +30,31 @@
 
 #include "comm.h"
 
-/* Bytes of scratch mal_comm_ring_allreduce needs for `count` fp32
- * elements over `n` members. */
+typedef struct mal_ring mal_ring;
+
+/* Bytes of scratch a reduction of `count` fp32 elements over `n` members
+ * needs (the first member of a small reduction keeps n-1 copies). */
 size_t mal_comm_ring_scratch_bytes(size_t count, int n);
 
-/* Collective over the `n` listed ranks of `c` (others need not call; the
- * calling rank must be listed).  In-place reduction (sum or max) of
- * `count` floats of host memory `buf`.  Members must call their groups in
- * the same order, as messages between two ranks on `tag` match in the
- * order posted. */
-int mal_comm_ring_allreduce(mal_comm *c, const int *members, int n, int tag, float *buf,
-                            size_t count, mal_reduce_op op, void *scratch);
+/* Local (the members' reductions of one list form a collective).  Start
+ * the in-place reduction (sum or max) of `count` floats of host memory
+ * `buf` over the `n` listed ranks of MPI communicator `c` (the calling
+ * rank must be listed): its first messages are posted on `tag`.  buf and
+ * `scratch` (mal_comm_ring_scratch_bytes) are the machine's until it is
+ * done or freed; members is copied.  Members must run the reductions of
+ * lists they share in the same order, one at a time per communicator
+ * (messages between two ranks on a tag match in the order posted). */
+int mal_comm_ring_start(mal_comm *c, const int *members, int n, int tag, float *buf, size_t count,
+                        mal_reduce_op op, void *scratch, mal_ring **out);
+
+/* Local.  Test the current step's messages (never waits); when they are
+ * complete, combine and post the next step, as long as steps complete.
+ * *done = 1 once the result is in buf.  0, or MAL_EMPI / MAL_EMISMATCH
+ * (a peer sent another size) with the message recorded. */
+int mal_comm_ring_progress(mal_ring *r, int *done);
+
+/* Local.  Free the machine; messages still in flight (after an error) are
+ * cancelled. */
+void mal_comm_ring_free(mal_ring *r);
 
 #endif /* MAL_COMM_RING_H */

@@ -10,8 +10,11 @@
 #include "piece.h"
 #include "slices.h"
 
-/* Tag of the sync's messages on its communicator. */
-enum { TAG_SYNC = 1 };
+/* Tags of the sync's messages on its communicator: the blocking
+ * reductions (the sync after the backward pass, the replica check) and
+ * the overlapped buckets, kept apart (comm.h: a distinct tag where both
+ * kinds are used on one communicator). */
+enum { TAG_SYNC = 1, TAG_BUCKET = 2 };
 
 /* One piece of a tensor that this rank sums with other replicas. */
 typedef struct {
@@ -37,13 +40,34 @@ typedef struct {
     int64_t begin, end;
 } norm_range;
 
+/* Consecutive pieces of one holder set reduced together while the
+ * backward pass goes on (mal_gradsync_buckets). */
+typedef struct {
+    int group;           /* its holder set: index into groups */
+    int first, n_pieces; /* its pieces: bpieces[first .. first+n_pieces) */
+    size_t off, n_floats; /* its region of bbuf */
+    int ready_layer;     /* model layer (mal_tensor_info.layer) whose
+                          * gradients are the last of its pieces to become
+                          * final in the backward pass */
+    mal_comm_req *req;   /* in flight between post and finish */
+} sync_bucket;
+
 struct mal_gradsync {
     mal_model *m;
     mal_comm *comm;
     int n_groups;
     sync_group *groups;
-    float *buf;        /* device: the packed pieces of the largest group (x2 for the replica check) */
+    float *buf;        /* device: the packed pieces of the largest group (x2 for the replica
+                        * check); allocated on first use */
     size_t buf_floats; /* floats of buf */
+    /* overlap (mal_gradsync_buckets): buckets in the global order, their
+     * pieces, one device buffer with a region per bucket */
+    int n_buckets, next_bucket, lists_made;
+    int posted_early; /* buckets the last step posted from the hooks, before finish */
+    sync_bucket *buckets;
+    sync_piece *bpieces;
+    float *bbuf;
+    size_t bbuf_floats;
     int n_norm, cap_norm;
     norm_range *norm;
     double *norm_acc; /* device: one double */
@@ -156,8 +180,6 @@ int mal_gradsync_create(mal_gradsync **out, const mal_plan *plan, int rank, mal_
         max_floats = MAL_MAX(max_floats, g->groups[i].n_floats);
     /* the replica check packs each group twice (values and negated values) */
     g->buf_floats = 2 * max_floats;
-    if (!rc && g->buf_floats && !(g->buf = mal_kern_alloc(m->k, g->buf_floats * sizeof(float))))
-        rc = MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats", g->buf_floats);
     if (!rc && !(g->norm_acc = mal_kern_alloc(m->k, sizeof(double))))
         rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
     if (rc) {
@@ -176,6 +198,13 @@ void mal_gradsync_destroy(mal_gradsync *g)
         free(g->groups[i].ranks);
     }
     free(g->groups);
+    /* buckets still in flight (only after an error): waited for, so that
+     * no reduction is left writing into freed memory */
+    for (int b = 0; b < g->n_buckets; b++)
+        if (g->buckets[b].req) mal_comm_dp_waitall(g->comm, 1, &g->buckets[b].req);
+    free(g->buckets);
+    free(g->bpieces);
+    if (g->bbuf) mal_kern_free(g->m->k, g->bbuf);
     if (g->buf) mal_kern_free(g->m->k, g->buf);
     if (g->norm_acc) mal_kern_free(g->m->k, g->norm_acc);
     free(g->norm);
@@ -190,14 +219,14 @@ size_t mal_gradsync_floats(const mal_gradsync *g)
     return n;
 }
 
-/* Pack the pieces of group s of state buffer `base` into dst (device); a
+/* Pack `n_pieces` pieces of state buffer `base` into dst (device); a
  * piece this rank does not contribute is zeros when `zeros` is set. */
-static void pack_group(mal_gradsync *g, const sync_group *s, const float *base, float *dst,
-                       int zeros)
+static void pack_group(mal_gradsync *g, const sync_piece *pieces, int n_pieces, const float *base,
+                       float *dst, int zeros)
 {
     mal_model *m = g->m;
-    for (int i = 0; i < s->n_pieces; i++) {
-        const sync_piece *p = &s->pieces[i];
+    for (int i = 0; i < n_pieces; i++) {
+        const sync_piece *p = &pieces[i];
         const mal_tensor_info *t = &m->tensors[p->tensor];
         size_t n = mal_piece_floats(t, p->begin, p->end);
         if (zeros && !p->contribute)
@@ -208,25 +237,211 @@ static void pack_group(mal_gradsync *g, const sync_group *s, const float *base, 
     }
 }
 
+/* g->buf, allocated the first time a blocking path needs it (the
+ * overlapped sync does not, so it costs no memory there until a replica
+ * check runs). */
+static int need_buf(mal_gradsync *g)
+{
+    if (g->buf || !g->buf_floats) return 0;
+    if (!(g->buf = mal_kern_alloc(g->m->k, g->buf_floats * sizeof(float))))
+        return MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats", g->buf_floats);
+    return 0;
+}
+
+/* Packed `n` pieces at src back into the gradients. */
+static void unpack_pieces(mal_gradsync *g, const sync_piece *pieces, int n, const float *src)
+{
+    mal_model *m = g->m;
+    for (int i = 0; i < n; i++) {
+        const sync_piece *p = &pieces[i];
+        const mal_tensor_info *t = &m->tensors[p->tensor];
+        mal_piece_unpack(m->k, t, m->grads, p->begin, p->end, src, MAL_COPY_D2D);
+        src += mal_piece_floats(t, p->begin, p->end);
+    }
+}
+
 int mal_gradsync_run(mal_gradsync *g)
 {
     mal_model *m = g->m;
     int rc;
+    if ((rc = need_buf(g))) return rc;
     for (int si = 0; si < g->n_groups; si++) {
         const sync_group *s = &g->groups[si];
-        pack_group(g, s, m->grads, g->buf, 1);
+        pack_group(g, s->pieces, s->n_pieces, m->grads, g->buf, 1);
         if ((rc = mal_comm_dp_allreduce_list(g->comm, m->k, s->ranks, s->n_ranks, TAG_SYNC, g->buf,
                                              s->n_floats, MAL_F32, MAL_OP_SUM)))
             return rc;
-        const float *src = g->buf;
-        for (int i = 0; i < s->n_pieces; i++) {
-            const sync_piece *p = &s->pieces[i];
-            const mal_tensor_info *t = &m->tensors[p->tensor];
-            mal_piece_unpack(m->k, t, m->grads, p->begin, p->end, src, MAL_COPY_D2D);
-            src += mal_piece_floats(t, p->begin, p->end);
-        }
+        unpack_pieces(g, s->pieces, s->n_pieces, g->buf);
     }
     return 0;
+}
+
+/* ---- overlapped: buckets posted during the backward pass ---------------- */
+
+/* Order of pieces in the backward pass: later tensors of the table first
+ * (the table is in forward order: embedding, layers, final norm, head),
+ * the pieces of one tensor by their start.  Every rank's table is in the
+ * global tensor order, so this is one global order restricted to what a
+ * rank holds. */
+static int before(const sync_piece *a, const sync_piece *b)
+{
+    return a->tensor != b->tensor ? a->tensor > b->tensor : a->begin < b->begin;
+}
+
+static int cmp_bucket(const sync_bucket *a, const sync_bucket *b, const sync_piece *bp)
+{
+    const sync_piece *la = &bp[a->first + a->n_pieces - 1], *lb = &bp[b->first + b->n_pieces - 1];
+    return before(la, lb) ? -1 : before(lb, la) ? 1 : 0;
+}
+
+/* qsort has no context argument in C11: buckets are few (tens to
+ * thousands), so an insertion sort does. */
+static void sort_buckets(sync_bucket *b, int n, const sync_piece *bp)
+{
+    for (int i = 1; i < n; i++) {
+        sync_bucket x = b[i];
+        int j = i;
+        for (; j > 0 && cmp_bucket(&b[j - 1], &x, bp) > 0; j--)
+            b[j] = b[j - 1];
+        b[j] = x;
+    }
+}
+
+int mal_gradsync_buckets(mal_gradsync *g, size_t cap_bytes)
+{
+    mal_model *m = g->m;
+    size_t n_pieces = 0, total = 0;
+    for (int si = 0; si < g->n_groups; si++)
+        n_pieces += (size_t)g->groups[si].n_pieces, total += g->groups[si].n_floats;
+    free(g->buckets);
+    free(g->bpieces);
+    g->buckets = NULL;
+    g->n_buckets = 0;
+    if (!n_pieces) return 0;
+    /* at most one bucket per piece */
+    g->bpieces = malloc(n_pieces * sizeof *g->bpieces);
+    g->buckets = calloc(n_pieces, sizeof *g->buckets);
+    if (!g->bpieces || !g->buckets) return MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+    int at = 0;
+    for (int si = 0; si < g->n_groups; si++) {
+        const sync_group *s = &g->groups[si];
+        /* the group's pieces in backward order: they were collected in
+         * table order, pieces of a tensor by their start */
+        int first = at;
+        for (int hi = s->n_pieces; hi > 0;) {
+            int lo = hi - 1;
+            while (lo > 0 && s->pieces[lo - 1].tensor == s->pieces[hi - 1].tensor) lo--;
+            for (int i = lo; i < hi; i++) g->bpieces[at++] = s->pieces[i];
+            hi = lo;
+        }
+        /* Cut them into buckets: every member of the holder set sees the
+         * same pieces in the same order and cuts them alike.  A bucket
+         * closes once it holds cap_bytes, or (cap 0) where the next piece
+         * belongs to another layer. */
+        sync_bucket *b = NULL;
+        size_t bytes = 0;
+        for (int i = first; i < at; i++) {
+            const sync_piece *p = &g->bpieces[i];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            if (!b) {
+                b = &g->buckets[g->n_buckets++];
+                *b = (sync_bucket){si, i, 0, 0, 0, t->layer, NULL};
+                bytes = 0;
+            }
+            size_t n = mal_piece_floats(t, p->begin, p->end);
+            b->n_pieces++;
+            b->n_floats += n;
+            b->ready_layer = t->layer; /* backward order: the last piece is the latest */
+            bytes += n * sizeof(float);
+            int last = i + 1 == at;
+            int next_layer = last ? 0 : m->tensors[g->bpieces[i + 1].tensor].layer;
+            if (last || (cap_bytes ? bytes >= cap_bytes : next_layer != t->layer)) b = NULL;
+        }
+    }
+    /* The post order: by the bucket's last piece in the backward order,
+     * which is one total order over all buckets of the job (comm.h: no
+     * cycles across lists) and the order in which they become ready. */
+    sort_buckets(g->buckets, g->n_buckets, g->bpieces);
+    size_t off = 0;
+    for (int b = 0; b < g->n_buckets; b++) {
+        g->buckets[b].off = off;
+        off += g->buckets[b].n_floats;
+    }
+    if (g->bbuf && g->bbuf_floats < total) {
+        mal_kern_free(m->k, g->bbuf);
+        g->bbuf = NULL;
+    }
+    if (!g->bbuf) {
+        /* one more copy of the replicated gradients, a region per bucket */
+        if (!(g->bbuf = mal_kern_alloc(m->k, total * sizeof(float))))
+            return MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats for the buckets",
+                           total);
+        g->bbuf_floats = total;
+    }
+    return 0;
+}
+
+int mal_gradsync_n_buckets(const mal_gradsync *g, int *posted_early)
+{
+    if (posted_early) *posted_early = g->posted_early;
+    return g->n_buckets;
+}
+
+int mal_gradsync_begin(mal_gradsync *g)
+{
+    g->next_bucket = 0;
+    g->posted_early = 0;
+    if (g->lists_made || !g->n_buckets) return 0;
+    /* A backend that makes a communicator per member list (NCCL) makes it
+     * at the first reduction on the list, which blocks on the members:
+     * made here, in the bucket order every member follows, instead of in
+     * the middle of a backward pass. */
+    for (int b = 0; b < g->n_buckets; b++) {
+        const sync_group *s = &g->groups[g->buckets[b].group];
+        int rc = mal_comm_dp_allreduce_list(g->comm, g->m->k, s->ranks, s->n_ranks, TAG_BUCKET,
+                                            g->bbuf, 0, MAL_F32, MAL_OP_SUM);
+        if (rc) return rc;
+    }
+    g->lists_made = 1;
+    return 0;
+}
+
+/* Pack and post bucket b. */
+static int post_bucket(mal_gradsync *g, sync_bucket *b)
+{
+    mal_model *m = g->m;
+    const sync_group *s = &g->groups[b->group];
+    float *dst = g->bbuf + b->off;
+    pack_group(g, g->bpieces + b->first, b->n_pieces, m->grads, dst, 1);
+    return mal_comm_dp_iallreduce_list(g->comm, m->k, s->ranks, s->n_ranks, TAG_BUCKET, dst,
+                                       b->n_floats, MAL_F32, MAL_OP_SUM, &b->req);
+}
+
+int mal_gradsync_ready(mal_gradsync *g, int layer)
+{
+    int rc;
+    while (g->next_bucket < g->n_buckets && g->buckets[g->next_bucket].ready_layer >= layer)
+        if ((rc = post_bucket(g, &g->buckets[g->next_bucket++]))) return rc;
+    g->posted_early = g->next_bucket;
+    return g->n_buckets ? mal_comm_dp_progress(g->comm) : 0;
+}
+
+int mal_gradsync_finish(mal_gradsync *g)
+{
+    int rc = 0;
+    /* what the hooks did not post (no hooks ran: the blocking order of
+     * events, or a part whose last layers hold no replicated piece) */
+    while (!rc && g->next_bucket < g->n_buckets)
+        rc = post_bucket(g, &g->buckets[g->next_bucket++]);
+    /* waited in the order posted; each bucket's result unpacked once its
+     * wait returns (rule 3: kernels queued after the wait see it) */
+    for (int bi = 0; bi < g->n_buckets; bi++) {
+        sync_bucket *b = &g->buckets[bi];
+        int rc2 = mal_comm_dp_waitall(g->comm, 1, &b->req);
+        if (!rc) rc = rc2;
+        if (!rc) unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
+    }
+    return rc;
 }
 
 int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out)
@@ -261,6 +476,7 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
     double local = 0;
     int rc = 0;
     float *host = NULL;
+    if ((rc = need_buf(g))) return rc;
     if (g->buf_floats && !(host = malloc(g->buf_floats * sizeof(float))))
         return MAL_ERR(MAL_ENOMEM, "replica check: out of memory");
     /* Every holder packs its own copy and, behind it, the copy negated; the
@@ -270,7 +486,7 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
         const sync_group *s = &g->groups[si];
         for (int grp = 0; grp < MAL_STATE_N_SAVED && !rc; grp++) {
             const float *base = mal_model_state(m, grp);
-            pack_group(g, s, base, g->buf, 0);
+            pack_group(g, s->pieces, s->n_pieces, base, g->buf, 0);
             mal_kern_copy(k, g->buf + s->n_floats, g->buf, s->n_floats * sizeof(float));
             mal_kern_scale(k, g->buf + s->n_floats, s->n_floats, -1.0f);
             if ((rc = mal_comm_dp_allreduce_list(g->comm, k, s->ranks, s->n_ranks, TAG_SYNC,

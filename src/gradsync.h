@@ -15,6 +15,28 @@
  * unpacked.  The same pieces decide who counts which gradient element in
  * the global norm: the first holder overall (pipeline 0's lowest rank).
  *
+ * Two ways to run the sum (the trainer's --dp-overlap):
+ *  - after the whole backward pass (mal_gradsync_run): one blocking
+ *    reduction per holder set, in the order the sets first appear in the
+ *    tensor table; the reference;
+ *  - overlapped with the backward pass (mal_gradsync_buckets, then every
+ *    step mal_gradsync_begin, mal_gradsync_ready from the model's gradient
+ *    hook, mal_gradsync_finish): the pieces in the order the backward pass
+ *    finishes them (head, final norm, layers from last to first,
+ *    embedding), consecutive pieces of one holder set merged into buckets
+ *    of about a cap's bytes, each with its own region of one device buffer
+ *    (one more copy of the replicated gradients), packed and posted
+ *    (mal_comm_dp_iallreduce_list) as soon as its last piece is final on
+ *    this rank, and all waited for and unpacked before the norm and the
+ *    optimizer.  Buckets are posted in one order on every rank: by the
+ *    position of their last piece in the backward order, one total order
+ *    over all buckets of the job (comm.h explains why that rules out
+ *    deadlock).
+ * Both give every replica bitwise the same sum; they may differ from each
+ * other in the last bits (a bucket's elements sit at other positions of
+ * the ring than its holder set's whole buffer does, so other members add
+ * them up in another order).
+ *
  * Core layer: plan, layout, slices, model, tensor pieces, comm. */
 #ifndef MAL_GRADSYNC_H
 #define MAL_GRADSYNC_H
@@ -28,8 +50,9 @@ typedef struct mal_gradsync mal_gradsync;
 /* Local.  The sync of `m` (this rank's part, world rank `rank` under
  * `plan`; not owned, must outlive the sync) over `comm`, a communicator
  * of all ranks kept for the sync's messages (not owned; NULL for a one-rank
- * run, which has nothing to sum).  Allocates the packing buffer and the
- * norm's accumulator on the model's kernel instance. */
+ * run, which has nothing to sum).  Allocates the norm's accumulator on the
+ * model's kernel instance (the blocking path's packing buffer comes with
+ * its first use). */
 int mal_gradsync_create(mal_gradsync **out, const mal_plan *plan, int rank, mal_model *m,
                         mal_comm *comm);
 void mal_gradsync_destroy(mal_gradsync *g);
@@ -37,6 +60,36 @@ void mal_gradsync_destroy(mal_gradsync *g);
 /* Collective over the holders of each piece (every rank calls it in the
  * same step).  Sum the gradients of m over the replicas, in place. */
 int mal_gradsync_run(mal_gradsync *g);
+
+/* Local.  Set up the overlapped sum: cut the replicated pieces into
+ * buckets of at least cap_bytes each (0: a bucket per layer and holder
+ * set) and allocate their device buffer.  Every rank must pass the same
+ * cap.  May be called again (another cap). */
+int mal_gradsync_buckets(mal_gradsync *g, size_t cap_bytes);
+
+/* Local.  Buckets made by mal_gradsync_buckets (0 before); *posted_early
+ * (may be NULL): how many of them the last step posted from the gradient
+ * hook, during the backward pass, rather than in mal_gradsync_finish. */
+int mal_gradsync_n_buckets(const mal_gradsync *g, int *posted_early);
+
+/* Collective over the holders of each bucket, before the step's first
+ * backward pass: reset the step's buckets; the first time, make the
+ * backend's per-list communicators (blocking, in bucket order), so that
+ * no post blocks in the middle of a backward pass. */
+int mal_gradsync_begin(mal_gradsync *g);
+
+/* Local.  The gradients of model layer `layer` (mal_tensor_info.layer:
+ * -1 embedding, n_layers the final norm and head) and of every later one
+ * are final and their kernels queued: pack and post every bucket whose
+ * pieces are all final now, then progress what is in flight (never
+ * waits).  Called by the model's gradient hook in the step's last
+ * backward pass. */
+int mal_gradsync_ready(mal_gradsync *g, int layer);
+
+/* Collective over the holders of each bucket: post the buckets not posted
+ * yet, wait for all of them in order, and unpack the sums into the
+ * gradients (kernels queued after it see them).  Ends the step's sum. */
+int mal_gradsync_finish(mal_gradsync *g);
 
 /* Local.  The sum of squares (double) of the gradient elements this rank
  * counts in the global norm, accumulated on the device over strided runs

@@ -642,6 +642,11 @@ static int tp_reduce(mal_model *m, void *x, size_t n)
     return m->tp_allreduce(m->tp_ctx, x, n);
 }
 
+static int grad_ready(mal_model *m, int layer)
+{
+    return m->grad_ready ? m->grad_ready(m->grad_ctx, layer) : 0;
+}
+
 int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_scale)
 {
     mal_kern k = m->k;
@@ -710,6 +715,7 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->w.lm_head, N, C, V);
         mal_kern_zero(k, d0, NC * e);
         mal_kern_rmsnorm_bwd(k, d0, m->g.final_norm, m->d_h, x, m->w.final_norm, a->rstdf, N, C);
+        if ((rc = grad_ready(m, c->n_layers))) return rc;
     } else {
         mal_kern_copy(k, d0, dout, NC * e);
     }
@@ -750,10 +756,12 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         mal_kern_copy(k, d0, d1, NC * e);
         mal_kern_rmsnorm_bwd(k, d0, gw->attn_norm, m->d_h, a->res[l], w->attn_norm, a->rstd1[l], N,
                              C);
+        if ((rc = grad_ready(m, m->part.layer_begin + l))) return rc;
     }
 
     if (m->part.has_embed) {
         mal_kern_embedding_bwd(k, m->g.tok_embedding, d0, a->tokens, N, C);
+        if ((rc = grad_ready(m, -1))) return rc;
         if (dinp) *dinp = NULL;
     } else if (dinp) {
         *dinp = d0;

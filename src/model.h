@@ -75,6 +75,11 @@ typedef struct {
  * tp_size > 1. */
 typedef int (*mal_tp_allreduce_fn)(void *ctx, void *x, size_t n);
 
+/* Gradient hook: the gradients of model layer `layer` (mal_tensor_info.layer:
+ * -1 the embedding, n_layers the final norm and output projection) have
+ * their kernels queued; 0, or an error that ends the backward pass. */
+typedef int (*mal_grad_ready_fn)(void *ctx, int layer);
+
 /* Views of one buffer per tensor (device pointers): into the working
  * weights (compute dtype) or into the gradients (fp32). */
 typedef struct mal_layer_views {
@@ -132,6 +137,15 @@ typedef struct mal_model {
 
     mal_tp_allreduce_fn tp_allreduce;
     void *tp_ctx;
+
+    /* Optional (NULL: none): called by mal_model_backward after the
+     * kernels of the head's, each layer's and the embedding's gradients
+     * are queued, in that order.  The runtime sets it for the step's last
+     * backward pass only (before it, gradients are still accumulating);
+     * nothing changes a gradient after mal_model_backward returns, so what
+     * the hook has seen is final. */
+    mal_grad_ready_fn grad_ready;
+    void *grad_ctx;
 } mal_model;
 
 /* Local.  Create the part of the model described by `part`, for micro-batches

@@ -16,6 +16,8 @@ static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const int precision_values[] = {MAL_PRECISION_FP32, MAL_PRECISION_BF16};
 static const char *const inject_modes[] = {"sleep", "gpu", NULL};
 static const int inject_mode_values[] = {MAL_INJECT_SLEEP, MAL_INJECT_GPU};
+static const char *const on_off[] = {"on", "off", NULL};
+static const int on_off_values[] = {1, 0};
 
 int main(int argc, char **argv)
 {
@@ -117,6 +119,17 @@ int main(int argc, char **argv)
                  "default: bf16 on GPUs, fp32 on the CPU, which has only\n"
                  "fp32; fp32 on a GPU is the CPU's arithmetic)"},
         {MAL_OPT_STRING, "comm", .metavar = "NAME", .target = &o->comm, .help = comm_help},
+        {MAL_OPT_CHOICE, "dp-overlap", .metavar = "on|off", .target = &o->dp_overlap,
+         .choices = on_off, .values = on_off_values,
+         .help = "sum the data-parallel gradients in buckets posted\n"
+                 "during the backward pass, as each bucket's layers\n"
+                 "finish (on, the default), or after the whole backward\n"
+                 "pass (off); on costs one more copy of the replicated\n"
+                 "gradients in device memory"},
+        {MAL_OPT_DOUBLE, "dp-bucket-mb", .metavar = "X", .target = &o->dp_bucket_mb, .flo = 0,
+         .fhi = 1e6,
+         .help = "with --dp-overlap on: MiB of gradients per bucket\n"
+                 "(default: 25, as PyTorch DDP; 0: a bucket per layer)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

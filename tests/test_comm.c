@@ -3,7 +3,9 @@
  * communicators from split and create_group, and on a one-rank
  * communicator; all-reduce results checked against exact sums and for
  * bitwise identity across ranks; the chunk path; error paths; the data
- * plane on device buffers of the cpu and cpu-opaque kernel backends; and that a
+ * plane on device buffers of the cpu and cpu-opaque kernel backends, the
+ * non-blocking member-list all-reduce with several outstanding (bitwise
+ * against the documented combination order and the blocking one); and that a
  * waiting rank sleeps instead of burning a core.  Prints the cost of a small
  * all-reduce next to plain blocking MPI_Allreduce.  Rank 0 prints the
  * verdict.
@@ -500,6 +502,151 @@ static void test_data_plane(mal_comm *w, const char *device)
 
 /* A duplicate with a backend by name; names this build lacks are refused
  * on every rank alike, before any collective. */
+/* ---- non-blocking member-list all-reduce ----------------------------------
+ * Contributions with rounding in every add (scaled fractions), so that the
+ * order in which a reduction combines them shows in the bits.  The
+ * reference is computed here from the algorithm comm_ring.h documents, not
+ * by the code under test: up to 64 KiB, the first member adds the others
+ * to its own in list order; above, block b of the list's n nearly equal
+ * blocks starts at member b and each following member (in ring order)
+ * adds its own value to what it received. */
+static float nb_val(int wr, size_t i, int which)
+{
+    uint32_t h = (uint32_t)wr * 2654435761u ^ ((uint32_t)i * 40503u + (uint32_t)which * 977u);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return ((float)(h & 0xffffff) / 8388608.0f - 1.0f) * (float)(1 << (wr % 5));
+}
+
+static float nb_ref(const int *m, int n, size_t count, size_t i, int which, mal_reduce_op op)
+{
+    if (op == MAL_OP_MAX) {
+        float a = nb_val(m[0], i, which);
+        for (int j = 1; j < n; j++) {
+            float x = nb_val(m[j], i, which);
+            a = x > a ? x : a;
+        }
+        return a;
+    }
+    if (count * sizeof(float) <= (64 << 10)) {
+        float a = nb_val(m[0], i, which);
+        for (int j = 1; j < n; j++) a += nb_val(m[j], i, which);
+        return a;
+    }
+    size_t q = count / (size_t)n, rem = count % (size_t)n;
+    int b = 0;
+    while (b + 1 < n && q * (size_t)(b + 1) + MAL_MIN((size_t)(b + 1), rem) <= i) b++;
+    float a = nb_val(m[b], i, which);
+    for (int j = 1; j < n; j++) a = nb_val(m[(b + j) % n], i, which) + a;
+    return a;
+}
+
+/* Lists of 2 .. 8 ranks in one global order; several share ranks. */
+static const int nb_l0[] = {0, 1, 2, 3}, nb_l1[] = {2, 3, 4, 5, 6}, nb_l2[] = {5, 1, 7},
+                 nb_l3[] = {0, 1, 2, 3, 4, 5, 6, 7}, nb_l4[] = {6, 0, 3}, nb_l5[] = {4, 7},
+                 nb_l6[] = {7, 6, 5, 4, 3, 2, 1};
+static const struct {
+    const int *m;
+    int n;
+    size_t count;
+    mal_reduce_op op;
+} nb_lists[] = {
+    {nb_l0, 4, 16384, MAL_OP_SUM},  /* exactly 64 KiB: the first member combines */
+    {nb_l1, 5, 100003, MAL_OP_SUM}, /* the ring, blocks of unequal length */
+    {nb_l2, 3, 7, MAL_OP_SUM},
+    {nb_l3, 8, 16385, MAL_OP_SUM},  /* one float over: the ring */
+    {nb_l4, 3, 40000, MAL_OP_MAX},
+    {nb_l5, 2, 1, MAL_OP_SUM},
+    {nb_l6, 7, 30011, MAL_OP_SUM},
+    {nb_l0, 4, 50000, MAL_OP_SUM}, /* a list again, behind other lists */
+    {nb_l3, 8, 3, MAL_OP_MAX},
+};
+
+static void nb_check(const int *m, int n, size_t count, int which, mal_reduce_op op,
+                     const float *got, const char *what)
+{
+    for (size_t i = 0; i < count; i++) {
+        float want = nb_ref(m, n, count, i, which, op);
+        if (memcmp(&want, &got[i], sizeof want) != 0) {
+            fprintf(stderr,
+                    "world rank %d: %s: list %d..(%d members), count %zu, element %zu: %.9g, "
+                    "want %.9g (bits differ)\n",
+                    world_rank, what, m[0], n, count, i, (double)got[i], (double)want);
+            exit(1);
+        }
+    }
+}
+
+/* Every list this rank is in, posted non-blocking in the global order
+ * (with progress calls between posts, as the gradient sync makes), then
+ * waited for in the reverse order; the same lists blocking, one by one;
+ * both bitwise equal to the reference and to each other. */
+static void test_nonblocking(mal_comm *w, const char *device)
+{
+    enum { NL = MAL_ARRAY_SIZE(nb_lists) };
+    mal_kern k;
+    CHECK_OK(mal_kern_create(device, NULL, &k));
+    float *dnb[NL] = {0}, *dbl[NL] = {0};
+    mal_comm_req *req[NL] = {0};
+    int in[NL] = {0};
+    for (int li = 0; li < NL; li++) {
+        for (int j = 0; j < nb_lists[li].n; j++) in[li] |= nb_lists[li].m[j] == w->rank;
+        if (!in[li]) continue;
+        size_t count = nb_lists[li].count;
+        float *x = malloc(count * sizeof *x);
+        CHECK(x);
+        for (size_t i = 0; i < count; i++) x[i] = nb_val(w->rank, i, li);
+        dnb[li] = dev_upload(k, x, count);
+        dbl[li] = dev_upload(k, x, count);
+        free(x);
+    }
+    for (int li = 0; li < NL; li++) {
+        if (!in[li]) continue;
+        CHECK_OK(mal_comm_dp_iallreduce_list(w, k, nb_lists[li].m, nb_lists[li].n, 5, dnb[li],
+                                             nb_lists[li].count, MAL_F32, nb_lists[li].op,
+                                             &req[li]));
+        CHECK(req[li] != NULL);
+        CHECK_OK(mal_comm_dp_progress(w));
+    }
+    for (int li = NL - 1; li >= 0; li--) CHECK_OK(mal_comm_dp_waitall(w, 1, &req[li]));
+    for (int li = 0; li < NL; li++)
+        if (in[li])
+            CHECK_OK(mal_comm_dp_allreduce_list(w, k, nb_lists[li].m, nb_lists[li].n, 6, dbl[li],
+                                                nb_lists[li].count, MAL_F32, nb_lists[li].op));
+    for (int li = 0; li < NL; li++) {
+        if (!in[li]) continue;
+        size_t count = nb_lists[li].count;
+        float *a = malloc(count * sizeof *a), *b = malloc(count * sizeof *b);
+        CHECK(a && b);
+        dev_download(k, a, dnb[li], count);
+        dev_download(k, b, dbl[li], count);
+        nb_check(nb_lists[li].m, nb_lists[li].n, count, li, nb_lists[li].op, a, "non-blocking");
+        nb_check(nb_lists[li].m, nb_lists[li].n, count, li, nb_lists[li].op, b, "blocking");
+        CHECK(memcmp(a, b, count * sizeof *a) == 0);
+        free(a);
+        free(b);
+        mal_kern_free(k, dnb[li]);
+        mal_kern_free(k, dbl[li]);
+    }
+    /* nothing to combine: no request; a list without the caller: refused
+     * at the post */
+    float one = 1, *d1 = dev_upload(k, &one, 1);
+    mal_comm_req *r = (mal_comm_req *)d1;
+    static const int not_me[2] = {0, 1};
+    int mine[1] = {w->rank};
+    CHECK_OK(mal_comm_dp_iallreduce_list(w, k, mine, 1, 5, d1, 1, MAL_F32, MAL_OP_SUM, &r));
+    CHECK(r == NULL);
+    CHECK_OK(mal_comm_dp_iallreduce_list(w, k, nb_l3, 8, 5, d1, 0, MAL_F32, MAL_OP_SUM, &r));
+    CHECK(r == NULL);
+    if (w->rank > 1)
+        CHECK_EQ_INT(mal_comm_dp_iallreduce_list(w, k, not_me, 2, 5, d1, 1, MAL_F32, MAL_OP_SUM, &r),
+                     MAL_EINVAL);
+    mal_kern_free(k, d1);
+    mal_kern_destroy(k);
+    CHECK_OK(mal_comm_barrier(w));
+}
+
 static void test_dup(mal_comm *w)
 {
     mal_comm *d = NULL;
@@ -746,6 +893,8 @@ int main(int argc, char **argv)
 
     test_data_plane(w, "cpu");
     test_data_plane(w, "cpu-opaque");
+    test_nonblocking(w, "cpu");
+    test_nonblocking(w, "cpu-opaque");
     test_dup(w);
 
     run_ops(w, "world");

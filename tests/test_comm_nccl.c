@@ -11,6 +11,11 @@
  *    MPI's and bitwise identical on every rank; bf16; counts 0 to 2^20+3;
  *  - member-list all-reduce (sum, max) over several lists, each against
  *    MPI's ring, and a list seen before creates no NCCL communicator;
+ *  - the non-blocking member-list all-reduce: every list posted at once
+ *    (in one order on every rank, progress between posts), each buffer
+ *    doubled by a kernel queued right before its post (rule 1) and read
+ *    by a kernel queued right after its wait (rule 3), waited for in the
+ *    reverse order, against MPI's non-blocking one on the same inputs;
  *  - sends and receives: grouped (a 16 MiB and a small message), a held
  *    send completed by a later receive, and on two or more ranks the 1F1B
  *    exchange in opposite orders that an eager launch would deadlock;
@@ -238,6 +243,80 @@ static void test_lists(mal_comm *nc, mal_comm *mc, mal_kern k)
     }
     free(all);
     free(rev);
+}
+
+/* The non-blocking member-list all-reduce on NCCL against MPI's, several
+ * lists in flight at once.  Integer-valued inputs: sums and maxima exact
+ * in any order, so the two backends must agree bit for bit. */
+static void test_ilists(mal_comm *nc, mal_comm *mc, mal_kern k)
+{
+    int P = nc->size;
+    int *all = malloc((size_t)P * sizeof *all), self[1] = {nc->rank}, pair[2] = {0, P - 1};
+    CHECK(all);
+    for (int r = 0; r < P; r++) all[r] = r;
+    const struct {
+        const int *m;
+        int n;
+        size_t count;
+        mal_reduce_op op;
+    } lists[] = {{all, P, 100003, MAL_OP_SUM},
+                 {self, 1, 1000, MAL_OP_SUM},
+                 {pair, P >= 2 ? 2 : 1, 7, MAL_OP_MAX},
+                 {all, P, 5, MAL_OP_MAX}};
+    enum { NL = MAL_ARRAY_SIZE(lists) };
+    float *dn[NL] = {0}, *dm[NL] = {0};
+    mal_comm_req *rn[NL] = {0}, *rm[NL] = {0};
+    for (int be = 0; be < 2; be++) {
+        mal_comm *c = be ? mc : nc;
+        float **d = be ? dm : dn;
+        mal_comm_req **rq = be ? rm : rn;
+        for (int li = 0; li < NL; li++) {
+            size_t n = lists[li].count, bytes = n * sizeof(float);
+            int in = 0;
+            for (int j = 0; j < lists[li].n; j++) in |= lists[li].m[j] == nc->rank;
+            if (!in) continue;
+            float *h = malloc(bytes);
+            CHECK(h);
+            for (size_t i = 0; i < n; i++) h[i] = (float)((i * 3 + (size_t)nc->rank * 5) % 17);
+            d[li] = upload(k, h, bytes);
+            free(h);
+            mal_kern_scale(k, d[li], n, 2.0f); /* rule 1: the post must see it */
+            CHECK_OK(mal_comm_dp_iallreduce_list(c, k, lists[li].m, lists[li].n, 7, d[li], n,
+                                                 MAL_F32, lists[li].op, &rq[li]));
+            CHECK_OK(mal_comm_dp_progress(c));
+        }
+        for (int li = NL - 1; li >= 0; li--) {
+            if (!d[li]) continue;
+            CHECK_OK(mal_comm_dp_waitall(c, 1, &rq[li]));
+            /* rule 3: queued after the wait, it reads the result */
+            mal_kern_scale(k, d[li], lists[li].count, 0.5f);
+        }
+    }
+    for (int li = 0; li < NL; li++) {
+        if (!dn[li]) continue;
+        size_t n = lists[li].count, bytes = n * sizeof(float);
+        float *x = malloc(bytes), *y = malloc(bytes);
+        CHECK(x && y);
+        download(k, x, dn[li], bytes);
+        download(k, y, dm[li], bytes);
+        for (size_t i = 0; i < n; i++) {
+            double want = lists[li].op == MAL_OP_MAX ? -1 : 0;
+            for (int j = 0; j < lists[li].n; j++) {
+                double v = (double)((i * 3 + (size_t)lists[li].m[j] * 5) % 17);
+                want = lists[li].op == MAL_OP_MAX ? (v > want ? v : want) : want + v;
+            }
+            if ((double)x[i] != want || (double)y[i] != want) {
+                fprintf(stderr, "non-blocking list %d, element %zu: nccl %g, mpi %g, want %g\n",
+                        li, i, (double)x[i], (double)y[i], want);
+                exit(1);
+            }
+        }
+        mal_kern_free(k, dn[li]);
+        mal_kern_free(k, dm[li]);
+        free(x);
+        free(y);
+    }
+    free(all);
 }
 
 /* Grouped sends and receives around the ring (to itself on one rank); a
@@ -494,6 +573,7 @@ int main(int argc, char **argv)
 
     test_allreduce(nc, mc, k);
     test_lists(nc, mc, k);
+    test_ilists(nc, mc, k);
     test_p2p(nc, k);
     test_order(nc, k);
     test_groups(nc, k);

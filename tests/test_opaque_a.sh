@@ -6,7 +6,9 @@
 # trainer - must take the kernel table and the staged data plane, as with a
 # GPU.  The shortest configurations that still take every path:
 #  - two plans of test_parallel (mixed TP sizes in one pipeline; unequal
-#    micro-batches with suspended ranks) against the one-process run;
+#    micro-batches with suspended ranks, its gradient sum in a bucket per
+#    layer: many staged non-blocking reductions in flight) against the
+#    one-process run;
 #  - test_reshard: snapshot, exact resume, reshard uniform -> mixed TP and
 #    resume on it (every loaded shard checked bit for bit);
 #  - malleus-train --device cpu-opaque on 8 ranks: a background snapshot
@@ -21,7 +23,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/malleus-opaque-a.XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT INT TERM
 run() { sh "$top_srcdir/tests/mpirun.sh" 8 120 "$@" || exit $?; }
 
-run "$top_builddir/tests/test_parallel" "$P/mixed_tp.json" "$P/suspended.json"
+run "$top_builddir/tests/test_parallel" "$P/mixed_tp.json" --dp-bucket-mb 0 "$P/suspended.json"
 mkdir -p "$W/reshard"
 run "$top_builddir/tests/test_reshard" "$W/reshard" "$P/pp4dp2.json" "$P/mixed_tp.json"
 

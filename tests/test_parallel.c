@@ -5,11 +5,19 @@
  * Every rank first trains `tiny` for STEPS steps in one process (no MPI) as
  * the reference; then, for each plan, the ranks train the same run under
  * that plan.  At every step the global loss must match the reference within
- * 1e-4 relative, and at the end every parameter shard every rank holds must
+ * 1e-4 relative, at the end every parameter shard every rank holds must
  * match the reference tensor within 1e-4 of that tensor's largest value,
- * and the copies of every parameter and Adam moment on different
- * data-parallel replicas must be bitwise identical (whatever their TP
- * sizes).  Rank 0 prints one verdict line per plan. */
+ * and the copies of every parameter and Adam moment on the data-parallel
+ * replicas must be bitwise identical (whatever their TP sizes).  Rank 0
+ * prints one verdict line per plan.
+ *
+ * Options between plans apply to the plans after them:
+ *   --dp-overlap on|off   the gradient sum overlapped with the backward
+ *                         pass (the default) or after it;
+ *   --dp-bucket-mb X      its bucket size (MiB; 0: a bucket per layer).
+ * With --dp-bucket-mb 0 (given for plans with replicas) some rank must
+ * have posted a bucket during the backward pass: the gradient hook is
+ * wired. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,14 +83,25 @@ int main(int argc, char **argv)
     }
     mal_model *rm = mal_trainer_model(ref);
 
-    int failed = 0;
+    int failed = 0, overlap = 1;
+    double bucket_mb = -1;
     for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--dp-overlap") && a + 1 < argc) {
+            overlap = !strcmp(argv[++a], "on");
+            continue;
+        }
+        if (!strcmp(argv[a], "--dp-bucket-mb") && a + 1 < argc) {
+            bucket_mb = atof(argv[++a]);
+            continue;
+        }
         mal_plan plan;
         mal_plan_init(&plan);
         CHECK_OK(mal_plan_read(&plan, argv[a]));
         mal_train_options po = options();
         po.plan = &plan;
         po.world = world;
+        po.dp_overlap = overlap;
+        if (bucket_mb >= 0) po.dp_bucket_mb = bucket_mb;
         mal_trainer *tr;
         double t0 = mal_now();
         CHECK_OK(mal_trainer_create(&tr, &po));
@@ -104,15 +123,26 @@ int main(int argc, char **argv)
             compare_shard(m, t, rm, rt, &err, &scale);
             worst_param = fmax(worst_param, err / scale);
         }
-        double worst[2] = {worst_loss, worst_param}, mismatches;
+        double worst[2] = {worst_loss, worst_param};
         CHECK_OK(mal_comm_allreduce_max_f64(world, worst, 2));
-        CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatches));
-        int ok = worst[0] <= 1e-4 && worst[1] <= 1e-4 && mismatches == 0;
+        double mismatch = 0;
+        CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatch));
+        int early = 0, n_buckets = mal_trainer_dp_buckets(tr, &early);
+        double bk[2] = {n_buckets, early};
+        CHECK_OK(mal_comm_allreduce_f64(world, bk, 2));
+        int ok = worst[0] <= 1e-4 && worst[1] <= 1e-4 && mismatch == 0;
+        /* a bucket per layer (given for plans with replicas): the hook
+         * posted some of them while the backward pass went on */
+        int hooked = !overlap || bucket_mb != 0 || bk[1] > 0;
+        ok &= hooked;
         failed |= !ok;
         if (world->rank == 0)
-            printf("%s %s: %d steps in %.2f s, max loss rel diff %.2e, max param rel diff %.2e, "
-                   "replica mismatches %.0f\n",
-                   ok ? "PASS" : "FAIL", argv[a], STEPS, secs, worst[0], worst[1], mismatches);
+            printf("%s %s (dp overlap %s, buckets %g MiB): %d steps in %.2f s, max loss rel diff "
+                   "%.2e, max param rel diff %.2e, %g replica elements differ, %g buckets "
+                   "(%g posted during the backward pass)%s\n",
+                   ok ? "PASS" : "FAIL", argv[a], overlap ? "on" : "off",
+                   bucket_mb >= 0 ? bucket_mb : po.dp_bucket_mb, STEPS, secs, worst[0], worst[1],
+                   mismatch, bk[0], bk[1], hooked ? "" : " -- the gradient hook posted nothing");
         mal_trainer_destroy(tr);
         mal_plan_fini(&plan);
     }

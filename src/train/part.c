@@ -58,7 +58,14 @@ int mal_trainer_wire_part(mal_trainer *tr)
         if (!tr->inputs || !tr->targets) return MAL_ERR(MAL_ENOMEM, "out of memory");
     }
     if (!tr->model) return 0; /* suspended: no state to sync */
-    return mal_gradsync_create(&tr->gsync, &tr->plan, tr->world_rank, tr->model, tr->sync_world);
+    if ((rc = mal_gradsync_create(&tr->gsync, &tr->plan, tr->world_rank, tr->model,
+                                  tr->sync_world)))
+        return rc;
+    /* the overlapped sum's buckets follow the plan in force: made again
+     * with the gradient sync after every online plan change */
+    return tr->o.dp_overlap
+               ? mal_gradsync_buckets(tr->gsync, (size_t)(tr->o.dp_bucket_mb * 1024 * 1024))
+               : 0;
 }
 
 /* Undo mal_trainer_wire_part (the model itself stays). */

@@ -164,6 +164,18 @@ static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float d
     return 0;
 }
 
+/* The model's gradient hook in the step's last backward pass: the
+ * overlapped gradient sum posts the buckets whose gradients are final
+ * (gradsync.h).  Its time is the data-parallel sync's, not compute. */
+static int grads_ready(void *ctx, int layer)
+{
+    struct mal_trainer *tr = ctx;
+    double t0 = mal_now();
+    int rc = mal_gradsync_ready(tr->gsync, layer);
+    tr->times.dp += mal_now() - t0;
+    return rc;
+}
+
 static int backward(struct mal_trainer *tr, int mb)
 {
     mal_model *m = tr->model;
@@ -176,15 +188,26 @@ static int backward(struct mal_trainer *tr, int mb)
         if ((rc = recv_from(tr, tr->grad_recv, NC, peer, tag_of(mb, TAG_GRAD)))) return rc;
         dout = tr->grad_recv;
     }
-    double t0 = mal_now(), tp0 = tr->times.tp;
+    double t0 = mal_now(), tp0 = tr->times.tp, dp0 = tr->times.dp;
     void *dinp = NULL;
-    if ((rc = mal_model_backward(m, a, dout, &dinp))) return rc;
+    /* 1F1B runs a stage's backward passes in micro-batch order: in the
+     * last one, each layer's gradients are final once its kernels are
+     * queued */
+    if (tr->o.dp_overlap && mb == tr->n_micro - 1 && tr->gsync) {
+        m->grad_ready = grads_ready;
+        m->grad_ctx = tr;
+    }
+    rc = mal_model_backward(m, a, dout, &dinp);
+    m->grad_ready = NULL;
+    m->grad_ctx = NULL;
+    if (rc) return rc;
     if (!m->part.has_embed) {
         if ((rc = drain(tr, tr->gsend_reqs[slot]))) return rc;
         mal_kern_copy(m->k, tr->grad_send[slot], dinp, NC);
     }
     if ((rc = mal_kern_sync(m->k))) return rc;
-    tr->times.compute += mal_inject_stretch(tr, mal_now() - t0 - (tr->times.tp - tp0));
+    tr->times.compute += mal_inject_stretch(
+        tr, mal_now() - t0 - (tr->times.tp - tp0) - (tr->times.dp - dp0));
     if (!m->part.has_embed)
         return send_to(tr, tr->grad_send[slot], NC, tr->prev_ranks, tr->n_prev,
                        tag_of(mb, TAG_GRAD), tr->gsend_reqs[slot]);

@@ -29,6 +29,8 @@ mal_train_options mal_train_defaults(void)
     o.micro_batch = 4;
     o.data_format = MAL_DATA_AUTO;
     o.log_every = 1;
+    o.dp_overlap = 1;
+    o.dp_bucket_mb = 25; /* PyTorch DDP's default */
     return o;
 }
 
@@ -144,6 +146,8 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
         return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
     if (o->snapshot_async && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
+    if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
+        return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
     int world_size = o->world ? o->world->size : 1;
 
     mal_trainer *tr = calloc(1, sizeof *tr);
@@ -228,6 +232,12 @@ void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out
     *out = tr->mig_times;
 }
 
+int mal_trainer_dp_buckets(const mal_trainer *tr, int *posted_early)
+{
+    if (posted_early) *posted_early = 0;
+    return tr->gsync ? mal_gradsync_n_buckets(tr->gsync, posted_early) : 0;
+}
+
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
 {
     int rc = 0;
@@ -278,10 +288,17 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
         double c0 = mal_now();
         mal_model_zero_grad(m);
         tr->times.compute += mal_now() - c0;
-        if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         double d0 = mal_now();
-        if ((rc = mal_gradsync_run(tr->gsync))) return rc;
+        if (tr->o.dp_overlap && (rc = mal_gradsync_begin(tr->gsync))) return rc;
         tr->times.dp += mal_now() - d0;
+        /* with --dp-overlap on, the step's last backward pass packs and
+         * posts the buckets from the model's gradient hook (pipeline.c) */
+        if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
+        d0 = mal_now();
+        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(tr->gsync) : mal_gradsync_run(tr->gsync)))
+            return rc;
+        tr->times.dp_wait = mal_now() - d0;
+        tr->times.dp += tr->times.dp_wait;
     }
     /* Global loss and gradient norm: each loss is counted by TP rank 0 of
      * its pipeline's last stage, each gradient element by one holder;
@@ -308,8 +325,14 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     double probe_cost = mal_now() - pw;
 
     double step_s = mal_now() - t0;
-    mal_rank_times mine = {tr->times.compute, tr->times.tp, tr->times.pp, tr->times.dp, step_s,
-                           probe, probe_cost};
+    mal_rank_times mine = {.compute_s = tr->times.compute,
+                           .tp_s = tr->times.tp,
+                           .pp_s = tr->times.pp,
+                           .dp_s = tr->times.dp,
+                           .step_s = step_s,
+                           .dp_wait_s = tr->times.dp_wait,
+                           .probe_s = probe,
+                           .probe_cost_s = probe_cost};
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tr->rank_times, sizeof mine, 0))) return rc;
     } else {
@@ -408,6 +431,16 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     snprintf(kname, sizeof kname, "%s (%s)", tr->k->name, mal_dtype_name(tr->k->compute));
     fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
             tr->world ? tr->comm_name : "none");
+    if (tr->world) {
+        char line[64];
+        if (!tr->o.dp_overlap)
+            snprintf(line, sizeof line, "after the backward pass");
+        else if (tr->o.dp_bucket_mb > 0)
+            snprintf(line, sizeof line, "overlapped, buckets of %g MiB", tr->o.dp_bucket_mb);
+        else
+            snprintf(line, sizeof line, "overlapped, a bucket per layer");
+        fprintf(f, "| dp gradient sum      | %-40.40s |\n", line);
+    }
     fprintf(f, "| build: CUDA / NCCL   | %-18s / %-19s |\n",
 #ifdef HAVE_CUDA
             "compiled in",
@@ -440,11 +473,11 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         double idle = t->step_s - t->compute_s - t->tp_s - t->pp_s - t->dp_s;
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
-                "\"dp_ms\": %.3f, \"idle_ms\": %.3f, \"probe_ms\": %.4f, "
-                "\"monitor_ms\": %.4f}",
+                "\"dp_ms\": %.3f, \"dp_wait_ms\": %.3f, \"idle_ms\": %.3f, "
+                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f}",
                 r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
-                1e3 * t->dp_s, 1e3 * (idle > 0 ? idle : 0), 1e3 * t->probe_s,
-                1e3 * t->probe_cost_s);
+                1e3 * t->dp_s, 1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0),
+                1e3 * t->probe_s, 1e3 * t->probe_cost_s);
     }
     fprintf(f, "]");
     if (st->rates) {

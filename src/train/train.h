@@ -81,6 +81,9 @@ typedef struct {
                              * weights (AUTO: the backend's default, bf16 on GPUs) */
     const char *comm;       /* communication backend by name, the data plane (comm.h
                              * registry; NULL: the default for the device) */
+    int dp_overlap;         /* data-parallel gradient sum overlapped with the backward
+                             * pass in buckets (1, the default) or after it (0) */
+    double dp_bucket_mb;    /* bucket size in MiB (default 25; 0: a bucket per layer) */
     int log_every;          /* print a step line every N steps (0: never) */
 
     /* straggler monitor and adaptation */
@@ -116,6 +119,9 @@ typedef struct mal_trainer mal_trainer;
 
 typedef struct {
     double compute_s, tp_s, pp_s, dp_s, step_s;
+    double dp_wait_s;    /* of dp_s: the gradient sum's time after the backward pass
+                          * (the whole sum with --dp-overlap off; the waits for the
+                          * buckets still in flight with it on) */
     double probe_s;      /* the monitor's probe: device time (the rate's numerator) */
     double probe_cost_s; /* wall time the monitor cost this step */
 } mal_rank_times;
@@ -264,6 +270,12 @@ void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out
 /* Collective.  Number of elements of parameters and Adam moments whose
  * copies on different data-parallel replicas are not bitwise identical. */
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count);
+
+/* Local.  Buckets of this rank's overlapped gradient sum (0 with
+ * --dp-overlap off, on a suspended rank, or where nothing is replicated);
+ * *posted_early (may be NULL): how many the last step posted during its
+ * backward pass. */
+int mal_trainer_dp_buckets(const mal_trainer *tr, int *posted_early);
 
 
 /* Collective.  Validation loss of the current parameters: the mean

@@ -28,6 +28,7 @@ typedef struct {
     double tp;      /* tensor-parallel all-reduce */
     double pp;      /* waiting for pipeline sends / receives */
     double dp;      /* data-parallel gradient sync and step-wide reductions */
+    double dp_wait; /* of dp: the gradient sum after the backward pass */
 } mal_step_times;
 
 struct mal_trainer {
