@@ -12,8 +12,8 @@
 #   3. --adapt online with a straggler injected by sleeping (right when ranks
 #      share a GPU): test_online (two plan changes, replicas bitwise
 #      identical after each, loss within 1e-4 of the one-rank run), then
-#      malleus-train --adapt online --inject (a migration line, training
-#      continues to the end);
+#      malleus-train --adapt online --inject (a migration line, and every
+#      step's loss within 1e-4 of the one-rank malleus-train run);
 #   4. the restart loop (jobs/adaptive-loop.sh through mpiexec, rank 3
 #      slowed 4x): re-plan, reshard, resume, and the loss curve of the
 #      one-rank run on the same device within 1e-4 (tests/check_loop.py).
@@ -74,10 +74,27 @@ check() {
     fi
 }
 
-# The one-rank run on this device, for the restart loop's loss curve.
-"$TRAIN" --device "$DEV" --precision fp32 --model tiny --steps 24 --global-batch 16 \
-    --micro-batch 2 --quiet --metrics "$W/ref.jsonl" >"$W/ref.out" 2>&1 ||
-    { cat "$W/ref.out"; echo "FAIL: the one-rank reference run"; exit 1; }
+# same_curve A B: every step of metrics A has B's loss within 1e-4
+# relative (B has the step); prints the worst difference
+same_curve() {
+    for f in "$1" "$2"; do
+        sed -n 's/^{"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$f" >"$f.loss"
+    done
+    awk 'NR == FNR { ref[$1] = $2; next }
+        { n++; if (!($1 in ref)) { miss = $1; next }
+          d = ($2 - ref[$1]) / ref[$1]; if (d < 0) d = -d; if (d > w) w = d }
+        END { printf "%d steps, max loss rel diff %.2e%s\n", n, w,
+                     miss ? ", step " miss " missing" : ""
+              exit !(n > 0 && !miss && w <= 1e-4) }' "$2.loss" "$1.loss"
+}
+
+# The one-rank runs on this device: the loss curves of malleus-train's
+# online run (8 steps) and of the restart loop (24).
+for n in 8 24; do
+    "$TRAIN" --device "$DEV" --precision fp32 --model tiny --steps $n --global-batch 16 \
+        --micro-batch 2 --quiet --metrics "$W/ref$n.jsonl" >"$W/ref.out" 2>&1 ||
+        { cat "$W/ref.out"; echo "FAIL: the one-rank reference run"; exit 1; }
+done
 
 suite() {
     COMM=$1
@@ -93,13 +110,19 @@ suite() {
     mpi train-online 120 "$TRAIN" --device "$DEV" --comm "$COMM" --precision fp32 --model tiny \
         --steps 8 --global-batch 16 --micro-batch 2 --dp 2 --tp 2 --pp 2 --inject 3:8:1 \
         --inject-mode sleep --adapt online --ranks-per-node 4 --check-every 2 --window 3 \
-        --gap 1.5 --noise-floor 2.0 --threshold 2.0 &&
+        --gap 1.5 --noise-floor 2.0 --threshold 2.0 --metrics "$W/online.$COMM.jsonl" &&
         check train-online "the start-up table does not show $DEV (fp32) / $COMM" \
             "$W/train-online.out" "^\| kernels / comm +\| $DEV \(fp32\) +/ $COMM" &&
         check train-online "no online migration line" "$W/train-online.out" \
             '^online migration 1 at step [0-9]+: [0-9.]+ MiB moved' &&
         check train-online "training did not continue to step 8" "$W/train-online.out" \
-            'step 8/8' && say "ok ($COMM): malleus-train --adapt online: $(grep '^online migration 1' "$W/train-online.out")"
+            'step 8/8' && say "$(grep '^online migration 1' "$W/train-online.out" | cut -c1-100)" &&
+        if same_curve "$W/online.$COMM.jsonl" "$W/ref8.jsonl" >"$W/cmp.out"; then
+            say "ok ($COMM): malleus-train --adapt online against the one-rank run: $(cat "$W/cmp.out")"
+        else
+            say "FAIL ($COMM): malleus-train --adapt online against the one-rank run: $(cat "$W/cmp.out")"
+            fails=$((fails + 1))
+        fi
     # the restart loop, as tests/test_loop.sh runs it without Slurm
     run=$W/loop.$COMM
     MALLEUS_BIN="$top_builddir" RUN_DIR="$run" NPROCS=8 LAUNCH="timeout 120 $MPIEXEC -n 8" \
@@ -112,7 +135,7 @@ suite() {
         tail -30 "$W/loop.$COMM.out"
         say "FAIL ($COMM): the restart loop exited $rc"
         fails=$((fails + 1))
-    elif "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$run" "$W/ref.jsonl" 24 3; then
+    elif "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$run" "$W/ref24.jsonl" 24 3; then
         say "ok ($COMM): the restart loop"
     else
         say "FAIL ($COMM): the restart loop against the one-rank run"

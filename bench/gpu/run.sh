@@ -36,7 +36,7 @@
 #            run, reshard, --adapt online with an injected straggler, the
 #            restart loop), then comm nccl where NCCL can take 8 ranks
 #            (8 GPUs, or NCCL 2.30+), else a line says it is skipped.  A
-#            stage of its own: ~45 s on the 2-core VM with cpu-opaque,
+#            stage of its own: 45-80 s on the 2-core VM with cpu-opaque,
 #            guessed 60-150 s on the H100 (8 CUDA contexts time-sliced on
 #            one GPU, every transfer staged through host memory), twice
 #            that with the NCCL part; it does not fit in the tests
