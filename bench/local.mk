@@ -8,7 +8,8 @@ dist_check_SCRIPTS += tests/test_torch_ref.sh
 TESTS += tests/test_torch_ref.sh
 
 # Runtime and adaptation benchmarks (run by hand).
-EXTRA_DIST += bench/parallel/run.py bench/adapt/run.py bench/migrate/run.sh
+EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py \
+    bench/migrate/run.sh
 
 # Online migration benchmark: built with the tests so that it keeps
 # compiling, run by hand (bench/migrate/run.sh), never by make check.
