@@ -25,7 +25,7 @@ int main(int argc, char **argv)
         {MAL_OPT_FLAG, "quiet", .target = &quiet, .ival = 1, .help = "no summary line"},
         {MAL_OPT_HELP, "help", 'h', .label = "-h, --help", .help = "this text"},
         {MAL_OPT_VERSION, "version", .help = "print the version"},
-        {MAL_OPT_END},
+        {.kind = MAL_OPT_END},
     };
     const mal_opts_spec spec = {
         .prog = "malleus-export",

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
          .help = "no progress line and no summary (errors only)"},
         {MAL_OPT_HELP, "help", 'h', .label = "-h, --help", .help = "this text"},
         {MAL_OPT_VERSION, "version", .help = "print the version"},
-        {MAL_OPT_END},
+        {.kind = MAL_OPT_END},
     };
     const mal_opts_spec spec = {"malleus-reshard", PACKAGE_VERSION, usage, footer, opts, NULL};
     int status = mal_opts_parse(&spec, argc, argv, &first);

@@ -66,7 +66,7 @@ int main(int argc, char **argv)
          .help = "print the profile in use as JSON and exit"},
         {MAL_OPT_HELP, "help", 'h', .help = "this help"},
         {MAL_OPT_VERSION, "version", 'V', .help = "version"},
-        {MAL_OPT_END},
+        {.kind = MAL_OPT_END},
     };
     const mal_opts_spec spec = {
         "malleus-replan", PACKAGE_VERSION,

@@ -200,7 +200,7 @@ int main(int argc, char **argv)
          .help = "also debug detail (every rank's share of an online\nmigration)"},
         {MAL_OPT_HELP, "help", 'h', .label = "-h, --help", .help = "this text"},
         {MAL_OPT_VERSION, "version", .help = "print the version"},
-        {MAL_OPT_END},
+        {.kind = MAL_OPT_END},
     };
     const mal_opts_spec spec = {
         .prog = "malleus-train",

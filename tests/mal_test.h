@@ -13,6 +13,21 @@
 #define MAL_TEST_SKIP 77
 #define MAL_TEST_ERROR 99
 
+/* MAL_TEST_ASAN: 1 when built with AddressSanitizer (gcc says so with
+ * __SANITIZE_ADDRESS__, clang 14 only through __has_feature), which
+ * reserves terabytes of address space: an address-space limit
+ * (RLIMIT_AS, ulimit -v) would stop it, not the code under test. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MAL_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MAL_TEST_ASAN 1
+#endif
+#endif
+#ifndef MAL_TEST_ASAN
+#define MAL_TEST_ASAN 0
+#endif
+
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \

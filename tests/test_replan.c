@@ -325,7 +325,9 @@ static void test_scale(void)
     CHECK_OK(mal_replan(&in, &plan, &st));
     fprintf(stderr, "256 ranks: %.3f s, %d LPs, objective %.1f\n", st.seconds, st.n_layer_lps,
             st.objective);
-    CHECK(st.seconds < 10);
+    /* Only a guard against a blow-up (0.3 s here; the planner's speed is
+     * bench/replan's to measure): the sanitizer build runs it ~50x slower. */
+    if (!MAL_TEST_ASAN) CHECK(st.seconds < 10);
     check_plan(&plan, &c, &p, 512, 1, rates, st.objective);
     CHECK_OK(mal_replan(&in, &again, NULL));
     CHECK(mal_plan_same_layout(&plan, &again));

@@ -1,7 +1,7 @@
 #!/bin/sh
-# tests/variant-build.sh: the helper of `make fuzz`, which builds this
-# tree again with another compiler and other flags in a directory of its
-# own: DIR/src is a copy of the distributed sources
+# tests/variant-build.sh: the helper of `make check-sanitize` and `make
+# fuzz`, which build this tree again with another compiler or other flags
+# in a directory of their own: DIR/src is a copy of the distributed sources
 # (`make distdir`, as distcheck makes one), DIR/build is configured from it
 # out of tree (VPATH).  A copy rather than the checkout itself, because the
 # checkout is usually configured in place, and automake refuses a VPATH
