@@ -4,15 +4,16 @@
 # it).  Three stages, each stopping the script when it fails:
 #
 #   1. build in the checkout, make check;
-#   2. make check-sanitize: the whole make check again, built out of tree
+#   2. make fuzz: every libFuzzer harness for MALLEUS_FUZZ_SECONDS seconds
+#      (30) from its committed corpus (fuzz-build/);
+#   3. make check-sanitize: the whole make check again, built out of tree
 #      (san-build/) with AddressSanitizer + UndefinedBehaviorSanitizer,
-#      every report fatal;
-#   3. make fuzz: every libFuzzer harness for MALLEUS_FUZZ_SECONDS seconds
-#      (30) from its committed corpus (fuzz-build/).
+#      every report fatal.
 #
-# MALLEUS_SANITIZE=0 skips stage 2, MALLEUS_FUZZ_SECONDS=0 stage 3 (on 2
-# cores stage 1 takes about 4 minutes, 2 about 7.5, 3 about 5: README,
-# "Tests").  Each stage's wall time is printed at the end.
+# MALLEUS_FUZZ_SECONDS=0 skips stage 2, MALLEUS_SANITIZE=0 stage 3 (on 2
+# cores stage 1 takes about 4 minutes, 2 about 5, 3 about 7.5: README,
+# "Tests").  The output ends with each stage's wall time and automake's
+# summary of both test suites.
 set -eu
 cd "$(dirname "$0")/.."
 MALLEUS_NO_TORCH=${MALLEUS_NO_TORCH:-0} sh scripts/install-deps.sh
@@ -30,11 +31,19 @@ stage() { # NAME COMMAND...: run, time, remember
   $name: $(($(date +%s) - t0)) s"
 }
 stage "build and make check" sh -c "make -j$jobs && make -j$jobs check"
-if [ "${MALLEUS_SANITIZE:-1}" != 0 ]; then
-    stage "make check-sanitize" make -j"$jobs" check-sanitize
-fi
 fuzz_s=${MALLEUS_FUZZ_SECONDS:-30}
 if [ "$fuzz_s" != 0 ]; then
     stage "make fuzz ($fuzz_s s per harness)" make -j"$jobs" fuzz FUZZ_SECONDS="$fuzz_s"
 fi
+if [ "${MALLEUS_SANITIZE:-1}" != 0 ]; then
+    stage "make check-sanitize" make -j"$jobs" check-sanitize
+fi
 echo "==== check.sh: all stages passed; wall time per stage:$times"
+for log in test-suite.log san-build/build/test-suite.log; do
+    [ -f "$log" ] || continue
+    echo "============================================================================"
+    echo "Testsuite summary ($log)"
+    echo "============================================================================"
+    grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$log"
+done
+echo "============================================================================"
