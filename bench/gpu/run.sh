@@ -34,12 +34,13 @@
 #            suite on 8 ranks sharing the GPU, --device cuda, fp32, comm
 #            mpi (the six plans of test_parallel against the one-rank GPU
 #            run, reshard, --adapt online with an injected straggler, the
-#            restart loop), then comm nccl where NCCL can take 8 ranks
-#            (8 GPUs, or NCCL 2.30+), else a line says it is skipped.  A
-#            stage of its own: 45-80 s on the 2-core VM with cpu-opaque,
-#            guessed 60-150 s on the H100 (8 CUDA contexts time-sliced on
-#            one GPU, every transfer staged through host memory), twice
-#            that with the NCCL part; it does not fit in the tests
+#            restart loop, a snapshot crossing cuda <-> cpu under another
+#            plan through malleus-reshard), then comm nccl where NCCL can
+#            take 8 ranks (8 GPUs, or NCCL 2.30+), else a line says it is
+#            skipped.  A stage of its own: 74-120 s on the 2-core VM with
+#            cpu-opaque, guessed 85-190 s on the H100 (8 CUDA contexts
+#            time-sliced on one GPU, every transfer staged through host
+#            memory), more with the NCCL part; it does not fit in the tests
 #            stage's 240 s beside the other GPU tests, and after tests and
 #            job a first call may have too little left: then a call of its
 #            own, STAGES="setup build multirank"
