@@ -198,10 +198,29 @@ static int check_tensors(const mal_snapshot *s, const mal_tensor_info *t, int n,
     return 0;
 }
 
-/* The safetensors header: JSON text padded with spaces to a multiple of 8
- * bytes (*len), malloc'ed. */
+int mal_export_safetensors_header(mal_output *f, const json_t *header, size_t *bytes)
+{
+    char *text = json_dumps(header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    size_t tl = text ? strlen(text) : 0, padded = (tl + 7) / 8 * 8;
+    char *buf = text ? realloc(text, padded) : NULL;
+    if (!buf) {
+        free(text);
+        return MAL_ERR(MAL_ENOMEM, "safetensors: out of memory for the header");
+    }
+    memset(buf + tl, ' ', padded - tl);
+    unsigned char len8[8];
+    for (int b = 0; b < 8; b++)
+        len8[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+    int rc = mal_output_write(f, len8, 8);
+    if (!rc) rc = mal_output_write(f, buf, padded);
+    free(buf);
+    if (!rc && bytes) *bytes = 8 + padded;
+    return rc;
+}
+
+/* The safetensors header of the export (owned by the caller). */
 static int make_header(const mal_tensor_info *t, int n, int dtype, const mal_snap_meta *meta,
-                       char **out, size_t *len)
+                       json_t **out)
 {
     const size_t esize = dtype == MAL_EXPORT_BF16 ? 2 : 4;
     char step[32], hf[128];
@@ -230,23 +249,10 @@ static int make_header(const mal_tensor_info *t, int n, int dtype, const mal_sna
         if (!e || json_object_set_new(h, hf, e)) rc = MAL_ERR(MAL_ENOMEM, "export: out of memory");
         off += bytes;
     }
-    if (rc) goto out;
-    char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!text) {
-        rc = MAL_ERR(MAL_ENOMEM, "export: out of memory");
-        goto out;
+    if (!rc) {
+        *out = h;
+        return 0;
     }
-    size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
-    char *buf = realloc(text, padded + 1);
-    if (!buf) {
-        free(text);
-        rc = MAL_ERR(MAL_ENOMEM, "export: out of memory");
-        goto out;
-    }
-    memset(buf + tl, ' ', padded - tl);
-    buf[padded] = '\0';
-    *out = buf;
-    *len = padded;
 out:
     json_decref(h);
     return rc;
@@ -301,7 +307,7 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     mal_snapshot *s = NULL;
     mal_tensor_info *t = NULL;
     float *buf = NULL, *scratch = NULL;
-    char *header = NULL;
+    json_t *header = NULL;
     size_t header_len = 0;
     uint64_t written = 0;
     int n = 0, rc;
@@ -321,7 +327,7 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     mal_model_part full = mal_model_part_full(&cfg);
     if ((rc = mal_model_layout(&cfg, &full, &t, &n, NULL))) goto out;
     if ((rc = check_tensors(s, t, n, step_dir))) goto out;
-    if ((rc = make_header(t, n, o->dtype, meta, &header, &header_len))) goto out;
+    if ((rc = make_header(t, n, o->dtype, meta, &header))) goto out;
 
     /* The row buffer: mem_bytes, but at least one head's rows of the
      * widest matrix (a q/k chunk never splits a head). */
@@ -346,12 +352,8 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     }
     if ((rc = mal_output_open(&f, path))) goto out;
     f_open = 1;
-    unsigned char len8[8];
-    for (int b = 0; b < 8; b++)
-        len8[b] = (unsigned char)((uint64_t)header_len >> (8 * b));
-    if ((rc = mal_output_write(&f, len8, 8)) || (rc = mal_output_write(&f, header, header_len)))
-        goto out;
-    written = 8 + header_len;
+    if ((rc = mal_export_safetensors_header(&f, header, &header_len))) goto out;
+    written = header_len;
 
     /* Tensor by tensor, in header order, a bounded block of rows at a
      * time; q/k blocks hold whole heads so each is permuted in place. */
@@ -396,6 +398,6 @@ out:
     free(t);
     free(buf);
     free(scratch);
-    free(header);
+    json_decref(header);
     return rc;
 }

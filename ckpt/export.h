@@ -41,8 +41,11 @@
 #ifndef MAL_EXPORT_H
 #define MAL_EXPORT_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "fileio.h"
 
 #define MAL_EXPORT_MEM_DEFAULT ((size_t)64 << 20)
 
@@ -82,5 +85,12 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st);
  * (`len` bytes), and whether its rows are permuted (q and k).  MAL_EINVAL
  * for a name the exporter does not know. */
 int mal_export_hf_name(const char *name, char *out, size_t len, int *permute);
+
+/* Local.  Begin a safetensors file on `f`: the 8-byte little-endian length
+ * N, then N bytes of `header` as compact JSON in insertion order, padded
+ * with spaces to a multiple of 8 (so the data that follows is aligned).
+ * `header` stays the caller's.  *bytes (may be NULL) receives 8 + N.
+ * MAL_ENOMEM, or mal_output_write's error. */
+int mal_export_safetensors_header(mal_output *f, const json_t *header, size_t *bytes);
 
 #endif /* MAL_EXPORT_H */

@@ -59,6 +59,16 @@ TESTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
 dist_check_SCRIPTS += tests/test_cuda_multirank.sh
 TESTS += tests/test_cuda_multirank.sh
 
+# Snapshots for a Python without h5py (the GPU machine's venv):
+# tests/snapdump writes a snapshot's tensors as one safetensors file,
+# tests/snapread.py reads it with numpy (h5py where importable); the test
+# checks both readers agree bit for bit and runs a comparison without h5py.
+check_PROGRAMS += tests/snapdump
+tests_snapdump_SOURCES = tests/snapdump.c
+dist_check_SCRIPTS += tests/test_snapdump.sh
+TESTS += tests/test_snapdump.sh
+EXTRA_DIST += tests/snapread.py
+
 # ---- builds of this tree with other flags (make check-sanitize, make fuzz)
 # VARIANT/src: a copy of the distributed sources (the checkout is usually
 # configured in place, and automake allows no VPATH build of such a tree);

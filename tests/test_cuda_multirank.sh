@@ -24,8 +24,9 @@
 #      mixed_tp.json.  Each run's 8 losses (both legs append to one metrics
 #      file) within 1e-4 of the one-rank run of 8 steps on the CPU, its
 #      final state (parameters, Adam m and v) within 1e-4 of that run's per
-#      tensor (norm-wise, tests/gpu_peer_ref.py state; where $PYTHON3 lacks
-#      numpy, h5py or torch a line says it was not compared), and the
+#      tensor (norm-wise, tests/gpu_peer_ref.py state, which reads the
+#      snapshots with h5py or, without it, through tests/snapdump; where
+#      $PYTHON3 lacks numpy or torch a line says it was not compared), and the
 #      second leg resumed from the resharded snapshot at step 4.
 # All of it with the MPI data plane (--comm mpi: device buffers staged
 # through pinned host memory), then parts 1-4 with NCCL (--comm nccl)
@@ -204,7 +205,7 @@ cross() {
         *) rc=1 ;;
         esac
     else
-        echo "state not compared: $PYTHON3 cannot import numpy and h5py" >"$W/state.out"
+        echo "state not compared: $state_why" >"$W/state.out"
     fi
     if [ $rc -eq 0 ]; then
         say "ok: $what: $(cat "$W/cmp.out"); $(tail -1 "$W/state.out")"
@@ -214,10 +215,18 @@ cross() {
         fails=$((fails + 1))
     fi
 }
-# the state comparison reads the snapshots with h5py (gpu_peer_ref.py also
-# imports torch: 77 without it); without them the loss curves still decide
-state_py=yes
-"$PYTHON3" -c 'import numpy, h5py' 2>/dev/null || state_py=
+# the state comparison reads the snapshots with h5py, or without it through
+# tests/snapdump (tests/snapread.py: the GPU machine's venv has no h5py);
+# it needs numpy (gpu_peer_ref.py also imports torch: 77 without it);
+# without them the loss curves still decide
+MALLEUS_SNAPDUMP=$top_builddir/tests/snapdump
+export MALLEUS_SNAPDUMP
+state_py=yes state_why=
+if ! "$PYTHON3" -c 'import numpy' 2>/dev/null; then
+    state_py= state_why="$PYTHON3 cannot import numpy"
+elif ! "$PYTHON3" -c 'import h5py' 2>/dev/null && [ ! -x "$MALLEUS_SNAPDUMP" ]; then
+    state_py= state_why="$PYTHON3 has no h5py and $MALLEUS_SNAPDUMP is not built"
+fi
 say "== cross-device under another plan: $DEV <-> cpu, mixed_tp <-> pp4dp2, comm mpi"
 cross xa "$DEV" "$P/mixed_tp.json" cpu "$P/pp4dp2.json"
 cross xb cpu "$P/pp4dp2.json" "$DEV" "$P/mixed_tp.json"

@@ -17,7 +17,9 @@
 #      steps; skipped
 #      with a message when $PYTHON3 has no torch with CUDA).
 # Every comparison is made by tests/gpu_peer_ref.py; each was shown to fail
-# on a perturbed run (another learning rate) in tests/test_gpu_peer.sh.
+# on a perturbed run (another learning rate) in tests/test_gpu_peer.sh.  It
+# needs numpy and torch; snapshots are read with h5py where $PYTHON3 has it,
+# else through tests/snapdump (tests/snapread.py: the GPU machine's venv).
 set -u
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
@@ -31,8 +33,13 @@ export PYTHONDONTWRITEBYTECODE=1
 [ -x "$TRAIN" ] || { echo "test_cuda_train: $TRAIN not built"; exit 99; }
 . "$top_srcdir/tests/cuda_skip.sh"
 mal_need_cuda test_cuda_train
-"$PYTHON3" -c 'import numpy, h5py' 2>/dev/null ||
-    { echo "test_cuda_train: $PYTHON3 lacks numpy/h5py (the comparisons need them)"; exit 99; }
+"$PYTHON3" -c 'import numpy, torch' 2>/dev/null ||
+    { echo "test_cuda_train: $PYTHON3 lacks numpy/torch (the comparisons need them)"; exit 99; }
+# snapshots without h5py: tests/snapdump (built by make check)
+MALLEUS_SNAPDUMP=$top_builddir/tests/snapdump
+export MALLEUS_SNAPDUMP
+"$PYTHON3" -c 'import h5py' 2>/dev/null || [ -x "$MALLEUS_SNAPDUMP" ] ||
+    { echo "test_cuda_train: $PYTHON3 lacks h5py and $MALLEUS_SNAPDUMP is not built"; exit 99; }
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/test_cuda_train.XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT

@@ -12,7 +12,9 @@
 #      and that the final parameters and Adam moments equal the final
 #      snapshot, within tolerances that float32 rounding cannot reach but any
 #      real difference in the mathematics does.
-# Exit status: 0 all match, 1 mismatch, 77 torch/h5py missing, 99 error.
+# Exit status: 0 all match, 1 mismatch, 77 torch/numpy missing, 99 error.
+# Snapshots are read by tests/snapread.py: h5py, or tests/snapdump + numpy
+# where h5py is missing (the GPU machine).
 
 import argparse
 import json
@@ -22,42 +24,19 @@ import sys
 sys.dont_write_bytecode = True
 
 try:
-    import h5py
     import numpy as np
     import torch
 except ImportError as e:  # the automake "skip" status
     print("torch_ref: skipped: %s" % e)
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+sys.path.insert(0, HERE)
 import torch_model as tm  # noqa: E402
-
-
-def open_snapshot(d):
-    """The HDF5 file of the newest committed snapshot under d (through the
-    `latest` pointer file); raises if it cannot be found."""
-    with open(os.path.join(d, "latest")) as f:
-        target = f.read().strip()
-    step_dir = target if os.path.isabs(target) else os.path.join(d, target)
-    if not os.path.exists(os.path.join(step_dir, "COMPLETE")):
-        raise RuntimeError("snapshot %s has no COMPLETE marker" % step_dir)
-    path = os.path.join(step_dir, "state.h5")
-    if not os.path.exists(path):
-        h5s = sorted(x for x in os.listdir(step_dir) if x.endswith(".h5"))
-        if not h5s:
-            raise RuntimeError("no .h5 file in snapshot %s" % step_dir)
-        path = os.path.join(step_dir, h5s[0])
-    return h5py.File(path, "r"), step_dir
-
-
-def read_group(f, group, names):
-    out = {}
-    for n in names:
-        key = "%s/%s" % (group, n)
-        if key not in f:
-            raise RuntimeError("snapshot %s lacks tensor %s" % (f.filename, key))
-        out[n] = np.asarray(f[key][...], dtype=np.float64)
-    return out
+# open_snapshot(d) -> (f, step_dir) and read_group(f, group, names), used
+# here and by gpu_peer_ref.py and bench/gpu/torch_peer.py through this module
+from snapread import open_snapshot, read_group  # noqa: E402,F401
 
 
 def main():

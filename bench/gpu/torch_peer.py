@@ -15,7 +15,8 @@
 # measured in this process (--gemm-rate), peak device memory (allocated and
 # reserved), the loss of every step.
 #
-# --weights DIR (a malleus-train snapshot directory, read with h5py) starts
+# --weights DIR (a malleus-train snapshot directory, read by tests/snapread.py:
+# h5py, or tests/snapdump and numpy where h5py is missing) starts
 # from Malleus's own initial weights; --data FILE draws Malleus's batches
 # from a token file (bench/torch_model.py's sampler, checked against
 # malleus-train by tests/test_torch_ref).  With both, --losses FILE writes
@@ -163,7 +164,8 @@ def init_like_malleus(model, seed):
 @torch.no_grad()
 def load_malleus_weights(model, snap_dir):
     """The fp32 parameters of a malleus-train snapshot (tests/torch_ref.py
-    finds its HDF5 file; group "param", Malleus's tensor names)."""
+    reads it, through tests/snapread.py; group "param", Malleus's tensor
+    names)."""
     sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
     import torch_ref
     params = model.by_malleus_name()
