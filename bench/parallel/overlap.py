@@ -23,30 +23,22 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from run import train_rows
 
 MID = {"name": "bench-mid", "vocab": 256, "d_model": 256, "n_layers": 4, "n_heads": 8,
        "ffn_hidden": 704, "seq_len": 64}
 
 
 def run(a, model, overlap, tmp):
-    metrics = os.path.join(tmp, "m-%s.jsonl" % overlap)
-    if os.path.exists(metrics):
-        os.unlink(metrics)
     layout = ["--plan", a.plan] if a.plan else \
         sum(([f, v] for f, v in zip(("--dp", "--tp", "--pp"), a.layout.split(","))), [])
-    cmd = ["mpiexec.mpich", "-n", str(a.ranks), os.path.join(a.build, "malleus-train"),
-           "--model", model, "--steps", str(a.steps), "--global-batch", str(a.global_batch),
-           "--micro-batch", str(a.micro_batch), "--threads", "1", "--quiet",
-           "--metrics", metrics, "--dp-overlap", overlap,
-           "--dp-bucket-mb", str(a.bucket_mb)] + layout + a.rest
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("run failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
-    rows = [json.loads(l) for l in open(metrics)][2:]
+    args = ["--model", model, "--steps", str(a.steps), "--global-batch", str(a.global_batch),
+            "--micro-batch", str(a.micro_batch), "--threads", "1", "--dp-overlap", overlap,
+            "--dp-bucket-mb", str(a.bucket_mb)] + layout + a.rest
+    rows = train_rows(a.build, a.ranks, args, os.path.join(tmp, "m-%s.jsonl" % overlap), 2)
     step = statistics.median(x["step_ms"] for x in rows)
     waits = []
     for x in rows:

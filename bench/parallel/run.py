@@ -23,16 +23,27 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PLANS = os.path.join(HERE, "..", "..", "tests", "plans")
 
 
-def run(build, nprocs, extra, a, tmp):
-    metrics = os.path.join(tmp, "m.jsonl")
+def train_rows(build, nprocs, args, metrics, skip):
+    """Run malleus-train ARGS on nprocs ranks (one BLAS thread each) with
+    --quiet --metrics METRICS; its metrics rows after the first `skip`
+    (warm-up).  Exits with the command and its stderr if the run fails.
+    Shared with overlap.py."""
+    if os.path.exists(metrics):
+        os.unlink(metrics)
     cmd = ["mpiexec.mpich", "-n", str(nprocs), os.path.join(build, "malleus-train"),
-           "--model", a.model, "--steps", str(a.steps), "--global-batch", str(a.global_batch),
-           "--quiet", "--metrics", metrics] + extra
+           "--quiet", "--metrics", metrics] + args
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("run failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
-    rows = [json.loads(l) for l in open(metrics)][3:]
+    with open(metrics) as f:
+        return [json.loads(l) for l in f][skip:]
+
+
+def run(build, nprocs, extra, a, tmp):
+    rows = train_rows(build, nprocs, ["--model", a.model, "--steps", str(a.steps),
+                                      "--global-batch", str(a.global_batch)] + extra,
+                      os.path.join(tmp, "m.jsonl"), 3)
     tput = statistics.median(x["tokens_per_s"] for x in rows)
     share = {}
     for cat in ("compute_ms", "tp_ms", "pp_ms", "dp_ms", "idle_ms"):
