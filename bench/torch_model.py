@@ -1,7 +1,7 @@
 # An independent PyTorch (and numpy) re-implementation of Malleus's model,
 # initialisation, data sampling, learning-rate schedule and AdamW step.
 #
-# Written from the contracts in src/rng.h, src/data.h, src/model.h,
+# Written from the contracts in base/rng.h, src/data.h, src/model.h,
 # src/optim.h and kernels/kernels.h, not by translating the C: it is the
 # reference that tests/torch_ref.py checks malleus-train against, and the
 # PyTorch peer that bench/bench_train.py times.  Nothing here imports Malleus
@@ -37,7 +37,7 @@ def model_config(spec):
     return cfg
 
 
-# ---- counter-based RNG (src/rng.h), bit-exact --------------------------------
+# ---- counter-based RNG (base/rng.h), bit-exact --------------------------------
 
 M64 = (1 << 64) - 1
 

@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "fileio.h"
-#include "mal.h"
-#include "model.h"
+#include "base/fileio.h"
+#include "base/mal.h"
 #include "snapshot.h"
+#include "src/config.h"
+#include "src/model.h"
 
 int mal_export_hf_name(const char *name, char *out, size_t len, int *permute)
 {

@@ -1,7 +1,7 @@
 /* Export of a snapshot's parameters to the Hugging Face `LlamaForCausalLM`
  * format: OUT_DIR/config.json and OUT_DIR/model.safetensors, loadable by
  * transformers' LlamaForCausalLM.from_pretrained(OUT_DIR) with every key
- * matched.  malleus-export (ckpt/export_main.c) is a thin shell over this.
+ * matched.  malleus-export (cmd/export_main.c) is a thin shell over this.
  *
  * The snapshot is read through its index like malleus-reshard reads it (any
  * plan, any world size, blocks verified against their CRC-32C), so one
@@ -45,7 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fileio.h"
+#include "base/fileio.h"
 
 #define MAL_EXPORT_MEM_DEFAULT ((size_t)64 << 20)
 

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "config.h"
-#include "mal.h"
+#include "base/mal.h"
+#include "src/config.h"
 
 int mal_load_state(mal_snapshot *s, mal_model *m, int n_groups)
 {

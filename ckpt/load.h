@@ -1,5 +1,5 @@
 /* Reading a model part's state from a snapshot, whatever plan wrote it:
- * the trainer's resume (src/train/ckpt.c) reads the parameters and both
+ * the trainer's resume (train/ckpt.c) reads the parameters and both
  * Adam moments of its part; malleus-sample reads the parameters of a whole
  * model on one process. */
 #ifndef MAL_LOAD_H
@@ -7,9 +7,9 @@
 
 #include <stdint.h>
 
-#include "kernels.h"
-#include "model.h"
+#include "kernels/kernels.h"
 #include "snapshot.h"
+#include "src/model.h"
 
 /* Local.  Read m's local shard of every tensor of the state groups
  * 0 .. n_groups-1 (MAL_STATE_PARAM, then the Adam moments; n_groups at

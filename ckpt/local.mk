@@ -1,5 +1,5 @@
-# ckpt/: sharded snapshots, offline resharding
-# (malleus-reshard) and their tests and benchmark; included by Makefile.am.
+# ckpt/: sharded snapshots, offline resharding (malleus-reshard's library
+# side), export, and their tests and benchmark; included by Makefile.am.
 
 # The snapshot layer, one facility per file (ckpt/snap_internal.h lists them).
 libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fs.c ckpt/snap_h5.c \
@@ -8,11 +8,6 @@ libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fs.c ckpt
 	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c \
 	ckpt/load.h ckpt/load.c
 EXTRA_DIST += ckpt/README.md
-
-bin_PROGRAMS += malleus-reshard
-malleus_reshard_SOURCES = ckpt/reshard_main.c
-bin_PROGRAMS += malleus-export
-malleus_export_SOURCES = ckpt/export_main.c
 
 # One process: CRC-32C, blocks and tiling, commit protocol, corruption,
 # fault injection.

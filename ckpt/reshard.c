@@ -18,11 +18,11 @@
 
 #include <jansson.h>
 
-#include "config.h"
-#include "layout.h"
-#include "mal.h"
-#include "model.h"
+#include "base/mal.h"
 #include "snapshot.h"
+#include "src/config.h"
+#include "src/layout.h"
+#include "src/model.h"
 
 static const char *const groups[] = {"param", "adam_m", "adam_v"};
 enum { N_GROUPS = 3 };

@@ -1,6 +1,6 @@
 /* Offline resharding: rewrite a snapshot for another plan (any world size,
  * TP sizes, stage counts, layer splits, micro-batches, suspended ranks).
- * malleus-reshard (ckpt/reshard_main.c) is a thin shell over this.
+ * malleus-reshard (cmd/reshard_main.c) is a thin shell over this.
  *
  * The new snapshot stores, for every rank of the new plan, the blocks that
  * rank would write itself (mal_reshard_rank_blocks) in shard_<rank>.h5, so
@@ -20,11 +20,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "comm.h"
-#include "config.h"
-#include "layout.h"
-#include "model.h"
-#include "plan.h"
+#include "comm/comm.h"
+#include "src/config.h"
+#include "src/layout.h"
+#include "src/model.h"
+#include "src/plan.h"
 
 #define MAL_RESHARD_MEM_DEFAULT_MIB 256
 #define MAL_RESHARD_MEM_DEFAULT ((size_t)MAL_RESHARD_MEM_DEFAULT_MIB << 20)
@@ -103,7 +103,7 @@ int mal_reshard_check_dest(const char *step_dir, const char *dst);
  * -> DEST/step_00000300"), into `out` (`len` bytes, caller-owned). */
 void mal_reshard_summary(const mal_reshard_stats *st, char *out, size_t len);
 
-/* What malleus-reshard's command line asks for (ckpt/reshard_main.c fills
+/* What malleus-reshard's command line asks for (cmd/reshard_main.c fills
  * it from its option table). */
 typedef struct {
     const char *src;       /* SNAPSHOT */

@@ -1,13 +1,13 @@
-/* malleus-reshard's run, behind its option table (ckpt/reshard_main.c):
+/* malleus-reshard's run, behind its option table (cmd/reshard_main.c):
  * read the plan, reshard, report.  A library function so that the main
  * stays an option table and one call (reshard.h). */
 #include <stdio.h>
 #include <unistd.h>
 
-#include "mal.h"
-#include "plan.h"
+#include "base/mal.h"
 #include "reshard.h"
 #include "snapshot.h"
+#include "src/plan.h"
 
 int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
 {

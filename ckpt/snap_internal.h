@@ -74,7 +74,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "snapshot.h"
 
 #define SNAP_INDEX_FILE "index.h5"

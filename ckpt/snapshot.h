@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 
 #define MAL_SNAP_MAXDIM 4
 #define MAL_SNAP_FORMAT "malleus-snapshot"
@@ -64,7 +64,7 @@ typedef struct {
 /* HDF5 here is built without thread safety (Debian's parallel HDF5 cannot
  * be both), so the functions of this header are called by one thread at a
  * time: a program that writes snapshots from a thread of its own (the
- * trainer's background writer, src/train/ckpt_async.c) calls none of them
+ * trainer's background writer, train/ckpt_async.c) calls none of them
  * from any other thread while that thread runs, and the test hooks below
  * are not thread-safe either.
  *

@@ -30,8 +30,8 @@
  * cpu-opaque proves that no code outside the backends touches device
  * memory.
  */
+#include "base/mal.h"
 #include "kernels.h"
-#include "mal.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mal.h"
 #include "kernels.h"
-#include "mal.h"
 
 extern const mal_kern_backend mal_kern_backend_cpu;
 extern const mal_kern_backend mal_kern_backend_cpu_opaque;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "replan.h"
 
 double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l)

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "search.h"
 
 void rp_eval_fini(rp_eval *e)

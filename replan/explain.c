@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "replan.h"
 #include "sim.h"
 

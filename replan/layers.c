@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "search.h"
 
 /* Above this many layers the period is found by bisection on the real line

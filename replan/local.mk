@@ -1,12 +1,9 @@
 # replan/: the planner (cost model, lp_solve programs, search, 1F1B simulator,
-# re-plan trigger policy) and malleus-replan.  Included by Makefile.am.
+# re-plan trigger policy) behind malleus-replan.  Included by Makefile.am.
 libmalleus_a_SOURCES += replan/replan.h replan/profile.c replan/cost.c replan/lp.c \
 	replan/search.h replan/options.c replan/layers.c replan/eval.c \
 	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
 	replan/policy.h replan/policy.c replan/tool.h replan/tool.c
-
-bin_PROGRAMS += malleus-replan
-malleus_replan_SOURCES = replan/replan_main.c
 
 check_PROGRAMS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
 TESTS += tests/test_replan tests/test_replan_sim tests/test_replan_policy

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "replan.h"
 
 /* Common solver setup: silent, exact integer gaps. */

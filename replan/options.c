@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "search.h"
 
 /* A class beyond this many compositions falls back to the restricted rule

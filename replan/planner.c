@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "search.h"
 
 /* Auto mode searches exhaustively when the enumeration has at most this

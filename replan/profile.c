@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "fileio.h"
-#include "mal.h"
+#include "base/fileio.h"
+#include "base/mal.h"
 #include "replan.h"
+#include "src/config.h"
 
 /* ---- cluster ------------------------------------------------------------- */
 
@@ -150,7 +150,7 @@ int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
     return mal_cluster_parse_buffer(c, json, strlen(json), what);
 }
 
-/* Inputs are read whole through the bounded reader (src/fileio.h): a
+/* Inputs are read whole through the bounded reader (base/fileio.h): a
  * device or FIFO given by mistake is refused instead of read forever. */
 #define JSON_INPUT_MAX ((size_t)64 << 20)
 #define RATES_INPUT_MAX ((size_t)1 << 30)

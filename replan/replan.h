@@ -12,7 +12,7 @@
 
 #include <stdio.h>
 
-#include "plan.h"
+#include "src/plan.h"
 
 /* Rates below this count as healthy (1.0): measurement noise floor. */
 #define MAL_REPLAN_NOISE_FLOOR 1.2

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "sim.h"
 
 double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p)

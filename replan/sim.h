@@ -6,8 +6,8 @@
 #ifndef MAL_SIM_H
 #define MAL_SIM_H
 
-#include "plan.h"
 #include "replan.h"
+#include "src/plan.h"
 
 /* Fraction of a layer's (forward + backward) time spent in the forward pass
  * (backward computes two matrix products per forward one). */

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
-#include "plan.h"
+#include "base/mal.h"
 #include "replan.h"
 #include "sim.h"
+#include "src/plan.h"
 #include "tool.h"
 
 void mal_replan_opts_init(mal_replan_opts *o)

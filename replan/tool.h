@@ -1,6 +1,6 @@
 /* malleus-replan as one library call: the command line's options in a struct
  * and the function that carries them out (read the inputs, plan or simulate,
- * write the plan and the reports).  replan/replan_main.c is only the option
+ * write the plan and the reports).  cmd/replan_main.c is only the option
  * table that fills the struct; tests and other programs call this directly. */
 #ifndef MAL_REPLAN_TOOL_H
 #define MAL_REPLAN_TOOL_H

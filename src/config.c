@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fileio.h"
-#include "mal.h"
+#include "base/fileio.h"
+#include "base/mal.h"
 
 const char *const mal_config_presets[] = {"tiny", "small", "124m", "1b", "32b", "70b", "110b", NULL};
 

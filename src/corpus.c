@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
-#include "rng.h"
+#include "base/mal.h"
+#include "base/rng.h"
 
 #define CORPUS_SEED 0x436F727075733031ull /* fixed: the corpus never changes */
 

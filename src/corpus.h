@@ -11,7 +11,7 @@
 #define MAL_CORPUS_TARGET_BYTES 1500000
 
 /* Local.  Generate the corpus: always the same bytes (a fixed seed through
- * src/rng.h), printable ASCII plus '\n'.  On success *text is a malloc'ed,
+ * base/rng.h), printable ASCII plus '\n'.  On success *text is a malloc'ed,
  * NUL-terminated buffer that the caller frees, and *len its length without
  * the NUL.  The text is made of paragraphs of templated sentences with
  * subject-verb agreement, arithmetic facts written in words ("seven plus

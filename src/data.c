@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
+#include "base/mal.h"
+#include "base/rng.h"
 #include "corpus.h"
 #include "data_synth.h"
-#include "fileio.h"
-#include "mal.h"
-#include "rng.h"
 
 struct mal_data {
     char *name;

@@ -91,7 +91,7 @@ const uint16_t *mal_data_tokens(const mal_data *d);
 /* Local, pure.  Sample `pos` of the global batch of step `step` (both >= 0):
  * the window tokens[off .. off+T] with
  *     off = mal_rng_below(seed ^ MAL_DATA_SALT, step, pos, n_tokens - T)
- * (src/rng.h), so every offset in [0, n_tokens - T) is possible and equally
+ * (base/rng.h), so every offset in [0, n_tokens - T) is possible and equally
  * likely.  Writes inputs[i] = tokens[off+i], targets[i] = tokens[off+i+1]
  * for i < T; both arrays (caller-owned) hold T ints.  Depends only on (seed,
  * step, pos) and the file, never on any cursor or call order.  MAL_EINVAL

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mal.h"
+#include "base/rng.h"
 #include "data.h"
-#include "mal.h"
-#include "rng.h"
 
 static const char prefix[] = "synthetic";
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mal.h"
 #include "layout.h"
-#include "mal.h"
 #include "piece.h"
 #include "slices.h"
 

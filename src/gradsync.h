@@ -41,7 +41,7 @@
 #ifndef MAL_GRADSYNC_H
 #define MAL_GRADSYNC_H
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "model.h"
 #include "plan.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 
 int mal_layout_part(const mal_plan *plan, const mal_model_config *cfg, int rank,
                     mal_model_part *part, int *active)

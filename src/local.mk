@@ -1,39 +1,37 @@
-# src/: the runtime library by layer (README.md, "Layout") and the program
-# mains (thin shells over the library).
+# src/: the core layer -- model config and presets, the model, the
+# optimizer, plans and layouts, slice arithmetic and tensor pieces, the
+# data-parallel gradient sum, the state mover of online migration, data
+# files, sampling and the built-in corpus, text generation.
 
-# base
-libmalleus_a_SOURCES += src/mal.h src/error.c src/rng.h src/opts.h src/opts.c src/fileio.h \
-	src/fileio.c
-# core: model, optimizer, layout, tensor pieces, gradient sync, state mover
 libmalleus_a_SOURCES += src/config.h src/config.c \
 	src/model.h src/model.c \
 	src/optim.h src/optim.c \
+	src/plan.h src/plan.c \
 	src/layout.h src/layout.c \
+	src/slices.h src/slices.c \
 	src/piece.h src/piece.c \
 	src/gradsync.h src/gradsync.c \
 	src/migrate.h src/migrate.c \
-	src/sample.h src/sample.c
-# the trainer layer
-libmalleus_a_SOURCES += src/train/train.h src/train/train_internal.h src/train/train.c \
-	src/train/part.c src/train/pipeline.c src/train/monitor.c src/train/online.c \
-	src/train/ckpt.c src/train/ckpt_async.c src/train/eval.c src/train/train_memory.c src/train/profile_measure.c \
-	src/train/train_cli.h src/train/train_cli.c
+	src/sample.h src/sample.c \
+	src/data.h src/data.c src/corpus.h src/corpus.c \
+	src/data_synth.h src/data_synth.c
 
-bin_PROGRAMS += malleus-train
-malleus_train_SOURCES = src/train_main.c
-bin_PROGRAMS += malleus-sample
-malleus_sample_SOURCES = src/sample_main.c
-
-libmalleus_a_SOURCES += src/slices.h src/slices.c
 check_PROGRAMS += tests/test_slices
 TESTS += tests/test_slices
 
-# fileio: atomic-or-direct outputs, bounded inputs; every command's outputs
-# against a device node.
-check_PROGRAMS += tests/test_fileio
-TESTS += tests/test_fileio
-dist_check_SCRIPTS += tests/test_outputs.sh
-TESTS += tests/test_outputs.sh
+# plan files (schema, validation, uniform plans)
+check_PROGRAMS += tests/test_plan
+TESTS += tests/test_plan
+
+# data files, sampling, the default corpus, malleus-tokenize
+check_PROGRAMS += tests/test_data
+tests_test_data_SOURCES = tests/test_data.c
+TESTS += tests/test_data
+dist_check_SCRIPTS += tests/test_tokenize.sh
+TESTS += tests/test_tokenize.sh
+check_PROGRAMS += tests/test_data_synth
+tests_test_data_synth_SOURCES = tests/test_data_synth.c
+TESTS += tests/test_data_synth
 
 # Model configs: bounded sizes, checked arithmetic, the memory check.
 dist_check_SCRIPTS += tests/test_model_limits.sh

@@ -16,15 +16,15 @@
  * identical.
  *
  * Core layer: plan, layout, slices, model, tensor pieces, comm.  The
- * trainer (src/train/online.c) decides the new plan, builds the new part
+ * trainer (train/online.c) decides the new plan, builds the new part
  * and wires it; this module only moves state between two parts. */
 #include "migrate.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mal.h"
 #include "layout.h"
-#include "mal.h"
 #include "piece.h"
 #include "slices.h"
 

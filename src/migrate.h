@@ -1,14 +1,14 @@
 /* The online fast path's state mover: the parameters and Adam moments of
  * this rank's part under one plan moved, rank to rank, into its part under
  * another (src/migrate.c says how).  The trainer's online re-planning
- * (src/train/online.c) calls it between building the new part and wiring
+ * (train/online.c) calls it between building the new part and wiring
  * it.
  *
  * Core layer: plan, layout, slices, model, tensor pieces, comm. */
 #ifndef MAL_MIGRATE_H
 #define MAL_MIGRATE_H
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "config.h"
 #include "model.h"
 #include "plan.h"

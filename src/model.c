@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "mal.h"
-#include "rng.h"
+#include "base/mal.h"
+#include "base/rng.h"
 
 mal_model_part mal_model_part_full(const mal_model_config *cfg)
 {

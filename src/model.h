@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 typedef struct {
     int layer_begin, layer_end; /* [begin, end) transformer layers */

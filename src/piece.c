@@ -2,7 +2,7 @@
  * table. */
 #include "piece.h"
 
-#include "mal.h"
+#include "base/mal.h"
 
 /* Local offset of the shard along the tensor's axis. */
 static int64_t local_axis_off(const mal_tensor_info *t)

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "model.h"
 
 /* Where a piece lies in the shard's buffer (in floats). */

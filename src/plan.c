@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fileio.h"
-#include "mal.h"
+#include "base/fileio.h"
+#include "base/mal.h"
 
 void mal_plan_init(mal_plan *plan)
 {

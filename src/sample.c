@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mal.h"
+#include "base/rng.h"
 #include "data.h"
-#include "mal.h"
-#include "rng.h"
 
 /* Decreasing logit, then increasing id (qsort_r: no shared state). */
 static int by_logit(const void *a, const void *b, void *ctx)

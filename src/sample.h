@@ -1,8 +1,8 @@
 /* Text generation: choosing the next token from logits (greedy,
  * temperature, top-k) deterministically for a seed, the one-process
  * generation loop over a whole model, and the byte-level text on both ends
- * (prompt in, text out).  malleus-sample (src/sample_main.c) uses all of
- * it; the trainer's --sample-every (src/train/eval.c) runs the same choice over
+ * (prompt in, text out).  malleus-sample (cmd/sample_main.c) uses all of
+ * it; the trainer's --sample-every (train/eval.c) runs the same choice over
  * its pipeline.
  *
  * Generation recomputes the forward pass over the last seq_len tokens for

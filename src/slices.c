@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 
 static int cmp_i64(const void *a, const void *b)
 {

@@ -1,58 +1,86 @@
 #!/bin/sh
-# The library's layers (README.md, "Layout") point one way: a file may
-# include headers of its own layer and of the layers below it, never of a
-# layer above.  Fails naming every upward include.  Layers, bottom up:
-#   0 base      src/mal.h src/error.c src/rng.h src/opts.* src/fileio.*
-#   1 backends  kernels/ (compute) and src/comm*.* (communication)
-#   2 core      the rest of src/ outside src/train/: config, data, plan,
-#               layout, slices, model, optim, tensor pieces, gradient sync,
-#               state mover
-#   3 ckpt/ (snapshots, resharding) and replan/ (planner); neither
-#     includes the other
-#   4 trainer   src/train/
-#   5 mains     *_main.c
+# The library's layers are its folders, and every include points down.
+# Folder -> layer, bottom up (README.md, "Layout"):
+#
+#   0  base/      errors, RNG, option helpers, bounded input, atomic output
+#   1  kernels/   the compute table and its backends (cpu, cuda)
+#   2  comm/      the communication table and its backends (MPI, NCCL);
+#                 orders its data plane against the kernel queue
+#   3  src/       the core: config, model, optimizer, plan, layout, slices,
+#                 pieces, gradient sum, state mover, data, sampling
+#   4  ckpt/      snapshots, reshard, export     } side by side: neither
+#   4  replan/    cost model, planner, policy    } includes the other
+#   5  train/     the trainer
+#   6  cmd/       the program mains (an option table and one call)
+#
+# A file may include headers of its own folder (by bare name: "model.h")
+# and of folders below it (by folder: "comm/comm.h"), never of a folder
+# above or beside it.  Also checked: every include resolves the way the
+# compiler resolves it with -I$(top_srcdir) alone; no "../" paths; MPI and
+# NCCL headers only in comm/ (the control plane is MPI, behind the comm
+# table); CUDA runtime headers only in kernels/cuda/ and comm/.
+# Fails naming every offending line.
 : "${top_srcdir:=$(dirname "$0")/..}"
 cd "$top_srcdir" || exit 99
 
-layer() {
+layer() { # FILE -> its layer, or nothing for a file outside the library
     case $1 in
-    *_main.c) echo 5 ;;
-    src/train/*) echo 4 ;;
-    ckpt/*) echo 3c ;;
-    replan/*) echo 3r ;;
+    base/*) echo 0 ;;
     kernels/*) echo 1 ;;
-    src/comm*) echo 1 ;;
-    src/mal.h | src/error.c | src/rng.h | src/opts.h | src/opts.c | src/fileio.h | src/fileio.c) echo 0 ;;
-    src/*) echo 2 ;;
+    comm/*) echo 2 ;;
+    src/*) echo 3 ;;
+    ckpt/*) echo 4c ;;
+    replan/*) echo 4r ;;
+    train/*) echo 5 ;;
+    cmd/*) echo 6 ;;
     *) echo "" ;;
     esac
 }
 
-# Where a quoted include resolves (the -I order of Makefile.am).
-resolve() {
-    for d in src src/train kernels kernels/cuda ckpt replan; do
-        [ -f "$d/$1" ] && { echo "$d/$1"; return; }
-    done
-}
-
 bad=0 n=0
-for f in $(find src kernels ckpt replan -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort); do
+fail() {
+    echo "$1"
+    bad=$((bad + 1))
+}
+files=$(find base kernels comm src ckpt replan train cmd \
+    \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+for f in $files; do
     lf=$(layer "$f")
-    [ -n "$lf" ] || continue
+    dir=$(dirname "$f")
+    # quoted includes: where they resolve, and their layer
     for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
-        t=$(resolve "$h")
-        [ -n "$t" ] || continue
-        lt=$(layer "$t")
         n=$((n + 1))
-        a=${lf%[cr]} b=${lt%[cr]}
-        if [ "$b" -gt "$a" ] || { [ "$a" = 3 ] && [ "$b" = 3 ] && [ "$lf" != "$lt" ]; }; then
-            echo "upward include: $f (layer $lf) includes $t (layer $lt)"
-            bad=$((bad + 1))
+        case $h in
+        ../* | */../*) fail "relative path: $f includes \"$h\"" && continue ;;
+        */*) t=$h ;;
+        *) t=$dir/$h ;;
+        esac
+        if [ ! -f "$t" ]; then
+            fail "unresolved: $f includes \"$h\" (no $t)"
+            continue
         fi
+        case $h in
+        */*) [ "$(dirname "$t")" = "$dir" ] &&
+            fail "own folder by path: $f includes \"$h\" (write \"$(basename "$h")\")" ;;
+        esac
+        lt=$(layer "$t")
+        [ -n "$lt" ] || { fail "outside the library: $f includes $t" && continue; }
+        a=${lf%[cr]} b=${lt%[cr]}
+        if [ "$b" -gt "$a" ] || { [ "$a" = "$b" ] && [ "$lf" != "$lt" ]; }; then
+            fail "upward include: $f (layer $lf) includes $t (layer $lt)"
+        fi
+    done
+    # system headers of the transports and the GPU runtime
+    for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*<\([^>]*\)>.*/\1/p' "$f"); do
+        case $h in
+        mpi.h | nccl.h) case $f in comm/*) ;; *) fail "transport header outside comm/: $f includes <$h>" ;; esac ;;
+        cuda*.h | cublas*.h | cudnn*.h) case $f in kernels/cuda/* | comm/*) ;;
+            *) fail "GPU runtime header outside kernels/cuda/ and comm/: $f includes <$h>" ;; esac ;;
+        esac
     done
 done
 if [ $bad -ne 0 ]; then
-    echo "FAIL: $bad include(s) point up a layer (of $n checked)"
+    echo "FAIL: $bad problem(s) among $n includes"
     exit 1
 fi
-echo "PASS: $n includes, none points up a layer"
+echo "PASS: $n includes in $(echo "$files" | wc -l) files, every one points down a layer"

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "mal.h"
+#include "base/mal.h"
 
 #define MAL_TEST_SKIP 77
 #define MAL_TEST_ERROR 99

@@ -30,11 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "export.h"
-#include "fileio.h"
-#include "mal.h"
-#include "opts.h"
-#include "snapshot.h"
+#include "base/fileio.h"
+#include "base/mal.h"
+#include "base/opts.h"
+#include "ckpt/export.h"
+#include "ckpt/snapshot.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "snapdump writes host floats as safetensors' little-endian data"

@@ -23,9 +23,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "comm.h"
-#include "comm_mpi.h"
-#include "comm_pool.h"
+#include "comm/comm.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_pool.h"
 #include "mal_test.h"
 
 #define NPROCS 8

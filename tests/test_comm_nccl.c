@@ -1,4 +1,4 @@
-/* The NCCL data plane (src/comm_nccl.c) against the MPI data plane, on device
+/* The NCCL data plane (comm/comm_nccl.c) against the MPI data plane, on device
  * buffers of the cuda kernel backend: every data-plane operation of comm.h,
  * run on NCCL and on MPI (staged through pinned host memory) with the same
  * inputs.  Run by tests/test_comm_nccl.sh on one rank (communicators of one
@@ -46,10 +46,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "comm_mpi.h"
-#include "comm_nccl.h"
-#include "kernels.h"
+#include "comm/comm.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_nccl.h"
+#include "kernels/kernels.h"
 #include "mal_test.h"
 
 static int finished;

@@ -1,5 +1,5 @@
 /* The control plane used by two threads at once (what the background
- * snapshot writer does, src/train/ckpt_async.c): mal_comm_init_threads
+ * snapshot writer does, train/ckpt_async.c): mal_comm_init_threads
  * asks MPI for MPI_THREAD_MULTIPLE and mal_comm_thread_level reports what
  * was granted; then on every rank a second thread runs all-reduces,
  * broadcasts and gather-vs on its own duplicate of the world while the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "mal_test.h"
 
 enum { ROUNDS = 300 };

@@ -21,8 +21,8 @@
  * attention kernel also runs in two other thread orders and must give the
  * same bits: a difference is a race (on the GPU the second and third runs
  * check run-to-run determinism instead).  Exit 0 pass, 1 fail, 77 no GPU. */
-#include "../kernels/cuda/attention.cu"
-#include "../kernels/cuda/ops.cu"
+#include "kernels/cuda/attention.cu"
+#include "kernels/cuda/ops.cu"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "mal_test.h"
-#include "model.h"
-#include "rng.h"
+#include "src/model.h"
 
 static int failures;
 /* the backend under test: cuda; MAL_TEST_DEVICE=cpu-opaque runs this test's

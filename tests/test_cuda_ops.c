@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
-#include "mal.h"
+#include "base/mal.h"
+#include "kernels/kernels.h"
 #include "mal_test.h"
 
 static mal_kern G, C; /* the GPU instance under test, the CPU oracle */

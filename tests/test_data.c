@@ -11,11 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "corpus.h"
-#include "data.h"
-#include "mal.h"
+#include "base/mal.h"
+#include "base/rng.h"
 #include "mal_test.h"
-#include "rng.h"
+#include "src/corpus.h"
+#include "src/data.h"
 
 static char dir[64];
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "data_synth.h"
-#include "mal.h"
+#include "base/mal.h"
 #include "mal_test.h"
+#include "src/data.h"
+#include "src/data_synth.h"
 
 static void test_spec(void)
 {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Validation loss and samples (src/train/eval.c, src/sample.c, malleus-sample):
+# Validation loss and samples (train/eval.c, src/sample.c, malleus-sample):
 #  - a one-process run with --eval-every writes val_loss into the metrics
 #    and the step lines and ends with the best validation loss;
 #  - malleus-train --eval-only --resume reports the same validation loss

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "mal_test.h"
-#include "model.h"
-#include "rng.h"
+#include "src/model.h"
 
 static double loss_at(mal_model *m, mal_acts *a, double scale)
 {

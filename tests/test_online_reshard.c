@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "ckpt/reshard.h"
+#include "ckpt/snapshot.h"
+#include "comm/comm.h"
 #include "mal_test.h"
-#include "plan.h"
-#include "reshard.h"
-#include "snapshot.h"
+#include "src/plan.h"
 #include "tiny_options.h"
-#include "train.h"
+#include "train/train.h"
 
 static void check_equal(const char *b_dir, const char *c_dir)
 {

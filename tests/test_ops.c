@@ -19,10 +19,10 @@
  *   process with SIGSEGV.
  * Shapes are small and odd so that the vectorised blocks and the scalar
  * tails of every loop both run.  One line per check; exit 1 on any failure. */
-#include "kernels.h"
-#include "mal.h"
+#include "base/mal.h"
+#include "base/rng.h"
+#include "kernels/kernels.h"
 #include "mal_test.h"
-#include "rng.h"
 
 #include <math.h>
 #include <signal.h>

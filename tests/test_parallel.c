@@ -22,12 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "mal_test.h"
+#include "src/model.h"
+#include "src/plan.h"
 #include "tiny_options.h"
-#include "model.h"
-#include "plan.h"
-#include "train.h"
+#include "train/train.h"
 
 enum { STEPS = 10 };
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "mal_test.h"
-#include "plan.h"
+#include "src/plan.h"
 
 /* The example from the schema: 8 ranks, 8 layers, global batch 32. */
 static const char *example =

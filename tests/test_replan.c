@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "mal_test.h"
+#include "replan/replan.h"
+#include "replan/sim.h"
 #include "replan_ref.h"
-#include "plan.h"
-#include "replan.h"
-#include "sim.h"
+#include "src/plan.h"
 
 static uint64_t lcg(uint64_t *s)
 {

@@ -28,9 +28,9 @@
 #include <string.h>
 
 #include "mal_test.h"
+#include "replan/replan.h"
 #include "replan_ref.h"
-#include "plan.h"
-#include "replan.h"
+#include "src/plan.h"
 
 typedef struct grp {
     int size;

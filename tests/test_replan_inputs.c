@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "mal_test.h"
-#include "plan.h"
-#include "replan.h"
+#include "replan/replan.h"
+#include "src/plan.h"
 
 /* the call failed with `code` and its message contains `what` */
 #define CHECK_REFUSED(call, code, what)                                                            \

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "mal_test.h"
-#include "policy.h"
+#include "replan/policy.h"
 
 #define N 4
 

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 
 #include "mal_test.h"
-#include "plan.h"
-#include "replan.h"
-#include "sim.h"
+#include "replan/replan.h"
+#include "replan/sim.h"
+#include "src/plan.h"
 
 int main(void)
 {

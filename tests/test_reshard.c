@@ -36,14 +36,14 @@
 
 #include <hdf5.h>
 
-#include "comm.h"
+#include "ckpt/reshard.h"
+#include "ckpt/snapshot.h"
+#include "comm/comm.h"
 #include "mal_test.h"
+#include "src/model.h"
+#include "src/plan.h"
 #include "tiny_options.h"
-#include "model.h"
-#include "plan.h"
-#include "reshard.h"
-#include "snapshot.h"
-#include "train.h"
+#include "train/train.h"
 
 enum { STEPS = 6, SNAP_AT = 3 };
 

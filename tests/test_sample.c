@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
+#include "base/mal.h"
 #include "mal_test.h"
-#include "sample.h"
+#include "src/sample.h"
 
 enum { V = 6, DRAWS = 40000 };
 

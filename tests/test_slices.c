@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "mal_test.h"
-#include "rng.h"
-#include "slices.h"
+#include "src/slices.h"
 
 static void check_case(const mal_slice_holding *h, int n, int64_t len)
 {

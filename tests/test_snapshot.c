@@ -11,9 +11,9 @@
  *
  * `test_snapshot --write-demo DIR` only writes a known snapshot into DIR for
  * tests/test_snapshot_h5py.sh, which reads it with h5py and h5dump. */
+#include "base/rng.h"
+#include "ckpt/snapshot.h"
 #include "mal_test.h"
-#include "rng.h"
-#include "snapshot.h"
 
 #include <dirent.h>
 #include <errno.h>

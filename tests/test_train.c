@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "base/rng.h"
 #include "mal_test.h"
-#include "model.h"
-#include "rng.h"
-#include "train.h"
+#include "src/data.h"
+#include "src/model.h"
+#include "train/train.h"
 
 static mal_train_options base_options(void)
 {

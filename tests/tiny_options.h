@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "mal_test.h"
-#include "train.h"
+#include "train/train.h"
 
 /* The kernel backend the tests run on: MALLEUS_TEST_DEVICE, or NULL (the
  * default). */

@@ -19,11 +19,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "comm.h"
-#include "mal.h"
-#include "plan.h"
-#include "reshard.h"
-#include "train.h"
+#include "base/mal.h"
+#include "ckpt/reshard.h"
+#include "comm/comm.h"
+#include "src/plan.h"
+#include "train/train.h"
 
 static mal_comm *world;
 

@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
-#include "plan.h"
-#include "replan.h"
-#include "sim.h"
+#include "base/mal.h"
+#include "replan/replan.h"
+#include "replan/sim.h"
+#include "src/plan.h"
 
 typedef struct setting {
     const char *name;

@@ -28,9 +28,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "comm.h"
-#include "mal.h"
-#include "train.h"
+#include "base/mal.h"
+#include "comm/comm.h"
+#include "train/train.h"
 
 #define BENCH_NAME "bench_async"
 #include "bench_util.h"

@@ -23,13 +23,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "mal.h"
-#include "model.h"
-#include "plan.h"
-#include "reshard.h"
-#include "snapshot.h"
-#include "train.h"
+#include "base/mal.h"
+#include "ckpt/reshard.h"
+#include "ckpt/snapshot.h"
+#include "comm/comm.h"
+#include "src/model.h"
+#include "src/plan.h"
+#include "train/train.h"
 
 #define BENCH_NAME "bench_snapshot"
 #include "bench_util.h"

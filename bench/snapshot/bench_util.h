@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "comm.h"
-#include "config.h"
-#include "mal.h"
+#include "base/mal.h"
+#include "comm/comm.h"
+#include "src/config.h"
 
 static mal_comm *world;
 

@@ -23,8 +23,8 @@
  * cuBLASLt error, an invalid token or target flagged by a kernel) is kept
  * with its message and returned by the next sync(), as the CPU backend does.
  */
-#include "kernels.h"
-#include "mal.h"
+#include "base/mal.h"
+#include "kernels/kernels.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -16,7 +16,7 @@ SUFFIXES = .cu
 # -Xptxas -v prints registers, spills and shared memory per kernel:
 # make NVCC_EXTRA=-Xptxas=-v kernels/cuda/attention.o
 NVCC_FLAGS = -std=c++17 -O3 $(NVCC_ARCH_FLAGS) -Xcompiler -Wall,-Wno-unused-function \
-	-I$(top_srcdir)/kernels -I$(top_srcdir)/kernels/cuda $(NVCC_EXTRA)
+	-I$(top_srcdir) $(NVCC_EXTRA)
 AM_V_NVCC = $(am__v_NVCC_@AM_V@)
 am__v_NVCC_ = $(am__v_NVCC_@AM_DEFAULT_V@)
 am__v_NVCC_0 = @echo "  NVCC    " $@;
@@ -46,7 +46,7 @@ dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh
 tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
 tests_test_cuda_model_SOURCES = tests/test_cuda_model.c
 tests_test_cuda_emu_SOURCES = tests/test_cuda_emu.cpp
-tests_test_cuda_emu_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)/kernels/cuda
+tests_test_cuda_emu_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)
 tests_test_cuda_emu_CXXFLAGS = -std=c++17 -O2
 tests_test_cuda_emu_LDADD =
 tests_test_cuda_kernels_SOURCES = tests/test_cuda_kernels.cu

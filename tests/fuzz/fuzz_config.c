@@ -6,10 +6,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "config.h"
-#include "kernels.h"
-#include "mal.h"
-#include "model.h"
+#include "base/mal.h"
+#include "kernels/kernels.h"
+#include "src/config.h"
+#include "src/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

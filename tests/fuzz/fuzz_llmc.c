@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "data.h"
+#include "src/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mal.h"
-#include "plan.h"
-#include "replan.h"
-#include "sim.h"
+#include "base/mal.h"
+#include "replan/replan.h"
+#include "replan/sim.h"
+#include "src/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,223 @@
+/* malleus-train: the option table and a call into the library
+ * (train/train_cli.h runs what the flags describe and returns the exit
+ * status: 0 done, 1 failure, 2 bad usage or input, 3 stopped with a
+ * snapshot because the monitor advised a re-plan).  A new flag is one line below. */
+#include <limits.h>
+
+#include "base/opts.h"
+#include "src/data.h"
+#include "train/train_cli.h"
+
+static const char *const data_formats[] = {"auto", "llmc", "raw16", NULL};
+static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16};
+static const char *const adapt_modes[] = {"off", "restart", "online", NULL};
+static const int adapt_values[] = {MAL_ADAPT_OFF, MAL_ADAPT_RESTART, MAL_ADAPT_ONLINE};
+static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const int precision_values[] = {MAL_PRECISION_FP32, MAL_PRECISION_BF16};
+static const char *const inject_modes[] = {"sleep", "gpu", NULL};
+static const int inject_mode_values[] = {MAL_INJECT_SLEEP, MAL_INJECT_GPU};
+static const char *const on_off[] = {"on", "off", NULL};
+static const int on_off_values[] = {1, 0};
+
+int main(int argc, char **argv)
+{
+    static mal_train_cli cli;
+    mal_train_cli_init(&cli);
+    mal_train_options *o = &cli.o;
+    mal_optim_config *op = &o->optim;
+    char device_help[512], comm_help[512];
+    mal_train_cli_backends_help(device_help, sizeof device_help, comm_help, sizeof comm_help);
+    const mal_opt opts[] = {
+        {MAL_OPT_SECTION, .help = "Model and data:"},
+        {MAL_OPT_STRING, "model", .metavar = "PRESET|FILE", .target = &cli.model,
+         .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
+                 "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
+                 "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
+        {MAL_OPT_STRING, "data", .metavar = "FILE", .target = &o->data_path,
+         .help = "token file (llm.c format or headerless uint16), or\n"
+                 "synthetic:V for generated tokens 0..V-1 (benchmarks);\n"
+                 "default: the built-in corpus (byte-level, vocab 256)"},
+        {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
+         .choices = data_formats, .values = data_format_values,
+         .help = "auto, llmc or raw16 (default: auto)"},
+
+        {MAL_OPT_SECTION, .help = "Validation and samples:"},
+        {MAL_OPT_STRING, "val-data", .metavar = "FILE", .target = &o->val_data_path,
+         .help = "validation token file (formats as --data); default: the\n"
+                 "built-in corpus's held-out part (when training on the\n"
+                 "built-in corpus; training never samples it)"},
+        {MAL_OPT_CHOICE, "val-data-format", .metavar = "F", .target = &o->val_data_format,
+         .choices = data_formats, .values = data_format_values,
+         .help = "auto, llmc or raw16 (default: auto)"},
+        {MAL_OPT_INT, "eval-every", .metavar = "N", .target = &o->eval_every, .lo = 0,
+         .hi = INT_MAX,
+         .help = "validation loss every N steps and at the end (default: 0 =\n"
+                 "never): val_loss in the metrics and the step line"},
+        {MAL_OPT_INT, "eval-batches", .metavar = "K", .target = &o->eval_batches, .lo = 1,
+         .hi = 1 << 20,
+         .help = "validation batches of --global-batch sequences (default: 4);\n"
+                 "the same K x global-batch sequences every time, on every plan"},
+        {MAL_OPT_FLAG, "eval-only", .target = &o->eval_only, .ival = 1,
+         .help = "report the validation loss and exit without training\n"
+                 "(with --resume: the newest snapshot's; with\n"
+                 "--sample-every: and a sample)"},
+        {MAL_OPT_INT, "sample-every", .metavar = "N", .target = &o->sample_every, .lo = 0,
+         .hi = INT_MAX,
+         .help = "print a 64-token sample every N steps (default: 0 = never)"},
+        {MAL_OPT_STRING, "sample-prompt", .metavar = "TEXT", .target = &o->sample_prompt,
+         .help = "its prompt (default: a newline; token ids when the\n"
+                 "vocabulary is not byte-level)"},
+
+        {MAL_OPT_SECTION,
+         .help = "Parallel layout (run under mpiexec or srun, one rank per device):"},
+        {MAL_OPT_STRING, "plan", .metavar = "FILE", .target = &cli.plan_path,
+         .help = "a plan file (malleus-plan/1: pipelines, stages, TP groups,\n"
+                 "micro-batches per pipeline, suspended ranks)"},
+        {MAL_OPT_INT, "dp", .metavar = "N", .target = &o->dp, .lo = 1, .hi = 1 << 20,
+         .label = "--dp N --tp N --pp N",
+         .help = "or the uniform Megatron-style layout (default: 1 1 1)"},
+        {MAL_OPT_INT, "tp", .metavar = "N", .target = &o->tp, .lo = 1, .hi = 1 << 20},
+        {MAL_OPT_INT, "pp", .metavar = "N", .target = &o->pp, .lo = 1, .hi = 1 << 20},
+
+        {MAL_OPT_SECTION, .help = "Training:"},
+        {MAL_OPT_INT64, "steps", .metavar = "N", .target = &o->steps, .lo = 0,
+         .hi = LLONG_MAX / 65536, .help = "train until N optimizer steps are done (default: 100)"},
+        {MAL_OPT_UINT64, "seed", .metavar = "S", .target = &o->seed, .lo = 0, .hi = LLONG_MAX,
+         .help = "seed of initialisation and data order (default: 1234)"},
+        {MAL_OPT_INT, "global-batch", .metavar = "N", .target = &o->global_batch, .lo = 1,
+         .hi = 1 << 20, .help = "sequences per step (default: 16)"},
+        {MAL_OPT_INT, "micro-batch", .metavar = "N", .target = &o->micro_batch, .lo = 1,
+         .hi = 1 << 20, .given = &cli.micro_given,
+         .help = "sequences per forward/backward (default: 4; a --plan\n"
+                 "sets its own micro_batch_size)"},
+        {MAL_OPT_FLOAT, "lr", .metavar = "X", .target = &op->lr, .flo = 1e-12, .fhi = 10,
+         .help = "peak learning rate (default: 1e-3)"},
+        {MAL_OPT_FLOAT, "min-lr-ratio", .metavar = "X", .target = &op->min_lr_ratio, .flo = 0,
+         .fhi = 1, .help = "cosine floor as a fraction of --lr (default: 0.1)"},
+        {MAL_OPT_INT, "warmup", .metavar = "N", .target = &op->warmup_steps, .lo = 0, .hi = INT_MAX,
+         .help = "linear warmup steps (default: 10)"},
+        {MAL_OPT_INT, "decay-steps", .metavar = "N", .target = &op->total_steps, .lo = 1,
+         .hi = INT_MAX, .help = "length of the schedule (default: --steps)"},
+        {MAL_OPT_FLOAT, "weight-decay", .metavar = "X", .target = &op->weight_decay, .flo = 0,
+         .fhi = 10, .help = "AdamW decoupled weight decay on matrices (default: 0.1)"},
+        {MAL_OPT_FLOAT, "beta1", .metavar = "X", .target = &op->beta1, .flo = 0, .fhi = 0.999999,
+         .label = "--beta1 X, --beta2 X", .help = "Adam moments (default: 0.9, 0.95)"},
+        {MAL_OPT_FLOAT, "beta2", .metavar = "X", .target = &op->beta2, .flo = 0, .fhi = 0.999999},
+        {MAL_OPT_FLOAT, "adam-eps", .metavar = "X", .target = &op->eps, .flo = 1e-30, .fhi = 1,
+         .help = "Adam epsilon (default: 1e-8)"},
+        {MAL_OPT_FLOAT, "clip", .metavar = "X", .target = &op->grad_clip, .flo = 0, .fhi = 1e30,
+         .help = "global gradient-norm clip, 0 = off (default: 1.0)"},
+        {MAL_OPT_INT, "threads", .metavar = "N", .target = &o->threads, .lo = 1, .hi = 1024,
+         .help = "BLAS threads (default: OpenBLAS's choice)"},
+
+        {MAL_OPT_SECTION, .help = "Backends:"},
+        {MAL_OPT_STRING, "device", .metavar = "NAME", .target = &o->device, .help = device_help},
+        {MAL_OPT_CHOICE, "precision", .metavar = "P", .target = &o->precision,
+         .choices = precisions, .values = precision_values,
+         .help = "fp32 or bf16: activations and working weights (master\n"
+                 "weights, gradients and Adam moments are fp32 always;\n"
+                 "default: bf16 on GPUs, fp32 on the CPU, which has only\n"
+                 "fp32; fp32 on a GPU is the CPU's arithmetic)"},
+        {MAL_OPT_STRING, "comm", .metavar = "NAME", .target = &o->comm, .help = comm_help},
+        {MAL_OPT_CHOICE, "dp-overlap", .metavar = "on|off", .target = &o->dp_overlap,
+         .choices = on_off, .values = on_off_values,
+         .help = "sum the data-parallel gradients in buckets posted\n"
+                 "during the backward pass, as each bucket's layers\n"
+                 "finish (on, the default), or after the whole backward\n"
+                 "pass (off); on costs one more copy of the replicated\n"
+                 "gradients in device memory"},
+        {MAL_OPT_DOUBLE, "dp-bucket-mb", .metavar = "X", .target = &o->dp_bucket_mb, .flo = 0,
+         .fhi = 1e6,
+         .help = "with --dp-overlap on: MiB of gradients per bucket\n"
+                 "(default: 25, as PyTorch DDP; 0: a bucket per layer)"},
+
+        {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
+        {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,
+         .values = adapt_values,
+         .help = "off, restart or online (default: off).  restart: on a\n"
+                 "re-plan advice write a snapshot and exit with status 3;\n"
+                 "online: plan anew and migrate the state in the job"},
+        {MAL_OPT_INT, "check-every", .metavar = "K", .target = &o->check_every, .lo = 1,
+         .hi = 1000000, .help = "steps between policy checks (default: 3)"},
+        {MAL_OPT_INT, "window", .metavar = "W", .target = &o->window, .lo = 1, .hi = 1000,
+         .help = "samples averaged per check (default: 2)"},
+        {MAL_OPT_DOUBLE, "gap", .metavar = "X", .target = &o->gap, .flo = 1e-6, .fhi = 1000,
+         .help = "re-plan when a rate moved by >= X (default: 0.3)"},
+        {MAL_OPT_DOUBLE, "threshold", .metavar = "X", .target = &o->threshold, .flo = 1,
+         .fhi = 1000, .help = "suspended ranks stay so while rate >= X (default: 1.2)"},
+        {MAL_OPT_DOUBLE, "noise-floor", .metavar = "X", .target = &o->noise_floor, .flo = 1,
+         .fhi = 1000, .help = "rates below X count as 1.0 (default: 1.2)"},
+        {MAL_OPT_STRING, "baseline-rates", .metavar = "FILE", .target = &cli.baseline_rates,
+         .help = "rates the plan was made with ({\"rank\": rate} or a\n"
+                 "metrics file; default: all 1.0)"},
+        {MAL_OPT_INT, "probe-size", .metavar = "N", .target = &o->probe_n, .lo = 8, .hi = 4096,
+         .help = "size of the monitor's probe matmul (default: 128)"},
+        {MAL_OPT_INT, "ranks-per-node", .metavar = "N", .target = &o->ranks_per_node, .lo = 1,
+         .hi = 1 << 20, .help = "node size for the online planner (default: all ranks)"},
+        {MAL_OPT_DOUBLE, "device-memory-mb", .metavar = "X", .target = &o->device_memory_mb,
+         .flo = 1, .fhi = 1e9, .help = "device memory for the online planner (default: 16384)"},
+        {MAL_OPT_STRING, "planner-profile", .metavar = "P", .target = &o->profile,
+         .help = "planner profile: preset or JSON file (default: --model)"},
+        {MAL_OPT_FUNC, "inject", .metavar = "R:F[:FROM[:TO]]", .fn = mal_train_cli_inject,
+         .help = "TEST FEATURE: slow rank R by factor F from step FROM\n"
+                 "to step TO (0-based, TO exclusive), as --inject-mode\n"
+                 "says; repeatable"},
+        {MAL_OPT_CHOICE, "inject-mode", .metavar = "MODE", .target = &o->inject_mode,
+         .choices = inject_modes, .values = inject_mode_values,
+         .help = "how --inject slows a rank: sleep (default: sleeps of\n"
+                 "(F-1) x its measured compute; right when ranks share a\n"
+                 "device) or gpu (a busy kernel takes the rank's GPU for\n"
+                 "1 - 1/F of every 2 ms, for real; --device cuda, one\n"
+                 "GPU per rank)"},
+
+        {MAL_OPT_SECTION, .help = "Profiling:"},
+        {MAL_OPT_STRING, "profile", .metavar = "FILE", .target = &cli.measure_path,
+         .help = "measure a planner profile of --model on this machine\n"
+                 "(layer time per TP size up to --tp, memory) into FILE\n"
+                 "and exit; use it with malleus-replan --profile"},
+
+        {MAL_OPT_SECTION, .help = "Snapshots and output:"},
+        {MAL_OPT_STRING, "snapshot-dir", .metavar = "DIR", .target = &o->snapshot_dir,
+         .help = "where snapshots go (a final one is written at the end)"},
+        {MAL_OPT_INT, "snapshot-every", .metavar = "N", .target = &o->snapshot_every, .lo = 0,
+         .hi = INT_MAX, .help = "also snapshot every N steps (default: 0 = end only)"},
+        {MAL_OPT_INT, "keep", .metavar = "N", .target = &o->keep_snapshots, .lo = 0, .hi = INT_MAX,
+         .help = "keep the newest N snapshots (default: 0 = all)"},
+        {MAL_OPT_FLAG, "snapshot-async", .target = &o->snapshot_async, .ival = 1,
+         .help = "write the --snapshot-every snapshots in the background:\n"
+                 "the state is copied to pinned host memory (one more copy\n"
+                 "of this rank's share of it) and training goes on while a\n"
+                 "thread writes and commits it (needs MPI_THREAD_MULTIPLE)"},
+        {MAL_OPT_FLAG, "resume", .target = &o->resume, .ival = 1,
+         .help = "continue from the newest snapshot in --snapshot-dir"},
+        {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,
+         .help = "one JSON object per step (appended to when resuming)"},
+        {MAL_OPT_INT, "log-every", .metavar = "N", .target = &o->log_every, .lo = 0, .hi = INT_MAX,
+         .help = "print a step line every N steps (default: 1)"},
+        {MAL_OPT_FLAG, "quiet", .target = &cli.quiet, .ival = 1,
+         .help = "no start-up table or step lines"},
+        {MAL_OPT_FLAG, "verbose", .target = &cli.quiet, .ival = -1,
+         .help = "also debug detail (every rank's share of an online\nmigration)"},
+        {MAL_OPT_HELP, "help", 'h', .label = "-h, --help", .help = "this text"},
+        {MAL_OPT_VERSION, "version", .help = "print the version"},
+        {.kind = MAL_OPT_END},
+    };
+    const mal_opts_spec spec = {
+        .prog = "malleus-train",
+        .version = PACKAGE_VERSION,
+        .usage = "Usage: malleus-train [OPTIONS]\n"
+                 "Train a LLaMA-style transformer language model.\n",
+        .footer = "\nExamples:\n"
+                  "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n"
+                  "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
+                  "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n"
+                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI); 2 bad usage or\n"
+                  "input (flags, model config, plan, data, snapshot: nothing written); 3 stopped\n"
+                  "with a snapshot because a re-plan is needed (--adapt restart).\n",
+        .opts = opts,
+        .ctx = &cli,
+    };
+    int rc = mal_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) return rc;
+    return mal_train_cli_run(&cli, &spec, &argc, &argv);
+}

@@ -1,0 +1,222 @@
+/* All-reduce over a member list by a ring of point-to-point messages, as
+ * a state machine that never waits (comm_ring.h). */
+#include "comm_ring.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mal.h"
+#include "comm_mpi.h"
+
+/* Messages stay under the table's INT_MAX-byte limit. */
+enum { MSG_MAX = 1 << 30 };
+/* Up to this size the first member combines everything (via_first). */
+enum { SMALL_BYTES = 64 << 10 };
+
+enum { ES = sizeof(float) };
+
+/* Block b of `count` elements cut into n nearly equal blocks. */
+static size_t blk_off(size_t count, int n, int b)
+{
+    return count / (size_t)n * (size_t)b + MAL_MIN((size_t)b, count % (size_t)n);
+}
+static size_t blk_len(size_t count, int n, int b)
+{
+    return count / (size_t)n + ((size_t)b < count % (size_t)n);
+}
+
+size_t mal_comm_ring_scratch_bytes(size_t count, int n)
+{
+    size_t bytes = count * ES;
+    if (n < 1) n = 1;
+    if (bytes <= SMALL_BYTES) return (size_t)n * bytes + 16; /* the first member's n-1 copies */
+    return blk_len(count, n, 0) * ES + 16;
+}
+
+struct mal_ring {
+    MPI_Comm comm;
+    int *members, n, i, tag; /* i: this rank's index in the list */
+    char *b, *scratch;
+    size_t count;
+    mal_reduce_op op;
+    int small;         /* via the first member (small buffers) */
+    int step, n_steps; /* the step whose messages are in flight */
+    /* the step's messages: requests, and for receives the bytes expected
+     * (0 for sends) */
+    MPI_Request *rq;
+    size_t *expect;
+    int n_rq, cap_rq;
+};
+
+static void combine(void *dst, const void *src, size_t n, mal_reduce_op op)
+{
+    float *d = dst;
+    const float *x = src;
+    if (op == MAL_OP_SUM)
+        for (size_t i = 0; i < n; i++)
+            d[i] += x[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            d[i] = x[i] > d[i] ? x[i] : d[i];
+}
+
+/* Post one message (a receive when `recv`), cut into pieces of at most
+ * MSG_MAX bytes; both sides cut alike, and pieces between two ranks on one
+ * tag match in the order posted. */
+static int post(mal_ring *r, char *p, size_t bytes, int peer, int recv)
+{
+    while (bytes) {
+        size_t nb = MAL_MIN(bytes, (size_t)MSG_MAX);
+        if (r->n_rq == r->cap_rq) {
+            int cap = r->cap_rq ? 2 * r->cap_rq : 8;
+            MPI_Request *rq = realloc(r->rq, (size_t)cap * sizeof *rq);
+            if (rq) r->rq = rq;
+            size_t *ex = rq ? realloc(r->expect, (size_t)cap * sizeof *ex) : NULL;
+            if (ex) r->expect = ex;
+            if (!rq || !ex) return MAL_ERR(MAL_ENOMEM, "member-list all-reduce: out of memory");
+            r->cap_rq = cap;
+        }
+        MPI_Request *q = &r->rq[r->n_rq];
+        int rc = recv ? MPI_Irecv(p, (int)nb, MPI_BYTE, peer, r->tag, r->comm, q)
+                      : MPI_Isend(p, (int)nb, MPI_BYTE, peer, r->tag, r->comm, q);
+        if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, recv ? "MPI_Irecv" : "MPI_Isend");
+        r->expect[r->n_rq++] = recv ? nb : 0;
+        p += nb, bytes -= nb;
+    }
+    return 0;
+}
+
+/* Post the messages of step r->step.
+ * Small (via the first member): step 0 every other member sends its
+ * buffer to the first, which receives them into scratch; step 1 the first
+ * sends the combined result back.
+ * Ring: steps 0 .. n-2 reduce-scatter (pass block i-s on, receive block
+ * i-s-1 into scratch, add it in: after n-1 steps this member holds the
+ * whole of block i+1); steps n-1 .. 2n-3 all-gather (pass block i+1-t on,
+ * receive block i-t in place). */
+static int post_step(mal_ring *r)
+{
+    const int n = r->n, i = r->i, s = r->step;
+    const size_t bytes = r->count * ES;
+    int rc = 0;
+    r->n_rq = 0;
+    if (r->small) {
+        if (i > 0) return post(r, r->b, bytes, r->members[0], s == 1);
+        for (int k = 1; k < n && !rc; k++)
+            rc = s == 0 ? post(r, r->scratch + (size_t)(k - 1) * bytes, bytes, r->members[k], 1)
+                        : post(r, r->b, bytes, r->members[k], 0);
+        return rc;
+    }
+    const int next = r->members[(i + 1) % n], prev = r->members[(i + n - 1) % n];
+    int sb, rb;
+    char *rp;
+    if (s < n - 1) {
+        sb = ((i - s) % n + n) % n, rb = ((i - s - 1) % n + n) % n;
+        rp = r->scratch;
+    } else {
+        int t = s - (n - 1);
+        sb = ((i + 1 - t) % n + n) % n, rb = ((i - t) % n + n) % n;
+        rp = r->b + blk_off(r->count, n, rb) * ES;
+    }
+    /* the receive first, so that the peer's send finds it posted */
+    if ((rc = post(r, rp, blk_len(r->count, n, rb) * ES, prev, 1))) return rc;
+    return post(r, r->b + blk_off(r->count, n, sb) * ES, blk_len(r->count, n, sb) * ES, next, 0);
+}
+
+/* What a completed step leaves to do: the adds. */
+static void finish_step(mal_ring *r)
+{
+    const int n = r->n, i = r->i, s = r->step;
+    if (r->small) {
+        if (i == 0 && s == 0) /* in list order: the same bits on every run */
+            for (int k = 1; k < n; k++)
+                combine(r->b, r->scratch + (size_t)(k - 1) * r->count * ES, r->count, r->op);
+        return;
+    }
+    if (s < n - 1) {
+        int rb = ((i - s - 1) % n + n) % n;
+        combine(r->b + blk_off(r->count, n, rb) * ES, r->scratch, blk_len(r->count, n, rb), r->op);
+    }
+}
+
+int mal_comm_ring_start(mal_comm *c, const int *members, int n, int tag, float *buf, size_t count,
+                        mal_reduce_op op, void *scratch, mal_ring **out)
+{
+    *out = NULL;
+    int i = -1;
+    for (int k = 0; k < n; k++)
+        if (members[k] == c->rank) i = k;
+    if (i < 0)
+        return MAL_ERR(MAL_EINVAL, "member-list all-reduce: rank %d is not among the %d members",
+                       c->rank, n);
+    mal_ring *r = calloc(1, sizeof *r);
+    if (!r || !(r->members = malloc((size_t)n * sizeof *r->members))) {
+        free(r);
+        return MAL_ERR(MAL_ENOMEM, "member-list all-reduce: out of memory");
+    }
+    memcpy(r->members, members, (size_t)n * sizeof *members);
+    r->comm = mal_comm_mpi_handle(c);
+    r->n = n, r->i = i, r->tag = tag;
+    r->b = (char *)buf, r->scratch = scratch;
+    r->count = count, r->op = op;
+    r->small = count * ES <= SMALL_BYTES;
+    /* one member or nothing to add: done before it starts */
+    r->n_steps = n == 1 || count == 0 ? 0 : r->small ? 2 : 2 * (n - 1);
+    int rc = r->n_steps ? post_step(r) : 0;
+    if (rc) {
+        mal_comm_ring_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int mal_comm_ring_progress(mal_ring *r, int *done)
+{
+    *done = 0;
+    while (r->step < r->n_steps) {
+        for (int k = 0; k < r->n_rq; k++) {
+            if (r->rq[k] == MPI_REQUEST_NULL) continue;
+            int flag = 0;
+            MPI_Status st;
+            int rc = MPI_Test(&r->rq[k], &flag, &st);
+            if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "member-list all-reduce");
+            if (!flag) return 0; /* the step is not complete: come back later */
+            if (!r->expect[k]) continue;
+            /* a receive: exactly the bytes expected, or the peers disagree
+             * about the reduction (MPI alone would not report a shorter
+             * message) */
+            MPI_Count got = 0;
+            if ((rc = MPI_Get_count_c(&st, MPI_BYTE, &got)) != MPI_SUCCESS)
+                return MAL_MPI_ERR(rc, "MPI_Get_count");
+            if ((size_t)got != r->expect[k])
+                return MAL_ERR(MAL_EMISMATCH,
+                               "member-list all-reduce: received %lld bytes from a member (tag %d) "
+                               "but %zu were expected: the members disagree on what they reduce",
+                               (long long)got, r->tag, r->expect[k]);
+        }
+        finish_step(r);
+        r->n_rq = 0;
+        if (++r->step < r->n_steps) {
+            int rc = post_step(r);
+            if (rc) return rc;
+        }
+    }
+    *done = 1;
+    return 0;
+}
+
+void mal_comm_ring_free(mal_ring *r)
+{
+    if (!r) return;
+    for (int k = 0; k < r->n_rq; k++)
+        if (r->rq[k] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&r->rq[k]);
+            MPI_Request_free(&r->rq[k]);
+        }
+    free(r->rq);
+    free(r->expect);
+    free(r->members);
+    free(r);
+}

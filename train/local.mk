@@ -1,0 +1,9 @@
+# train/: the trainer layer -- the step loop and its parts, the 1F1B
+# pipeline schedule, the straggler monitor, the online plan change,
+# snapshot glue (synchronous and background), evaluation, the memory
+# check, profile measurement and the command line of malleus-train.
+
+libmalleus_a_SOURCES += train/train.h train/train_internal.h train/train.c \
+	train/part.c train/pipeline.c train/monitor.c train/online.c \
+	train/ckpt.c train/ckpt_async.c train/eval.c train/train_memory.c \
+	train/profile_measure.c train/train_cli.h train/train_cli.c

@@ -1,0 +1,233 @@
+/* The straggler monitor and straggler injection.
+ *
+ * Every step, right after the step-wide all-reduce (so all ranks start it at
+ * the same moment and share the cores alike), every rank - suspended ones
+ * too, so that their recovery is noticed - times a fixed probe workload (one
+ * matrix product on the trainer's kernel instance) with device events.  Only kernels are timed, never a wait
+ * on a peer: a synchronous all-reduce makes every rank's step equally long
+ * and hides the slow one.  A rank's straggling rate is its probe time over
+ * the median probe time of all ranks: the majority sets the healthy
+ * baseline, so load that slows every rank alike (a shared machine, thermal
+ * limits) does not look like a straggler.
+ *
+ * Rank 0 feeds the rates to the re-plan policy (replan/policy.h) and, on
+ * check steps, broadcasts its advice.
+ *
+ * Injection, sleep mode (the default), stretches a rank's measured compute
+ * by FACTOR with a sleep of (FACTOR - 1) x the time it just measured, which
+ * the monitor and the compute-time accounting both see, and which costs no
+ * CPU.  GPU mode (mal_trainer_step starts the kernel table's slowdown)
+ * slows the device itself, at a duty cycle; then a probe sample times a
+ * batch of matmuls long enough to span several periods of it (below).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/mal.h"
+#include "replan/policy.h"
+#include "train_internal.h"
+
+/* One probe sample: device seconds per matmul, over tr->probe_reps of them
+ * between two events. */
+static double probe_sample(struct mal_trainer *tr)
+{
+    mal_kern k = tr->k;
+    int n = tr->probe_n;
+    mal_kern_event_record(k, tr->probe_ev[0]);
+    for (int r = 0; r < tr->probe_reps; r++)
+        mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
+    mal_kern_event_record(k, tr->probe_ev[1]);
+    return mal_kern_event_elapsed(k, tr->probe_ev[0], tr->probe_ev[1]) / tr->probe_reps;
+}
+
+double mal_inject_factor(const struct mal_trainer *tr, int64_t step)
+{
+    double f = 1.0;
+    for (int i = 0; i < tr->o.n_inject; i++) {
+        const mal_inject *in = &tr->o.inject[i];
+        if (in->rank == tr->world_rank && step >= in->from && (in->to < 0 || step < in->to))
+            f *= in->factor;
+    }
+    return f;
+}
+
+double mal_inject_stretch(struct mal_trainer *tr, double dt)
+{
+    double f = tr->inject_now;
+    if (f <= 1.0 || dt <= 0) return dt;
+    double extra = (f - 1.0) * dt;
+    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return f * dt;
+}
+
+int mal_monitor_setup(struct mal_trainer *tr)
+{
+    mal_kern k = tr->k;
+    int n = tr->o.probe_n > 0 ? tr->o.probe_n : 192, rc;
+    tr->probe_n = n;
+    /* fp32 host values, held in the compute dtype on the device: the
+     * working-copy cast converts them where the two differ */
+    size_t count = (size_t)n * n, bytes = count * mal_dtype_bytes(k->compute);
+    tr->probe_a = mal_kern_alloc(k, bytes);
+    tr->probe_w = mal_kern_alloc(k, bytes);
+    tr->probe_out = mal_kern_alloc(k, bytes);
+    tr->probe_ev[0] = mal_kern_event_create(k);
+    tr->probe_ev[1] = mal_kern_event_create(k);
+    float *h = malloc(count * sizeof(float)), *hd = mal_kern_alloc(k, count * sizeof(float));
+    if (!tr->probe_a || !tr->probe_w || !tr->probe_out || !tr->probe_ev[0] || !tr->probe_ev[1] ||
+        !h || !hd) {
+        free(h);
+        if (hd) mal_kern_free(k, hd);
+        return MAL_ERR(MAL_ENOMEM, "monitor: out of memory for the probe");
+    }
+    for (size_t i = 0; i < count; i++) h[i] = (float)((i * 7919u) % 1000) * 1e-3f;
+    mal_kern_from_host(k, hd, h, count * sizeof(float));
+    mal_kern_cast_working(k, tr->probe_a, hd, count);
+    mal_kern_cast_working(k, tr->probe_w, hd, count);
+    rc = mal_kern_sync(k);
+    mal_kern_free(k, hd);
+    free(h);
+    if (rc) return rc;
+    tr->probe_reps = 1;
+    if (tr->o.inject_mode == MAL_INJECT_GPU) {
+        /* A duty-cycled slowdown is a mean over its period: one matmul (tens
+         * of microseconds on a GPU) runs at full speed in an idle part or
+         * waits out a busy one, and the fastest of five would miss it.  So
+         * every sample times enough matmuls to span four periods, measured
+         * now, before any injection starts (the first step's at the
+         * earliest).  Per matmul, so ranks with other counts compare. */
+        double t1 = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t = probe_sample(tr);
+            if (t < t1) t1 = t;
+        }
+        double want = 4 * MAL_KERN_SLOWDOWN_PERIOD_S / (t1 > 1e-7 ? t1 : 1e-7);
+        tr->probe_reps = want < 1 ? 1 : want > 16384 ? 16384 : (int)ceil(want);
+    }
+
+    /* Node names, for the metrics file (and the planner's node map). */
+    char name[MAL_HOSTNAME_LEN];
+    memset(name, 0, sizeof name);
+    if (gethostname(name, sizeof name - 1) != 0) snprintf(name, sizeof name, "unknown");
+    if (tr->world_rank == 0) {
+        tr->hostnames = calloc((size_t)tr->world_size, MAL_HOSTNAME_LEN);
+        tr->rates = calloc((size_t)tr->world_size, sizeof *tr->rates);
+        if (!tr->hostnames || !tr->rates) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+    }
+    if (tr->world) {
+        if ((rc = mal_comm_gather(tr->world, name, tr->hostnames, MAL_HOSTNAME_LEN, 0))) return rc;
+    } else {
+        memcpy(tr->hostnames, name, MAL_HOSTNAME_LEN);
+    }
+    mal_policy_params pp;
+    mal_policy_defaults(&pp);
+    tr->check_every_all = tr->o.check_every > 0 ? tr->o.check_every : pp.check_every;
+    if (tr->world_rank != 0) return 0;
+
+    if (tr->o.check_every > 0) pp.check_every = tr->o.check_every;
+    if (tr->o.window > 0) pp.window = tr->o.window;
+    if (tr->o.gap > 0) pp.gap = tr->o.gap;
+    if (tr->o.threshold > 0) pp.threshold = tr->o.threshold;
+    if (tr->o.noise_floor > 0) pp.noise_floor = tr->o.noise_floor;
+    if ((rc = mal_policy_create(&pp, tr->world_size, &tr->policy))) return rc;
+    return mal_monitor_set_plan(tr, tr->o.plan_rates);
+}
+
+int mal_monitor_set_plan(struct mal_trainer *tr, const double *rates)
+{
+    if (tr->world_rank != 0) return 0;
+    unsigned char *susp = calloc((size_t)tr->world_size, 1);
+    double *r = malloc(sizeof *r * (size_t)tr->world_size);
+    if (!susp || !r) {
+        free(susp);
+        free(r);
+        return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+    }
+    for (int i = 0; i < tr->plan.n_suspended; i++) susp[tr->plan.suspended[i]] = 1;
+    for (int i = 0; i < tr->world_size; i++) r[i] = rates ? rates[i] : 1.0;
+    int rc = mal_policy_set_plan(tr->policy, r, susp);
+    free(susp);
+    free(r);
+    return rc;
+}
+
+void mal_monitor_teardown(struct mal_trainer *tr)
+{
+    mal_kern k = tr->k;
+    if (tr->probe_a) mal_kern_free(k, tr->probe_a);
+    if (tr->probe_w) mal_kern_free(k, tr->probe_w);
+    if (tr->probe_out) mal_kern_free(k, tr->probe_out);
+    tr->probe_a = tr->probe_w = tr->probe_out = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (k) mal_kern_event_destroy(k, tr->probe_ev[i]);
+        tr->probe_ev[i] = NULL;
+    }
+    mal_policy_destroy(tr->policy);
+    tr->policy = NULL;
+    free(tr->hostnames);
+    free(tr->rates);
+    tr->hostnames = NULL;
+    tr->rates = NULL;
+}
+
+/* Time of the probe on the device, by the instance's events: device time,
+ * never wall time around the calls.  For the CPU backends an event reads
+ * the process's CPU time: with more ranks than cores (tests, workstations)
+ * a rank descheduled by the OS for a few milliseconds is not a slow device,
+ * and wall time would say it is.  A GPU backend's events time its kernels,
+ * which the same argument favours. */
+double mal_monitor_probe(struct mal_trainer *tr)
+{
+    /* The fastest of five samples: a context switch or a cold cache only
+     * ever makes a sample slower, a slow device makes all five slower. */
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double dt = probe_sample(tr);
+        if (dt < best) best = dt;
+    }
+    return mal_inject_stretch(tr, best);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st)
+{
+    int advise[2] = {0, -1}, rc;
+    if (tr->world_rank == 0) {
+        double *p = malloc(sizeof *p * (size_t)tr->world_size);
+        if (!p) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+        for (int r = 0; r < tr->world_size; r++) p[r] = tr->rank_times[r].probe_s;
+        qsort(p, (size_t)tr->world_size, sizeof *p, cmp_double);
+        double med = tr->world_size % 2 ? p[tr->world_size / 2]
+                                        : 0.5 * (p[tr->world_size / 2 - 1] + p[tr->world_size / 2]);
+        free(p);
+        for (int r = 0; r < tr->world_size; r++)
+            tr->rates[r] = med > 0 ? tr->rank_times[r].probe_s / med : 1.0;
+        rc = mal_policy_observe(tr->policy, (long)tr->step, tr->rates);
+        if (rc < 0) return rc;
+        advise[0] = rc == 1 && tr->o.adapt != MAL_ADAPT_OFF;
+        advise[1] = rc == 1 ? mal_policy_trigger_rank(tr->policy) : -1;
+        if (st) st->rates = tr->rates;
+    }
+    /* Only check steps can advise; every rank knows which they are. */
+    if (tr->world && tr->step % tr->check_every_all == 0) {
+        double a[2] = {advise[0], advise[1]};
+        if ((rc = mal_comm_broadcast(tr->world, a, sizeof a, 0))) return rc;
+        advise[0] = (int)a[0];
+        advise[1] = (int)a[1];
+    }
+    if (st) {
+        st->replan = advise[0];
+        st->trigger_rank = advise[1];
+    }
+    return 0;
+}

@@ -1,0 +1,255 @@
+/* The 1F1B pipeline schedule of one stage, with activations and their
+ * gradients crossing between stages whose TP sizes differ.
+ *
+ * Every TP rank of a stage holds the full activation (N,C) after the TP
+ * all-reduce, so any rank of a stage can feed any rank of the next:
+ * receiver r of a stage of TP size b gets its activation from sender
+ * r mod a of the previous stage (TP size a); gradients flow back the same
+ * way (rank i of the earlier stage receives from rank i mod b of the later
+ * one).  Activations and their gradients are device buffers moved by the
+ * comm data plane (comm.h): sends are non-blocking and complete before
+ * their buffer is reused; receives wait without burning CPU, and their
+ * data is ordered before the kernels that read it (comm.h's rule 3).
+ *
+ * Stage j of S with m micro-batches runs min(S-j-1, m) warm-up forwards,
+ * then alternates one forward and one backward, then drains the remaining
+ * backwards.  Micro-batch k of pipeline p covers the global batch positions
+ * first_sample + k*B ... + B-1, so the data never depends on the layout.
+ * Evaluation and generation (eval.c) run forward-only passes through the
+ * same stages, with their own sequences (mal_pass).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mal.h"
+#include "train_internal.h"
+
+enum { TAG_ACT = 0, TAG_GRAD = 1 };
+
+static int tag_of(int mb, int kind) { return 2 * mb + kind; }
+
+int mal_pipeline_setup(struct mal_trainer *tr)
+{
+    const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->loc.pipeline];
+    const int j = tr->loc.stage;
+    tr->n_stages = pl->n_stages;
+    tr->n_micro = pl->micro_batches;
+    tr->prev_ranks = j > 0 ? pl->stages[j - 1].ranks : NULL;
+    tr->n_prev = j > 0 ? pl->stages[j - 1].n_ranks : 0;
+    tr->next_ranks = j + 1 < pl->n_stages ? pl->stages[j + 1].ranks : NULL;
+    tr->n_next = j + 1 < pl->n_stages ? pl->stages[j + 1].n_ranks : 0;
+    int first = 0;
+    for (int p = 0; p < tr->loc.pipeline; p++) first += tr->plan.pipelines[p].micro_batches;
+    tr->first_sample = first * tr->plan.micro_batch_size;
+
+    /* Micro-batches in flight on stage j: the warm-up forwards plus one. */
+    tr->n_slots = MAL_MIN(tr->n_micro, tr->n_stages - j);
+    const int B = tr->plan.micro_batch_size;
+    const size_t NC = (size_t)B * tr->o.model.seq_len * tr->o.model.d_model * tr->model->esz;
+    /* Fan-out: how many ranks of a neighbouring stage one rank feeds. */
+    int tp = tr->loc.tp_size;
+    tr->max_fanout = 1 + MAL_MAX(tr->n_next, tr->n_prev) / (tp ? tp : 1);
+    tr->acts = calloc((size_t)tr->n_slots, sizeof *tr->acts);
+    tr->grad_send = calloc((size_t)tr->n_slots, sizeof *tr->grad_send);
+    tr->send_reqs = calloc((size_t)tr->n_slots, sizeof *tr->send_reqs);
+    tr->gsend_reqs = calloc((size_t)tr->n_slots, sizeof *tr->gsend_reqs);
+    if (!tr->acts || !tr->grad_send || !tr->send_reqs || !tr->gsend_reqs)
+        return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
+    for (int s = 0; s < tr->n_slots; s++) {
+        int rc = mal_acts_create(&tr->acts[s], tr->model, B);
+        if (rc) return rc;
+        tr->send_reqs[s] = calloc((size_t)tr->max_fanout, sizeof(mal_comm_req *));
+        tr->gsend_reqs[s] = calloc((size_t)tr->max_fanout, sizeof(mal_comm_req *));
+        if (!tr->send_reqs[s] || !tr->gsend_reqs[s])
+            return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
+        if (j > 0 && !(tr->grad_send[s] = mal_kern_alloc(tr->model->k, NC)))
+            return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
+    }
+    if (j + 1 < tr->n_stages && !(tr->grad_recv = mal_kern_alloc(tr->model->k, NC)))
+        return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
+    return 0;
+}
+
+void mal_pipeline_teardown(struct mal_trainer *tr)
+{
+    for (int s = 0; s < tr->n_slots; s++) {
+        if (tr->acts && tr->acts[s]) mal_acts_destroy(tr->model, tr->acts[s]);
+        if (tr->grad_send && tr->grad_send[s]) mal_kern_free(tr->model->k, tr->grad_send[s]);
+        if (tr->send_reqs) free(tr->send_reqs[s]);
+        if (tr->gsend_reqs) free(tr->gsend_reqs[s]);
+    }
+    if (tr->grad_recv) mal_kern_free(tr->model->k, tr->grad_recv);
+    free(tr->acts);
+    free(tr->grad_send);
+    free(tr->send_reqs);
+    free(tr->gsend_reqs);
+    tr->acts = NULL;
+    tr->grad_send = NULL;
+    tr->send_reqs = tr->gsend_reqs = NULL;
+    tr->grad_recv = NULL;
+    tr->n_slots = 0;
+}
+
+/* Wait for every pending send of a slot (before its buffer is reused). */
+static int drain(struct mal_trainer *tr, mal_comm_req **reqs)
+{
+    if (!tr->world) return 0; /* one rank without MPI: nothing was sent */
+    double t0 = mal_now();
+    int rc = mal_comm_dp_waitall(tr->world, tr->max_fanout, reqs);
+    tr->times.pp += mal_now() - t0;
+    return rc;
+}
+
+/* Receive `bytes` of activations (or their gradient) into device buffer buf. */
+static int recv_from(struct mal_trainer *tr, void *buf, size_t bytes, int peer, int tag)
+{
+    double t0 = mal_now();
+    mal_comm_req *req;
+    int rc = mal_comm_dp_irecv(tr->world, tr->k, buf, bytes, peer, tag, &req);
+    if (!rc) rc = mal_comm_dp_waitall(tr->world, 1, &req);
+    tr->times.pp += mal_now() - t0;
+    return rc;
+}
+
+/* Post sends of `buf` to every rank r of `peers` (size n_peers) with
+ * r mod my_tp == my tp rank. */
+static int send_to(struct mal_trainer *tr, const void *buf, size_t bytes, const int *peers,
+                   int n_peers, int tag, mal_comm_req **reqs)
+{
+    int k = 0, rc = mal_comm_dp_group_start(tr->world);
+    for (int r = tr->loc.tp_rank; r < n_peers && !rc; r += tr->loc.tp_size)
+        rc = mal_comm_dp_isend(tr->world, tr->k, buf, bytes, peers[r], tag, &reqs[k++]);
+    int rc2 = mal_comm_dp_group_end(tr->world);
+    return rc ? rc : rc2;
+}
+
+/* The sequences of training step `step`: micro-batch mb of pipeline p
+ * covers the global batch positions first_sample + mb*B ... + B-1. */
+static int load_train(struct mal_trainer *tr, const mal_pass *pass, int mb, int B, int T)
+{
+    for (int i = 0; i < B; i++) {
+        int64_t pos = tr->first_sample + (int64_t)mb * B + i;
+        int rc = mal_data_sample(tr->data, tr->o.seed, pass->step, pos, T,
+                                 tr->inputs + (size_t)i * T, tr->targets + (size_t)i * T);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float dscale)
+{
+    mal_model *m = tr->model;
+    int slot = mb % tr->n_slots, rc;
+    mal_acts *a = tr->acts[slot];
+    const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model * m->esz; /* bytes */
+    /* The slot's previous activation send must be done before res[] is
+     * overwritten. */
+    if ((rc = drain(tr, tr->send_reqs[slot]))) return rc;
+    if (m->part.has_embed || m->part.has_head) {
+        if ((rc = pass->load(tr, pass, mb, a->B, a->T))) return rc;
+        mal_acts_set_batch(m, a, tr->inputs, tr->targets);
+    }
+    if (!m->part.has_embed) {
+        int peer = tr->prev_ranks[tr->loc.tp_rank % tr->n_prev];
+        if ((rc = recv_from(tr, a->res[0], NC, peer, tag_of(mb, TAG_ACT)))) return rc;
+    }
+    double t0 = mal_now(), tp0 = tr->times.tp;
+    if ((rc = mal_model_forward(m, a, a->res[0], dscale))) return rc;
+    if (m->part.has_head) tr->loss_local += mal_acts_loss_sum(m, a);
+    if ((rc = mal_kern_sync(m->k))) return rc;
+    tr->times.compute += mal_inject_stretch(tr, mal_now() - t0 - (tr->times.tp - tp0));
+    if (!m->part.has_head)
+        return send_to(tr, a->res[m->n_local_layers], NC, tr->next_ranks, tr->n_next,
+                       tag_of(mb, TAG_ACT), tr->send_reqs[slot]);
+    return 0;
+}
+
+/* The model's gradient hook in the step's last backward pass: the
+ * overlapped gradient sum posts the buckets whose gradients are final
+ * (gradsync.h).  Its time is the data-parallel sync's, not compute. */
+static int grads_ready(void *ctx, int layer)
+{
+    struct mal_trainer *tr = ctx;
+    double t0 = mal_now();
+    int rc = mal_gradsync_ready(tr->gsync, layer);
+    tr->times.dp += mal_now() - t0;
+    return rc;
+}
+
+static int backward(struct mal_trainer *tr, int mb)
+{
+    mal_model *m = tr->model;
+    int slot = mb % tr->n_slots, rc;
+    mal_acts *a = tr->acts[slot];
+    const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model * m->esz; /* bytes */
+    const void *dout = NULL;
+    if (!m->part.has_head) {
+        int peer = tr->next_ranks[tr->loc.tp_rank % tr->n_next];
+        if ((rc = recv_from(tr, tr->grad_recv, NC, peer, tag_of(mb, TAG_GRAD)))) return rc;
+        dout = tr->grad_recv;
+    }
+    double t0 = mal_now(), tp0 = tr->times.tp, dp0 = tr->times.dp;
+    void *dinp = NULL;
+    /* 1F1B runs a stage's backward passes in micro-batch order: in the
+     * last one, each layer's gradients are final once its kernels are
+     * queued */
+    if (tr->o.dp_overlap && mb == tr->n_micro - 1 && tr->gsync) {
+        m->grad_ready = grads_ready;
+        m->grad_ctx = tr;
+    }
+    rc = mal_model_backward(m, a, dout, &dinp);
+    m->grad_ready = NULL;
+    m->grad_ctx = NULL;
+    if (rc) return rc;
+    if (!m->part.has_embed) {
+        if ((rc = drain(tr, tr->gsend_reqs[slot]))) return rc;
+        mal_kern_copy(m->k, tr->grad_send[slot], dinp, NC);
+    }
+    if ((rc = mal_kern_sync(m->k))) return rc;
+    tr->times.compute += mal_inject_stretch(
+        tr, mal_now() - t0 - (tr->times.tp - tp0) - (tr->times.dp - dp0));
+    if (!m->part.has_embed)
+        return send_to(tr, tr->grad_send[slot], NC, tr->prev_ranks, tr->n_prev,
+                       tag_of(mb, TAG_GRAD), tr->gsend_reqs[slot]);
+    return 0;
+}
+
+/* Every send of the pass completes before its buffers are touched again. */
+static int drain_all(struct mal_trainer *tr)
+{
+    int rc;
+    for (int s = 0; s < tr->n_slots; s++) {
+        if ((rc = drain(tr, tr->send_reqs[s]))) return rc;
+        if ((rc = drain(tr, tr->gsend_reqs[s]))) return rc;
+    }
+    return 0;
+}
+
+int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale)
+{
+    const int m = tr->n_micro, S = tr->n_stages, j = tr->loc.stage;
+    const int warm = MAL_MIN(S - j - 1, m);
+    const mal_pass pass = {load_train, step, NULL};
+    int rc, f = 0, b = 0;
+    for (; f < warm; f++)
+        if ((rc = forward(tr, &pass, f, dscale))) return rc;
+    for (; f < m; f++, b++) {
+        if ((rc = forward(tr, &pass, f, dscale))) return rc;
+        if ((rc = backward(tr, b))) return rc;
+    }
+    for (; b < m; b++)
+        if ((rc = backward(tr, b))) return rc;
+    /* All sends of this step complete before the optimizer touches anything. */
+    return drain_all(tr);
+}
+
+int mal_pipeline_forward_only(struct mal_trainer *tr, const mal_pass *pass, int n_micro)
+{
+    /* Stages only ever wait on earlier stages' sends of earlier
+     * micro-batches, so forwards in order need no schedule. */
+    for (int mb = 0; mb < n_micro; mb++) {
+        int rc = forward(tr, pass, mb, 0.0f);
+        if (rc) return rc;
+    }
+    return drain_all(tr);
+}

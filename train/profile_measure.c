@@ -1,0 +1,149 @@
+/* malleus-train --profile: measure a model profile for the planner on this
+ * machine (replan/README.md, "Model profile").
+ *
+ * Time: one transformer layer, forward and backward of one micro-batch, as
+ * each TP size's rank 0 computes it (heads and FFN columns split, the TP
+ * all-reduce left out: this measures the device, communication is modelled
+ * separately), median of several repetitions.  alpha[s] is that time over
+ * the nominal size's.  Memory: the exact bytes the runtime allocates -
+ * parameters, gradients, Adam m and v of one layer's shard, and activations
+ * of one micro-batch per 1F1B slot - and the embedding/LM-head state plus
+ * logits.  The fixed overhead X is this process's resident memory before the
+ * model exists. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mal.h"
+#include "src/model.h"
+#include "train.h"
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return (double)res * 4096.0 / 1048576.0;
+}
+
+/* Seconds of one layer fwd+bwd on TP size t (rank 0 of the group). */
+static int time_layer(mal_kern k, const mal_model_config *cfg, int B, int t, int reps,
+                      double *out)
+{
+    mal_model_part part = {0, 1, 0, 0, t, 0};
+    mal_model *m = NULL;
+    mal_acts *a = NULL;
+    void *dout = NULL;
+    double *ts = malloc(sizeof *ts * (size_t)reps);
+    int rc;
+    if (!ts) return MAL_ERR(MAL_ENOMEM, "profile: out of memory");
+    if ((rc = mal_model_create(&m, cfg, &part, B, k, 1))) goto out;
+    /* No all-reduce: the part computes its own shard only. */
+    m->part.tp_size = 1;
+    if ((rc = mal_acts_create(&a, m, B))) goto out;
+    size_t NC = (size_t)B * cfg->seq_len * cfg->d_model;
+    dout = mal_kern_alloc(m->k, NC * m->esz);
+    if (!dout) {
+        rc = MAL_ERR(MAL_ENOMEM, "profile: out of memory");
+        goto out;
+    }
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = mal_now();
+        if ((rc = mal_model_forward(m, a, a->res[0], 0.0f))) goto out;
+        void *dinp;
+        if ((rc = mal_model_backward(m, a, dout, &dinp))) goto out;
+        if ((rc = mal_kern_sync(m->k))) goto out;
+        if (r > 0) ts[r - 1] = mal_now() - t0; /* first run warms caches */
+    }
+    qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
+    *out = ts[reps / 2];
+out:
+    if (dout) mal_kern_free(m->k, dout);
+    if (a) mal_acts_destroy(m, a);
+    mal_model_destroy(m);
+    free(ts);
+    return rc;
+}
+
+int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nominal_tp, FILE *f)
+{
+    const double MB = 1048576.0;
+    double overhead = rss_mb();
+    double times[11] = {0};
+    int rc, n_sizes = 0;
+    if (nominal_tp < 1 || (nominal_tp & (nominal_tp - 1)) || cfg->n_heads % nominal_tp ||
+        cfg->ffn_hidden % nominal_tp)
+        return MAL_ERR(MAL_EINVAL,
+                       "profile: nominal TP size %d must be a power of two dividing n_heads %d and "
+                       "ffn_hidden %d",
+                       nominal_tp, cfg->n_heads, cfg->ffn_hidden);
+    /* The largest model this measures is one layer at TP 1 (with one
+     * micro-batch's activations): refuse, with the numbers, a model whose
+     * one layer cannot fit in this machine's memory, before allocating. */
+    mal_model_part one = {0, 1, 0, 0, 1, 0};
+    size_t need, mem = mal_phys_memory_bytes();
+    if ((rc = mal_model_bytes(cfg, &one, B, k, 1, &need))) return rc;
+    if (mem && need > mem)
+        return MAL_ERR(MAL_EINVAL,
+                       "profile: one layer of model %s needs %zu bytes (%.1f GiB) to measure, "
+                       "more than this machine's %zu (%.1f GiB)",
+                       cfg->name, need, need / (MB * 1024), mem, mem / (MB * 1024));
+    for (int l = 0; (1 << l) <= nominal_tp; l++) {
+        int t = 1 << l;
+        if ((rc = time_layer(k, cfg, B, t, 7, &times[l]))) return rc;
+        n_sizes++;
+    }
+    int ln = n_sizes - 1;
+    /* Memory from the runtime's own layout: fp32 parameters, gradients,
+     * Adam m and v (16 bytes per parameter) and the activation bytes. */
+    mal_model_part lpart = {0, 1, 0, 0, nominal_tp, 0};
+    mal_tensor_info *tens;
+    int n_t;
+    size_t n_layer;
+    if ((rc = mal_model_layout(cfg, &lpart, &tens, &n_t, &n_layer))) return rc;
+    free(tens);
+    mal_model_part fpart = {0, 1, 0, 0, 1, 0};
+    size_t n_layer_full;
+    if ((rc = mal_model_layout(cfg, &fpart, &tens, &n_t, &n_layer_full))) return rc;
+    free(tens);
+    mal_model_part hpart = {0, 0, 1, 0, nominal_tp, 0};
+    size_t n_embed;
+    if ((rc = mal_model_layout(cfg, &hpart, &tens, &n_t, &n_embed))) return rc;
+    free(tens);
+    mal_model *m;
+    if ((rc = mal_model_create(&m, cfg, &lpart, B, k, 1))) return rc;
+    double acts = (double)mal_acts_bytes(m, B);
+    /* fp32 master parameters, gradients, Adam m and v, plus a working copy
+     * where the instance computes in another dtype */
+    double per_param = 16.0 + (m->work != m->params ? (double)m->esz : 0.0);
+    double esz = (double)m->esz;
+    mal_model_destroy(m);
+    double layer_state = per_param * (double)n_layer;
+    double logits = 2.0 * esz * (double)B * cfg->seq_len * cfg->vocab;
+
+    fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n",
+            cfg->name, cfg->n_layers, nominal_tp);
+    fprintf(f, "  \"n_heads\": %d,\n  \"ffn_hidden\": %d,\n  \"alpha\": {", cfg->n_heads,
+            cfg->ffn_hidden);
+    for (int l = 0; l < n_sizes; l++)
+        fprintf(f, "%s\"%d\": %.4f", l ? ", " : "", 1 << l, times[l] / times[ln]);
+    fprintf(f, "},\n  \"layer_memory_mb\": [");
+    for (int d = 0; d < 16; d++)
+        fprintf(f, "%s%.4f", d ? ", " : "", (layer_state + acts * (d + 1)) / MB);
+    fprintf(f, "],\n  \"embedding_memory_mb\": %.4f,\n",
+            (per_param * (double)n_embed + logits) / MB);
+    fprintf(f, "  \"overhead_mb\": %.1f,\n  \"layer_time\": %.6g,\n", overhead, times[ln]);
+    fprintf(f, "  \"layer_state_mb\": %.4f,\n  \"embedding_state_mb\": %.4f,\n",
+            per_param * (double)n_layer_full / MB, per_param * (double)n_embed / MB);
+    fprintf(f, "  \"sync_time\": 0.0\n}\n");
+    return ferror(f) ? MAL_ERR(MAL_EIO, "profile: write failed") : 0;
+}

@@ -1,0 +1,591 @@
+/* The training loop for any plan: set-up (layout, model part, communicators),
+ * one step (pipeline schedule, data-parallel gradient sum, global norm and
+ * loss, AdamW), snapshots, metrics and the log.  A one-process run is the
+ * plan with one pipeline of one stage of TP size 1. */
+#include "train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mal.h"
+#include "ckpt/snapshot.h"
+#include "kernels/kernels.h"
+#include "src/data.h"
+#include "src/layout.h"
+#include "src/model.h"
+#include "train_internal.h"
+
+mal_train_options mal_train_defaults(void)
+{
+    mal_train_options o;
+    memset(&o, 0, sizeof o);
+    o.optim = mal_optim_defaults();
+    o.seed = 1234;
+    o.steps = 100;
+    o.global_batch = 16;
+    o.micro_batch = 4;
+    o.data_format = MAL_DATA_AUTO;
+    o.log_every = 1;
+    o.dp_overlap = 1;
+    o.dp_bucket_mb = 25; /* PyTorch DDP's default */
+    return o;
+}
+
+/* The plan in force: the given one, or the uniform dp x tp x pp layout. */
+static int make_plan(mal_trainer *tr)
+{
+    const mal_train_options *o = &tr->o;
+    int rc;
+    if (o->plan) {
+        if ((rc = mal_plan_copy(&tr->plan, o->plan))) return rc;
+    } else {
+        int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
+        if (dp * tp * pp != tr->world_size)
+            return MAL_ERR(MAL_EINVAL,
+                           "--dp %d x --tp %d x --pp %d = %d ranks, but the job has %d: make "
+                           "the product equal the number of ranks or give --plan",
+                           dp, tp, pp, dp * tp * pp, tr->world_size);
+        if ((rc = mal_plan_uniform(dp, tp, pp, o->model.n_layers, o->micro_batch, o->global_batch,
+                                   &tr->plan)))
+            return rc;
+    }
+    if ((rc = mal_plan_validate(&tr->plan, tr->world_size, o->model.n_layers, o->model.n_heads,
+                                o->model.ffn_hidden, o->global_batch)))
+        return rc;
+    if (mal_plan_world_size(&tr->plan) != tr->world_size)
+        return MAL_ERR(MAL_EINVAL, "the plan is for %d ranks but the job has %d",
+                       mal_plan_world_size(&tr->plan), tr->world_size);
+    tr->o.micro_batch = tr->plan.micro_batch_size;
+    return 0;
+}
+
+/* Build this rank's share of the run.  Collective over the world. */
+static int setup_layout(mal_trainer *tr)
+{
+    int rc;
+    /* The gradient sync's messages get a communicator of their own, made
+     * once (every rank, suspended or not, is here). */
+    if (tr->world && (rc = mal_comm_split(tr->world, 0, tr->world_rank, &tr->sync_world)))
+        return rc;
+    if ((rc = mal_trainer_build_part(tr))) return rc;
+    if ((rc = mal_trainer_wire_part(tr))) return rc;
+    if (tr->world_rank == 0) {
+        tr->rank_times = calloc((size_t)tr->world_size, sizeof *tr->rank_times);
+        if (!tr->rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    }
+    return mal_monitor_setup(tr);
+}
+
+/* The local part of set-up: kernel instance, plan, data and its checks. */
+static int load_inputs(mal_trainer *tr)
+{
+    const mal_train_options *o = &tr->o;
+    int rc;
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = o->threads;
+    kc.compute = mal_precision_dtype(o->precision);
+    if ((rc = mal_kern_create(o->device, &kc, &tr->k))) return rc;
+    if (o->inject_mode == MAL_INJECT_GPU && !mal_kern_has_slowdown(tr->k))
+        return MAL_ERR(MAL_EINVAL,
+                       "--inject-mode gpu needs a kernel backend that can slow its device "
+                       "(--device cuda); '%s' cannot: use --inject-mode sleep",
+                       tr->k->name);
+    tr->slow_rate = 1.0;
+    tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
+    const mal_comm_backend *cb;
+    if ((rc = mal_comm_lookup(tr->comm_name, &cb)) ||
+        (rc = mal_comm_check_device(cb, tr->k->name)))
+        return rc;
+    if ((rc = make_plan(tr))) return rc;
+    rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
+                      : mal_data_open_default(&tr->data);
+    if (rc) return rc;
+    if (mal_data_max_token(tr->data) >= o->model.vocab)
+        return MAL_ERR(MAL_EINVAL,
+                       "data %s holds token id %d but model %s has a vocabulary of %d: use a "
+                       "model config with a larger vocab",
+                       mal_data_name(tr->data), mal_data_max_token(tr->data), o->model.name,
+                       o->model.vocab);
+    if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1)
+        return MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
+                       mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
+    return mal_eval_setup(tr); /* the validation data, the same way */
+}
+
+int mal_trainer_fatal(mal_trainer *tr, int rc)
+{
+    if (!rc || !tr->world || tr->world_size == 1) return rc;
+    /* Peers may be blocked in a collective this rank will never join (and
+     * device kernels in a data-plane collective): end the whole job through
+     * the comm table, with the status the error calls for. */
+    mal_log(MAL_LOG_ERROR, "rank %d: %s; aborting the job", tr->world_rank, mal_errmsg());
+    mal_comm_abort(tr->world, mal_exit_status(rc));
+    return rc; /* not reached with a real backend */
+}
+
+int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
+{
+    const mal_train_options *o = opts;
+    int rc;
+    if ((rc = mal_config_validate(&o->model))) return rc;
+    if (o->steps < 0) return MAL_ERR(MAL_EINVAL, "--steps must be >= 0");
+    if (o->global_batch < 1 || o->micro_batch < 1)
+        return MAL_ERR(MAL_EINVAL, "--global-batch and --micro-batch must be >= 1");
+    if (!o->plan && o->global_batch % o->micro_batch)
+        return MAL_ERR(MAL_EINVAL,
+                       "--global-batch %d is not a multiple of --micro-batch %d (every step "
+                       "processes whole micro-batches)",
+                       o->global_batch, o->micro_batch);
+    if (!(o->optim.lr > 0) || !isfinite(o->optim.lr))
+        return MAL_ERR(MAL_EINVAL, "--lr must be a positive number");
+    if (o->optim.warmup_steps < 0) return MAL_ERR(MAL_EINVAL, "--warmup must be >= 0");
+    if (o->resume && !o->snapshot_dir)
+        return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
+    if (o->snapshot_async && !o->snapshot_dir)
+        return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
+    if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
+        return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
+    int world_size = o->world ? o->world->size : 1;
+
+    mal_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    mal_plan_init(&tr->plan);
+    tr->o = *o;
+    tr->saved_step = -1;
+    tr->snap_stats.step = -1;
+    tr->world_rank = o->world ? o->world->rank : 0;
+    tr->world_size = world_size;
+    if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
+    if (tr->o.optim.total_steps <= 0) tr->o.optim.total_steps = (int)o->steps;
+
+    /* Everything up to the first collective is local, and a rank may fail
+     * in it alone (a data file missing on its node): agree first, so that
+     * no rank runs on into a collective that a failed one never joins;
+     * every rank returns the first failing rank's error. */
+    rc = load_inputs(tr);
+    if (o->world && tr->world_size > 1) rc = mal_snapshot_agree(o->world, rc);
+    /* The trainer's traffic goes over its own communicator, whose data
+     * plane is the chosen backend (collective; every rank got here). */
+    if (!rc && o->world) rc = mal_comm_dup(o->world, tr->comm_name, &tr->world);
+    if (rc) goto fail;
+    tr->no_init = o->resume;
+    if ((rc = mal_trainer_check_memory(tr))) goto fail; /* every rank alike */
+    /* From here a failure may be this rank's alone, inside collectives. */
+    if ((rc = setup_layout(tr))) {
+        rc = mal_trainer_fatal(tr, rc);
+        goto fail;
+    }
+    if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail; /* agreed */
+    /* the background snapshot writer, after resume: HDF5 stays on this
+     * thread until a writer starts */
+    rc = mal_ckpt_async_setup(tr);
+    if (tr->world && tr->world_size > 1) rc = mal_snapshot_agree(tr->world, rc);
+    if (rc) goto fail;
+    *out = tr;
+    return 0;
+fail:
+    mal_trainer_destroy(tr);
+    return rc;
+}
+
+void mal_trainer_destroy(mal_trainer *tr)
+{
+    if (!tr) return;
+    /* first: a background snapshot still being written needs the world */
+    mal_ckpt_async_teardown(tr);
+    if (tr->metrics) fclose(tr->metrics);
+    mal_trainer_unwire_part(tr);
+    mal_monitor_teardown(tr);
+    mal_model_destroy(tr->model);
+    mal_comm_pool_destroy(tr->pool);
+    mal_comm_destroy(tr->sync_world);
+    mal_comm_destroy(tr->world);
+    mal_data_destroy(tr->data);
+    mal_eval_teardown(tr);
+    mal_plan_fini(&tr->plan);
+    free(tr->rank_times);
+    /* the injected load stops before the instance goes (its destroy would
+     * stop it too) */
+    if (tr->k && tr->slow_rate > 1.0) mal_kern_slowdown(tr->k, 1.0);
+    /* last: every device buffer above was the instance's */
+    mal_kern_destroy(tr->k);
+    free(tr);
+}
+
+int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
+mal_model *mal_trainer_model(mal_trainer *tr) { return tr->model; }
+mal_kern mal_trainer_kernels(const mal_trainer *tr) { return tr->k; }
+const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
+
+int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept)
+{
+    if (moved) *moved = tr->migrated_bytes;
+    if (kept) *kept = tr->kept_bytes;
+    return tr->migrations;
+}
+
+void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out)
+{
+    *out = tr->mig_times;
+}
+
+int mal_trainer_dp_buckets(const mal_trainer *tr, int *posted_early)
+{
+    if (posted_early) *posted_early = 0;
+    return tr->gsync ? mal_gradsync_n_buckets(tr->gsync, posted_early) : 0;
+}
+
+int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
+{
+    int rc = 0;
+    *count = 0;
+    if (tr->gsync && (rc = mal_gradsync_replica_mismatch(tr->gsync, count))) return rc;
+    return tr->world ? mal_comm_allreduce_f64(tr->world, count, 1) : 0;
+}
+
+/* Test hook: MALLEUS_TEST_STEP_FAIL=RANK:STEP makes step STEP (1-based) fail
+ * on that rank alone, as a rank-local failure (a device or I/O error) would;
+ * tests/test_dying.sh checks that the job then ends promptly. */
+static int test_fail_hook(int rank, int64_t step)
+{
+    const char *e = getenv("MALLEUS_TEST_STEP_FAIL");
+    int r;
+    long long s;
+    return e && sscanf(e, "%d:%lld", &r, &s) == 2 && r == rank && s == step;
+}
+
+int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
+{
+    mal_model *m = tr->model;
+    const double tokens = (double)tr->o.global_batch * tr->o.model.seq_len;
+    /* Every token of the global batch weighs 1/tokens in the loss, whichever
+     * micro-batch and whichever pipeline computes it. */
+    const float dscale = (float)(1.0 / tokens);
+    const int64_t step = tr->step;
+    double t0 = mal_now();
+    int rc;
+
+    if (test_fail_hook(tr->world_rank, step + 1))
+        return MAL_ERR(MAL_EIO, "test hook MALLEUS_TEST_STEP_FAIL: step %lld fails on rank %d",
+                       (long long)step + 1, tr->world_rank);
+    memset(&tr->times, 0, sizeof tr->times);
+    tr->loss_local = 0;
+    tr->inject_now = mal_inject_factor(tr, step);
+    if (tr->o.inject_mode == MAL_INJECT_GPU) {
+        /* The device itself is slowed from this step on (or back to full
+         * speed): a co-running load, started, changed or stopped only
+         * where the factor changes.  Nothing is stretched by sleeping. */
+        if (tr->inject_now != tr->slow_rate) {
+            if ((rc = mal_kern_slowdown(tr->k, tr->inject_now))) return rc;
+            tr->slow_rate = tr->inject_now;
+        }
+        tr->inject_now = 1.0;
+    }
+    if (m) {
+        double c0 = mal_now();
+        mal_model_zero_grad(m);
+        tr->times.compute += mal_now() - c0;
+        double d0 = mal_now();
+        if (tr->o.dp_overlap && (rc = mal_gradsync_begin(tr->gsync))) return rc;
+        tr->times.dp += mal_now() - d0;
+        /* with --dp-overlap on, the step's last backward pass packs and
+         * posts the buckets from the model's gradient hook (pipeline.c) */
+        if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
+        d0 = mal_now();
+        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(tr->gsync) : mal_gradsync_run(tr->gsync)))
+            return rc;
+        tr->times.dp_wait = mal_now() - d0;
+        tr->times.dp += tr->times.dp_wait;
+    }
+    /* Global loss and gradient norm: each loss is counted by TP rank 0 of
+     * its pipeline's last stage, each gradient element by one holder;
+     * suspended ranks add zeros. */
+    double c0 = mal_now();
+    double red[2] = {m && m->part.has_head && tr->loc.tp_rank == 0 ? tr->loss_local : 0.0, 0.0};
+    if (m && (rc = mal_gradsync_norm_sumsq(tr->gsync, &red[1]))) return rc;
+    tr->times.compute += mal_now() - c0;
+    double d0 = mal_now();
+    if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, red, 2))) return rc;
+    tr->times.dp += mal_now() - d0;
+    double norm = sqrt(red[1]);
+    float lr = mal_optim_lr(&tr->o.optim, step);
+    if (m) {
+        c0 = mal_now();
+        mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
+        if ((rc = mal_kern_sync(m->k))) return rc;
+        tr->times.compute += mal_inject_stretch(tr, mal_now() - c0);
+    }
+    /* The monitor's probe starts on every rank right after the all-reduce
+     * above released them together. */
+    double pw = mal_now();
+    double probe = mal_monitor_probe(tr);
+    double probe_cost = mal_now() - pw;
+
+    double step_s = mal_now() - t0;
+    mal_rank_times mine = {.compute_s = tr->times.compute,
+                           .tp_s = tr->times.tp,
+                           .pp_s = tr->times.pp,
+                           .dp_s = tr->times.dp,
+                           .step_s = step_s,
+                           .dp_wait_s = tr->times.dp_wait,
+                           .probe_s = probe,
+                           .probe_cost_s = probe_cost};
+    if (tr->world) {
+        if ((rc = mal_comm_gather(tr->world, &mine, tr->rank_times, sizeof mine, 0))) return rc;
+    } else {
+        tr->rank_times[0] = mine;
+    }
+    if (st) {
+        memset(st, 0, sizeof *st);
+        st->step = tr->step + 1;
+        st->loss = red[0] / tokens;
+        st->lr = lr;
+        st->grad_norm = norm;
+        st->step_s = step_s;
+        st->compute_s = tr->times.compute;
+        st->tokens_per_s = tokens / step_s;
+        if (tr->world_rank == 0) {
+            st->ranks = tr->rank_times;
+            for (int r = 1; r < tr->world_size; r++)
+                if (tr->rank_times[r].compute_s > tr->rank_times[st->slowest_rank].compute_s)
+                    st->slowest_rank = r;
+        }
+    }
+    if (!isfinite(red[0]))
+        return MAL_ERR(MAL_EINVAL, "loss became %f at step %lld: lower --lr", red[0],
+                       (long long)step + 1);
+    tr->step++;
+    return mal_monitor_observe(tr, st);
+}
+
+int mal_trainer_save(mal_trainer *tr)
+{
+    return mal_train_ckpt_save(tr);
+}
+
+int mal_trainer_save_to(mal_trainer *tr, const char *dir)
+{
+    const char *keep = tr->o.snapshot_dir;
+    tr->o.snapshot_dir = dir;
+    int rc = mal_train_ckpt_save(tr);
+    tr->o.snapshot_dir = keep;
+    return rc;
+}
+
+void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
+{
+    const mal_model_config *c = &tr->o.model;
+    const mal_plan *pl = &tr->plan;
+    int64_t np = mal_config_n_params(c);
+    /* parameters, gradients, Adam m and v in fp32 */
+    double state_mb = 16.0 * (double)np / 1048576.0;
+    fprintf(f, "malleus-train %s\n", PACKAGE_VERSION);
+    fprintf(f, "+----------------------+------------------------------------------+\n");
+    fprintf(f, "| model                | %-40.40s |\n", c->name);
+    fprintf(f, "| parameters           | %-40lld |\n", (long long)np);
+    fprintf(f, "| vocab / d_model      | %6d / %-31d |\n", c->vocab, c->d_model);
+    fprintf(f, "| layers / heads / ffn | %4d / %4d / %-27d |\n", c->n_layers, c->n_heads,
+            c->ffn_hidden);
+    fprintf(f, "| seq_len / rope theta | %6d / %-31g |\n", c->seq_len, (double)c->rope_theta);
+    fprintf(f, "| state (p+g+m+v)      | %-36.1f MiB |\n", state_mb);
+    if (tr->model)
+        fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
+                (double)mal_acts_bytes(tr->model, pl->micro_batch_size) / 1048576.0);
+    fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
+    if (mal_data_n_tokens(tr->data) == SIZE_MAX) /* synthetic: generated */
+        fprintf(f, "| data tokens          | %-40s |\n", "unbounded (generated)");
+    else
+        fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
+    fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch,
+            pl->micro_batch_size);
+    fprintf(f, "| ranks / pipelines    | %4d / %-33d |\n", tr->world_size, pl->n_pipelines);
+    for (int p = 0; p < pl->n_pipelines && p < 16; p++) {
+        char line[256];
+        int n = snprintf(line, sizeof line, "m=%d:", pl->pipelines[p].micro_batches);
+        for (int s = 0; s < pl->pipelines[p].n_stages && n < (int)sizeof line - 24; s++) {
+            const mal_plan_stage *st = &pl->pipelines[p].stages[s];
+            n += snprintf(line + n, sizeof line - (size_t)n, " [L%d-%d tp%d]", st->layer_begin,
+                          st->layer_end, st->n_ranks);
+        }
+        fprintf(f, "|   pipeline %-9d | %-40.40s |\n", p, line);
+    }
+    if (pl->n_suspended) fprintf(f, "| suspended ranks      | %-40d |\n", pl->n_suspended);
+    if (tr->o.snapshot_dir) {
+        char line[128], keep[32] = "all";
+        if (tr->o.keep_snapshots > 0) snprintf(keep, sizeof keep, "%d", tr->o.keep_snapshots);
+        int n = tr->o.snapshot_every > 0
+                    ? snprintf(line, sizeof line, "every %d steps", tr->o.snapshot_every)
+                    : snprintf(line, sizeof line, "at the end");
+        snprintf(line + n, sizeof line - (size_t)n, ", keep %s, %s", keep,
+                 tr->async ? "background" : "synchronous");
+        fprintf(f, "| snapshots            | %-40.40s |\n", line);
+    }
+    fprintf(f, "| steps / seed         | %6lld / %-31llu |\n", (long long)tr->o.steps,
+            (unsigned long long)tr->o.seed);
+    fprintf(f, "| lr / warmup / wd     | %-10g / %5d / %-19g |\n", (double)tr->o.optim.lr,
+            tr->o.optim.warmup_steps, (double)tr->o.optim.weight_decay);
+    char kname[64];
+    snprintf(kname, sizeof kname, "%s (%s)", tr->k->name, mal_dtype_name(tr->k->compute));
+    fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
+            tr->world ? tr->comm_name : "none");
+    if (tr->world) {
+        char line[64];
+        if (!tr->o.dp_overlap)
+            snprintf(line, sizeof line, "after the backward pass");
+        else if (tr->o.dp_bucket_mb > 0)
+            snprintf(line, sizeof line, "overlapped, buckets of %g MiB", tr->o.dp_bucket_mb);
+        else
+            snprintf(line, sizeof line, "overlapped, a bucket per layer");
+        fprintf(f, "| dp gradient sum      | %-40.40s |\n", line);
+    }
+    fprintf(f, "| build: CUDA / NCCL   | %-18s / %-19s |\n",
+#ifdef HAVE_CUDA
+            "compiled in",
+#else
+            "not built",
+#endif
+#ifdef HAVE_NCCL
+            "compiled in"
+#else
+            "not built"
+#endif
+    );
+    fprintf(f, "+----------------------+------------------------------------------+\n");
+    fflush(f);
+}
+
+static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
+{
+    if (!tr->metrics) return 0;
+    FILE *f = tr->metrics;
+    fprintf(f,
+            "{\"step\": %lld, \"loss\": %.7g, \"lr\": %.7g, \"grad_norm\": %.7g, "
+            "\"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"compute_ms\": %.3f, "
+            "\"consumed_samples\": %lld, \"slowest_rank\": %d, \"ranks\": [",
+            (long long)st->step, st->loss, (double)st->lr, st->grad_norm, st->tokens_per_s,
+            1e3 * st->step_s, 1e3 * st->compute_s, (long long)st->step * tr->o.global_batch,
+            st->slowest_rank);
+    for (int r = 0; r < tr->world_size; r++) {
+        const mal_rank_times *t = &tr->rank_times[r];
+        double idle = t->step_s - t->compute_s - t->tp_s - t->pp_s - t->dp_s;
+        fprintf(f,
+                "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
+                "\"dp_ms\": %.3f, \"dp_wait_ms\": %.3f, \"idle_ms\": %.3f, "
+                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f}",
+                r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
+                1e3 * t->dp_s, 1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0),
+                1e3 * t->probe_s, 1e3 * t->probe_cost_s);
+    }
+    fprintf(f, "]");
+    if (st->rates) {
+        fprintf(f, ", \"rates\": [");
+        for (int r = 0; r < tr->world_size; r++) fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
+        fprintf(f, "]");
+    }
+    if (tr->hostnames && st->step % tr->check_every_all == 0) {
+        fprintf(f, ", \"nodes\": [");
+        for (int r = 0; r < tr->world_size; r++)
+            fprintf(f, "%s\"%s\"", r ? ", " : "", tr->hostnames + (size_t)r * MAL_HOSTNAME_LEN);
+        fprintf(f, "]");
+    }
+    if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
+    if (st->has_val) fprintf(f, ", \"val_loss\": %.7g", st->val_loss);
+    fprintf(f, "}\n");
+    if (fflush(f) != 0)
+        return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
+    return 0;
+}
+
+int mal_trainer_run(mal_trainer *tr)
+{
+    int rc = 0;
+    const int lead = tr->world_rank == 0;
+    if (lead && tr->o.metrics_path && !tr->metrics) {
+        /* A resumed run appends so the file holds the whole curve. */
+        tr->metrics = fopen(tr->o.metrics_path, tr->o.resume ? "a" : "w");
+        /* a path the user can fix (missing directory, a directory, no
+         * permission) is bad input; anything else a failure of the run */
+        int e = errno;
+        if (!tr->metrics)
+            rc = MAL_ERR(e == ENOENT || e == ENOTDIR || e == EISDIR || e == EACCES ? MAL_EINVAL
+                                                                                  : MAL_EIO,
+                         "cannot open metrics file %s: %s", tr->o.metrics_path, strerror(e));
+    }
+    /* Every rank must learn about a failure on rank 0 before the first
+     * collective, or the others would wait for it forever; all return its
+     * code, so all exit with the same status. */
+    if (tr->world) {
+        double code = -rc;
+        int rc2 = mal_comm_allreduce_max_f64(tr->world, &code, 1);
+        if (rc2) return rc2;
+        if (code != 0)
+            return rc ? rc : MAL_ERR((int)-code, "rank 0 could not open the metrics file");
+    } else if (rc) {
+        return rc;
+    }
+    if (tr->o.eval_only) return mal_eval_only(tr);
+    const int width = snprintf(NULL, 0, "%lld", (long long)tr->o.steps);
+    while (tr->step < tr->o.steps) {
+        mal_step_stats st;
+        /* A step's failure (an evaluation's too), or rank 0's alone in
+         * writing the metrics, may leave the peers blocked: the fatal path.
+         * (Snapshot failures below are agreed by every rank and returned.) */
+        if ((rc = mal_trainer_step(tr, &st))) return mal_trainer_fatal(tr, rc);
+        if ((rc = mal_eval_after_step(tr, &st))) return mal_trainer_fatal(tr, rc);
+        if (lead && (rc = write_metrics(tr, &st))) return mal_trainer_fatal(tr, rc);
+        if (lead && tr->o.log_every > 0 &&
+            (st.step % tr->o.log_every == 0 || st.step == tr->o.steps || st.has_val)) {
+            char val[32] = "";
+            if (st.has_val) snprintf(val, sizeof val, " | val %.4f", st.val_loss);
+            if (tr->world_size > 1)
+                mal_log(MAL_LOG_INFO,
+                        "step %*lld/%lld | loss %.4f%s | lr %.2e | norm %6.3f | %8.0f tok/s | "
+                        "%8.1f ms | slowest rank %d (%.1f ms compute)",
+                        width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
+                        (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s,
+                        st.slowest_rank, 1e3 * st.ranks[st.slowest_rank].compute_s);
+            else
+                mal_log(MAL_LOG_INFO,
+                        "step %*lld/%lld | loss %.4f%s | lr %.2e | norm %6.3f | %8.0f tok/s | "
+                        "%8.1f ms",
+                        width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
+                        (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
+        }
+        /* A background snapshot is collected at the step where every
+         * rank's writer is done; its failure, agreed, ends the run. */
+        int busy;
+        if ((rc = mal_trainer_snapshot_poll(tr, &busy))) return rc;
+        if ((rc = mal_sample_after_step(tr, &st))) return rc;
+        if (st.replan && tr->step < tr->o.steps) {
+            if (lead)
+                mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
+                        (long long)st.step, st.trigger_rank,
+                        st.trigger_rank >= 0 ? tr->rates[st.trigger_rank] : 0.0);
+            if (tr->o.adapt == MAL_ADAPT_RESTART) {
+                /* exit 3 promises a committed snapshot of this step */
+                if (tr->o.snapshot_dir && tr->saved_step != tr->step &&
+                    (rc = mal_trainer_save(tr)))
+                    return rc;
+                if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
+                return MAL_TRAIN_REPLAN;
+            }
+            if (tr->o.adapt == MAL_ADAPT_ONLINE) {
+                if ((rc = mal_trainer_snapshot_wait(tr))) return rc; /* agreed */
+                if ((rc = mal_trainer_replan_online(tr))) return mal_trainer_fatal(tr, rc);
+            }
+        }
+        if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
+            st.step != tr->o.steps && tr->saved_step != tr->step &&
+            (rc = tr->o.snapshot_async ? mal_trainer_save_background(tr) : mal_trainer_save(tr)))
+            return rc;
+    }
+    /* The final snapshot is written now (after the one in flight); the
+     * run ends only once every snapshot it started is committed. */
+    if (tr->o.snapshot_dir && tr->saved_step != tr->step && (rc = mal_trainer_save(tr))) return rc;
+    if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
+    mal_eval_summary(tr);
+    return 0;
+}

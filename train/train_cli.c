@@ -1,0 +1,273 @@
+/* malleus-train after its flags are parsed (train_cli.h). */
+#include "train_cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fileio.h"
+#include "base/mal.h"
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "replan/replan.h"
+#include "src/plan.h"
+
+void mal_train_cli_init(mal_train_cli *cli)
+{
+    memset(cli, 0, sizeof *cli);
+    cli->o = mal_train_defaults();
+    cli->model = "tiny";
+}
+
+int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg)
+{
+    mal_train_cli *cli = spec->ctx;
+    char *end;
+    if (cli->o.n_inject == MAL_TRAIN_CLI_MAX_INJECT)
+        return mal_opts_bad(spec, "at most %d --inject flags", MAL_TRAIN_CLI_MAX_INJECT);
+    errno = 0;
+    long r = strtol(arg, &end, 10);
+    if (errno || end == arg || *end != ':' || r < 0) goto bad;
+    double f = strtod(end + 1, &end);
+    if (!(f >= 1.0 && f <= 1000.0) || (*end && *end != ':')) goto bad;
+    long long from = 0, to = -1;
+    if (*end == ':') {
+        from = strtoll(end + 1, &end, 10);
+        if (from < 0 || (*end && *end != ':')) goto bad;
+        if (*end == ':') {
+            to = strtoll(end + 1, &end, 10);
+            if (*end || to <= from) goto bad;
+        }
+    }
+    cli->injects[cli->o.n_inject++] = (mal_inject){(int)r, f, from, to};
+    cli->o.inject = cli->injects;
+    return 0;
+bad:
+    return mal_opts_bad(spec,
+                        "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
+                        "[1, 1000] and FROM < TO, got '%s'",
+                        arg);
+}
+
+/* --profile FILE: one process, no communication.  Through mal_output: a
+ * failure leaves an existing regular file untouched, a device (/dev/null)
+ * is written into, never replaced. */
+static int measure(mal_train_cli *cli)
+{
+    mal_train_options *o = &cli->o;
+    const char *path = cli->measure_path;
+    int rc;
+    if ((rc = mal_config_load(&o->model, cli->model))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    mal_kern k = NULL;
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = o->threads;
+    kc.compute = mal_precision_dtype(o->precision);
+    if ((rc = mal_kern_create(o->device, &kc, &k))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    mal_output out;
+    FILE *f = NULL;
+    if ((rc = mal_output_open(&out, path)) || !(f = mal_output_stream(&out))) {
+        if (!rc) mal_output_discard(&out);
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        mal_kern_destroy(k);
+        return 1;
+    }
+    rc = mal_profile_measure(k, &o->model, o->micro_batch, o->tp ? o->tp : 1, f);
+    mal_kern_destroy(k);
+    if (rc)
+        mal_output_discard(&out);
+    else
+        rc = mal_output_commit(&out);
+    if (rc) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return mal_exit_status(rc);
+    }
+    printf("malleus-train: profile of %s written to %s\n", o->model.name, path);
+    return 0;
+}
+
+/* The checks of the loaded inputs that need the job (its size); every
+ * rank makes them alike.  0, or an exit status (rank 0 printed why). */
+static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
+{
+    mal_train_options *o = &cli->o;
+    const int lead = world->rank == 0;
+    int rc;
+    if ((rc = mal_config_load(&o->model, cli->model))) {
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    /* Backends by name: one this build lacks, or that has no device here,
+     * is a usage error like any other. */
+    const mal_kern_backend *kb;
+    const mal_comm_backend *cb;
+    if ((rc = mal_kern_lookup(o->device ? o->device : mal_kern_default_name(), &kb)) ||
+        (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->name), &cb)) ||
+        (rc = mal_comm_check_device(cb, kb->name))) {
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 2;
+    }
+    mal_dtype want = mal_precision_dtype(o->precision);
+    if (want != MAL_DTYPE_AUTO && !(kb->dtypes & (1u << want))) {
+        if (lead)
+            fprintf(stderr,
+                    "malleus-train: device '%s' does not compute in %s; use --precision %s or a "
+                    "device that does (--device cuda computes in fp32 and bf16)\n",
+                    kb->name, mal_dtype_name(want), mal_dtype_name(kb->default_compute));
+        return 2;
+    }
+    if (cli->plan_path) {
+        if ((rc = mal_plan_read(plan, cli->plan_path))) {
+            if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+            return 2;
+        }
+        if (cli->micro_given && o->micro_batch != plan->micro_batch_size) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --micro-batch %d disagrees with the plan's "
+                        "micro_batch_size %d; drop the flag\n",
+                        o->micro_batch, plan->micro_batch_size);
+            return 2;
+        }
+        o->plan = plan;
+    }
+    struct stat st;
+    if (o->snapshot_dir && stat(o->snapshot_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        if (lead)
+            fprintf(stderr,
+                    "malleus-train: --snapshot-dir %s exists and is %s, not a directory: name a "
+                    "directory (it is created when missing)\n",
+                    o->snapshot_dir, mal_file_kind(st.st_mode));
+        return 2;
+    }
+    if (o->adapt == MAL_ADAPT_ONLINE) {
+        /* The planner's profile is needed only at the first re-plan: check
+         * it now rather than fail then. */
+        mal_profile prof;
+        const char *pp = o->profile ? o->profile : o->model.name;
+        rc = o->profile && strchr(o->profile, '.') ? mal_profile_read(&prof, pp, o->micro_batch)
+                                                   : mal_profile_preset(&prof, pp, o->micro_batch);
+        mal_profile_fini(&prof);
+        if (rc) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --adapt online needs a planner profile: %s (give "
+                        "--planner-profile PRESET|FILE)\n",
+                        mal_errmsg());
+            return 2;
+        }
+    }
+    if (o->inject_mode == MAL_INJECT_GPU && !kb->has_slowdown) {
+        if (lead)
+            fprintf(stderr,
+                    "malleus-train: --inject-mode gpu slows a GPU for real, and device '%s' has "
+                    "none: use --device cuda on a machine with a GPU per rank, or --inject-mode "
+                    "sleep\n",
+                    kb->name);
+        return 2;
+    }
+    for (int i = 0; i < o->n_inject; i++)
+        if (o->inject[i].rank >= world->size) {
+            if (lead)
+                fprintf(stderr, "malleus-train: --inject names rank %d but the job has %d ranks\n",
+                        o->inject[i].rank, world->size);
+            return 2;
+        }
+    if (cli->baseline_rates) {
+        double *base = malloc(sizeof *base * (size_t)world->size);
+        if (!base || (rc = mal_rates_read(cli->baseline_rates, world->size, 2, base))) {
+            if (lead) fprintf(stderr, "malleus-train: %s\n", base ? mal_errmsg() : "out of memory");
+            free(base);
+            return 2;
+        }
+        o->plan_rates = base;
+    }
+    return 0;
+}
+
+void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t comm_len)
+{
+    char names[256];
+    mal_kern_names(names, sizeof names, ", ");
+    snprintf(dev, dev_len,
+             "kernel backend: %s in this build (default:\n"
+             "$MALLEUS_DEVICE if set, else a GPU backend where a GPU\n"
+             "is present, else cpu; cpu-opaque is the test backend\n"
+             "whose buffers the host cannot read)",
+             names);
+    mal_comm_names(names, sizeof names, ", ");
+    snprintf(comm, comm_len,
+             "communication backend of the data plane: %s in this\n"
+             "build (default: nccl with a GPU backend where built,\n"
+             "else mpi; the control plane is always MPI; ranks that\n"
+             "share a GPU need mpi; nccl gives up on a peer after\n"
+             "$MALLEUS_NCCL_TIMEOUT seconds, default 600)",
+             names);
+}
+
+int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, char ***argv)
+{
+    mal_train_options *o = &cli->o;
+    if (cli->plan_path && (o->dp || o->tp || o->pp))
+        return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
+    if (cli->measure_path) return measure(cli);
+
+    int status = 1, rc;
+    mal_comm *world = NULL;
+    mal_trainer *tr = NULL;
+    mal_plan plan;
+    mal_plan_init(&plan);
+    /* a background snapshot writer communicates while the step loop does */
+    if ((rc = mal_comm_init_threads(argc, argv,
+                                    o->snapshot_async ? MAL_COMM_THREADS_MANY
+                                                      : MAL_COMM_THREADS_ONE,
+                                    &world))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        goto out;
+    }
+    const int lead = world->rank == 0;
+    /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
+    if (!lead) mal_log_level = MAL_LOG_ERROR;
+    if ((status = check_inputs(cli, world, &plan))) goto out;
+    status = 1;
+    o->world = world;
+    if (cli->quiet > 0) mal_log_level = MAL_LOG_WARN;
+    if (cli->quiet < 0 && lead) mal_log_level = MAL_LOG_DEBUG;
+    if ((rc = mal_trainer_create(&tr, o))) {
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = mal_exit_status(rc);
+        goto out;
+    }
+    if (cli->quiet <= 0 && lead) mal_trainer_print_summary(tr, stdout);
+    rc = mal_trainer_run(tr);
+    if (rc == MAL_TRAIN_REPLAN) {
+        if (lead)
+            printf("malleus-train: stopped at step %lld for a re-plan (exit status %d)\n",
+                   (long long)mal_trainer_steps_done(tr), MAL_TRAIN_EXIT_REPLAN);
+        status = MAL_TRAIN_EXIT_REPLAN;
+        goto out;
+    }
+    if (rc) {
+        /* Only errors every rank agrees on come back here (the others took
+         * the library's fatal path): rank 0 speaks for all. */
+        if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        status = mal_exit_status(rc);
+        goto out;
+    }
+    status = 0;
+out:
+    mal_trainer_destroy(tr);
+    free((void *)o->plan_rates);
+    o->plan_rates = NULL;
+    mal_plan_fini(&plan);
+    mal_comm_finalize(world);
+    return status;
+}

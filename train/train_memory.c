@@ -1,0 +1,116 @@
+/* The trainer's memory check: a plan whose largest part cannot fit in a
+ * rank's share of its machine's memory is refused, with the numbers, before
+ * any part is allocated.  Without it a model too large for the machine was
+ * allocated lazily and ended in the out-of-memory killer (or in swap) with
+ * no message. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/mal.h"
+#include "src/layout.h"
+#include "src/model.h"
+#include "train_internal.h"
+
+/* FNV-1a of this machine's host name: ranks with equal hashes share it. */
+static uint64_t host_hash(void)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = host; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return h;
+}
+
+/* Collective over the world: how many ranks of the job run on this rank's
+ * machine (gathered host names, broadcast back). */
+static int ranks_on_this_node(mal_trainer *tr, int *n)
+{
+    *n = 1;
+    if (!tr->world || tr->world_size == 1) return 0;
+    uint64_t mine = host_hash();
+    uint64_t *all = malloc(sizeof *all * (size_t)tr->world_size);
+    if (!all) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    int rc = mal_comm_gather(tr->world, &mine, all, sizeof mine, 0);
+    if (!rc) rc = mal_comm_broadcast(tr->world, all, sizeof *all * (size_t)tr->world_size, 0);
+    if (!rc) {
+        *n = 0;
+        for (int r = 0; r < tr->world_size; r++)
+            *n += all[r] == mine;
+    }
+    free(all);
+    return rc;
+}
+
+/* The bytes rank r's part needs: its model part (mal_model_bytes: state,
+ * working weights, scratch, the activations of the micro-batches its stage
+ * keeps in flight under 1F1B) and the token data every rank loads.  0 for
+ * a suspended rank. */
+static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
+{
+    const mal_plan *plan = &tr->plan;
+    mal_plan_loc loc;
+    int active, rc;
+    *need = 0;
+    if ((rc = mal_plan_locate(plan, r, &loc)) ||
+        (rc = mal_layout_part(plan, &tr->o.model, r, part, &active)) || !active)
+        return rc;
+    const mal_plan_pipeline *pl = &plan->pipelines[loc.pipeline];
+    int in_flight = MAL_MIN(pl->micro_batches, pl->n_stages - loc.stage);
+    if ((rc = mal_model_bytes(&tr->o.model, part, plan->micro_batch_size, tr->k, in_flight, need)))
+        return rc;
+    int ovf = 0;
+    /* a token file is held whole; generated tokens (synthetic:V, whose
+     * count is SIZE_MAX: unbounded) are computed, not held */
+    size_t tokens = mal_data_n_tokens(tr->data);
+    if (tokens != SIZE_MAX) *need = mal_size_add(*need, mal_size_mul(tokens, 2, &ovf), &ovf);
+    /* the background snapshot writer's staging copy of the blocks r writes */
+    size_t staged = 0;
+    if (tr->o.snapshot_async && tr->o.snapshot_dir &&
+        (rc = mal_ckpt_staging_floats(plan, &tr->o.model, r, &staged)))
+        return rc;
+    *need = mal_size_add(*need, mal_size_mul(staged, sizeof(float), &ovf), &ovf);
+    if (ovf) *need = SIZE_MAX;
+    return 0;
+}
+
+int mal_trainer_check_memory(mal_trainer *tr)
+{
+    /* Device memory is the backend allocator's to refuse; host memory is
+     * what this check knows. */
+    if (!tr->k->host_addressable) return 0;
+    int rc, local;
+    if ((rc = ranks_on_this_node(tr, &local))) return rc;
+    size_t mem = mal_phys_memory_bytes();
+    /* The smallest share of any rank, so every rank reaches one verdict:
+     * max of the negated shares. */
+    double share = mem ? -(double)mem / local : -INFINITY;
+    if (tr->world && tr->world_size > 1 && (rc = mal_comm_allreduce_max_f64(tr->world, &share, 1)))
+        return rc;
+    share = -share;
+    if (isinf(share)) return 0; /* memory unknown everywhere */
+
+    /* The largest part, computed alike on every rank from the plan. */
+    size_t need = 0, b;
+    int worst = -1;
+    mal_model_part part, worst_part = {0};
+    for (int r = 0; r < tr->world_size; r++) {
+        if ((rc = part_need(tr, r, &b, &part))) return rc;
+        if (b > need) need = b, worst = r, worst_part = part;
+    }
+    if ((double)need <= share) return 0;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    return MAL_ERR(MAL_EINVAL,
+                   "model %s does not fit in memory: rank %d's part (layers [%d, %d)%s%s, TP "
+                   "%d, micro-batch %d) needs %zu bytes (%.1f GiB: fp32 parameters, gradients "
+                   "and Adam moments, activations, data, --snapshot-async's staging), but a rank has %.0f bytes (%.1f GiB: "
+                   "%.1f GiB of memory shared by %d ranks on a node); use more ranks (more "
+                   "stages or TP), a smaller micro-batch or a smaller model",
+                   tr->o.model.name, worst, worst_part.layer_begin, worst_part.layer_end,
+                   worst_part.has_embed ? ", embedding" : "", worst_part.has_head ? ", head" : "",
+                   worst_part.tp_size, tr->plan.micro_batch_size, need, need / gib, share,
+                   share / gib, mem / gib, local);
+}
