@@ -11,3 +11,6 @@ check_PROGRAMS += tests/test_fileio
 TESTS += tests/test_fileio
 dist_check_SCRIPTS += tests/test_outputs.sh
 TESTS += tests/test_outputs.sh
+
+# registry: backends by name (the kernel and comm registries' shared part).
+libmalleus_a_SOURCES += base/registry.h base/registry.c

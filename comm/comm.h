@@ -160,6 +160,7 @@
 
 #include <stddef.h>
 
+#include "base/registry.h"
 #include "kernels/kernels.h"
 
 typedef struct mal_comm mal_comm;
@@ -336,18 +337,15 @@ void mal_comm_finalize(mal_comm *world);
 
 /* One communication backend by name (comm/registry.c). */
 typedef struct {
-    const char *name; /* "mpi", "nccl" */
+    /* first (base/registry.h): reg.name "mpi", "nccl"; reg.probe 0 when
+     * usable on this machine, else MAL_E* with the reason recorded */
+    mal_registry_entry reg;
     const char *what; /* one line for --help */
-    /* 0 when usable on this machine, else MAL_E* with the reason recorded */
-    int (*probe)(void);
     const mal_comm_ops *ops;
     /* the kernel backend whose buffers its data plane moves ("cuda" for
      * NCCL); NULL: any (MPI stages what the host cannot address) */
     const char *device;
 } mal_comm_backend;
-
-/* Local.  The backends of this build, NULL-terminated. */
-extern const mal_comm_backend *const mal_comm_backends[];
 
 /* Local.  The backend called `name`: 0, or MAL_EINVAL for a name no build
  * knows, MAL_ENOTSUP for one this build lacks, MAL_EDEVICE for one unusable

@@ -841,9 +841,8 @@ static int nccl_probe(void)
 }
 
 const mal_comm_backend mal_comm_backend_nccl = {
-    .name = "nccl",
+    .reg = {.name = "nccl", .probe = nccl_probe},
     .what = "NCCL for the data plane (GPU buffers, device to device), MPI for the control plane",
-    .probe = nccl_probe,
     .ops = &nccl_ops,
     .device = "cuda",
 };

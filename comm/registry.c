@@ -1,7 +1,9 @@
 /* The communication backends of this build by name (comm.h), one entry per
  * backend, each guarded by the configure macro that builds it.  The name
- * picks the data plane; the control plane is MPI whichever is chosen. */
-#include <stdio.h>
+ * picks the data plane; the control plane is MPI whichever is chosen.
+ * Finding a name, the messages and the list for --help are
+ * base/registry.c's; this file holds the list and the typed wrappers. */
+#include <stddef.h>
 #include <string.h>
 
 #include "base/mal.h"
@@ -13,9 +15,8 @@ static int mpi_probe(void)
 }
 
 static const mal_comm_backend comm_mpi = {
-    .name = "mpi",
+    .reg = {.name = "mpi", .probe = mpi_probe},
     .what = "MPI for both planes (device buffers staged through pinned host memory)",
-    .probe = mpi_probe,
     .ops = &mal_comm_mpi_ops,
     .device = NULL,
 };
@@ -24,57 +25,41 @@ static const mal_comm_backend comm_mpi = {
 extern const mal_comm_backend mal_comm_backend_nccl; /* comm/comm_nccl.c */
 #endif
 
-const mal_comm_backend *const mal_comm_backends[] = {
+/* The entries (mal_comm_backend.reg) of this build's backends, in the
+ * order the default is chosen. */
+static const mal_registry_entry *const entries[] = {
 #ifdef HAVE_NCCL
-    &mal_comm_backend_nccl,
+    &mal_comm_backend_nccl.reg,
 #endif
-    &comm_mpi,
+    &comm_mpi.reg,
     NULL,
 };
 
 /* Backends some build has, for the message when this one lacks them. */
-static const struct {
-    const char *name, *needs;
-} known[] = {
+static const mal_registry_known known[] = {
     {"nccl", "a build with CUDA and NCCL (configure --with-cuda --with-nccl) and a GPU"},
 };
 
+static const mal_registry registry = {"comm backend", entries, known, MAL_ARRAY_SIZE(known)};
+
+/* The backend whose entry is `e` (its first member), or NULL. */
+_Static_assert(offsetof(mal_comm_backend, reg) == 0, "the entry starts the backend's table");
+static const mal_comm_backend *backend_of(const mal_registry_entry *e)
+{
+    return (const mal_comm_backend *)e;
+}
+
 void mal_comm_names(char *buf, size_t len, const char *sep)
 {
-    size_t n = 0;
-    if (len) buf[0] = '\0';
-    for (int i = 0; mal_comm_backends[i] && n < len; i++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? sep : "", mal_comm_backends[i]->name);
+    mal_registry_names(&registry, buf, len, sep);
 }
 
 int mal_comm_lookup(const char *name, const mal_comm_backend **out)
 {
-    char names[256];
-    *out = NULL;
-    mal_comm_names(names, sizeof names, ", ");
-    for (int i = 0; mal_comm_backends[i]; i++)
-        if (!strcmp(mal_comm_backends[i]->name, name)) {
-            int rc = mal_comm_backends[i]->probe();
-            if (rc) {
-                /* the probe's reason, copied: MAL_ERR writes the buffer
-                 * mal_errmsg() points at */
-                char why[512];
-                snprintf(why, sizeof why, "%s", mal_errmsg());
-                /* a bad setting is the user's to fix (MAL_EINVAL); anything
-                 * else means no device here */
-                return MAL_ERR(rc == MAL_EINVAL ? MAL_EINVAL : MAL_EDEVICE,
-                               "comm backend '%s' cannot be used on this machine: %s", name, why);
-            }
-            *out = mal_comm_backends[i];
-            return 0;
-        }
-    for (size_t i = 0; i < MAL_ARRAY_SIZE(known); i++)
-        if (!strcmp(known[i].name, name))
-            return MAL_ERR(MAL_ENOTSUP,
-                           "comm backend '%s' is not compiled into this build (it needs %s); this "
-                           "build has: %s",
-                           name, known[i].needs, names);
-    return MAL_ERR(MAL_EINVAL, "unknown comm backend '%s': this build has %s", name, names);
+    const mal_registry_entry *e;
+    int rc = mal_registry_lookup(&registry, name, &e);
+    *out = backend_of(e);
+    return rc;
 }
 
 int mal_comm_check_device(const mal_comm_backend *b, const char *device)
@@ -83,14 +68,21 @@ int mal_comm_check_device(const mal_comm_backend *b, const char *device)
     return MAL_ERR(MAL_EINVAL,
                    "comm backend '%s' moves buffers of the '%s' device, not of '%s': use "
                    "--device %s, or --comm mpi",
-                   b->name, b->device, device ? device : "(none)", b->device);
+                   b->reg.name, b->device, device ? device : "(none)", b->device);
+}
+
+/* Default candidates for kernel backend `device`: the backends made for
+ * its buffers (NCCL for "cuda"). */
+static int moves_device(const mal_registry_entry *e, const void *device)
+{
+    const char *mine = backend_of(e)->device;
+    return mine && device && !strcmp(mine, device);
 }
 
 const char *mal_comm_default_name(const char *device)
 {
-    /* NCCL moves device buffers of a GPU backend; everything else goes
-     * over MPI. */
-    const mal_comm_backend *b;
-    if (device && strcmp(device, "cuda") == 0 && mal_comm_lookup("nccl", &b) == 0) return "nccl";
-    return "mpi";
+    /* NCCL moves device buffers of a GPU backend where it is built and
+     * usable; everything else goes over MPI. */
+    const mal_registry_entry *e = mal_registry_first(&registry, moves_device, device);
+    return e ? e->name : "mpi";
 }

@@ -1164,10 +1164,9 @@ static void cpu_destroy(mal_kern k)
 }
 
 const mal_kern_backend mal_kern_backend_cpu = {
-    .name = "cpu",
+    .reg = {.name = "cpu", .probe = cpu_probe},
     .what = "CPU cores, OpenBLAS (fp32)",
     .is_default = 1,
-    .probe = cpu_probe,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .dtypes = 1u << MAL_F32,
@@ -1175,10 +1174,9 @@ const mal_kern_backend mal_kern_backend_cpu = {
 };
 
 const mal_kern_backend mal_kern_backend_cpu_opaque = {
-    .name = "cpu-opaque",
+    .reg = {.name = "cpu-opaque", .probe = cpu_probe},
     .what = "test backend: cpu whose buffers the host cannot dereference",
     .is_default = 0,
-    .probe = cpu_probe,
     .create = opaque_create,
     .destroy = cpu_destroy,
     .dtypes = 1u << MAL_F32,

@@ -62,6 +62,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/registry.h"
+
 /* Element types of compute buffers.  State buffers are always MAL_F32.
  * MAL_DTYPE_AUTO, in a mal_kern_config only, asks for the backend's
  * default (mal_kern_backend.default_compute: bf16 on GPUs, fp32 on CPUs). */
@@ -291,21 +293,18 @@ struct mal_kernels_ops {
 /* One kernel backend, registered by name in kernels/registry.c (one line
  * per backend, guarded by the configure macro that builds it). */
 typedef struct {
-    const char *name;   /* "cpu", "cpu-opaque", "cuda" */
-    const char *what;   /* one line for --help */
-    int is_default;     /* a candidate for the default (not test backends) */
-    /* 0 when an instance can be created on this machine, else MAL_E* with
-     * the reason recorded (no GPU, no driver). */
-    int (*probe)(void);
+    /* first (base/registry.h): reg.name "cpu", "cpu-opaque", "cuda";
+     * reg.probe 0 when an instance can be created on this machine, else
+     * MAL_E* with the reason recorded (no GPU, no driver) */
+    mal_registry_entry reg;
+    const char *what; /* one line for --help */
+    int is_default;   /* a candidate for the default (not test backends) */
     int (*create)(const mal_kern_config *cfg, mal_kern *out);
     void (*destroy)(mal_kern k);
     unsigned dtypes;           /* compute dtypes it offers: bit 1 << mal_dtype */
     int has_slowdown;          /* 1: its instances have ops->slowdown */
     mal_dtype default_compute; /* what MAL_DTYPE_AUTO means for it */
 } mal_kern_backend;
-
-/* Local.  The backends of this build, NULL-terminated, in default order. */
-extern const mal_kern_backend *const mal_kern_backends[];
 
 /* Local.  *out = the backend called `name` and 0, or *out = NULL and
  * MAL_EINVAL for a name no build knows, MAL_ENOTSUP for one this build was

@@ -1,9 +1,10 @@
 /* The kernel backends of this build by name (kernels.h), IOR-style: one
- * table entry per backend, each guarded by the configure macro that
- * builds it, in the order the default is chosen. */
-#include <stdio.h>
+ * entry per backend, each guarded by the configure macro that builds it,
+ * in the order the default is chosen.  Finding a name, the messages and
+ * the list for --help are base/registry.c's; this file holds the list and
+ * the typed wrappers. */
+#include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/mal.h"
 #include "kernels.h"
@@ -14,24 +15,32 @@ extern const mal_kern_backend mal_kern_backend_cpu_opaque;
 extern const mal_kern_backend mal_kern_backend_cuda;
 #endif
 
-const mal_kern_backend *const mal_kern_backends[] = {
+/* The entries (mal_kern_backend.reg) of this build's backends. */
+static const mal_registry_entry *const entries[] = {
     /* A GPU backend goes first, so that it is the default where its probe
      * finds a device. */
 #ifdef HAVE_CUDA
-    &mal_kern_backend_cuda,
+    &mal_kern_backend_cuda.reg,
 #endif
-    &mal_kern_backend_cpu,
-    &mal_kern_backend_cpu_opaque,
+    &mal_kern_backend_cpu.reg,
+    &mal_kern_backend_cpu_opaque.reg,
     NULL,
 };
 
 /* Backends some build has, for the message when this one lacks them. */
-static const struct {
-    const char *name, *needs;
-} known[] = {
+static const mal_registry_known known[] = {
     {"cuda", "a build with the CUDA backend (configure --with-cuda, on a checkout that has "
              "kernels/cuda)"},
 };
+
+static const mal_registry registry = {"device", entries, known, MAL_ARRAY_SIZE(known)};
+
+/* The backend whose entry is `e` (its first member), or NULL. */
+_Static_assert(offsetof(mal_kern_backend, reg) == 0, "the entry starts the backend's table");
+static const mal_kern_backend *backend_of(const mal_registry_entry *e)
+{
+    return (const mal_kern_backend *)e;
+}
 
 const char *mal_dtype_name(mal_dtype t)
 {
@@ -46,48 +55,30 @@ mal_kern_config mal_kern_config_default(void)
 
 void mal_kern_names(char *buf, size_t len, const char *sep)
 {
-    size_t n = 0;
-    if (len) buf[0] = '\0';
-    for (int i = 0; mal_kern_backends[i] && n < len; i++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? sep : "", mal_kern_backends[i]->name);
+    mal_registry_names(&registry, buf, len, sep);
 }
 
 int mal_kern_lookup(const char *name, const mal_kern_backend **out)
 {
-    char names[256];
-    *out = NULL;
-    mal_kern_names(names, sizeof names, ", ");
-    for (int i = 0; mal_kern_backends[i]; i++)
-        if (!strcmp(mal_kern_backends[i]->name, name)) {
-            int rc = mal_kern_backends[i]->probe();
-            if (rc) {
-                /* the probe's reason, copied: MAL_ERR writes the buffer
-                 * mal_errmsg() points at */
-                char why[512];
-                snprintf(why, sizeof why, "%s", mal_errmsg());
-                return MAL_ERR(MAL_EDEVICE, "device '%s' cannot be used on this machine: %s", name,
-                               why);
-            }
-            *out = mal_kern_backends[i];
-            return 0;
-        }
-    for (size_t i = 0; i < MAL_ARRAY_SIZE(known); i++)
-        if (!strcmp(known[i].name, name))
-            return MAL_ERR(MAL_ENOTSUP,
-                           "device '%s' is not compiled into this build (it needs %s); this build "
-                           "has: %s",
-                           name, known[i].needs, names);
-    return MAL_ERR(MAL_EINVAL, "unknown device '%s': this build has %s", name, names);
+    const mal_registry_entry *e;
+    int rc = mal_registry_lookup(&registry, name, &e);
+    *out = backend_of(e);
+    return rc;
+}
+
+/* Default candidates: not the test backends. */
+static int is_default(const mal_registry_entry *e, const void *arg)
+{
+    (void)arg;
+    return backend_of(e)->is_default;
 }
 
 const char *mal_kern_default_name(void)
 {
     const char *env = getenv("MALLEUS_DEVICE");
     if (env && *env) return env;
-    for (int i = 0; mal_kern_backends[i]; i++)
-        if (mal_kern_backends[i]->is_default && mal_kern_backends[i]->probe() == 0)
-            return mal_kern_backends[i]->name;
-    return "cpu";
+    const mal_registry_entry *e = mal_registry_first(&registry, is_default, NULL);
+    return e ? e->name : "cpu";
 }
 
 int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out)
@@ -105,9 +96,6 @@ int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out)
 void mal_kern_destroy(mal_kern k)
 {
     if (!k) return;
-    for (int i = 0; mal_kern_backends[i]; i++)
-        if (!strcmp(mal_kern_backends[i]->name, k->name)) {
-            mal_kern_backends[i]->destroy(k);
-            return;
-        }
+    const mal_kern_backend *b = backend_of(mal_registry_find(&registry, k->name));
+    if (b) b->destroy(k);
 }

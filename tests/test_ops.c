@@ -930,7 +930,7 @@ static void test_registry(void)
 {
     const mal_kern_backend *b;
     CHECK_OK(mal_kern_lookup("cpu", &b));
-    CHECK(!strcmp(b->name, "cpu"));
+    CHECK(!strcmp(b->reg.name, "cpu"));
     CHECK_OK(mal_kern_lookup("cpu-opaque", &b));
     CHECK_EQ_INT(mal_kern_lookup("nosuch", &b), MAL_EINVAL);
     CHECK(b == NULL && strstr(mal_errmsg(), "cpu, cpu-opaque"));

@@ -110,8 +110,8 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     const mal_kern_backend *kb;
     const mal_comm_backend *cb;
     if ((rc = mal_kern_lookup(o->device ? o->device : mal_kern_default_name(), &kb)) ||
-        (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->name), &cb)) ||
-        (rc = mal_comm_check_device(cb, kb->name))) {
+        (rc = mal_comm_lookup(o->comm ? o->comm : mal_comm_default_name(kb->reg.name), &cb)) ||
+        (rc = mal_comm_check_device(cb, kb->reg.name))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -121,7 +121,7 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
             fprintf(stderr,
                     "malleus-train: device '%s' does not compute in %s; use --precision %s or a "
                     "device that does (--device cuda computes in fp32 and bf16)\n",
-                    kb->name, mal_dtype_name(want), mal_dtype_name(kb->default_compute));
+                    kb->reg.name, mal_dtype_name(want), mal_dtype_name(kb->default_compute));
         return 2;
     }
     if (cli->plan_path) {
@@ -171,7 +171,7 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
                     "malleus-train: --inject-mode gpu slows a GPU for real, and device '%s' has "
                     "none: use --device cuda on a machine with a GPU per rank, or --inject-mode "
                     "sleep\n",
-                    kb->name);
+                    kb->reg.name);
         return 2;
     }
     for (int i = 0; i < o->n_inject; i++)

@@ -931,10 +931,9 @@ static void cuda_destroy(mal_kern k)
 }
 
 const mal_kern_backend mal_kern_backend_cuda = {
-    .name = "cuda",
+    .reg = {.name = "cuda", .probe = cuda_probe},
     .what = "NVIDIA GPU (sm_80+): cuBLASLt + Malleus kernels, fp32 or bf16",
     .is_default = 1,
-    .probe = cuda_probe,
     .create = cuda_create,
     .destroy = cuda_destroy,
     .dtypes = 1u << MAL_F32 | 1u << MAL_BF16,
