@@ -9,7 +9,9 @@
  * the instance: device -> host copy, MPI on the host copy, host -> device
  * copy queued on the instance before the operation (or the wait that
  * completes it) returns.  The reduction over member lists is the ring of
- * comm_ring.c on the host buffer.
+ * comm_ring.c on the host buffer: this file drives the ring (handing it
+ * the raw MPI_Comm), the ring never calls back here, and both convert MPI
+ * errors with mpi_err.c (comm_ring.h gives the order).
  *
  * All-reduce results must be bitwise identical on every member.  MPI does
  * not promise that for MPI_Allreduce (an implementation may let each rank
@@ -31,6 +33,7 @@
 
 #include "base/mal.h"
 #include "comm_ring.h"
+#include "mpi_err.h"
 
 /* Tests that succeed while spinning cost nothing extra when a rank has a
  * core of its own (a 2-rank reduction completes in ~1.5 us); past these the
@@ -97,17 +100,6 @@ typedef struct {
 static MPI_Comm comm_of(const mal_comm *c)
 {
     return ((const mpi_impl *)c->impl)->comm;
-}
-
-int mal_mpi_err_at(const char *file, int line, int mpirc, const char *what)
-{
-    if (mpirc == MPI_SUCCESS) return 0;
-    char msg[MPI_MAX_ERROR_STRING + 1];
-    int len = 0;
-    if (MPI_Error_string(mpirc, msg, &len) != MPI_SUCCESS) len = 0;
-    msg[len] = '\0';
-    return mal_seterr_at(file, line, MAL_EMPI, "%s failed: %s (MPI error %d)", what,
-                         len ? msg : "no MPI error string", mpirc);
 }
 
 /* Between the i-th and the next test of a wait that began spinning: the
@@ -896,8 +888,8 @@ static int list_progress(mal_comm *c)
                         im->ring_scratch = p, im->ring_scratch_bytes = need;
                 }
                 if (!rc)
-                    rc = mal_comm_ring_start(c, r->members, r->n, r->tag, r->host, r->count, r->op,
-                                             im->ring_scratch, &r->ring);
+                    rc = mal_comm_ring_start(im->comm, c->rank, r->members, r->n, r->tag, r->host,
+                                             r->count, r->op, im->ring_scratch, &r->ring);
             }
             if (!rc) rc = mal_comm_ring_progress(r->ring, &done);
         }

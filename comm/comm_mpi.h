@@ -77,12 +77,6 @@ int mal_mpi_wait(MPI_Request *req, MPI_Status *status, const char *what);
 /* Local: the same for `n` requests (entries may be MPI_REQUEST_NULL). */
 int mal_mpi_waitall(int n, MPI_Request *reqs, const char *what);
 
-/* Local: convert an MPI error code into MAL_EMPI, recording "<what> failed:
- * <MPI error string>" at the caller's file:line.  Returns 0 for
- * MPI_SUCCESS so it can wrap every call. */
-int mal_mpi_err_at(const char *file, int line, int mpirc, const char *what);
-#define MAL_MPI_ERR(mpirc, what) mal_mpi_err_at(__FILE__, __LINE__, (mpirc), (what))
-
 /* Test hook: the most bytes one MPI call of a collective moves; larger
  * buffers are cut into chunks of at most this many bytes (rounded down to
  * whole elements).  The default, 1 GiB, keeps every count far below

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/mal.h"
-#include "comm_mpi.h"
+#include "mpi_err.h"
 
 /* Messages stay under the table's INT_MAX-byte limit. */
 enum { MSG_MAX = 1 << 30 };
@@ -140,23 +140,23 @@ static void finish_step(mal_ring *r)
     }
 }
 
-int mal_comm_ring_start(mal_comm *c, const int *members, int n, int tag, float *buf, size_t count,
-                        mal_reduce_op op, void *scratch, mal_ring **out)
+int mal_comm_ring_start(MPI_Comm comm, int rank, const int *members, int n, int tag, float *buf,
+                        size_t count, mal_reduce_op op, void *scratch, mal_ring **out)
 {
     *out = NULL;
     int i = -1;
     for (int k = 0; k < n; k++)
-        if (members[k] == c->rank) i = k;
+        if (members[k] == rank) i = k;
     if (i < 0)
         return MAL_ERR(MAL_EINVAL, "member-list all-reduce: rank %d is not among the %d members",
-                       c->rank, n);
+                       rank, n);
     mal_ring *r = calloc(1, sizeof *r);
     if (!r || !(r->members = malloc((size_t)n * sizeof *r->members))) {
         free(r);
         return MAL_ERR(MAL_ENOMEM, "member-list all-reduce: out of memory");
     }
     memcpy(r->members, members, (size_t)n * sizeof *members);
-    r->comm = mal_comm_mpi_handle(c);
+    r->comm = comm;
     r->n = n, r->i = i, r->tag = tag;
     r->b = (char *)buf, r->scratch = scratch;
     r->count = count, r->op = op;

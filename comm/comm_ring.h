@@ -22,10 +22,16 @@
  * messages are all complete, combines what arrived and posts the next
  * step.  The blocking and the non-blocking reduction of comm_mpi.c are the
  * same machine (the blocking one progresses it until it is done), so their
- * results are bitwise the same. */
+ * results are bitwise the same.
+ *
+ * Order of the MPI side of comm/, bottom up: mpi_err (MPI errors into
+ * MAL_EMPI), this ring (takes a raw MPI_Comm and the caller's rank, knows
+ * nothing of the MPI backend), comm_mpi (the backend, which runs the ring);
+ * none calls a file above it. */
 #ifndef MAL_COMM_RING_H
 #define MAL_COMM_RING_H
 
+#include <mpi.h>
 #include <stddef.h>
 
 #include "comm.h"
@@ -38,14 +44,15 @@ size_t mal_comm_ring_scratch_bytes(size_t count, int n);
 
 /* Local (the members' reductions of one list form a collective).  Start
  * the in-place reduction (sum or max) of `count` floats of host memory
- * `buf` over the `n` listed ranks of MPI communicator `c` (the calling
- * rank must be listed): its first messages are posted on `tag`.  buf and
+ * `buf` over the `n` listed ranks of MPI communicator `comm`, of which the
+ * calling rank is `rank` (it must be listed): its first messages are
+ * posted on `tag`.  comm stays the caller's and must outlive the machine.  buf and
  * `scratch` (mal_comm_ring_scratch_bytes) are the machine's until it is
  * done or freed; members is copied.  Members must run the reductions of
  * lists they share in the same order, one at a time per communicator
  * (messages between two ranks on a tag match in the order posted). */
-int mal_comm_ring_start(mal_comm *c, const int *members, int n, int tag, float *buf, size_t count,
-                        mal_reduce_op op, void *scratch, mal_ring **out);
+int mal_comm_ring_start(MPI_Comm comm, int rank, const int *members, int n, int tag, float *buf,
+                        size_t count, mal_reduce_op op, void *scratch, mal_ring **out);
 
 /* Local.  Test the current step's messages (never waits); when they are
  * complete, combine and post the next step, as long as steps complete.
