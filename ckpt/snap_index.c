@@ -4,12 +4,51 @@
  * the meta, the table as plain datasets under /_malleus, one HDF5 virtual
  * dataset per tensor so stock tools read whole tensors) and loading it
  * back with every count, shape and address checked before it is trusted.
+ * It owns the meta (copied, written, read, freed here) and what loading
+ * allocates in a mal_snapshot; the read path (snap_read.c) adds its files
+ * and buffers on top, the commit (snap_commit.c) writes through it.
  */
 #include "snap_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---------------------------------------------------------------- the meta */
+
+static int snap_strdup_opt(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src) return 0;
+    *dst = strdup(src);
+    return *dst ? 0 : MAL_ERR(MAL_ENOMEM, "out of memory");
+}
+
+int snap_meta_copy(mal_snap_meta *dst, const mal_snap_meta *src)
+{
+    /* Every field at once, so that a field added to mal_snap_meta is
+     * carried without a line here; then the strings, which stay the
+     * caller's, become our own copies (NULL first: a failure half-way
+     * leaves nothing of the caller's for snap_meta_free). */
+    *dst = *src;
+    dst->config_json = dst->train_json = dst->plan_json = NULL;
+    int rc;
+    if ((rc = snap_strdup_opt(&dst->config_json, src->config_json)) ||
+        (rc = snap_strdup_opt(&dst->train_json, src->train_json)) ||
+        (rc = snap_strdup_opt(&dst->plan_json, src->plan_json)))
+        return rc;
+    return 0;
+}
+
+void snap_meta_free(mal_snap_meta *m)
+{
+    free(m->config_json);
+    free(m->train_json);
+    free(m->plan_json);
+    m->config_json = m->train_json = m->plan_json = NULL;
+}
+
+/* ---------------------------------------------------------------- building */
 
 static int snap_cmp_shard_id(const void *a, const void *b)
 {
@@ -282,6 +321,22 @@ done:
 }
 
 /* ---------------------------------------------------------------- loading */
+
+void snap_index_free(mal_snapshot *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n_t; i++)
+        free(s->t[i].name);
+    for (int i = 0; i < s->n_s; i++)
+        free(s->s[i].file);
+    free(s->t);
+    free(s->b);
+    free(s->s);
+    free(s->fd);
+    snap_meta_free(&s->meta);
+    free(s->index_path);
+    free(s);
+}
 
 /* HDF5's signature, which starts the superblock at offset 0, 512, 1024,
  * 2048, ... of a file. */
@@ -598,7 +653,8 @@ int mal_snapshot_parse_index(mal_snapshot **out, const void *buf, size_t len, co
     s = NULL;
 done:
     if (f >= 0) H5Fclose(f);
-    mal_snapshot_close(s);
+    /* nothing of the read path's is in s yet: the index's part is all */
+    snap_index_free(s);
     snap_h5quiet_end(&q);
     return rc;
 }

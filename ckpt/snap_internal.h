@@ -3,22 +3,40 @@
  * includes it.  Internal names are snap_*; the public API (mal_snapshot_*,
  * mal_snap_*) stays in snapshot.h.
  *
- * Who owns what (one file, one facility):
- *   snap_fs.c      file system and atomic commit: paths, fsync, temporary
- *                  names, rename, COMPLETE, `latest`, retention and debris,
- *                  fault injection (N-th I/O) and the kill points
- *   snap_h5.c      HDF5 plumbing: quiet error stacks, error conversion,
- *                  attributes, property lists, plain table datasets
+ * Who owns what (one file, one facility), bottom up: a file calls only
+ * the files above it in this list, never one below it or beside it on
+ * the same line, so the facilities form a DAG without circles:
+ *
+ *   snap_fault.c   test hooks: fault injection (N-th writer I/O step fails)
+ *                  and the kill points of MALLEUS_TEST_SNAPSHOT_KILL
  *   snap_crc32c.c  block checksums: CRC-32C and whole-file checksums
  *   snap_blocks.c  block geometry: names, shapes, counts, tiling checks
+ *     (the three above call no other snap_*.c)
+ *   snap_fs.c      file system: paths, fsync, temporary names, atomic
+ *                  replacement of a small file, retention and debris,
+ *                  finding the snapshot to resume from, the COMPLETE marker
+ *                  read and parsed                         -> fault
+ *   snap_h5.c      HDF5 plumbing: quiet error stacks, error conversion,
+ *                  attributes, property lists, plain table datasets
+ *                                                          -> fault
+ *   snap_index.c   the index and the meta: building the block table,
+ *                  writing index.h5 (meta, tables, virtual datasets) and
+ *                  loading it back; copying and freeing a meta; freeing
+ *                  what loading allocated in a mal_snapshot
+ *                                                          -> h5, blocks
+ *   snap_read.c    the read path: opening a step directory, reading and
+ *                  verifying blocks, closing   -> index, fs, h5, blocks, crc
  *   snap_coord.c   coordination between processes (through the comm
  *                  table's control plane): agreement on failure, the block
- *                  descriptors gathered at rank 0
- *   snap_write.c   the write path: the collective writer and shard files
- *   snap_index.c   the index: building the block table, writing index.h5
- *                  (tables + virtual datasets) and loading it back
- *   snap_read.c    the read path: opening a step directory, reading and
- *                  verifying blocks
+ *                  descriptors gathered at rank 0              -> fs
+ *   snap_commit.c  rank 0's commit: index written, rename, COMPLETE written,
+ *                  `latest` moved, retention     -> index, fs, crc, fault
+ *   snap_write.c   the write path: the collective writer and shard files;
+ *                  rank 0 commits through snap_commit.c
+ *                      -> commit, coord, index, fs, h5, blocks, crc, fault
+ *
+ * Data types are shared through this header (the writer, the gathered
+ * table, the open snapshot); only functions follow the arrows.
  *
  * On-disk layout (format "malleus-snapshot", format_version 2):
  *
@@ -160,18 +178,18 @@ typedef struct {
     size_t len[SNAP_MAX_CREATED];
 } snap_created;
 
-/* The collective writer (snap_write.c; rank 0 commits in snap_fs.c). */
+/* The collective writer (snap_write.c; rank 0 commits in snap_commit.c). */
 struct mal_snap_writer {
     mal_comm *comm;
     int rank, size;
     char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX], stepname[64];
-    mal_snap_meta meta; /* strings owned */
+    mal_snap_meta meta; /* strings owned (snap_meta_copy / snap_meta_free) */
     int n_sh, cap_sh;
     snap_wshard *sh;
     int kill;
-    size_t *counts;       /* rank 0: [size], sizes of the gathered descriptors */
-    snap_created made;    /* rank 0: directories begin created for `dir` */
-    int pending_rc;       /* a local failure inside begin, reported by finish */
+    size_t *counts;    /* rank 0: [size], sizes of the gathered descriptors */
+    snap_created made; /* rank 0: directories begin created for `dir` */
+    int pending_rc;    /* a local failure inside begin, reported by finish */
     char pending_msg[SNAP_MSG];
 };
 
@@ -190,7 +208,10 @@ typedef struct {
     int ns, cap_s;
 } snap_table;
 
-/* An open snapshot (snap_read.c; its table is loaded by snap_index.c). */
+/* An open snapshot.  snap_index.c allocates (and snap_index_free frees) the
+ * struct, index_path, meta, the tables and the fd array; snap_read.c sets
+ * dir, opens the fds and the chunk, and releases those in
+ * mal_snapshot_close before handing the rest to snap_index_free. */
 struct mal_snapshot {
     char *dir;
     char *index_path;
@@ -206,12 +227,46 @@ struct mal_snapshot {
     uint64_t bytes_read;
 };
 
-
-/* ---------------------------------------------------------------- snap_fs.c */
+/* ---------------------------------------------------------------- snap_fault.c */
 
 /* True (with errno = EIO) when the armed fault (mal_snapshot_fault_nth_io)
  * fires at this I/O step.  Every writer I/O step calls it once. */
 int snap_fault(void);
+/* MALLEUS_TEST_SNAPSHOT_KILL=RANK:STEP:POINT (snapshot.h): the kill point of
+ * this rank for this step (SNAP_KILL_*), and the kill itself. */
+int snap_kill_point(int rank, int64_t step);
+void snap_die(int rank, const char *where);
+
+/* ---------------------------------------------------------------- snap_crc32c.c */
+
+/* CRC-32C and size of a whole file of at most `limit` bytes. */
+int snap_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, size_t limit);
+
+/* ---------------------------------------------------------------- snap_blocks.c */
+
+void snap_fmt_shape(char *buf, size_t len, int ndim, const int64_t *shape);
+/* A tensor name: an HDF5 path of valid components, not in SNAP_TABLE. */
+int snap_check_name(const char *name);
+/* Number of elements of a block; -1 on overflow. */
+int64_t snap_count(int ndim, const int64_t *ext);
+/* A block description (data not looked at): name, ndim, the block inside
+ * the shape. */
+int snap_check_block(const mal_snap_tensor *t);
+int snap_cmp_str(const void *a, const void *b);
+/* Names unique and none a group on the path of another; `v` sorted. */
+int snap_check_names_disjoint(char *const *v, int n);
+/* Blocks by name, then offset. */
+int snap_cmp_block(const void *a, const void *b);
+/* The n blocks of one tensor (sorted by offset) tile its shape exactly:
+ * one global shape, volumes adding up, no two overlapping (blocks that are
+ * slabs of one dimension compare neighbours; others compare every pair
+ * while n <= max_pairwise, beyond that their volume only). */
+int snap_check_tiling(const snap_block *b, int64_t n, int64_t max_pairwise);
+/* The dataset of a block inside its shard file: "<tensor>/block_<o0>_<o1>..". */
+void snap_block_dset(char *out, size_t len, const char *name, int ndim, const int64_t *offset);
+
+/* ---------------------------------------------------------------- snap_fs.c */
+
 /* out = a "/" b; MAL_EINVAL if it does not fit `len`. */
 int snap_join(char *out, size_t len, const char *a, const char *b);
 /* lstat succeeds. */
@@ -229,6 +284,10 @@ void snap_unmkdirs(const char *dir, const snap_created *made);
 int snap_rmtree(const char *path);
 /* Remove a step directory, COMPLETE first (durably). */
 int snap_remove_step(const char *step_dir);
+/* Retention after committing step `cur` in `dir`: keep it and the newest
+ * committed snapshots up to `keep_last` (0: all), remove the debris of dead
+ * writers and uncommitted steps older than `cur`. */
+int snap_retain(const char *dir, int64_t cur, int keep_last);
 /* "<pid>@<host>" of this process. */
 void snap_writer_id(char *out, size_t len);
 /* Write `content` to dir/name atomically (temporary, fsync, rename, fsync
@@ -243,14 +302,6 @@ int64_t snap_parse_step_name(const char *name);
 int snap_pwrite_all(int fd, const void *buf, size_t len, off_t off, const char *fpath,
                     const char *name);
 int snap_pread_all(int fd, void *buf, size_t len, off_t off, const char *path, const char *name);
-/* MALLEUS_TEST_SNAPSHOT_KILL=RANK:STEP:POINT (snapshot.h): the kill point of
- * this rank for this step (SNAP_KILL_*), and the kill itself. */
-int snap_kill_point(int rank, int64_t step);
-void snap_die(int rank, const char *where);
-/* Rank 0, every process done: build and check the block table, write the
- * index, rename the temporary directory, write COMPLETE, move `latest`,
- * apply retention.  Cleans up after itself on failure. */
-int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last);
 /* Read and parse COMPLETE of `step_dir` (mal_snapshot_parse_marker). */
 int snap_read_marker(const char *step_dir, mal_snap_marker *mk);
 /* A whole file of at most `limit` bytes into a malloc'ed *buf, *len bytes
@@ -298,33 +349,25 @@ int snap_table_read(hid_t g, const char *name, hid_t mtype, int64_t count, int w
                     const char *fpath);
 int snap_table_read_str(hid_t g, const char *name, int64_t count, char **out, const char *fpath);
 
-/* ---------------------------------------------------------------- snap_crc32c.c */
+/* ---------------------------------------------------------------- snap_index.c */
 
-/* CRC-32C and size of a whole file of at most `limit` bytes. */
-int snap_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, size_t limit);
-
-/* ---------------------------------------------------------------- snap_blocks.c */
-
-void snap_fmt_shape(char *buf, size_t len, int ndim, const int64_t *shape);
-/* A tensor name: an HDF5 path of valid components, not in SNAP_TABLE. */
-int snap_check_name(const char *name);
-/* Number of elements of a block; -1 on overflow. */
-int64_t snap_count(int ndim, const int64_t *ext);
-/* A block description (data not looked at): name, ndim, the block inside
- * the shape. */
-int snap_check_block(const mal_snap_tensor *t);
-int snap_cmp_str(const void *a, const void *b);
-/* Names unique and none a group on the path of another; `v` sorted. */
-int snap_check_names_disjoint(char *const *v, int n);
-/* Blocks by name, then offset. */
-int snap_cmp_block(const void *a, const void *b);
-/* The n blocks of one tensor (sorted by offset) tile its shape exactly:
- * one global shape, volumes adding up, no two overlapping (blocks that are
- * slabs of one dimension compare neighbours; others compare every pair
- * while n <= max_pairwise, beyond that their volume only). */
-int snap_check_tiling(const snap_block *b, int64_t n, int64_t max_pairwise);
-/* The dataset of a block inside its shard file: "<tensor>/block_<o0>_<o1>..". */
-void snap_block_dset(char *out, size_t len, const char *name, int ndim, const int64_t *offset);
+/* Rank 0: shards of t in id order (unique), blocks grouped by tensor and
+ * checked to tile each exactly; *ti (caller-freed, names pointing into t)
+ * describes the *nt tensors.  `what` names the snapshot in messages. */
+int snap_index_build(snap_table *t, snap_tinfo **ti, int *nt, const char *what);
+/* Write index.h5 at `fpath`: meta, block table, one virtual dataset per tensor. */
+int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_tinfo *ti, int nt,
+                     const char *fpath);
+/* The meta `src` into `dst`: every field, the strings as malloc'ed copies
+ * that `dst` owns (also after a failure, MAL_ENOMEM: free it with
+ * snap_meta_free). */
+int snap_meta_copy(mal_snap_meta *dst, const mal_snap_meta *src);
+/* Free the strings a meta owns (set to NULL). */
+void snap_meta_free(mal_snap_meta *m);
+/* Free what mal_snapshot_parse_index allocated in s (tables, meta, fd
+ * array, index_path) and s itself; the read path's open files and buffers
+ * must be released first (mal_snapshot_close).  NULL is fine. */
+void snap_index_free(mal_snapshot *s);
 
 /* ---------------------------------------------------------------- snap_coord.c */
 
@@ -342,15 +385,11 @@ void snap_table_free(snap_table *t);
  * w->counts[r] bytes. */
 int snap_gather(mal_snap_writer *w, const snap_buf *mine, char **all);
 
-/* ---------------------------------------------------------------- snap_index.c */
+/* ---------------------------------------------------------------- snap_commit.c */
 
-/* Rank 0: shards of t in id order (unique), blocks grouped by tensor and
- * checked to tile each exactly; *ti (caller-freed, names pointing into t)
- * describes the *nt tensors.  `what` names the snapshot in messages. */
-int snap_index_build(snap_table *t, snap_tinfo **ti, int *nt, const char *what);
-/* Write index.h5 at `fpath`: meta, block table, one virtual dataset per tensor. */
-int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_tinfo *ti, int nt,
-                     const char *fpath);
-
+/* Rank 0, every process done: build and check the block table, write the
+ * index, rename the temporary directory, write COMPLETE, move `latest`,
+ * apply retention.  Cleans up after itself on failure. */
+int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last);
 
 #endif /* MAL_SNAP_INTERNAL_H */

@@ -323,21 +323,11 @@ int mal_snapshot_read(mal_snapshot *s, const char *name, int ndim, const int64_t
 void mal_snapshot_close(mal_snapshot *s)
 {
     if (!s) return;
+    /* the read path's own (open shard files, chunk, directory), then what
+     * loading the index allocated, s included */
     for (int i = 0; s->fd && i < s->n_s; i++)
         if (s->fd[i] >= 0) close(s->fd[i]);
-    for (int i = 0; i < s->n_t; i++)
-        free(s->t[i].name);
-    for (int i = 0; i < s->n_s; i++)
-        free(s->s[i].file);
-    free(s->t);
-    free(s->b);
-    free(s->s);
-    free(s->fd);
     free(s->chunk);
-    free(s->meta.config_json);
-    free(s->meta.train_json);
-    free(s->meta.plan_json);
-    free(s->index_path);
     free(s->dir);
-    free(s);
+    snap_index_free(s);
 }

@@ -3,8 +3,8 @@
  * file is an HDF5 skeleton whose contiguous datasets are filled by pwrite
  * while the CRC-32C of every block is computed on the way; finish closes
  * and fsyncs the shards, hands the block descriptors to rank 0
- * (snap_coord.c), which commits (snap_fs.c), and tells every process the
- * outcome.  mal_snapshot_write(_sharded) are the one-call forms.
+ * (snap_coord.c), which commits (snap_commit.c), and tells every process
+ * the outcome.  mal_snapshot_write(_sharded) are the one-call forms.
  */
 #include "snap_internal.h"
 
@@ -129,9 +129,7 @@ static void snap_writer_free(mal_snap_writer *w)
         snap_wshard_free(&w->sh[i]);
     free(w->sh);
     free(w->counts);
-    free(w->meta.config_json);
-    free(w->meta.train_json);
-    free(w->meta.plan_json);
+    snap_meta_free(&w->meta);
     free(w);
 }
 
@@ -165,14 +163,6 @@ static int snap_begin_root(mal_snap_writer *w, const char *dir, const mal_snap_m
     if (snap_fault() || mkdir(w->tmp, 0755) != 0)
         return MAL_ERR(MAL_EIO, "cannot create %s: %s", w->tmp, strerror(errno));
     return 0;
-}
-
-static int snap_strdup_opt(char **dst, const char *src)
-{
-    *dst = NULL;
-    if (!src) return 0;
-    *dst = strdup(src);
-    return *dst ? 0 : MAL_ERR(MAL_ENOMEM, "out of memory");
 }
 
 int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir,
@@ -216,13 +206,8 @@ int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir
     }
     memcpy(w->tmp, res->tmp, sizeof w->tmp);
     memcpy(w->final, res->final, sizeof w->final);
-    w->meta.step = meta->step;
-    w->meta.consumed_samples = meta->consumed_samples;
-    w->meta.seed = meta->seed;
-    w->meta.rng_counter = meta->rng_counter;
-    if ((rc = snap_strdup_opt(&w->meta.config_json, meta->config_json)) ||
-        (rc = snap_strdup_opt(&w->meta.train_json, meta->train_json)) ||
-        (rc = snap_strdup_opt(&w->meta.plan_json, meta->plan_json))) {
+    /* the whole meta, its strings copied: a new field is carried too */
+    if ((rc = snap_meta_copy(&w->meta, meta))) {
         /* peers went on: finish() reports it collectively */
         w->pending_rc = rc;
         snprintf(w->pending_msg, sizeof w->pending_msg, "%s", mal_errmsg());
