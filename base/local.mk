@@ -11,3 +11,6 @@ check_PROGRAMS += tests/test_fileio
 TESTS += tests/test_fileio
 dist_check_SCRIPTS += tests/test_outputs.sh
 TESTS += tests/test_outputs.sh
+
+# json: JSON files and buffers read with a bound, Jansson's errors converted.
+libmalleus_a_SOURCES += base/json.h base/json.c

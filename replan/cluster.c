@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/json.h"
 #include "base/mal.h"
 #include "replan.h"
 
@@ -133,10 +134,10 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
 int mal_cluster_parse_buffer(mal_cluster *c, const char *buf, size_t len, const char *what)
 {
     memset(c, 0, sizeof *c);
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
-    int rc = cluster_from_json(c, root, what);
+    json_t *root;
+    int rc = mal_json_parse(buf, len, what, &root);
+    if (rc) return rc;
+    rc = cluster_from_json(c, root, what);
     json_decref(root);
     return rc;
 }
@@ -149,12 +150,10 @@ int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
 int mal_cluster_read(mal_cluster *c, const char *path)
 {
     memset(c, 0, sizeof *c);
-    unsigned char *buf;
-    size_t len;
-    int rc =
-        mal_file_read(path, "cluster", MAL_REPLAN_MAX_INPUT_BYTES, MAL_READ_REGULAR, &buf, &len);
+    json_t *root;
+    int rc = mal_json_read(path, "cluster", MAL_REPLAN_MAX_INPUT_BYTES, MAL_READ_REGULAR, &root);
     if (rc) return rc;
-    rc = mal_cluster_parse_buffer(c, (const char *)buf, len, path);
-    free(buf);
+    rc = cluster_from_json(c, root, path);
+    json_decref(root);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/json.h"
 #include "base/mal.h"
 #include "replan.h"
 #include "src/config.h"
@@ -289,10 +290,10 @@ int mal_profile_parse_buffer(mal_profile *p, const char *buf, size_t len, const 
                              int mbs)
 {
     memset(p, 0, sizeof *p);
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
-    int rc = profile_from_json(p, root, what, mbs);
+    json_t *root;
+    int rc = mal_json_parse(buf, len, what, &root);
+    if (rc) return rc;
+    rc = profile_from_json(p, root, what, mbs);
     json_decref(root);
     return rc;
 }
@@ -305,12 +306,12 @@ int mal_profile_parse_string(mal_profile *p, const char *json, const char *what,
 int mal_profile_read(mal_profile *p, const char *path, int mbs)
 {
     memset(p, 0, sizeof *p);
-    unsigned char *buf;
-    size_t len;
-    int rc = mal_file_read(path, "model profile", MAL_REPLAN_MAX_INPUT_BYTES, MAL_READ_REGULAR, &buf, &len);
+    json_t *root;
+    int rc = mal_json_read(path, "model profile", MAL_REPLAN_MAX_INPUT_BYTES, MAL_READ_REGULAR,
+                           &root);
     if (rc) return rc;
-    rc = mal_profile_parse_buffer(p, (const char *)buf, len, path, mbs);
-    free(buf);
+    rc = profile_from_json(p, root, path, mbs);
+    json_decref(root);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/json.h"
 #include "base/mal.h"
 #include "replan.h"
 
@@ -58,16 +59,16 @@ int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int wo
     int rc = 0;
     double *ring = NULL;
     int *count = NULL;
-    char *copy = NULL;
     for (int r = 0; r < world; r++)
         rates[r] = 1.0;
     if (window < 1) window = 1;
     if (memchr(buf, '\0', len))
         return MAL_ERR(MAL_EFORMAT, "%s: the rates contain a NUL byte (not a text file?)", what);
 
-    /* the whole text as one JSON value: a {"rank": rate} map */
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
+    /* the whole text as one JSON value: a {"rank": rate} map (text that is
+     * not one value is read as JSON lines below, so no message here) */
+    json_t *root;
+    mal_json_parse(buf, len, NULL, &root);
     if (root && json_is_object(root) && !json_object_get(root, "step") &&
         !json_object_get(root, "rates") && !json_object_get(root, "rate")) {
         const char *key;
@@ -91,25 +92,24 @@ int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int wo
     if ((size_t)window > n_lines) window = (int)n_lines;
     ring = calloc((size_t)world * (size_t)window, sizeof *ring);
     count = calloc((size_t)world, sizeof *count);
-    copy = malloc(len + 1);
-    if (copy) {
-        memcpy(copy, buf, len);
-        copy[len] = '\0';
-    }
-    if (!ring || !count || !copy) {
+    if (!ring || !count) {
         rc = MAL_ERR(MAL_ENOMEM, "%s: out of memory", what);
         goto cleanup;
     }
+    /* each line is parsed where it lies in the buffer, bounded by its end */
+    const char *end = buf + len;
     int lineno = 0, n_samples = 0;
-    for (char *line = copy, *next; line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
+    for (const char *line = buf, *next; line; line = next) {
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+        next = eol ? eol + 1 : NULL;
+        if (!eol) eol = end;
         lineno++;
         const char *s = line;
-        while (*s == ' ' || *s == '\t' || *s == '\r')
+        while (s < eol && (*s == ' ' || *s == '\t' || *s == '\r'))
             s++;
-        if (!*s) continue;
-        json_t *o = json_loads(s, 0, &jerr);
+        if (s == eol) continue;
+        json_t *o;
+        mal_json_parse(s, (size_t)(eol - s), NULL, &o);
         if (!o || !json_is_object(o)) {
             json_decref(o);
             rc =
@@ -194,7 +194,6 @@ int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int wo
 cleanup:
     free(ring);
     free(count);
-    free(copy);
     return rc;
 }
 
@@ -208,7 +207,8 @@ int mal_rates_read(const char *path, int world, int window, double *rates)
     unsigned char *buf;
     size_t len;
     /* the whole file is parsed; only its last samples count, but a metrics
-     * file of a long run stays far below the bound */
+     * file of a long run stays far below the bound.  Not mal_json_read():
+     * a metrics file is JSON lines, not one JSON value. */
     int rc =
         mal_file_read(path, "rates file", MAL_REPLAN_MAX_RATES_BYTES, MAL_READ_REGULAR, &buf, &len);
     if (rc) return rc;
