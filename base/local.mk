@@ -14,3 +14,6 @@ TESTS += tests/test_outputs.sh
 
 # registry: backends by name (the kernel and comm registries' shared part).
 libmalleus_a_SOURCES += base/registry.h base/registry.c
+
+# json: JSON files and buffers read with a bound, Jansson's errors converted.
+libmalleus_a_SOURCES += base/json.h base/json.c

@@ -1,7 +1,7 @@
 # replan/: the planner (cost model, lp_solve programs, search, 1F1B simulator,
 # re-plan trigger policy) behind malleus-replan.  Included by Makefile.am.
-libmalleus_a_SOURCES += replan/replan.h replan/profile.c replan/cost.c replan/lp.c \
-	replan/search.h replan/options.c replan/layers.c replan/eval.c \
+libmalleus_a_SOURCES += replan/replan.h replan/cluster.c replan/profile.c replan/rates.c \
+	replan/cost.c replan/lp.c replan/search.h replan/options.c replan/layers.c replan/eval.c \
 	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
 	replan/policy.h replan/policy.c replan/tool.h replan/tool.c
 

@@ -1,173 +1,17 @@
-/* Planner inputs: cluster description, model profile (with presets derived
- * from the model shapes) and straggling rates (hand-written map or the
- * metrics file of malleus-train).  Formulas for the presets are documented in
- * replan/README.md ("Profile presets"). */
+/* Planner input: the model profile -- memory and time per layer, the TP
+ * sizes allowed and their slowdown -- read from JSON or derived from the
+ * model shapes of a preset.  Formulas for the presets are documented in
+ * replan/README.md ("Model profile"). */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/json.h"
 #include "base/mal.h"
 #include "replan.h"
 #include "src/config.h"
-
-/* ---- cluster ------------------------------------------------------------- */
-
-void mal_cluster_fini(mal_cluster *c)
-{
-    if (!c) return;
-    free(c->node_of);
-    memset(c, 0, sizeof *c);
-}
-
-int mal_cluster_regular(mal_cluster *c, int world_size, int ranks_per_node, double memory_mb)
-{
-    memset(c, 0, sizeof *c);
-    if (world_size < 1 || world_size > MAL_REPLAN_MAX_WORLD)
-        return MAL_ERR(MAL_EINVAL, "cluster: world_size must be 1..%d (got %d)",
-                       MAL_REPLAN_MAX_WORLD, world_size);
-    if (ranks_per_node < 1)
-        return MAL_ERR(MAL_EINVAL, "cluster: ranks_per_node must be >= 1 (got %d)", ranks_per_node);
-    if (world_size % ranks_per_node)
-        return MAL_ERR(MAL_EINVAL,
-                       "cluster: world_size %d is not divisible into nodes of %d ranks "
-                       "(ranks_per_node must divide world_size)",
-                       world_size, ranks_per_node);
-    if (!(memory_mb > 0) || !isfinite(memory_mb))
-        return MAL_ERR(MAL_EINVAL, "cluster: memory_mb must be a positive number");
-    c->node_of = malloc((size_t)world_size * sizeof *c->node_of);
-    if (!c->node_of) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
-    for (int r = 0; r < world_size; r++)
-        c->node_of[r] = r / ranks_per_node;
-    c->world_size = world_size;
-    c->n_nodes = world_size / ranks_per_node;
-    c->memory_mb = memory_mb;
-    return 0;
-}
-
-static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
-{
-    static const char *const keys[] = {"world_size", "ranks_per_node", "nodes", "memory_mb", NULL};
-    const char *key;
-    json_t *val;
-    if (!json_is_object(root))
-        return MAL_ERR(MAL_EFORMAT, "%s: the cluster must be a JSON object", what);
-    json_object_foreach(root, key, val)
-    {
-        int ok = 0;
-        for (int i = 0; keys[i]; i++)
-            ok |= !strcmp(key, keys[i]);
-        if (!ok) return MAL_ERR(MAL_EFORMAT, "%s: unknown key \"%s\" in the cluster", what, key);
-    }
-    json_t *mem = json_object_get(root, "memory_mb");
-    if (!json_is_number(mem) || !(json_number_value(mem) > 0))
-        return MAL_ERR(MAL_EINVAL,
-                       "%s: memory_mb (device memory per rank, MB) must be a positive number",
-                       what);
-    double memory_mb = json_number_value(mem);
-    json_t *ws = json_object_get(root, "world_size");
-    json_t *rpn = json_object_get(root, "ranks_per_node");
-    json_t *nodes = json_object_get(root, "nodes");
-    if (nodes) {
-        /* two descriptions of one cluster: whichever were used, the other
-         * would be silently ignored or could disagree */
-        if (ws || rpn)
-            return MAL_ERR(MAL_EINVAL,
-                           "%s: give either \"nodes\" or \"world_size\" with \"ranks_per_node\", "
-                           "not both (\"nodes\" lists every rank, so the world size is implied)",
-                           what);
-        if (!json_is_array(nodes) || json_array_size(nodes) == 0)
-            return MAL_ERR(MAL_EFORMAT, "%s: nodes must be a non-empty array of rank lists", what);
-        size_t world_z = 0;
-        for (size_t n = 0; n < json_array_size(nodes); n++) {
-            json_t *nl = json_array_get(nodes, n);
-            if (!json_is_array(nl) || json_array_size(nl) == 0)
-                return MAL_ERR(MAL_EFORMAT, "%s: nodes[%zu] must be a non-empty array of ranks",
-                               what, n);
-            world_z += json_array_size(nl);
-        }
-        if (world_z > MAL_REPLAN_MAX_WORLD)
-            return MAL_ERR(MAL_EINVAL, "%s: nodes list %zu ranks; the planner handles up to %d",
-                           what, world_z, MAL_REPLAN_MAX_WORLD);
-        int world = (int)world_z;
-        c->node_of = malloc((size_t)world * sizeof *c->node_of);
-        if (!c->node_of) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
-        for (int r = 0; r < world; r++)
-            c->node_of[r] = -1;
-        c->world_size = world;
-        c->n_nodes = (int)json_array_size(nodes);
-        c->memory_mb = memory_mb;
-        for (size_t n = 0; n < json_array_size(nodes); n++) {
-            json_t *nl = json_array_get(nodes, n);
-            for (size_t i = 0; i < json_array_size(nl); i++) {
-                json_t *rv = json_array_get(nl, i);
-                if (!json_is_integer(rv))
-                    return MAL_ERR(MAL_EFORMAT, "%s: nodes[%zu][%zu] must be a rank number", what,
-                                   n, i);
-                json_int_t r = json_integer_value(rv);
-                if (r < 0 || r >= world)
-                    return MAL_ERR(
-                        MAL_EINVAL,
-                        "%s: nodes[%zu]: rank %lld is unknown (the %d listed ranks must be "
-                        "0..%d)",
-                        what, n, (long long)r, world, world - 1);
-                if (c->node_of[r] >= 0)
-                    return MAL_ERR(MAL_EINVAL, "%s: nodes[%zu]: rank %lld is listed twice", what, n,
-                                   (long long)r);
-                c->node_of[r] = (int)n;
-            }
-        }
-        return 0;
-    }
-    if (!json_is_integer(ws) || !json_is_integer(rpn))
-        return MAL_ERR(MAL_EFORMAT, "%s: give world_size and ranks_per_node (integers), or nodes",
-                       what);
-    /* range-check before narrowing to int, so that 2^31 is not read as -2^31 */
-    json_int_t w = json_integer_value(ws), g = json_integer_value(rpn);
-    if (w < 1 || w > MAL_REPLAN_MAX_WORLD)
-        return MAL_ERR(MAL_EINVAL, "%s: world_size must be 1..%d (got %lld)", what,
-                       MAL_REPLAN_MAX_WORLD, (long long)w);
-    if (g < 1 || g > w)
-        return MAL_ERR(MAL_EINVAL, "%s: ranks_per_node must be 1..world_size (%lld) (got %lld)",
-                       what, (long long)w, (long long)g);
-    return mal_cluster_regular(c, (int)w, (int)g, memory_mb);
-}
-
-int mal_cluster_parse_buffer(mal_cluster *c, const char *buf, size_t len, const char *what)
-{
-    memset(c, 0, sizeof *c);
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
-    int rc = cluster_from_json(c, root, what);
-    json_decref(root);
-    return rc;
-}
-
-int mal_cluster_parse_string(mal_cluster *c, const char *json, const char *what)
-{
-    return mal_cluster_parse_buffer(c, json, strlen(json), what);
-}
-
-/* Inputs are read whole through the bounded reader (base/fileio.h): a
- * device or FIFO given by mistake is refused instead of read forever. */
-#define JSON_INPUT_MAX ((size_t)64 << 20)
-#define RATES_INPUT_MAX ((size_t)1 << 30)
-
-int mal_cluster_read(mal_cluster *c, const char *path)
-{
-    memset(c, 0, sizeof *c);
-    unsigned char *buf;
-    size_t len;
-    int rc = mal_file_read(path, "cluster", JSON_INPUT_MAX, MAL_READ_REGULAR, &buf, &len);
-    if (rc) return rc;
-    rc = mal_cluster_parse_buffer(c, (const char *)buf, len, path);
-    free(buf);
-    return rc;
-}
-
-/* ---- profile ------------------------------------------------------------- */
 
 void mal_profile_fini(mal_profile *p)
 {
@@ -446,10 +290,10 @@ int mal_profile_parse_buffer(mal_profile *p, const char *buf, size_t len, const 
                              int mbs)
 {
     memset(p, 0, sizeof *p);
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
-    int rc = profile_from_json(p, root, what, mbs);
+    json_t *root;
+    int rc = mal_json_parse(buf, len, what, &root);
+    if (rc) return rc;
+    rc = profile_from_json(p, root, what, mbs);
     json_decref(root);
     return rc;
 }
@@ -462,12 +306,12 @@ int mal_profile_parse_string(mal_profile *p, const char *json, const char *what,
 int mal_profile_read(mal_profile *p, const char *path, int mbs)
 {
     memset(p, 0, sizeof *p);
-    unsigned char *buf;
-    size_t len;
-    int rc = mal_file_read(path, "model profile", JSON_INPUT_MAX, MAL_READ_REGULAR, &buf, &len);
+    json_t *root;
+    int rc = mal_json_read(path, "model profile", MAL_REPLAN_MAX_INPUT_BYTES, MAL_READ_REGULAR,
+                           &root);
     if (rc) return rc;
-    rc = mal_profile_parse_buffer(p, (const char *)buf, len, path, mbs);
-    free(buf);
+    rc = profile_from_json(p, root, path, mbs);
+    json_decref(root);
     return rc;
 }
 
@@ -493,211 +337,4 @@ int mal_profile_write(const mal_profile *p, FILE *f)
     fprintf(f, "  \"layer_state_mb\": %.6g, \"embedding_state_mb\": %.6g, \"sync_time\": %.6g }\n",
             p->layer_state_mb, p->embed_state_mb, p->sync_time);
     return ferror(f) ? MAL_ERR(MAL_EIO, "model profile: write failed") : 0;
-}
-
-/* ---- rates --------------------------------------------------------------- */
-
-/* A rate value: a JSON number, or a string holding one (so that "nan" or
- * "inf" written by hand get a precise message instead of a parse error). */
-static int rate_value(json_t *v, const char *what, long rank, double *out)
-{
-    double x;
-    if (json_is_number(v)) {
-        x = json_number_value(v);
-    } else if (json_is_string(v)) {
-        char *end;
-        const char *s = json_string_value(v);
-        x = strtod(s, &end);
-        if (end == s || *end)
-            return MAL_ERR(MAL_EINVAL, "%s: rank %ld has rate \"%s\", which is not a number", what,
-                           rank, s);
-    } else {
-        return MAL_ERR(MAL_EINVAL, "%s: rank %ld: the rate must be a number", what, rank);
-    }
-    if (isnan(x) || isinf(x) || x <= 0)
-        return MAL_ERR(
-            MAL_EINVAL,
-            "%s: rank %ld has rate %g; rates must be finite and > 0 (1.0 = healthy, 2.0 = "
-            "twice as slow)",
-            what, rank, x);
-    *out = x;
-    return 0;
-}
-
-static int parse_rank_key(const char *key, const char *what, int world, long *rank)
-{
-    char *end;
-    long r = strtol(key, &end, 10);
-    if (end == key || *end)
-        return MAL_ERR(MAL_EINVAL, "%s: key \"%s\" is not a rank number", what, key);
-    if (r < 0 || r >= world)
-        return MAL_ERR(MAL_EINVAL,
-                       "%s: rank %ld is not in the cluster (world size %d, ranks 0..%d)", what, r,
-                       world, world - 1);
-    *rank = r;
-    return 0;
-}
-
-int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int world, int window,
-                           double *rates)
-{
-    int rc = 0;
-    double *ring = NULL;
-    int *count = NULL;
-    char *copy = NULL;
-    for (int r = 0; r < world; r++)
-        rates[r] = 1.0;
-    if (window < 1) window = 1;
-    if (memchr(buf, '\0', len))
-        return MAL_ERR(MAL_EFORMAT, "%s: the rates contain a NUL byte (not a text file?)", what);
-
-    /* the whole text as one JSON value: a {"rank": rate} map */
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (root && json_is_object(root) && !json_object_get(root, "step") &&
-        !json_object_get(root, "rates") && !json_object_get(root, "rate")) {
-        const char *key;
-        json_t *val;
-        json_object_foreach(root, key, val)
-        {
-            long r = 0;
-            if ((rc = parse_rank_key(key, what, world, &r))) break;
-            if ((rc = rate_value(val, what, r, &rates[r]))) break;
-        }
-        json_decref(root);
-        return rc;
-    }
-    json_decref(root);
-
-    /* JSON lines: keep the last `window` samples of every rank; there are
-     * no more samples per rank than lines, which bounds the ring */
-    size_t n_lines = 1;
-    for (size_t i = 0; i < len; i++)
-        n_lines += buf[i] == '\n';
-    if ((size_t)window > n_lines) window = (int)n_lines;
-    ring = calloc((size_t)world * (size_t)window, sizeof *ring);
-    count = calloc((size_t)world, sizeof *count);
-    copy = malloc(len + 1);
-    if (copy) {
-        memcpy(copy, buf, len);
-        copy[len] = '\0';
-    }
-    if (!ring || !count || !copy) {
-        rc = MAL_ERR(MAL_ENOMEM, "%s: out of memory", what);
-        goto cleanup;
-    }
-    int lineno = 0, n_samples = 0;
-    for (char *line = copy, *next; line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        lineno++;
-        const char *s = line;
-        while (*s == ' ' || *s == '\t' || *s == '\r')
-            s++;
-        if (!*s) continue;
-        json_t *o = json_loads(s, 0, &jerr);
-        if (!o || !json_is_object(o)) {
-            json_decref(o);
-            rc =
-                MAL_ERR(MAL_EFORMAT,
-                        "%s: line %d is not a JSON object (expected a {\"rank\": rate} map or JSON "
-                        "lines with \"rates\")",
-                        what, lineno);
-            goto cleanup;
-        }
-        json_t *arr = json_object_get(o, "rates");
-        json_t *one = json_object_get(o, "rate");
-        if (arr) {
-            if (!json_is_array(arr)) {
-                json_decref(o);
-                rc = MAL_ERR(MAL_EFORMAT, "%s: line %d: \"rates\" must be an array indexed by rank",
-                             what, lineno);
-                goto cleanup;
-            }
-            size_t n_rates = json_array_size(arr); /* arr dies with o */
-            if (n_rates > (size_t)world) {
-                json_decref(o);
-                rc = MAL_ERR(MAL_EINVAL,
-                             "%s: line %d: rates for %zu ranks, but rank %d is not in the cluster "
-                             "(world size %d)",
-                             what, lineno, n_rates, world, world);
-                goto cleanup;
-            }
-            for (size_t r = 0; r < json_array_size(arr); r++) {
-                json_t *v = json_array_get(arr, r);
-                if (json_is_null(v)) continue; /* not measured this step */
-                double x;
-                if ((rc = rate_value(v, what, (long)r, &x))) {
-                    json_decref(o);
-                    goto cleanup;
-                }
-                ring[r * (size_t)window + (size_t)(count[r] % window)] = x;
-                count[r]++;
-            }
-            n_samples++;
-        } else if (one) {
-            json_t *rk = json_object_get(o, "rank");
-            if (!json_is_integer(rk)) {
-                json_decref(o);
-                rc = MAL_ERR(MAL_EFORMAT, "%s: line %d: \"rate\" without an integer \"rank\"", what,
-                             lineno);
-                goto cleanup;
-            }
-            long r = (long)json_integer_value(rk);
-            if (r < 0 || r >= world) {
-                json_decref(o);
-                rc = MAL_ERR(MAL_EINVAL,
-                             "%s: line %d: rank %ld is not in the cluster (world size %d)", what,
-                             lineno, r, world);
-                goto cleanup;
-            }
-            double x;
-            if ((rc = rate_value(one, what, r, &x))) {
-                json_decref(o);
-                goto cleanup;
-            }
-            ring[(size_t)r * (size_t)window + (size_t)(count[r] % window)] = x;
-            count[r]++;
-            n_samples++;
-        }
-        /* other lines (loss, throughput...) are not ours: skip them */
-        json_decref(o);
-    }
-    if (n_samples == 0) {
-        rc =
-            MAL_ERR(MAL_EFORMAT,
-                    "%s: no rates found (expected {\"rank\": rate} or lines with \"rates\")", what);
-        goto cleanup;
-    }
-    for (int r = 0; r < world; r++) {
-        int n = MAL_MIN(count[r], window);
-        if (n == 0) continue;
-        double sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += ring[(size_t)r * (size_t)window + (size_t)i];
-        rates[r] = sum / n;
-    }
-cleanup:
-    free(ring);
-    free(count);
-    free(copy);
-    return rc;
-}
-
-int mal_rates_parse_string(const char *text, const char *what, int world, int window, double *rates)
-{
-    return mal_rates_parse_buffer(text, strlen(text), what, world, window, rates);
-}
-
-int mal_rates_read(const char *path, int world, int window, double *rates)
-{
-    unsigned char *buf;
-    size_t len;
-    /* the whole file is parsed; only its last samples count, but a metrics
-     * file of a long run stays far below the bound */
-    int rc = mal_file_read(path, "rates file", RATES_INPUT_MAX, MAL_READ_REGULAR, &buf, &len);
-    if (rc) return rc;
-    rc = mal_rates_parse_buffer((const char *)buf, len, path, world, window, rates);
-    free(buf);
-    return rc;
 }

@@ -25,6 +25,13 @@
  * healthy one is as good as stopped (the plan suspends it whenever anything
  * else is possible), and larger numbers only make the programs ill-scaled. */
 #define MAL_REPLAN_MAX_RATE 1e6
+/* Largest input files: the cluster and the profile (a few KB in practice,
+ * a `nodes` list of MAL_REPLAN_MAX_WORLD ranks about 10 MB), and the rates (a
+ * whole metrics file of a long run).  Inputs are read whole through the
+ * bounded reader (base/fileio.h): a device or FIFO given by mistake is
+ * refused instead of read forever. */
+#define MAL_REPLAN_MAX_INPUT_BYTES ((size_t)64 << 20)
+#define MAL_REPLAN_MAX_RATES_BYTES ((size_t)1 << 30)
 
 /* ---- inputs -------------------------------------------------------------- */
 

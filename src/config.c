@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fileio.h"
+#include "base/json.h"
 #include "base/mal.h"
 
 const char *const mal_config_presets[] = {"tiny", "small", "124m", "1b", "32b", "70b", "110b", NULL};
@@ -94,20 +94,13 @@ int mal_config_from_json(mal_model_config *cfg, const char *text, const char *wh
     return mal_config_parse_buffer(cfg, text, strlen(text), what);
 }
 
-int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, const char *what)
+/* The config in `root` (borrowed) into cfg, checked. */
+static int config_from_root(mal_model_config *cfg, json_t *root, const char *what)
 {
     static const char *known[] = {"name",       "vocab",   "d_model",    "n_layers", "n_heads",
                                   "ffn_hidden", "seq_len", "rope_theta", "norm_eps"};
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root)
-        return MAL_ERR(MAL_EFORMAT, "%s: invalid JSON at line %d column %d: %s", what, jerr.line,
-                       jerr.column, jerr.text);
     int rc = 0;
-    if (!json_is_object(root)) {
-        rc = MAL_ERR(MAL_EFORMAT, "%s: expected a JSON object", what);
-        goto out;
-    }
+    if (!json_is_object(root)) return MAL_ERR(MAL_EFORMAT, "%s: expected a JSON object", what);
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val)
@@ -118,8 +111,7 @@ int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, 
         if (i == MAL_ARRAY_SIZE(known)) {
             /* A typo in a field name would otherwise silently train another
              * model than intended. */
-            rc = MAL_ERR(MAL_EFORMAT, "%s: unknown field \"%s\"", what, key);
-            goto out;
+            return MAL_ERR(MAL_EFORMAT, "%s: unknown field \"%s\"", what, key);
         }
     }
     memset(cfg, 0, sizeof *cfg);
@@ -132,9 +124,16 @@ int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, 
         (rc = get_int(root, "seq_len", &cfg->seq_len, what)) ||
         (rc = get_real(root, "rope_theta", &cfg->rope_theta, 10000.0f, what)) ||
         (rc = get_real(root, "norm_eps", &cfg->norm_eps, 1e-5f, what)))
-        goto out;
-    rc = mal_config_validate(cfg);
-out:
+        return rc;
+    return mal_config_validate(cfg);
+}
+
+int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, const char *what)
+{
+    json_t *root;
+    int rc = mal_json_parse(buf, len, what, &root);
+    if (rc) return rc;
+    rc = config_from_root(cfg, root, what);
     json_decref(root);
     return rc;
 }
@@ -148,17 +147,16 @@ int mal_config_load(mal_model_config *cfg, const char *spec)
         }
     /* Read with a bound: a config is a few hundred bytes, and /dev/zero or
      * a pipe that never ends must not fill the memory. */
-    unsigned char *buf;
-    size_t len;
-    int rc = mal_file_read(spec, "model config", MAL_CONFIG_MAX_FILE_BYTES, 0, &buf, &len);
+    json_t *root;
+    int rc = mal_json_read(spec, "model config", MAL_CONFIG_MAX_FILE_BYTES, 0, &root);
     if (rc == MAL_ENOENT)
         return MAL_ERR(MAL_ENOENT,
                        "model \"%s\" is neither a preset (tiny, small, 124m, 1b, 32b, 70b, "
                        "110b) nor a readable JSON file: no such file",
                        spec);
     if (rc) return rc;
-    rc = mal_config_parse_buffer(cfg, (const char *)buf, len, spec);
-    free(buf);
+    rc = config_from_root(cfg, root, spec);
+    json_decref(root);
     return rc;
 }
 

@@ -4,7 +4,6 @@
  * one read from disk go through the same checks. */
 #include "plan.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/json.h"
 #include "base/mal.h"
 
 void mal_plan_init(mal_plan *plan)
@@ -288,10 +288,10 @@ int mal_plan_parse_buffer(mal_plan *plan, const char *buf, size_t len, const cha
 {
     mal_plan_init(plan);
     if (!what) what = "plan";
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root) return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", what, jerr.line, jerr.text);
-    int rc = parse_json(plan, root, what);
+    json_t *root;
+    int rc = mal_json_parse(buf, len, what, &root);
+    if (rc) return rc;
+    rc = parse_json(plan, root, what);
     json_decref(root);
     return rc;
 }
@@ -301,17 +301,18 @@ int mal_plan_parse_string(mal_plan *plan, const char *json, const char *what)
     return mal_plan_parse_buffer(plan, json, strlen(json), what);
 }
 
+/* The largest plan the planner writes (2^20 ranks, each a pipeline of its
+ * own) is about 140 MB: the bound leaves room for it and stops a device
+ * that never ends. */
+#define PLAN_FILE_MAX_BYTES ((size_t)256 << 20)
+
 int mal_plan_read(mal_plan *plan, const char *path)
 {
     mal_plan_init(plan);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) {
-        if (jerr.line < 0 || errno == ENOENT)
-            return MAL_ERR(MAL_ENOENT, "%s: cannot read plan: %s", path, jerr.text);
-        return MAL_ERR(MAL_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
-    }
-    int rc = parse_json(plan, root, path);
+    json_t *root;
+    int rc = mal_json_read(path, "plan", PLAN_FILE_MAX_BYTES, MAL_READ_REGULAR, &root);
+    if (rc) return rc;
+    rc = parse_json(plan, root, path);
     json_decref(root);
     return rc;
 }

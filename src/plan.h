@@ -90,6 +90,8 @@ int mal_plan_copy(mal_plan *dst, const mal_plan *src);
 int mal_plan_parse_string(mal_plan *plan, const char *json, const char *what);
 /* The same on `len` bytes that need no terminating NUL (fuzzing entry). */
 int mal_plan_parse_buffer(mal_plan *plan, const char *buf, size_t len, const char *what);
+/* The file is read whole through the bounded reader (base/json.h): a
+ * directory, a device or a FIFO is MAL_EINVAL, a missing file MAL_ENOENT. */
 int mal_plan_read(mal_plan *plan, const char *path);
 
 /* Serialise a plan.  mal_plan_to_string() returns a malloc'ed, NUL-terminated

@@ -1,9 +1,11 @@
 /* Tests for plan files: every validation rule rejects a broken plan with a
  * message naming the field, valid plans pass, parse -> write -> parse round
- * trips, the atomic file writer, uniform plan generation and rank lookup. */
+ * trips, the atomic file writer, the bounded reader refusing what is not a
+ * regular file, uniform plan generation and rank lookup. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mal_test.h"
@@ -196,6 +198,35 @@ static void test_round_trip(void)
     free(s2);
 }
 
+/* A plan is read like every other input: through the bounded reader,
+ * regular files only.  /dev/zero never ends and a FIFO nobody writes to
+ * never answers; both, and a directory, are refused at once with a message
+ * naming the kind of file. */
+static void test_not_regular(void)
+{
+    mal_plan c;
+    char dir[] = "/tmp/test_plan_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char fifo[sizeof dir + 16];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    /* a reader that waits for the FIFO's writer would hang: let the alarm
+     * fail the test instead */
+    alarm(20);
+    CHECK_EQ_INT(mal_plan_read(&c, "/dev/zero"), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "character device, not a regular file"));
+    mal_plan_fini(&c);
+    CHECK_EQ_INT(mal_plan_read(&c, fifo), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "FIFO, not a regular file"));
+    mal_plan_fini(&c);
+    CHECK_EQ_INT(mal_plan_read(&c, dir), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "is a directory"));
+    mal_plan_fini(&c);
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 static void test_uniform(void)
 {
     mal_plan u;
@@ -249,6 +280,7 @@ int main(void)
 {
     test_rules();
     test_round_trip();
+    test_not_regular();
     test_uniform();
     printf("test_plan: ok\n");
     return 0;

@@ -26,7 +26,7 @@
     } while (0)
 
 /* A metrics line with more rates than the world: the message says how many
- * (it used to read the array's size after freeing it: profile.c:540). */
+ * (the rates reader used to read the array's size after freeing it). */
 static void test_metrics_too_many_rates(void)
 {
     double rates[8];
