@@ -291,6 +291,10 @@ struct mal_comm {
  * the caller's). */
 extern const mal_comm_ops mal_comm_mpi_ops;
 int mal_comm_mpi_world(mal_comm **out);
+/* Collective over `parent`: its duplicate (MPI_Comm_idup) with the data
+ * plane `ops` (NULL: the parent's).  mal_comm_dup resolves a backend's name
+ * and calls it. */
+int mal_comm_mpi_dup(mal_comm *parent, const mal_comm_ops *ops, mal_comm **out);
 
 /* Collective over `parent`: a communicator of the same ranks in the same
  * order whose backend (the data plane) is the one called `backend` (NULL:

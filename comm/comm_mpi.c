@@ -394,22 +394,16 @@ void mal_comm_mpi_destroy(mal_comm *c)
     free(c);
 }
 
-int mal_comm_dup(mal_comm *parent, const char *backend, mal_comm **out)
+int mal_comm_mpi_dup(mal_comm *parent, const mal_comm_ops *ops, mal_comm **out)
 {
-    const mal_comm_backend *b = NULL;
-    const mal_comm_ops *ops = parent->ops;
     int rc;
     *out = NULL;
-    if (backend) {
-        if ((rc = mal_comm_lookup(backend, &b))) return rc;
-        ops = b->ops;
-    }
     MPI_Comm dup = MPI_COMM_NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     if ((rc = MPI_Comm_idup(comm_of(parent), &dup, &req)) != MPI_SUCCESS)
         return MAL_MPI_ERR(rc, "MPI_Comm_idup");
     if ((rc = mal_mpi_wait(&req, MPI_STATUS_IGNORE, "MPI_Comm_idup"))) return rc;
-    return wrap_comm(dup, ops, out);
+    return wrap_comm(dup, ops ? ops : parent->ops, out);
 }
 
 /* ---- collectives ------------------------------------------------------ */

@@ -62,6 +62,17 @@ int mal_comm_lookup(const char *name, const mal_comm_backend **out)
     return rc;
 }
 
+int mal_comm_dup(mal_comm *parent, const char *backend, mal_comm **out)
+{
+    const mal_comm_backend *b = NULL;
+    int rc;
+    *out = NULL;
+    /* the name is resolved here, above the backends, so that no backend
+     * needs the registry that lists it */
+    if (backend && (rc = mal_comm_lookup(backend, &b))) return rc;
+    return mal_comm_mpi_dup(parent, b ? b->ops : NULL, out);
+}
+
 int mal_comm_check_device(const mal_comm_backend *b, const char *device)
 {
     if (!b->device || (device && !strcmp(b->device, device))) return 0;

@@ -72,7 +72,7 @@ typedef enum { MAL_DTYPE_AUTO = -1, MAL_F32 = 0, MAL_BF16 = 1 } mal_dtype;
 /* Bytes per element of dtype t. */
 static inline size_t mal_dtype_bytes(mal_dtype t) { return t == MAL_BF16 ? 2 : 4; }
 /* "fp32", "bf16". */
-const char *mal_dtype_name(mal_dtype t);
+static inline const char *mal_dtype_name(mal_dtype t) { return t == MAL_BF16 ? "bf16" : "fp32"; }
 
 /* Local, pure.  The bf16 bits of x, rounded to nearest, ties to even (as
  * torch's x.to(torch.bfloat16)); NaN stays a quiet NaN of the same sign.

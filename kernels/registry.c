@@ -42,11 +42,6 @@ static const mal_kern_backend *backend_of(const mal_registry_entry *e)
     return (const mal_kern_backend *)e;
 }
 
-const char *mal_dtype_name(mal_dtype t)
-{
-    return t == MAL_BF16 ? "bf16" : "fp32";
-}
-
 mal_kern_config mal_kern_config_default(void)
 {
     mal_kern_config c = {MAL_F32, 0, -1};
