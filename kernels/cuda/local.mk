@@ -1,11 +1,12 @@
 # kernels/cuda/: the CUDA backend (built when configure finds the CUDA
 # toolkit; see m4/mal_cuda.m4).  The .cu files, one per kernel family
 # (common.cuh lists them), are compiled by nvcc through the suffix rule
-# below (IOR's way), the host side (cuda.c) by the C compiler like every
-# other file.  Included by Makefile.am.
+# below (IOR's way), the host side (cuda.c, and runtime.c: the device
+# runtime under comm/comm_nccl.c) by the C compiler like every other file.
+# Included by Makefile.am.
 
 CUDA_SRC = kernels/cuda/cuda.c kernels/cuda/cuda_ops.h kernels/cuda/common.cuh \
-	kernels/cuda/emu.h \
+	kernels/cuda/emu.h kernels/cuda/runtime.h kernels/cuda/runtime.c \
 	kernels/cuda/rmsnorm.cu kernels/cuda/rope.cu kernels/cuda/swiglu.cu \
 	kernels/cuda/elementwise.cu kernels/cuda/sumsq.cu kernels/cuda/embedding.cu \
 	kernels/cuda/xent.cu kernels/cuda/adamw.cu kernels/cuda/attention.cu kernels/cuda/slow.cu
