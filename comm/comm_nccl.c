@@ -1,6 +1,8 @@
 /* NCCL data plane of the communication table (comm.h): device buffers of a
  * GPU kernel instance moved device to device by NCCL; the control plane is
  * MPI's (MAL_COMM_MPI_CONTROL_PLANE).  Built when configure finds NCCL.
+ * Streams and events come through the device-runtime shim
+ * (kernels/cuda/runtime.h), so that no CUDA header is included here.
  * NOTHING HERE HAS RUN ON A GPU YET: tests/test_comm_nccl checks every
  * operation against the MPI data plane on communicators of one rank (and of
  * as many ranks as there are GPUs) where a GPU is present.
@@ -23,7 +25,6 @@
  */
 #include "comm_nccl.h"
 
-#include <cuda_runtime_api.h>
 #include <errno.h>
 #include <nccl.h>
 #include <stdint.h>
@@ -34,6 +35,7 @@
 
 #include "base/mal.h"
 #include "comm_mpi.h"
+#include "kernels/cuda/runtime.h"
 
 int mal_comm_nccl_created;
 
@@ -47,8 +49,8 @@ enum { REQ_MAGIC = 0x4e43434c }; /* "NCCL": tells our requests from MPI's */
 typedef struct channel channel;
 struct channel {
     ncclComm_t comm; /* NULL once aborted or destroyed */
-    cudaStream_t stream;
-    cudaEvent_t ready, done; /* rule 1 / collectives' completion */
+    mal_gpu_stream stream;
+    mal_gpu_event ready, done; /* rule 1 / collectives' completion */
     int size, rank;
     int dead;       /* aborted: every later operation fails */
     char what[160]; /* "communicator of 4 ranks (world ranks 0 1 2 3)" */
@@ -78,7 +80,7 @@ struct nccl_req {
     void *buf;
     size_t bytes;
     int peer, world_peer;
-    cudaEvent_t done;
+    mal_gpu_event done;
     nccl_req *next; /* held sends, or receives of an open group */
 };
 
@@ -92,10 +94,10 @@ static struct {
     double timeout_s;
 } G = {NULL, NULL, &G.held, NULL, &G.grouped, 0, TIMEOUT_DEFAULT_S};
 
-static int cuda_err(cudaError_t e, const char *what)
+static int cuda_err(int e, const char *what)
 {
-    return MAL_ERR(MAL_EDEVICE, "NCCL data plane: CUDA: %s: %s (%s)", what, cudaGetErrorString(e),
-                   cudaGetErrorName(e));
+    return MAL_ERR(MAL_EDEVICE, "NCCL data plane: CUDA: %s: %s (%s)", what, mal_gpu_error_string(e),
+                   mal_gpu_error_name(e));
 }
 
 static int nccl_err(channel *ch, ncclResult_t r, const char *what)
@@ -176,17 +178,17 @@ static int alive(channel *ch, const char *what);
 /* Host wait for event ev recorded on ch's stream or, with ev NULL, for ch's
  * state to settle after a non-blocking call (ncclInProgress while NCCL sets
  * up or enqueues); watching NCCL's errors and the timeout either way. */
-static int wait_on(channel *ch, cudaEvent_t ev, const char *what)
+static int wait_on(channel *ch, mal_gpu_event ev, const char *what)
 {
     double t0 = mal_now();
     for (;;) {
         if (ev) {
-            cudaError_t q = cudaEventQuery(ev);
-            if (q == cudaSuccess) return 0;
-            if (q != cudaErrorNotReady) {
-                cudaGetLastError();
+            int done = 0, q = mal_gpu_event_query(ev, &done);
+            if (q) {
+                mal_gpu_clear_error();
                 return cuda_err(q, what);
             }
+            if (done) return 0;
         }
         if (!ch->comm) return alive(ch, what);
         ncclResult_t st = ncclSuccess;
@@ -244,16 +246,16 @@ static void channel_destroy(channel *ch)
     if (ch->comm) {
         /* Finalize flushes what NCCL still has queued; a failure (or a
          * timeout) there aborts instead. */
-        cudaStreamSynchronize(ch->stream);
+        mal_gpu_stream_sync(ch->stream);
         if (called(ch, ncclCommFinalize(ch->comm), "finalising") == 0) {
             ncclCommDestroy(ch->comm);
             ch->comm = NULL;
             unlink_live(ch);
         }
     }
-    if (ch->ready) cudaEventDestroy(ch->ready);
-    if (ch->done) cudaEventDestroy(ch->done);
-    if (ch->stream) cudaStreamDestroy(ch->stream);
+    if (ch->ready) mal_gpu_event_destroy(ch->ready);
+    if (ch->done) mal_gpu_event_destroy(ch->done);
+    if (ch->stream) mal_gpu_stream_destroy(ch->stream);
     free(ch);
 }
 
@@ -269,10 +271,9 @@ static int channel_create(const ncclUniqueId *id, int size, int rank, const char
     ch->size = size;
     ch->rank = rank;
     snprintf(ch->what, sizeof ch->what, "%s", what);
-    cudaError_t e;
-    if ((e = cudaStreamCreateWithFlags(&ch->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&ch->ready, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&ch->done, cudaEventDisableTiming)) != cudaSuccess) {
+    int e;
+    if ((e = mal_gpu_stream_create(&ch->stream)) || (e = mal_gpu_event_create(&ch->ready)) ||
+        (e = mal_gpu_event_create(&ch->done))) {
         int rc = cuda_err(e, "creating a communicator's stream and events");
         channel_destroy(ch);
         return rc;
@@ -449,9 +450,9 @@ static int list_channel_get(mal_comm *c, const int *members, int n, int tag, cha
 
 /* ---- launching ------------------------------------------------------------ */
 
-static cudaStream_t queue_of(mal_kern k)
+static mal_gpu_stream queue_of(mal_kern k)
 {
-    return (cudaStream_t)mal_kern_native_queue(k);
+    return mal_kern_native_queue(k);
 }
 
 static int gpu_instance(mal_kern k, const char *what)
@@ -466,9 +467,9 @@ static int gpu_instance(mal_kern k, const char *what)
 /* Rule 1: ch's stream waits for everything queued on k so far. */
 static int after_queue(channel *ch, mal_kern k, const char *what)
 {
-    cudaError_t e;
-    if ((e = cudaEventRecord(ch->ready, queue_of(k))) != cudaSuccess ||
-        (e = cudaStreamWaitEvent(ch->stream, ch->ready, 0)) != cudaSuccess)
+    int e;
+    if ((e = mal_gpu_event_record(ch->ready, queue_of(k))) ||
+        (e = mal_gpu_stream_wait_event(ch->stream, ch->ready)))
         return cuda_err(e, what);
     return 0;
 }
@@ -493,8 +494,8 @@ static int launch_group(channel *ch, nccl_req **reqs, int n)
         nccl_req *q = reqs[i];
         q->launched = 1;
         if (!rc) {
-            cudaError_t e = cudaEventRecord(q->done, ch->stream);
-            if (e != cudaSuccess) q->err = cuda_err(e, "recording a transfer's completion");
+            int e = mal_gpu_event_record(q->done, ch->stream);
+            if (e) q->err = cuda_err(e, "recording a transfer's completion");
         } else
             q->err = rc;
         if (!rc && q->err) rc = q->err;
@@ -576,14 +577,13 @@ static int allreduce_on(channel *ch, mal_kern k, void *buf, size_t count, mal_dt
                               ch->stream),
                 what);
     if (rc) return rc;
-    cudaError_t e = cudaEventRecord(ch->done, ch->stream);
-    if (e != cudaSuccess) return cuda_err(e, what);
+    int e = mal_gpu_event_record(ch->done, ch->stream);
+    if (e) return cuda_err(e, what);
     if ((rc = wait_on(ch, ch->done, what))) return rc;
     /* rule 2 (a no-op once the host has seen `done`; it keeps the order
      * for when the wait moves off the host) -- after the poll, so that a
      * timed-out operation leaves no wait behind on the kernel queue */
-    if ((e = cudaStreamWaitEvent(queue_of(k), ch->done, 0)) != cudaSuccess)
-        return cuda_err(e, what);
+    if ((e = mal_gpu_stream_wait_event(queue_of(k), ch->done))) return cuda_err(e, what);
     return 0;
 }
 
@@ -611,14 +611,14 @@ static int req_new(const nccl_req *tmpl, const char *what, nccl_req **out)
     nccl_req *q = malloc(sizeof *q);
     if (!q) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
     *q = *tmpl;
-    cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
+    int e = mal_gpu_event_create(&q->done);
+    if (e) {
         free(q);
         return cuda_err(e, what);
     }
     int rc = after_queue(q->ch, q->k, what);
     if (rc) {
-        cudaEventDestroy(q->done);
+        mal_gpu_event_destroy(q->done);
         free(q);
         return rc;
     }
@@ -657,10 +657,10 @@ static int nccl_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, 
                 ncclAllReduce(buf, buf, count, t, op == MAL_OP_MAX ? ncclMax : ncclSum, ch->comm,
                               ch->stream),
                 what);
-    cudaError_t e;
-    if (!rc && (e = cudaEventRecord(q->done, ch->stream)) != cudaSuccess) rc = cuda_err(e, what);
+    int e;
+    if (!rc && (e = mal_gpu_event_record(q->done, ch->stream))) rc = cuda_err(e, what);
     if (rc) {
-        cudaEventDestroy(q->done);
+        mal_gpu_event_destroy(q->done);
         free(q);
         return rc;
     }
@@ -703,7 +703,7 @@ static int post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int 
         G.grouped_tail = &q->next;
     } else if ((rc = launch_all(q))) {
         /* nothing to wait for: the caller gets the error now */
-        cudaEventDestroy(q->done);
+        mal_gpu_event_destroy(q->done);
         free(q);
         return rc;
     }
@@ -787,11 +787,11 @@ static int nccl_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
                                      "that was not ended?)",
                          desc);
         else if (!(rc = alive(q->ch, desc)) && !(rc = wait_on(q->ch, q->done, desc))) {
-            cudaError_t e = cudaStreamWaitEvent(queue_of(q->k), q->done, 0); /* rule 3 */
-            if (e != cudaSuccess) rc = cuda_err(e, desc);
+            int e = mal_gpu_stream_wait_event(queue_of(q->k), q->done); /* rule 3 */
+            if (e) rc = cuda_err(e, desc);
         }
         if (!err) err = rc;
-        cudaEventDestroy(q->done);
+        mal_gpu_event_destroy(q->done);
         q->magic = 0;
         free(q);
     }
@@ -830,11 +830,11 @@ static int nccl_probe(void)
     int rc = read_timeout();
     if (rc) return rc;
     int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
+    int e = mal_gpu_device_count(&n);
+    if (e) {
+        mal_gpu_clear_error();
         return MAL_ERR(MAL_EDEVICE, "NCCL moves GPU buffers and there is no usable GPU here: %s (%s)",
-                       cudaGetErrorString(e), cudaGetErrorName(e));
+                       mal_gpu_error_string(e), mal_gpu_error_name(e));
     }
     if (n < 1) return MAL_ERR(MAL_EDEVICE, "NCCL moves GPU buffers and CUDA sees no GPU here");
     return 0;

@@ -1,6 +1,6 @@
-/* The CUDA backend's kernels (kernels/cuda/ops.cu, attention.cu) against
- * float64 references written here from kernels.h's contracts.  One source,
- * two programs:
+/* The CUDA backend's kernels (every kernel family of kernels/cuda/ but the
+ * straggler emulation's, included below) against float64 references
+ * written here from kernels.h's contracts.  One source, two programs:
  *   tests/test_cuda_emu     (tests/test_cuda_emu.cpp: this file built by the
  *                            host C++ compiler with MAL_CUDA_EMU) runs the
  *                            kernels on the CPU through kernels/cuda/emu.h:
@@ -21,8 +21,15 @@
  * attention kernel also runs in two other thread orders and must give the
  * same bits: a difference is a race (on the GPU the second and third runs
  * check run-to-run determinism instead).  Exit 0 pass, 1 fail, 77 no GPU. */
+#include "kernels/cuda/adamw.cu"
 #include "kernels/cuda/attention.cu"
-#include "kernels/cuda/ops.cu"
+#include "kernels/cuda/elementwise.cu"
+#include "kernels/cuda/embedding.cu"
+#include "kernels/cuda/rmsnorm.cu"
+#include "kernels/cuda/rope.cu"
+#include "kernels/cuda/sumsq.cu"
+#include "kernels/cuda/swiglu.cu"
+#include "kernels/cuda/xent.cu"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,7 +8,34 @@
  *     on a machine without a GPU.
  * Kernels therefore launch through MAL_LAUNCH, take dynamic shared memory
  * through MAL_SMEM, use the matrix instruction only through mma_bf16_16816
- * and read warp neighbours only through the shuffles below. */
+ * and read warp neighbours only through the shuffles below.
+ *
+ * The kernel families, one .cu each with its forward and backward
+ * (launchers: cuda_ops.h; contracts: kernels.h):
+ *   rmsnorm.cu      RMSNorm
+ *   rope.cu         RoPE
+ *   swiglu.cu       SwiGLU
+ *   elementwise.cu  add, accumulate, scale
+ *   sumsq.cu        the sum of squares (global gradient norm), in double
+ *   embedding.cu    embedding
+ *   xent.cu         cross-entropy fused with its gradient
+ *   adamw.cu        AdamW and the working-copy cast
+ *   attention.cu    causal attention, flash style (its own notes at its top)
+ *   slow.cu         the straggler emulation's busy kernel (GPU only)
+ * NOTHING IN THEM HAS RUN ON A GPU YET; the logic is checked on the CPU
+ * through the emulation (tests/test_cuda_emu.cpp).
+ *
+ * In rmsnorm.cu to adamw.cu, every kernel is a template over the compute
+ * dtype T (float or bf16) and computes in fp32.  The arithmetic follows
+ * kernels/cpu.c operation by operation (the same expressions in the same
+ * order), so the fp32 mode is the CPU backend's up to summation order, FMA
+ * contraction and the exponential's last bit.  Memory-bound kernels move
+ * 16 bytes per access where the shapes allow (a row length that is a
+ * multiple of 16 bytes and 16-byte aligned buffers, which the model's
+ * buffers are) and fall back to scalar accesses otherwise.  Reductions over
+ * rows (RMSNorm's weight gradient, the squared norm, the embedding
+ * gradient) go through fixed partitions and a second pass in a fixed
+ * order: deterministic, no atomics on floats. */
 #ifndef MAL_CUDA_COMMON_CUH
 #define MAL_CUDA_COMMON_CUH
 
@@ -145,6 +172,30 @@ static inline unsigned mal_blocks(size_t n, unsigned per_block)
 {
     size_t b = (n + per_block - 1) / per_block;
     return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : (b ? b : 1));
+}
+
+/* ---- access width (host side, for the launchers) ---------------------- */
+
+static inline bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+/* A row of C elements can go 16 bytes at a time in all three buffers. */
+template <typename T> static bool vec_ok(const void *a, const void *b, const void *c, int C)
+{
+    return C % vec<T>::n == 0 && aligned16(a) && aligned16(b) && aligned16(c);
+}
+
+/* The chunk width of an element-wise launch (swiglu.cu, elementwise.cu):
+ * 16 bytes when every buffer is 16-byte aligned, else 1 element.  The
+ * kernels take chunks of that many elements, and a last, partial chunk
+ * element by element. */
+template <typename T> static int ew_width(const void *a, const void *b, const void *c,
+                                          const void *d = 0, const void *e = 0)
+{
+    bool ok = aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) && aligned16(e);
+    return ok ? vec<T>::n : 1;
 }
 
 #endif /* MAL_CUDA_COMMON_CUH */

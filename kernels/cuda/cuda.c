@@ -16,8 +16,8 @@
  * accumulation, activations out in bf16, weight gradients accumulated in
  * place into the fp32 gradient slab (C = D of type fp32, beta = 1); in the
  * fp32 mode everything is fp32 with CUBLAS_COMPUTE_32F (no TF32: the fp32
- * mode is the CPU backend's arithmetic).  The other kernels live in
- * ops.cu and attention.cu (cuda_ops.h).
+ * mode is the CPU backend's arithmetic).  The other kernels live in one
+ * .cu per family (listed in common.cuh; launchers: cuda_ops.h).
  *
  * Errors: an operation cannot return one, so the first failure (a CUDA or
  * cuBLASLt error, an invalid token or target flagged by a kernel) is kept
@@ -457,7 +457,7 @@ static void op_matmul_bwd(mal_kern k, void *dinp, float *dweight, const void *do
 }
 
 /* ------------------------------------------------------------------------ */
-/* The other operations: launchers of ops.cu and attention.cu                 */
+/* The other operations: launchers of the kernel families (cuda_ops.h)      */
 
 #define BF(k) ((k)->compute == MAL_BF16)
 

@@ -1,7 +1,8 @@
-/* Launchers of the CUDA backend's kernels (kernels/cuda/ops.cu,
- * kernels/cuda/attention.cu), callable from C: kernels/cuda/cuda.c calls
- * them from the kernel table's operations, tests/test_cuda_emu.cpp calls
- * them on the CPU emulation (kernels/cuda/emu.h).
+/* Launchers of the CUDA backend's kernels (one .cu per kernel family in
+ * kernels/cuda/, listed in common.cuh), callable from C:
+ * kernels/cuda/cuda.c calls them from the kernel table's operations,
+ * tests/test_cuda_emu.cpp calls them on the CPU emulation
+ * (kernels/cuda/emu.h).
  *
  * Every launcher queues its kernels on `stream` and returns without
  * waiting.  `bf16` selects the compute dtype of the void * buffers (0:

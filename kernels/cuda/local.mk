@@ -1,10 +1,15 @@
 # kernels/cuda/: the CUDA backend (built when configure finds the CUDA
-# toolkit; see m4/mal_cuda.m4).  The .cu files are compiled by nvcc through
-# the suffix rule below (IOR's way), the host side (cuda.c) by the C
-# compiler like every other file.  Included by Makefile.am.
+# toolkit; see m4/mal_cuda.m4).  The .cu files, one per kernel family
+# (common.cuh lists them), are compiled by nvcc through the suffix rule
+# below (IOR's way), the host side (cuda.c, and runtime.c: the device
+# runtime under comm/comm_nccl.c) by the C compiler like every other file.
+# Included by Makefile.am.
 
 CUDA_SRC = kernels/cuda/cuda.c kernels/cuda/cuda_ops.h kernels/cuda/common.cuh \
-	kernels/cuda/emu.h kernels/cuda/ops.cu kernels/cuda/attention.cu kernels/cuda/slow.cu
+	kernels/cuda/emu.h kernels/cuda/runtime.h kernels/cuda/runtime.c \
+	kernels/cuda/rmsnorm.cu kernels/cuda/rope.cu kernels/cuda/swiglu.cu \
+	kernels/cuda/elementwise.cu kernels/cuda/sumsq.cu kernels/cuda/embedding.cu \
+	kernels/cuda/xent.cu kernels/cuda/adamw.cu kernels/cuda/attention.cu kernels/cuda/slow.cu
 
 if HAVE_CUDA
 libmalleus_a_SOURCES += $(CUDA_SRC)
@@ -25,7 +30,10 @@ am__v_NVCC_1 =
 	$(AM_V_NVCC)$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
 
 # nvcc leaves header dependencies to us
-kernels/cuda/ops.$(OBJEXT) kernels/cuda/attention.$(OBJEXT) kernels/cuda/slow.$(OBJEXT): \
+kernels/cuda/rmsnorm.$(OBJEXT) kernels/cuda/rope.$(OBJEXT) kernels/cuda/swiglu.$(OBJEXT) \
+	kernels/cuda/elementwise.$(OBJEXT) kernels/cuda/sumsq.$(OBJEXT) \
+	kernels/cuda/embedding.$(OBJEXT) kernels/cuda/xent.$(OBJEXT) kernels/cuda/adamw.$(OBJEXT) \
+	kernels/cuda/attention.$(OBJEXT) kernels/cuda/slow.$(OBJEXT): \
 	kernels/cuda/common.cuh kernels/cuda/cuda_ops.h kernels/cuda/emu.h
 
 # The kernels against float64 references: on the CPU through the emulation

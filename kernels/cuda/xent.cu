@@ -1,0 +1,117 @@
+/* Cross-entropy of the CUDA backend fused with its gradient (mal_cu_xent;
+ * contracts: kernels.h and cuda_ops.h): one block per row, online max and
+ * sum.  The output projection before it is a matrix product (cuda.c).
+ * Conventions of every kernel family: common.cuh. */
+#include "common.cuh"
+#include "cuda_ops.h"
+
+#include <math.h>
+
+enum { XENT_THREADS = 512 };
+
+/* One block per row.  Pass 1: each thread keeps a running max and a sum of
+ * e^(x - max) rescaled when the max grows (online softmax); the block
+ * combines them in a fixed tree.  Pass 2 writes (e^(x - m) / sum) * dscale
+ * and subtracts dscale at the target.  loss = log(sum) + (m - x[target]).
+ * VN elements per access (16 bytes when V is a multiple of it and the
+ * buffers are aligned: the 32000-token vocabulary is). */
+MAL_DEV void online_add(float &m, float &sum, float x)
+{
+    if (x > m) {
+        sum = sum * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        sum += expf(x - m);
+    }
+}
+
+template <typename T, int VN>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_k(float *__restrict__ losses, T *dlogits, const T *logits, const int *__restrict__ targets,
+           int V, float dscale, int *err)
+{
+    MAL_SMEM(smem);
+    float *rm = (float *)smem, *rs = rm + XENT_THREADS, *xt_s = rs + XENT_THREADS;
+    const int n = blockIdx.x;
+    const T *x = logits + (size_t)n * V;
+    T *d = dlogits ? dlogits + (size_t)n * V : (T *)0;
+    const int tgt = targets[n];
+    const bool bad = tgt < 0 || tgt >= V;
+    if (threadIdx.x == 0) xt_s[0] = bad ? 0.0f : ldf(x + tgt); /* before pass 2 overwrites it */
+    float m = -INFINITY, sum = 0.0f;
+    for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
+        if (VN > 1) {
+            float a[VN];
+            load16(a, x + i);
+#pragma unroll
+            for (int j = 0; j < VN; j++) online_add(m, sum, a[j]);
+        } else {
+            online_add(m, sum, ldf(x + i));
+        }
+    }
+    rm[threadIdx.x] = m;
+    rs[threadIdx.x] = sum;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) {
+            const float m1 = rm[threadIdx.x], m2 = rm[threadIdx.x + o];
+            const float s1 = rs[threadIdx.x], s2 = rs[threadIdx.x + o];
+            const float mm = fmaxf(m1, m2);
+            /* a side with no elements has m = -inf and s = 0 */
+            rs[threadIdx.x] = (s1 > 0.0f ? s1 * expf(m1 - mm) : 0.0f) +
+                              (s2 > 0.0f ? s2 * expf(m2 - mm) : 0.0f);
+            rm[threadIdx.x] = mm;
+        }
+        __syncthreads();
+    }
+    const float M = rm[0], S = rs[0], xt = xt_s[0];
+    if (bad) {
+        if (threadIdx.x == 0) {
+            *err |= MAL_CU_ERR_TARGET;
+            if (losses) losses[n] = NAN;
+        }
+        if (d)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) stf(d + i, 0.0f);
+        return;
+    }
+    if (threadIdx.x == 0 && losses) losses[n] = logf(S) + (M - xt);
+    if (!d) return;
+    const float f = dscale / S;
+    for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
+        if (VN > 1) {
+            float a[VN];
+            load16(a, x + i);
+#pragma unroll
+            for (int j = 0; j < VN; j++) a[j] = expf(a[j] - M) * f - (i + j == tgt ? dscale : 0.0f);
+            store16(d + i, a);
+        } else {
+            float g = expf(ldf(x + i) - M) * f;
+            if (i == tgt) g -= dscale;
+            stf(d + i, g);
+        }
+    }
+}
+
+template <typename T>
+static void xent(mal_cu_stream s, float *losses, void *dlogits, const void *logits,
+                 const int *targets, int N, int V, float dscale, int *err)
+{
+    const size_t smem = (2 * XENT_THREADS + 1) * sizeof(float);
+    if (V % vec<T>::n == 0 && aligned16(logits) && aligned16(dlogits))
+        MAL_LAUNCH((xent_k<T, vec<T>::n>), (unsigned)N, XENT_THREADS, smem, s)
+        (losses, (T *)dlogits, (const T *)logits, targets, V, dscale, err);
+    else
+        MAL_LAUNCH((xent_k<T, 1>), (unsigned)N, XENT_THREADS, smem, s)
+        (losses, (T *)dlogits, (const T *)logits, targets, V, dscale, err);
+}
+
+extern "C" void mal_cu_xent(mal_cu_stream s, int use_bf16, float *losses, void *dlogits,
+                            const void *logits, const int *targets, int N, int V, float dscale,
+                            int *err)
+{
+    if (N <= 0 || V <= 0) return;
+    if (use_bf16)
+        xent<__nv_bfloat16>(s, losses, dlogits, logits, targets, N, V, dscale, err);
+    else
+        xent<float>(s, losses, dlogits, logits, targets, N, V, dscale, err);
+}
