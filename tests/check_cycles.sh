@@ -8,7 +8,12 @@
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 cd "$top_builddir" || exit 99
-objs=$(find base kernels comm src ckpt replan train -name '*.o' 2>/dev/null | sort)
+# the library's objects: those whose source is still in the tree (a build
+# tree may keep the object of a file that has since been removed)
+objs=$(find base kernels comm src ckpt replan train -name '*.o' 2>/dev/null | sort |
+    while read -r o; do
+        for ext in c cu; do [ -f "$top_srcdir/${o%.o}.$ext" ] && echo "$o" && break; done
+    done)
 [ -n "$objs" ] || { echo "no objects under $(pwd): build first"; exit 99; }
 T=$(mktemp -d) || exit 99
 trap 'rm -rf "$T"' EXIT
@@ -26,7 +31,7 @@ awk '{ print $1, $2 }' "$T/edges" | sort -u >"$T/pairs"
 tsort "$T/pairs" >/dev/null 2>"$T/loops"
 if [ -s "$T/loops" ]; then
     echo "FAIL: files that call each other in a circle:"
-    sed -n 's/^tsort: //p' "$T/loops"
+    sed -n "s/^tsort: [^:]*: input contains a loop:/a circle:/p; s/^tsort: \([^:]*\)$/    \1/p" "$T/loops"
     # each arrow between two files that tsort named, with its names
     grep -v 'input contains a loop' "$T/loops" | sed 's/^tsort: //' | sort -u >"$T/inloop"
     awk 'NR == FNR { in_[$1] = 1; next } ($1 in in_) && ($2 in in_) { a[$1 " -> " $2] = a[$1 " -> " $2] " " $3 }
