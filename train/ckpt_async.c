@@ -1,6 +1,6 @@
 /* The background snapshot writer (trainer layer): the step loop copies the
  * state it snapshots - fp32 master weights, Adam m and v, this rank's
- * blocks of each (ckpt.c) - from the device into pinned host staging
+ * blocks of each (ckpt_job.c) - from the device into pinned host staging
  * buffers through the kernel table, hands them to a thread of its own and
  * trains on while that thread writes and commits them with the collective
  * writer of ckpt/ (snapshot.h), exactly as a synchronous save would: the
@@ -29,7 +29,12 @@
  * with a min-reduce over the world while a write is in flight, whether
  * every writer is done, and all ranks collect it at the same step: a
  * failure then comes back on every rank alike, as a synchronous save's
- * would. */
+ * would.
+ *
+ * The writer sits below the trainer's snapshot glue (ckpt.c), which
+ * creates it, hands it the snapshots to take in the background and
+ * destroys it; it describes and writes them through ckpt_job.c, as the
+ * synchronous save does, and never calls ckpt.c. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -84,7 +89,7 @@ static int stage_reserve(mal_ckpt_async *a, size_t floats)
     return 0;
 }
 
-int mal_ckpt_async_setup(struct mal_trainer *tr)
+int mal_ckpt_async_create(struct mal_trainer *tr)
 {
     if (!tr->o.snapshot_async || !tr->o.snapshot_dir) return 0;
     int multi = tr->world && tr->world_size > 1;
@@ -108,7 +113,7 @@ int mal_ckpt_async_setup(struct mal_trainer *tr)
         mal_comm_destroy(comm);
         return rc ? rc : MAL_ERR(MAL_ENOMEM, "out of memory");
     }
-    tr->async = a;
+    tr->ckpt.async = a;
     a->comm = comm;
     a->k = tr->k;
     const char *h = getenv("MALLEUS_TEST_SNAPSHOT_HOLD");
@@ -116,7 +121,7 @@ int mal_ckpt_async_setup(struct mal_trainer *tr)
     /* HDF5 starts on this thread: its start-up registers with MPI */
     if (!rc) rc = mal_snapshot_library_init();
     size_t floats = 0;
-    if (!rc && tr->model &&
+    if (!rc && tr->part.model &&
         !(rc = mal_ckpt_staging_floats(&tr->plan, &tr->o.model, tr->world_rank, &floats)))
         rc = stage_reserve(a, floats);
     return rc;
@@ -124,9 +129,9 @@ int mal_ckpt_async_setup(struct mal_trainer *tr)
 
 void mal_ckpt_async_plan_changed(struct mal_trainer *tr)
 {
-    mal_ckpt_async *a = tr->async;
+    mal_ckpt_async *a = tr->ckpt.async;
     size_t floats = 0;
-    if (!a || (tr->model &&
+    if (!a || (tr->part.model &&
                mal_ckpt_staging_floats(&tr->plan, &tr->o.model, tr->world_rank, &floats)))
         return;
     if (floats == a->stage_floats) return;
@@ -160,7 +165,7 @@ static void *writer_main(void *arg)
  * communication failed), record and log it.  Collective. */
 static int collect(struct mal_trainer *tr)
 {
-    mal_ckpt_async *a = tr->async;
+    mal_ckpt_async *a = tr->ckpt.async;
     if (a->threaded) pthread_join(a->thread, NULL);
     int rc = a->rc ? MAL_ERR(a->rc,
                              "the snapshot of step %lld, written in the background, "
@@ -169,7 +174,7 @@ static int collect(struct mal_trainer *tr)
                    : 0;
     rc = mal_snapshot_agree(tr->world, rc);
     if (!rc) {
-        tr->snap_stats = (mal_snapshot_stats){
+        tr->ckpt.stats = (mal_snapshot_stats){
             a->job.meta.step, 1, a->stall_s, a->stage_s, a->write_s, 4.0 * (double)a->job.floats,
             a->polls};
         if (tr->world_rank == 0)
@@ -185,7 +190,7 @@ static int collect(struct mal_trainer *tr)
 
 int mal_trainer_snapshot_poll(mal_trainer *tr, int *busy)
 {
-    mal_ckpt_async *a = tr->async;
+    mal_ckpt_async *a = tr->ckpt.async;
     *busy = 0;
     /* every rank knows alike whether a write is in flight: it was started
      * by a collective call */
@@ -204,17 +209,16 @@ int mal_trainer_snapshot_poll(mal_trainer *tr, int *busy)
 
 int mal_trainer_snapshot_wait(mal_trainer *tr)
 {
-    mal_ckpt_async *a = tr->async;
+    mal_ckpt_async *a = tr->ckpt.async;
     if (!a || !a->busy) return 0;
     atomic_store(&a->released, 1);
     /* the join sleeps; the writer's own waits sleep too (comm.h) */
     return collect(tr);
 }
 
-int mal_trainer_save_background(mal_trainer *tr)
+int mal_ckpt_async_save(mal_trainer *tr)
 {
-    mal_ckpt_async *a = tr->async;
-    if (!a) return mal_train_ckpt_save(tr);
+    mal_ckpt_async *a = tr->ckpt.async;
     if (!tr->o.snapshot_dir) return MAL_ERR(MAL_EINVAL, "no --snapshot-dir to save into");
     double t0 = mal_now();
     int rc = mal_trainer_snapshot_wait(tr); /* one in flight at a time */
@@ -230,7 +234,7 @@ int mal_trainer_save_background(mal_trainer *tr)
     mal_ckpt_job_prepare(tr, tr->o.snapshot_dir, job);
     double s0 = mal_now();
     if (!job->local_rc && job->n_blocks && !(rc = stage_reserve(a, job->floats))) {
-        mal_model *m = tr->model;
+        mal_model *m = tr->part.model;
         for (int k = 0; k < job->n_blocks; k++) {
             const mal_owned_block *o = &job->owned[k % job->n_owned];
             mal_piece_pack(m->k, &m->tensors[o->tensor], mal_model_state(m, k / job->n_owned),
@@ -264,7 +268,7 @@ int mal_trainer_save_background(mal_trainer *tr)
         atomic_store(&a->released, 1);
         writer_main(a);
     }
-    tr->saved_step = tr->step;
+    tr->ckpt.saved_step = tr->step;
     a->stall_s = mal_now() - t0;
     if (tr->world_rank == 0)
         mal_log(MAL_LOG_DEBUG, "snapshot of step %lld staged in %.3f s; writing in the background",
@@ -272,9 +276,9 @@ int mal_trainer_save_background(mal_trainer *tr)
     return 0;
 }
 
-void mal_ckpt_async_teardown(struct mal_trainer *tr)
+void mal_ckpt_async_destroy(struct mal_trainer *tr)
 {
-    mal_ckpt_async *a = tr->async;
+    mal_ckpt_async *a = tr->ckpt.async;
     if (!a) return;
     /* a write nobody collected (the run ended early on another error):
      * finish it, since its peers' writers wait for this one */
@@ -282,10 +286,5 @@ void mal_ckpt_async_teardown(struct mal_trainer *tr)
     if (a->stage) mal_kern_host_free(a->k, a->stage);
     mal_comm_destroy(a->comm);
     free(a);
-    tr->async = NULL;
-}
-
-void mal_trainer_snapshot_stats(const mal_trainer *tr, mal_snapshot_stats *out)
-{
-    *out = tr->snap_stats;
+    tr->ckpt.async = NULL;
 }

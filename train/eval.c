@@ -25,9 +25,10 @@
 #include "src/sample.h"
 #include "train_internal.h"
 
-int mal_eval_setup(mal_trainer *tr)
+int mal_eval_init(mal_trainer *tr)
 {
     const mal_train_options *o = &tr->o;
+    mal_eval *ev = &tr->eval;
     int rc;
     if (o->eval_every < 0 || o->eval_batches < 0 || o->sample_every < 0)
         return MAL_ERR(MAL_EINVAL, "--eval-every, --eval-batches and --sample-every must be >= 0");
@@ -38,27 +39,27 @@ int mal_eval_setup(mal_trainer *tr)
                        "default validation data, the built-in corpus's held-out part, goes "
                        "with the built-in corpus)",
                        o->data_path);
-    rc = o->val_data_path ? mal_data_open(&tr->val, o->val_data_path, o->val_data_format)
-                          : mal_data_open_heldout(&tr->val);
+    rc = o->val_data_path ? mal_data_open(&ev->val, o->val_data_path, o->val_data_format)
+                          : mal_data_open_heldout(&ev->val);
     if (rc) return rc;
-    if (mal_data_max_token(tr->val) >= o->model.vocab)
+    if (mal_data_max_token(ev->val) >= o->model.vocab)
         return MAL_ERR(MAL_EINVAL,
                        "validation data %s holds token id %d but model %s has a vocabulary of %d",
-                       mal_data_name(tr->val), mal_data_max_token(tr->val), o->model.name,
+                       mal_data_name(ev->val), mal_data_max_token(ev->val), o->model.name,
                        o->model.vocab);
-    if (mal_data_n_tokens(tr->val) < (size_t)o->model.seq_len + 1)
+    if (mal_data_n_tokens(ev->val) < (size_t)o->model.seq_len + 1)
         return MAL_ERR(MAL_EINVAL, "validation data %s has %zu tokens, fewer than one sequence "
-                       "of %d + 1", mal_data_name(tr->val), mal_data_n_tokens(tr->val),
+                       "of %d + 1", mal_data_name(ev->val), mal_data_n_tokens(ev->val),
                        o->model.seq_len);
-    tr->best_val = INFINITY;
-    tr->best_val_step = -1;
+    ev->best_val = INFINITY;
+    ev->best_val_step = -1;
     return 0;
 }
 
-void mal_eval_teardown(mal_trainer *tr)
+void mal_eval_fini(mal_trainer *tr)
 {
-    mal_data_destroy(tr->val);
-    tr->val = NULL;
+    mal_data_destroy(tr->eval.val);
+    tr->eval.val = NULL;
 }
 
 int mal_trainer_eval_batches(const mal_trainer *tr)
@@ -69,10 +70,11 @@ int mal_trainer_eval_batches(const mal_trainer *tr)
 /* Validation batch pass->step, micro-batch mb of this pipeline. */
 static int load_val(mal_trainer *tr, const mal_pass *pass, int mb, int B, int T)
 {
+    const mal_pipeline *p = &tr->pipe;
     for (int i = 0; i < B; i++) {
-        int64_t j = pass->step * tr->o.global_batch + tr->first_sample + (int64_t)mb * B + i;
-        int rc = mal_data_sample(tr->val, MAL_DATA_VAL_SEED, 0, j, T, tr->inputs + (size_t)i * T,
-                                 tr->targets + (size_t)i * T);
+        int64_t j = pass->step * tr->o.global_batch + p->first_sample + (int64_t)mb * B + i;
+        int rc = mal_data_sample(tr->eval.val, MAL_DATA_VAL_SEED, 0, j, T,
+                                 p->inputs + (size_t)i * T, p->targets + (size_t)i * T);
         if (rc) return rc;
     }
     return 0;
@@ -80,20 +82,21 @@ static int load_val(mal_trainer *tr, const mal_pass *pass, int mb, int B, int T)
 
 int mal_trainer_evaluate(mal_trainer *tr, double *loss)
 {
-    if (!tr->val)
+    if (!tr->eval.val)
         return MAL_ERR(MAL_EINVAL, "no validation data: the run was set up without evaluation");
     const int K = mal_trainer_eval_batches(tr);
-    const double keep = tr->loss_local;
+    const double keep = tr->tally.loss_local;
     int rc = 0;
-    tr->loss_local = 0;
+    tr->tally.loss_local = 0;
     /* One pass per validation batch, so micro-batch numbers (message tags)
      * stay those of a training step. */
-    for (int k = 0; k < K && tr->model && !rc; k++) {
+    for (int k = 0; k < K && tr->part.model && !rc; k++) {
         const mal_pass pass = {load_val, k, NULL};
-        rc = mal_pipeline_forward_only(tr, &pass, tr->n_micro);
+        rc = mal_pipeline_forward_only(tr, &pass, tr->pipe.n_micro);
     }
-    double sum = tr->model && tr->model->part.has_head && tr->loc.tp_rank == 0 ? tr->loss_local : 0;
-    tr->loss_local = keep;
+    const mal_model *m = tr->part.model;
+    double sum = m && m->part.has_head && tr->part.loc.tp_rank == 0 ? tr->tally.loss_local : 0;
+    tr->tally.loss_local = keep;
     if (rc) return rc;
     if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, &sum, 1))) return rc;
     *loss = sum / ((double)K * tr->o.global_batch * tr->o.model.seq_len);
@@ -110,9 +113,9 @@ static int load_window(mal_trainer *tr, const mal_pass *pass, int mb, int B, int
 {
     const sample_ctx *c = pass->ctx;
     (void)mb;
-    memset(tr->inputs, 0, (size_t)B * T * sizeof *tr->inputs);
-    memset(tr->targets, 0, (size_t)B * T * sizeof *tr->targets);
-    memcpy(tr->inputs, c->window, (size_t)c->len * sizeof *tr->inputs);
+    memset(tr->pipe.inputs, 0, (size_t)B * T * sizeof *tr->pipe.inputs);
+    memset(tr->pipe.targets, 0, (size_t)B * T * sizeof *tr->pipe.targets);
+    memcpy(tr->pipe.inputs, c->window, (size_t)c->len * sizeof *tr->pipe.inputs);
     return 0;
 }
 
@@ -122,7 +125,7 @@ int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_n
     const mal_plan_pipeline *p0 = &tr->plan.pipelines[0];
     const int root = p0->stages[p0->n_stages - 1].ranks[0];
     const int T = tr->o.model.seq_len, V = tr->o.model.vocab;
-    const double keep = tr->loss_local;
+    const double keep = tr->tally.loss_local;
     float *row = NULL;
     int rc = 0;
     if (n_prompt < 1) return MAL_ERR(MAL_EINVAL, "sample: empty prompt");
@@ -134,9 +137,9 @@ int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_n
         const sample_ctx c = {out + start, n - start};
         const mal_pass pass = {load_window, 0, &c};
         int next = 0;
-        if (tr->loc.pipeline == 0) rc = mal_pipeline_forward_only(tr, &pass, 1);
+        if (tr->part.loc.pipeline == 0) rc = mal_pipeline_forward_only(tr, &pass, 1);
         if (!rc && tr->world_rank == root) {
-            rc = mal_sample_logits_row(tr->model, tr->acts[0], c.len - 1, row);
+            rc = mal_sample_logits_row(tr->part.model, tr->pipe.acts[0], c.len - 1, row);
             next = rc ? rc : mal_sample_pick(row, V, so, (uint64_t)n);
         }
         /* The root's choice (or its failure, as a negative code) reaches
@@ -148,7 +151,7 @@ int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_n
                                                   root);
         if (!rc) out[n] = next;
     }
-    tr->loss_local = keep;
+    tr->tally.loss_local = keep;
     free(row);
     return rc;
 }
@@ -161,9 +164,9 @@ int mal_eval_after_step(mal_trainer *tr, mal_step_stats *st)
     int rc = mal_trainer_evaluate(tr, &st->val_loss);
     if (rc) return rc;
     st->has_val = 1;
-    if (st->val_loss < tr->best_val) {
-        tr->best_val = st->val_loss;
-        tr->best_val_step = st->step;
+    if (st->val_loss < tr->eval.best_val) {
+        tr->eval.best_val = st->val_loss;
+        tr->eval.best_val_step = st->step;
     }
     return 0;
 }
@@ -211,13 +214,13 @@ int mal_eval_only(mal_trainer *tr)
         printf("malleus-train: validation loss %.10f at step %lld (%d batches of %d sequences of "
                "%s, %.2f s)\n",
                loss, (long long)tr->step, mal_trainer_eval_batches(tr), tr->o.global_batch,
-               mal_data_name(tr->val), mal_now() - t0);
+               mal_data_name(tr->eval.val), mal_now() - t0);
     return tr->o.sample_every > 0 ? print_sample(tr, tr->step, 1) : 0;
 }
 
 void mal_eval_summary(const mal_trainer *tr)
 {
-    if (tr->world_rank == 0 && tr->val && tr->best_val_step >= 0)
-        mal_log(MAL_LOG_INFO, "best validation loss %.4f at step %lld", tr->best_val,
-                (long long)tr->best_val_step);
+    if (tr->world_rank == 0 && tr->eval.val && tr->eval.best_val_step >= 0)
+        mal_log(MAL_LOG_INFO, "best validation loss %.4f at step %lld", tr->eval.best_val,
+                (long long)tr->eval.best_val_step);
 }

@@ -16,9 +16,10 @@
  * Injection, sleep mode (the default), stretches a rank's measured compute
  * by FACTOR with a sleep of (FACTOR - 1) x the time it just measured, which
  * the monitor and the compute-time accounting both see, and which costs no
- * CPU.  GPU mode (mal_trainer_step starts the kernel table's slowdown)
- * slows the device itself, at a duty cycle; then a probe sample times a
- * batch of matmuls long enough to span several periods of it (below).
+ * CPU.  GPU mode (mal_inject_begin_step starts the kernel table's
+ * slowdown where the factor changes) slows the device itself, at a duty
+ * cycle; then a probe sample times a batch of matmuls long enough to span
+ * several periods of it (below).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -30,20 +31,22 @@
 #include "replan/policy.h"
 #include "train_internal.h"
 
-/* One probe sample: device seconds per matmul, over tr->probe_reps of them
+/* One probe sample: device seconds per matmul, over mon.probe_reps of them
  * between two events. */
 static double probe_sample(struct mal_trainer *tr)
 {
+    mal_monitor *mon = &tr->mon;
     mal_kern k = tr->k;
-    int n = tr->probe_n;
-    mal_kern_event_record(k, tr->probe_ev[0]);
-    for (int r = 0; r < tr->probe_reps; r++)
-        mal_kern_matmul_fwd(k, tr->probe_out, tr->probe_a, tr->probe_w, n, n, n, 0);
-    mal_kern_event_record(k, tr->probe_ev[1]);
-    return mal_kern_event_elapsed(k, tr->probe_ev[0], tr->probe_ev[1]) / tr->probe_reps;
+    int n = mon->probe_n;
+    mal_kern_event_record(k, mon->probe_ev[0]);
+    for (int r = 0; r < mon->probe_reps; r++)
+        mal_kern_matmul_fwd(k, mon->probe_out, mon->probe_a, mon->probe_w, n, n, n, 0);
+    mal_kern_event_record(k, mon->probe_ev[1]);
+    return mal_kern_event_elapsed(k, mon->probe_ev[0], mon->probe_ev[1]) / mon->probe_reps;
 }
 
-double mal_inject_factor(const struct mal_trainer *tr, int64_t step)
+/* This rank's injection factor at step `step` (1: none). */
+static double inject_factor(const struct mal_trainer *tr, int64_t step)
 {
     double f = 1.0;
     for (int i = 0; i < tr->o.n_inject; i++) {
@@ -54,9 +57,27 @@ double mal_inject_factor(const struct mal_trainer *tr, int64_t step)
     return f;
 }
 
+int mal_inject_begin_step(struct mal_trainer *tr, int64_t step)
+{
+    mal_monitor *mon = &tr->mon;
+    int rc;
+    mon->inject_now = inject_factor(tr, step);
+    if (tr->o.inject_mode == MAL_INJECT_GPU) {
+        /* The device itself is slowed from this step on (or back to full
+         * speed): a co-running load, started, changed or stopped only
+         * where the factor changes.  Nothing is stretched by sleeping. */
+        if (mon->inject_now != mon->slow_rate) {
+            if ((rc = mal_kern_slowdown(tr->k, mon->inject_now))) return rc;
+            mon->slow_rate = mon->inject_now;
+        }
+        mon->inject_now = 1.0;
+    }
+    return 0;
+}
+
 double mal_inject_stretch(struct mal_trainer *tr, double dt)
 {
-    double f = tr->inject_now;
+    double f = tr->mon.inject_now;
     if (f <= 1.0 || dt <= 0) return dt;
     double extra = (f - 1.0) * dt;
     struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
@@ -65,21 +86,23 @@ double mal_inject_stretch(struct mal_trainer *tr, double dt)
     return f * dt;
 }
 
-int mal_monitor_setup(struct mal_trainer *tr)
+int mal_monitor_init(struct mal_trainer *tr)
 {
+    mal_monitor *mon = &tr->mon;
     mal_kern k = tr->k;
     int n = tr->o.probe_n > 0 ? tr->o.probe_n : 192, rc;
-    tr->probe_n = n;
+    mon->slow_rate = 1.0; /* the device at full speed */
+    mon->probe_n = n;
     /* fp32 host values, held in the compute dtype on the device: the
      * working-copy cast converts them where the two differ */
     size_t count = (size_t)n * n, bytes = count * mal_dtype_bytes(k->compute);
-    tr->probe_a = mal_kern_alloc(k, bytes);
-    tr->probe_w = mal_kern_alloc(k, bytes);
-    tr->probe_out = mal_kern_alloc(k, bytes);
-    tr->probe_ev[0] = mal_kern_event_create(k);
-    tr->probe_ev[1] = mal_kern_event_create(k);
+    mon->probe_a = mal_kern_alloc(k, bytes);
+    mon->probe_w = mal_kern_alloc(k, bytes);
+    mon->probe_out = mal_kern_alloc(k, bytes);
+    mon->probe_ev[0] = mal_kern_event_create(k);
+    mon->probe_ev[1] = mal_kern_event_create(k);
     float *h = malloc(count * sizeof(float)), *hd = mal_kern_alloc(k, count * sizeof(float));
-    if (!tr->probe_a || !tr->probe_w || !tr->probe_out || !tr->probe_ev[0] || !tr->probe_ev[1] ||
+    if (!mon->probe_a || !mon->probe_w || !mon->probe_out || !mon->probe_ev[0] || !mon->probe_ev[1] ||
         !h || !hd) {
         free(h);
         if (hd) mal_kern_free(k, hd);
@@ -87,13 +110,13 @@ int mal_monitor_setup(struct mal_trainer *tr)
     }
     for (size_t i = 0; i < count; i++) h[i] = (float)((i * 7919u) % 1000) * 1e-3f;
     mal_kern_from_host(k, hd, h, count * sizeof(float));
-    mal_kern_cast_working(k, tr->probe_a, hd, count);
-    mal_kern_cast_working(k, tr->probe_w, hd, count);
+    mal_kern_cast_working(k, mon->probe_a, hd, count);
+    mal_kern_cast_working(k, mon->probe_w, hd, count);
     rc = mal_kern_sync(k);
     mal_kern_free(k, hd);
     free(h);
     if (rc) return rc;
-    tr->probe_reps = 1;
+    mon->probe_reps = 1;
     if (tr->o.inject_mode == MAL_INJECT_GPU) {
         /* A duty-cycled slowdown is a mean over its period: one matmul (tens
          * of microseconds on a GPU) runs at full speed in an idle part or
@@ -107,7 +130,7 @@ int mal_monitor_setup(struct mal_trainer *tr)
             if (t < t1) t1 = t;
         }
         double want = 4 * MAL_KERN_SLOWDOWN_PERIOD_S / (t1 > 1e-7 ? t1 : 1e-7);
-        tr->probe_reps = want < 1 ? 1 : want > 16384 ? 16384 : (int)ceil(want);
+        mon->probe_reps = want < 1 ? 1 : want > 16384 ? 16384 : (int)ceil(want);
     }
 
     /* Node names, for the metrics file (and the planner's node map). */
@@ -115,18 +138,18 @@ int mal_monitor_setup(struct mal_trainer *tr)
     memset(name, 0, sizeof name);
     if (gethostname(name, sizeof name - 1) != 0) snprintf(name, sizeof name, "unknown");
     if (tr->world_rank == 0) {
-        tr->hostnames = calloc((size_t)tr->world_size, MAL_HOSTNAME_LEN);
-        tr->rates = calloc((size_t)tr->world_size, sizeof *tr->rates);
-        if (!tr->hostnames || !tr->rates) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
+        mon->hostnames = calloc((size_t)tr->world_size, MAL_HOSTNAME_LEN);
+        mon->rates = calloc((size_t)tr->world_size, sizeof *mon->rates);
+        if (!mon->hostnames || !mon->rates) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
     }
     if (tr->world) {
-        if ((rc = mal_comm_gather(tr->world, name, tr->hostnames, MAL_HOSTNAME_LEN, 0))) return rc;
+        if ((rc = mal_comm_gather(tr->world, name, mon->hostnames, MAL_HOSTNAME_LEN, 0))) return rc;
     } else {
-        memcpy(tr->hostnames, name, MAL_HOSTNAME_LEN);
+        memcpy(mon->hostnames, name, MAL_HOSTNAME_LEN);
     }
     mal_policy_params pp;
     mal_policy_defaults(&pp);
-    tr->check_every_all = tr->o.check_every > 0 ? tr->o.check_every : pp.check_every;
+    mon->check_every_all = tr->o.check_every > 0 ? tr->o.check_every : pp.check_every;
     if (tr->world_rank != 0) return 0;
 
     if (tr->o.check_every > 0) pp.check_every = tr->o.check_every;
@@ -134,7 +157,7 @@ int mal_monitor_setup(struct mal_trainer *tr)
     if (tr->o.gap > 0) pp.gap = tr->o.gap;
     if (tr->o.threshold > 0) pp.threshold = tr->o.threshold;
     if (tr->o.noise_floor > 0) pp.noise_floor = tr->o.noise_floor;
-    if ((rc = mal_policy_create(&pp, tr->world_size, &tr->policy))) return rc;
+    if ((rc = mal_policy_create(&pp, tr->world_size, &mon->policy))) return rc;
     return mal_monitor_set_plan(tr, tr->o.plan_rates);
 }
 
@@ -150,29 +173,38 @@ int mal_monitor_set_plan(struct mal_trainer *tr, const double *rates)
     }
     for (int i = 0; i < tr->plan.n_suspended; i++) susp[tr->plan.suspended[i]] = 1;
     for (int i = 0; i < tr->world_size; i++) r[i] = rates ? rates[i] : 1.0;
-    int rc = mal_policy_set_plan(tr->policy, r, susp);
+    int rc = mal_policy_set_plan(tr->mon.policy, r, susp);
     free(susp);
     free(r);
     return rc;
 }
 
-void mal_monitor_teardown(struct mal_trainer *tr)
+void mal_monitor_mean_rates(const struct mal_trainer *tr, double *rates)
 {
+    mal_policy_means(tr->mon.policy, rates);
+}
+
+void mal_monitor_fini(struct mal_trainer *tr)
+{
+    mal_monitor *mon = &tr->mon;
     mal_kern k = tr->k;
-    if (tr->probe_a) mal_kern_free(k, tr->probe_a);
-    if (tr->probe_w) mal_kern_free(k, tr->probe_w);
-    if (tr->probe_out) mal_kern_free(k, tr->probe_out);
-    tr->probe_a = tr->probe_w = tr->probe_out = NULL;
+    if (mon->probe_a) mal_kern_free(k, mon->probe_a);
+    if (mon->probe_w) mal_kern_free(k, mon->probe_w);
+    if (mon->probe_out) mal_kern_free(k, mon->probe_out);
+    mon->probe_a = mon->probe_w = mon->probe_out = NULL;
     for (int i = 0; i < 2; i++) {
-        if (k) mal_kern_event_destroy(k, tr->probe_ev[i]);
-        tr->probe_ev[i] = NULL;
+        if (k) mal_kern_event_destroy(k, mon->probe_ev[i]);
+        mon->probe_ev[i] = NULL;
     }
-    mal_policy_destroy(tr->policy);
-    tr->policy = NULL;
-    free(tr->hostnames);
-    free(tr->rates);
-    tr->hostnames = NULL;
-    tr->rates = NULL;
+    mal_policy_destroy(mon->policy);
+    mon->policy = NULL;
+    free(mon->hostnames);
+    free(mon->rates);
+    mon->hostnames = NULL;
+    mon->rates = NULL;
+    /* the injected load stops before the kernel instance goes (its
+     * destroy would stop it too) */
+    if (k && mon->slow_rate > 1.0) mal_kern_slowdown(k, 1.0);
 }
 
 /* Time of the probe on the device, by the instance's events: device time,
@@ -201,25 +233,26 @@ static int cmp_double(const void *a, const void *b)
 
 int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st)
 {
+    mal_monitor *mon = &tr->mon;
     int advise[2] = {0, -1}, rc;
     if (tr->world_rank == 0) {
         double *p = malloc(sizeof *p * (size_t)tr->world_size);
         if (!p) return MAL_ERR(MAL_ENOMEM, "monitor: out of memory");
-        for (int r = 0; r < tr->world_size; r++) p[r] = tr->rank_times[r].probe_s;
+        for (int r = 0; r < tr->world_size; r++) p[r] = tr->tally.rank_times[r].probe_s;
         qsort(p, (size_t)tr->world_size, sizeof *p, cmp_double);
         double med = tr->world_size % 2 ? p[tr->world_size / 2]
                                         : 0.5 * (p[tr->world_size / 2 - 1] + p[tr->world_size / 2]);
         free(p);
         for (int r = 0; r < tr->world_size; r++)
-            tr->rates[r] = med > 0 ? tr->rank_times[r].probe_s / med : 1.0;
-        rc = mal_policy_observe(tr->policy, (long)tr->step, tr->rates);
+            mon->rates[r] = med > 0 ? tr->tally.rank_times[r].probe_s / med : 1.0;
+        rc = mal_policy_observe(mon->policy, (long)tr->step, mon->rates);
         if (rc < 0) return rc;
         advise[0] = rc == 1 && tr->o.adapt != MAL_ADAPT_OFF;
-        advise[1] = rc == 1 ? mal_policy_trigger_rank(tr->policy) : -1;
-        if (st) st->rates = tr->rates;
+        advise[1] = rc == 1 ? mal_policy_trigger_rank(mon->policy) : -1;
+        if (st) st->rates = mon->rates;
     }
     /* Only check steps can advise; every rank knows which they are. */
-    if (tr->world && tr->step % tr->check_every_all == 0) {
+    if (tr->world && tr->step % mon->check_every_all == 0) {
         double a[2] = {advise[0], advise[1]};
         if ((rc = mal_comm_broadcast(tr->world, a, sizeof a, 0))) return rc;
         advise[0] = (int)a[0];

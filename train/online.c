@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "base/mal.h"
-#include "replan/policy.h"
 #include "replan/replan.h"
 #include "src/migrate.h"
 #include "train_internal.h"
@@ -37,7 +36,7 @@ static char *plan_on_rank0(struct mal_trainer *tr)
     memset(&prof, 0, sizeof prof);
     mal_plan_init(&out);
     if (!rates) goto done;
-    mal_policy_means(tr->policy, rates);
+    mal_monitor_mean_rates(tr, rates);
     int rpn = o->ranks_per_node > 0 ? o->ranks_per_node : tr->world_size;
     if ((rc = mal_cluster_regular(&cl, tr->world_size, rpn,
                                   o->device_memory_mb > 0 ? o->device_memory_mb : 16384.0)))
@@ -104,7 +103,8 @@ out:
 static int log_times(struct mal_trainer *tr)
 {
     enum { K = 10, STARTED = 8, HANDED = 9 };
-    const mal_migration_times *t = &tr->mig_times;
+    const mal_online *on = &tr->online;
+    const mal_migration_times *t = &on->times;
     double mine[K] = {t->total,      t->build,          t->move,       t->wait,    t->wire,
                       t->bytes_sent, t->bytes_received, t->bytes_kept, t->started, t->handed_over};
     double *all = NULL;
@@ -137,8 +137,8 @@ static int log_times(struct mal_trainer *tr)
             "(slowest rank %d; per phase, slowest rank: new part %.3f s, state %.3f s, waiting "
             "%.3f s, communicators and buffers %.3f s; most sent by one rank %.1f MiB, received "
             "%.1f MiB)",
-            tr->migrations, (long long)tr->step, tr->migrated_bytes / 1048576.0,
-            tr->kept_bytes / 1048576.0, mx[0], slowest, mx[1], mx[2], mx[3], mx[4],
+            on->migrations, (long long)tr->step, on->migrated_bytes / 1048576.0,
+            on->kept_bytes / 1048576.0, mx[0], slowest, mx[1], mx[2], mx[3], mx[4],
             mx[5] / 1048576.0, mx[6] / 1048576.0);
     free(all);
     return 0;
@@ -148,6 +148,7 @@ static int log_times(struct mal_trainer *tr)
  * Collective. */
 int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
 {
+    mal_online *on = &tr->online;
     mal_plan next, old_plan;
     double t0 = mal_now();
     int rc;
@@ -163,30 +164,26 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
         return rc;
     }
     /* Take the old part out of service, build the new one, move the state. */
-    mal_model *old = tr->model;
-    mal_trainer_unwire_part(tr);
+    mal_model *old = mal_trainer_retire_part(tr);
     /* The old part is only read from now: its gradients and scratch go
      * first, so the peak is old state + new part, and the new part can
      * reuse memory just given back instead of fresh pages. */
     mal_model_release_work(old);
-    tr->model = NULL;
     old_plan = tr->plan;
     tr->plan = next;
     mal_migrate_stats ms;
     int handed = 0; /* this rank's state buffers went to the new part */
-    memset(&tr->mig_times, 0, sizeof tr->mig_times);
-    tr->no_init = 1;
-    rc = mal_trainer_build_part(tr);
-    tr->no_init = 0;
-    if (rc) goto out;
+    memset(&on->times, 0, sizeof on->times);
+    /* every parameter is overwritten by the state moved in */
+    if ((rc = mal_trainer_build_part(tr, 0))) goto out;
     /* A rank whose new part begins with its old one - the same part (a
      * pipeline the change leaves alone) or one extended by later layers -
      * hands its state buffers over instead of copying them. */
-    if ((rc = mal_migrate_hand_over(old, tr->model, &handed))) goto out;
-    tr->mig_times.handed_over = handed;
+    if ((rc = mal_migrate_hand_over(old, tr->part.model, &handed))) goto out;
+    on->times.handed_over = handed;
     double t_build = mal_now() - t0, t_move = mal_now();
     if ((rc = mal_migrate_state(tr->world, tr->k, &tr->o.model, &old_plan, old, &tr->plan,
-                                tr->model, tr->o.ranks_per_node, handed, &ms)))
+                                tr->part.model, tr->o.ranks_per_node, handed, &ms)))
         goto out;
     t_move = mal_now() - t_move;
     /* Timed separately so the log tells this rank's own copying from waiting
@@ -197,18 +194,18 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     double t_wire = mal_now();
     if ((rc = mal_trainer_wire_part(tr))) goto out;
     t_wire = mal_now() - t_wire;
-    tr->migrations++;
-    tr->mig_times.total = mal_now() - t0;
-    tr->mig_times.started = t0;
-    tr->mig_times.build = t_build;
-    tr->mig_times.move = t_move;
-    tr->mig_times.wait = t_wait;
-    tr->mig_times.wire = t_wire;
-    tr->mig_times.bytes_sent = ms.sent;
-    tr->mig_times.bytes_received = ms.received;
-    tr->mig_times.bytes_kept = ms.kept_here;
-    tr->migrated_bytes = ms.moved;
-    tr->kept_bytes = ms.kept;
+    on->migrations++;
+    on->times.total = mal_now() - t0;
+    on->times.started = t0;
+    on->times.build = t_build;
+    on->times.move = t_move;
+    on->times.wait = t_wait;
+    on->times.wire = t_wire;
+    on->times.bytes_sent = ms.sent;
+    on->times.bytes_received = ms.received;
+    on->times.bytes_kept = ms.kept_here;
+    on->migrated_bytes = ms.moved;
+    on->kept_bytes = ms.kept;
     mal_ckpt_async_plan_changed(tr);
     rc = log_times(tr);
 out:
@@ -230,9 +227,21 @@ int mal_trainer_replan_online(struct mal_trainer *tr)
     if (!rc && tr->world_rank == 0) {
         double *means = malloc(sizeof *means * (size_t)tr->world_size);
         if (!means) return MAL_ERR(MAL_ENOMEM, "re-plan: out of memory");
-        mal_policy_means(tr->policy, means);
+        mal_monitor_mean_rates(tr, means);
         rc = mal_monitor_set_plan(tr, means);
         free(means);
     }
     return rc;
+}
+
+int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept)
+{
+    if (moved) *moved = tr->online.migrated_bytes;
+    if (kept) *kept = tr->online.kept_bytes;
+    return tr->online.migrations;
+}
+
+void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out)
+{
+    *out = tr->online.times;
 }

@@ -28,66 +28,78 @@ enum { TAG_ACT = 0, TAG_GRAD = 1 };
 
 static int tag_of(int mb, int kind) { return 2 * mb + kind; }
 
-int mal_pipeline_setup(struct mal_trainer *tr)
+int mal_pipeline_init(struct mal_trainer *tr)
 {
-    const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->loc.pipeline];
-    const int j = tr->loc.stage;
-    tr->n_stages = pl->n_stages;
-    tr->n_micro = pl->micro_batches;
-    tr->prev_ranks = j > 0 ? pl->stages[j - 1].ranks : NULL;
-    tr->n_prev = j > 0 ? pl->stages[j - 1].n_ranks : 0;
-    tr->next_ranks = j + 1 < pl->n_stages ? pl->stages[j + 1].ranks : NULL;
-    tr->n_next = j + 1 < pl->n_stages ? pl->stages[j + 1].n_ranks : 0;
+    mal_pipeline *p = &tr->pipe;
+    const mal_model *m = tr->part.model;
+    const mal_plan_pipeline *pl = &tr->plan.pipelines[tr->part.loc.pipeline];
+    const int j = tr->part.loc.stage;
+    p->n_stages = pl->n_stages;
+    p->n_micro = pl->micro_batches;
+    p->prev_ranks = j > 0 ? pl->stages[j - 1].ranks : NULL;
+    p->n_prev = j > 0 ? pl->stages[j - 1].n_ranks : 0;
+    p->next_ranks = j + 1 < pl->n_stages ? pl->stages[j + 1].ranks : NULL;
+    p->n_next = j + 1 < pl->n_stages ? pl->stages[j + 1].n_ranks : 0;
     int first = 0;
-    for (int p = 0; p < tr->loc.pipeline; p++) first += tr->plan.pipelines[p].micro_batches;
-    tr->first_sample = first * tr->plan.micro_batch_size;
+    for (int q = 0; q < tr->part.loc.pipeline; q++) first += tr->plan.pipelines[q].micro_batches;
+    p->first_sample = first * tr->plan.micro_batch_size;
 
     /* Micro-batches in flight on stage j: the warm-up forwards plus one. */
-    tr->n_slots = MAL_MIN(tr->n_micro, tr->n_stages - j);
+    p->n_slots = MAL_MIN(p->n_micro, p->n_stages - j);
     const int B = tr->plan.micro_batch_size;
-    const size_t NC = (size_t)B * tr->o.model.seq_len * tr->o.model.d_model * tr->model->esz;
+    const size_t NC = (size_t)B * tr->o.model.seq_len * tr->o.model.d_model * m->esz;
     /* Fan-out: how many ranks of a neighbouring stage one rank feeds. */
-    int tp = tr->loc.tp_size;
-    tr->max_fanout = 1 + MAL_MAX(tr->n_next, tr->n_prev) / (tp ? tp : 1);
-    tr->acts = calloc((size_t)tr->n_slots, sizeof *tr->acts);
-    tr->grad_send = calloc((size_t)tr->n_slots, sizeof *tr->grad_send);
-    tr->send_reqs = calloc((size_t)tr->n_slots, sizeof *tr->send_reqs);
-    tr->gsend_reqs = calloc((size_t)tr->n_slots, sizeof *tr->gsend_reqs);
-    if (!tr->acts || !tr->grad_send || !tr->send_reqs || !tr->gsend_reqs)
+    int tp = tr->part.loc.tp_size;
+    p->max_fanout = 1 + MAL_MAX(p->n_next, p->n_prev) / (tp ? tp : 1);
+    p->acts = calloc((size_t)p->n_slots, sizeof *p->acts);
+    p->grad_send = calloc((size_t)p->n_slots, sizeof *p->grad_send);
+    p->send_reqs = calloc((size_t)p->n_slots, sizeof *p->send_reqs);
+    p->gsend_reqs = calloc((size_t)p->n_slots, sizeof *p->gsend_reqs);
+    if (!p->acts || !p->grad_send || !p->send_reqs || !p->gsend_reqs)
         return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
-    for (int s = 0; s < tr->n_slots; s++) {
-        int rc = mal_acts_create(&tr->acts[s], tr->model, B);
+    for (int s = 0; s < p->n_slots; s++) {
+        int rc = mal_acts_create(&p->acts[s], m, B);
         if (rc) return rc;
-        tr->send_reqs[s] = calloc((size_t)tr->max_fanout, sizeof(mal_comm_req *));
-        tr->gsend_reqs[s] = calloc((size_t)tr->max_fanout, sizeof(mal_comm_req *));
-        if (!tr->send_reqs[s] || !tr->gsend_reqs[s])
+        p->send_reqs[s] = calloc((size_t)p->max_fanout, sizeof(mal_comm_req *));
+        p->gsend_reqs[s] = calloc((size_t)p->max_fanout, sizeof(mal_comm_req *));
+        if (!p->send_reqs[s] || !p->gsend_reqs[s])
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
-        if (j > 0 && !(tr->grad_send[s] = mal_kern_alloc(tr->model->k, NC)))
+        if (j > 0 && !(p->grad_send[s] = mal_kern_alloc(m->k, NC)))
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     }
-    if (j + 1 < tr->n_stages && !(tr->grad_recv = mal_kern_alloc(tr->model->k, NC)))
+    if (j + 1 < p->n_stages && !(p->grad_recv = mal_kern_alloc(m->k, NC)))
         return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
+    /* the tokens of one micro-batch, loaded on the host (mal_pass) */
+    size_t N = (size_t)B * (size_t)tr->o.model.seq_len;
+    p->inputs = malloc(N * sizeof(int));
+    p->targets = malloc(N * sizeof(int));
+    if (!p->inputs || !p->targets) return MAL_ERR(MAL_ENOMEM, "out of memory");
     return 0;
 }
 
-void mal_pipeline_teardown(struct mal_trainer *tr)
+void mal_pipeline_fini(struct mal_trainer *tr)
 {
-    for (int s = 0; s < tr->n_slots; s++) {
-        if (tr->acts && tr->acts[s]) mal_acts_destroy(tr->model, tr->acts[s]);
-        if (tr->grad_send && tr->grad_send[s]) mal_kern_free(tr->model->k, tr->grad_send[s]);
-        if (tr->send_reqs) free(tr->send_reqs[s]);
-        if (tr->gsend_reqs) free(tr->gsend_reqs[s]);
+    mal_pipeline *p = &tr->pipe;
+    mal_model *m = tr->part.model;
+    for (int s = 0; s < p->n_slots; s++) {
+        if (p->acts && p->acts[s]) mal_acts_destroy(m, p->acts[s]);
+        if (p->grad_send && p->grad_send[s]) mal_kern_free(m->k, p->grad_send[s]);
+        if (p->send_reqs) free(p->send_reqs[s]);
+        if (p->gsend_reqs) free(p->gsend_reqs[s]);
     }
-    if (tr->grad_recv) mal_kern_free(tr->model->k, tr->grad_recv);
-    free(tr->acts);
-    free(tr->grad_send);
-    free(tr->send_reqs);
-    free(tr->gsend_reqs);
-    tr->acts = NULL;
-    tr->grad_send = NULL;
-    tr->send_reqs = tr->gsend_reqs = NULL;
-    tr->grad_recv = NULL;
-    tr->n_slots = 0;
+    if (p->grad_recv) mal_kern_free(m->k, p->grad_recv);
+    free(p->acts);
+    free(p->grad_send);
+    free(p->send_reqs);
+    free(p->gsend_reqs);
+    free(p->inputs);
+    free(p->targets);
+    p->acts = NULL;
+    p->grad_send = NULL;
+    p->send_reqs = p->gsend_reqs = NULL;
+    p->grad_recv = NULL;
+    p->inputs = p->targets = NULL;
+    p->n_slots = 0;
 }
 
 /* Wait for every pending send of a slot (before its buffer is reused). */
@@ -95,8 +107,8 @@ static int drain(struct mal_trainer *tr, mal_comm_req **reqs)
 {
     if (!tr->world) return 0; /* one rank without MPI: nothing was sent */
     double t0 = mal_now();
-    int rc = mal_comm_dp_waitall(tr->world, tr->max_fanout, reqs);
-    tr->times.pp += mal_now() - t0;
+    int rc = mal_comm_dp_waitall(tr->world, tr->pipe.max_fanout, reqs);
+    tr->tally.times.pp += mal_now() - t0;
     return rc;
 }
 
@@ -107,7 +119,7 @@ static int recv_from(struct mal_trainer *tr, void *buf, size_t bytes, int peer, 
     mal_comm_req *req;
     int rc = mal_comm_dp_irecv(tr->world, tr->k, buf, bytes, peer, tag, &req);
     if (!rc) rc = mal_comm_dp_waitall(tr->world, 1, &req);
-    tr->times.pp += mal_now() - t0;
+    tr->tally.times.pp += mal_now() - t0;
     return rc;
 }
 
@@ -117,7 +129,7 @@ static int send_to(struct mal_trainer *tr, const void *buf, size_t bytes, const 
                    int n_peers, int tag, mal_comm_req **reqs)
 {
     int k = 0, rc = mal_comm_dp_group_start(tr->world);
-    for (int r = tr->loc.tp_rank; r < n_peers && !rc; r += tr->loc.tp_size)
+    for (int r = tr->part.loc.tp_rank; r < n_peers && !rc; r += tr->part.loc.tp_size)
         rc = mal_comm_dp_isend(tr->world, tr->k, buf, bytes, peers[r], tag, &reqs[k++]);
     int rc2 = mal_comm_dp_group_end(tr->world);
     return rc ? rc : rc2;
@@ -127,10 +139,11 @@ static int send_to(struct mal_trainer *tr, const void *buf, size_t bytes, const 
  * covers the global batch positions first_sample + mb*B ... + B-1. */
 static int load_train(struct mal_trainer *tr, const mal_pass *pass, int mb, int B, int T)
 {
+    const mal_pipeline *p = &tr->pipe;
     for (int i = 0; i < B; i++) {
-        int64_t pos = tr->first_sample + (int64_t)mb * B + i;
+        int64_t pos = p->first_sample + (int64_t)mb * B + i;
         int rc = mal_data_sample(tr->data, tr->o.seed, pass->step, pos, T,
-                                 tr->inputs + (size_t)i * T, tr->targets + (size_t)i * T);
+                                 p->inputs + (size_t)i * T, p->targets + (size_t)i * T);
         if (rc) return rc;
     }
     return 0;
@@ -138,29 +151,31 @@ static int load_train(struct mal_trainer *tr, const mal_pass *pass, int mb, int 
 
 static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float dscale)
 {
-    mal_model *m = tr->model;
-    int slot = mb % tr->n_slots, rc;
-    mal_acts *a = tr->acts[slot];
+    mal_pipeline *p = &tr->pipe;
+    mal_step_times *t = &tr->tally.times;
+    mal_model *m = tr->part.model;
+    int slot = mb % p->n_slots, rc;
+    mal_acts *a = p->acts[slot];
     const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model * m->esz; /* bytes */
     /* The slot's previous activation send must be done before res[] is
      * overwritten. */
-    if ((rc = drain(tr, tr->send_reqs[slot]))) return rc;
+    if ((rc = drain(tr, p->send_reqs[slot]))) return rc;
     if (m->part.has_embed || m->part.has_head) {
         if ((rc = pass->load(tr, pass, mb, a->B, a->T))) return rc;
-        mal_acts_set_batch(m, a, tr->inputs, tr->targets);
+        mal_acts_set_batch(m, a, p->inputs, p->targets);
     }
     if (!m->part.has_embed) {
-        int peer = tr->prev_ranks[tr->loc.tp_rank % tr->n_prev];
+        int peer = p->prev_ranks[tr->part.loc.tp_rank % p->n_prev];
         if ((rc = recv_from(tr, a->res[0], NC, peer, tag_of(mb, TAG_ACT)))) return rc;
     }
-    double t0 = mal_now(), tp0 = tr->times.tp;
+    double t0 = mal_now(), tp0 = t->tp;
     if ((rc = mal_model_forward(m, a, a->res[0], dscale))) return rc;
-    if (m->part.has_head) tr->loss_local += mal_acts_loss_sum(m, a);
+    if (m->part.has_head) tr->tally.loss_local += mal_acts_loss_sum(m, a);
     if ((rc = mal_kern_sync(m->k))) return rc;
-    tr->times.compute += mal_inject_stretch(tr, mal_now() - t0 - (tr->times.tp - tp0));
+    t->compute += mal_inject_stretch(tr, mal_now() - t0 - (t->tp - tp0));
     if (!m->part.has_head)
-        return send_to(tr, a->res[m->n_local_layers], NC, tr->next_ranks, tr->n_next,
-                       tag_of(mb, TAG_ACT), tr->send_reqs[slot]);
+        return send_to(tr, a->res[m->n_local_layers], NC, p->next_ranks, p->n_next,
+                       tag_of(mb, TAG_ACT), p->send_reqs[slot]);
     return 0;
 }
 
@@ -171,29 +186,31 @@ static int grads_ready(void *ctx, int layer)
 {
     struct mal_trainer *tr = ctx;
     double t0 = mal_now();
-    int rc = mal_gradsync_ready(tr->gsync, layer);
-    tr->times.dp += mal_now() - t0;
+    int rc = mal_gradsync_ready(tr->part.gsync, layer);
+    tr->tally.times.dp += mal_now() - t0;
     return rc;
 }
 
 static int backward(struct mal_trainer *tr, int mb)
 {
-    mal_model *m = tr->model;
-    int slot = mb % tr->n_slots, rc;
-    mal_acts *a = tr->acts[slot];
+    mal_pipeline *p = &tr->pipe;
+    mal_step_times *t = &tr->tally.times;
+    mal_model *m = tr->part.model;
+    int slot = mb % p->n_slots, rc;
+    mal_acts *a = p->acts[slot];
     const size_t NC = (size_t)a->B * a->T * tr->o.model.d_model * m->esz; /* bytes */
     const void *dout = NULL;
     if (!m->part.has_head) {
-        int peer = tr->next_ranks[tr->loc.tp_rank % tr->n_next];
-        if ((rc = recv_from(tr, tr->grad_recv, NC, peer, tag_of(mb, TAG_GRAD)))) return rc;
-        dout = tr->grad_recv;
+        int peer = p->next_ranks[tr->part.loc.tp_rank % p->n_next];
+        if ((rc = recv_from(tr, p->grad_recv, NC, peer, tag_of(mb, TAG_GRAD)))) return rc;
+        dout = p->grad_recv;
     }
-    double t0 = mal_now(), tp0 = tr->times.tp, dp0 = tr->times.dp;
+    double t0 = mal_now(), tp0 = t->tp, dp0 = t->dp;
     void *dinp = NULL;
     /* 1F1B runs a stage's backward passes in micro-batch order: in the
      * last one, each layer's gradients are final once its kernels are
      * queued */
-    if (tr->o.dp_overlap && mb == tr->n_micro - 1 && tr->gsync) {
+    if (tr->o.dp_overlap && mb == p->n_micro - 1 && tr->part.gsync) {
         m->grad_ready = grads_ready;
         m->grad_ctx = tr;
     }
@@ -202,32 +219,32 @@ static int backward(struct mal_trainer *tr, int mb)
     m->grad_ctx = NULL;
     if (rc) return rc;
     if (!m->part.has_embed) {
-        if ((rc = drain(tr, tr->gsend_reqs[slot]))) return rc;
-        mal_kern_copy(m->k, tr->grad_send[slot], dinp, NC);
+        if ((rc = drain(tr, p->gsend_reqs[slot]))) return rc;
+        mal_kern_copy(m->k, p->grad_send[slot], dinp, NC);
     }
     if ((rc = mal_kern_sync(m->k))) return rc;
-    tr->times.compute += mal_inject_stretch(
-        tr, mal_now() - t0 - (tr->times.tp - tp0) - (tr->times.dp - dp0));
+    t->compute += mal_inject_stretch(tr, mal_now() - t0 - (t->tp - tp0) - (t->dp - dp0));
     if (!m->part.has_embed)
-        return send_to(tr, tr->grad_send[slot], NC, tr->prev_ranks, tr->n_prev,
-                       tag_of(mb, TAG_GRAD), tr->gsend_reqs[slot]);
+        return send_to(tr, p->grad_send[slot], NC, p->prev_ranks, p->n_prev,
+                       tag_of(mb, TAG_GRAD), p->gsend_reqs[slot]);
     return 0;
 }
 
 /* Every send of the pass completes before its buffers are touched again. */
 static int drain_all(struct mal_trainer *tr)
 {
+    mal_pipeline *p = &tr->pipe;
     int rc;
-    for (int s = 0; s < tr->n_slots; s++) {
-        if ((rc = drain(tr, tr->send_reqs[s]))) return rc;
-        if ((rc = drain(tr, tr->gsend_reqs[s]))) return rc;
+    for (int s = 0; s < p->n_slots; s++) {
+        if ((rc = drain(tr, p->send_reqs[s]))) return rc;
+        if ((rc = drain(tr, p->gsend_reqs[s]))) return rc;
     }
     return 0;
 }
 
 int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale)
 {
-    const int m = tr->n_micro, S = tr->n_stages, j = tr->loc.stage;
+    const int m = tr->pipe.n_micro, S = tr->pipe.n_stages, j = tr->part.loc.stage;
     const int warm = MAL_MIN(S - j - 1, m);
     const mal_pass pass = {load_train, step, NULL};
     int rc, f = 0, b = 0;

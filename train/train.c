@@ -65,18 +65,14 @@ static int make_plan(mal_trainer *tr)
 /* Build this rank's share of the run.  Collective over the world. */
 static int setup_layout(mal_trainer *tr)
 {
-    int rc;
-    /* The gradient sync's messages get a communicator of their own, made
-     * once (every rank, suspended or not, is here). */
-    if (tr->world && (rc = mal_comm_split(tr->world, 0, tr->world_rank, &tr->sync_world)))
-        return rc;
-    if ((rc = mal_trainer_build_part(tr))) return rc;
-    if ((rc = mal_trainer_wire_part(tr))) return rc;
+    /* a resumed run overwrites every parameter */
+    int rc = mal_trainer_part_init(tr, !tr->o.resume);
+    if (rc) return rc;
     if (tr->world_rank == 0) {
-        tr->rank_times = calloc((size_t)tr->world_size, sizeof *tr->rank_times);
-        if (!tr->rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
+        tr->tally.rank_times = calloc((size_t)tr->world_size, sizeof *tr->tally.rank_times);
+        if (!tr->tally.rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
     }
-    return mal_monitor_setup(tr);
+    return mal_monitor_init(tr);
 }
 
 /* The local part of set-up: kernel instance, plan, data and its checks. */
@@ -93,7 +89,6 @@ static int load_inputs(mal_trainer *tr)
                        "--inject-mode gpu needs a kernel backend that can slow its device "
                        "(--device cuda); '%s' cannot: use --inject-mode sleep",
                        tr->k->name);
-    tr->slow_rate = 1.0;
     tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
     const mal_comm_backend *cb;
     if ((rc = mal_comm_lookup(tr->comm_name, &cb)) ||
@@ -112,7 +107,7 @@ static int load_inputs(mal_trainer *tr)
     if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1)
         return MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
                        mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
-    return mal_eval_setup(tr); /* the validation data, the same way */
+    return mal_eval_init(tr); /* the validation data, the same way */
 }
 
 int mal_trainer_fatal(mal_trainer *tr, int rc)
@@ -154,8 +149,6 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
     mal_plan_init(&tr->plan);
     tr->o = *o;
-    tr->saved_step = -1;
-    tr->snap_stats.step = -1;
     tr->world_rank = o->world ? o->world->rank : 0;
     tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
@@ -171,19 +164,14 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
      * plane is the chosen backend (collective; every rank got here). */
     if (!rc && o->world) rc = mal_comm_dup(o->world, tr->comm_name, &tr->world);
     if (rc) goto fail;
-    tr->no_init = o->resume;
     if ((rc = mal_trainer_check_memory(tr))) goto fail; /* every rank alike */
     /* From here a failure may be this rank's alone, inside collectives. */
     if ((rc = setup_layout(tr))) {
         rc = mal_trainer_fatal(tr, rc);
         goto fail;
     }
-    if (o->resume && (rc = mal_train_ckpt_restore(tr))) goto fail; /* agreed */
-    /* the background snapshot writer, after resume: HDF5 stays on this
-     * thread until a writer starts */
-    rc = mal_ckpt_async_setup(tr);
-    if (tr->world && tr->world_size > 1) rc = mal_snapshot_agree(tr->world, rc);
-    if (rc) goto fail;
+    /* resume (with o.resume), then the background snapshot writer */
+    if ((rc = mal_train_ckpt_init(tr))) goto fail; /* agreed */
     *out = tr;
     return 0;
 fail:
@@ -195,54 +183,36 @@ void mal_trainer_destroy(mal_trainer *tr)
 {
     if (!tr) return;
     /* first: a background snapshot still being written needs the world */
-    mal_ckpt_async_teardown(tr);
+    mal_train_ckpt_fini(tr);
     if (tr->metrics) fclose(tr->metrics);
-    mal_trainer_unwire_part(tr);
-    mal_monitor_teardown(tr);
-    mal_model_destroy(tr->model);
-    mal_comm_pool_destroy(tr->pool);
-    mal_comm_destroy(tr->sync_world);
+    mal_trainer_part_fini(tr);
+    mal_monitor_fini(tr);
     mal_comm_destroy(tr->world);
     mal_data_destroy(tr->data);
-    mal_eval_teardown(tr);
+    mal_eval_fini(tr);
     mal_plan_fini(&tr->plan);
-    free(tr->rank_times);
-    /* the injected load stops before the instance goes (its destroy would
-     * stop it too) */
-    if (tr->k && tr->slow_rate > 1.0) mal_kern_slowdown(tr->k, 1.0);
+    free(tr->tally.rank_times);
     /* last: every device buffer above was the instance's */
     mal_kern_destroy(tr->k);
     free(tr);
 }
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
-mal_model *mal_trainer_model(mal_trainer *tr) { return tr->model; }
+mal_model *mal_trainer_model(mal_trainer *tr) { return tr->part.model; }
 mal_kern mal_trainer_kernels(const mal_trainer *tr) { return tr->k; }
 const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
-
-int mal_trainer_migrations(const mal_trainer *tr, double *moved, double *kept)
-{
-    if (moved) *moved = tr->migrated_bytes;
-    if (kept) *kept = tr->kept_bytes;
-    return tr->migrations;
-}
-
-void mal_trainer_migration_times(const mal_trainer *tr, mal_migration_times *out)
-{
-    *out = tr->mig_times;
-}
 
 int mal_trainer_dp_buckets(const mal_trainer *tr, int *posted_early)
 {
     if (posted_early) *posted_early = 0;
-    return tr->gsync ? mal_gradsync_n_buckets(tr->gsync, posted_early) : 0;
+    return tr->part.gsync ? mal_gradsync_n_buckets(tr->part.gsync, posted_early) : 0;
 }
 
 int mal_trainer_replica_mismatch(mal_trainer *tr, double *count)
 {
     int rc = 0;
     *count = 0;
-    if (tr->gsync && (rc = mal_gradsync_replica_mismatch(tr->gsync, count))) return rc;
+    if (tr->part.gsync && (rc = mal_gradsync_replica_mismatch(tr->part.gsync, count))) return rc;
     return tr->world ? mal_comm_allreduce_f64(tr->world, count, 1) : 0;
 }
 
@@ -259,7 +229,9 @@ static int test_fail_hook(int rank, int64_t step)
 
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
 {
-    mal_model *m = tr->model;
+    mal_model *m = tr->part.model;
+    mal_gradsync *gs = tr->part.gsync;
+    mal_step_tally *tally = &tr->tally;
     const double tokens = (double)tr->o.global_batch * tr->o.model.seq_len;
     /* Every token of the global batch weighs 1/tokens in the loss, whichever
      * micro-batch and whichever pipeline computes it. */
@@ -271,52 +243,43 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     if (test_fail_hook(tr->world_rank, step + 1))
         return MAL_ERR(MAL_EIO, "test hook MALLEUS_TEST_STEP_FAIL: step %lld fails on rank %d",
                        (long long)step + 1, tr->world_rank);
-    memset(&tr->times, 0, sizeof tr->times);
-    tr->loss_local = 0;
-    tr->inject_now = mal_inject_factor(tr, step);
-    if (tr->o.inject_mode == MAL_INJECT_GPU) {
-        /* The device itself is slowed from this step on (or back to full
-         * speed): a co-running load, started, changed or stopped only
-         * where the factor changes.  Nothing is stretched by sleeping. */
-        if (tr->inject_now != tr->slow_rate) {
-            if ((rc = mal_kern_slowdown(tr->k, tr->inject_now))) return rc;
-            tr->slow_rate = tr->inject_now;
-        }
-        tr->inject_now = 1.0;
-    }
+    memset(&tally->times, 0, sizeof tally->times);
+    tally->loss_local = 0;
+    if ((rc = mal_inject_begin_step(tr, step))) return rc;
     if (m) {
         double c0 = mal_now();
         mal_model_zero_grad(m);
-        tr->times.compute += mal_now() - c0;
+        tally->times.compute += mal_now() - c0;
         double d0 = mal_now();
-        if (tr->o.dp_overlap && (rc = mal_gradsync_begin(tr->gsync))) return rc;
-        tr->times.dp += mal_now() - d0;
+        if (tr->o.dp_overlap && (rc = mal_gradsync_begin(gs))) return rc;
+        tally->times.dp += mal_now() - d0;
         /* with --dp-overlap on, the step's last backward pass packs and
          * posts the buckets from the model's gradient hook (pipeline.c) */
         if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         d0 = mal_now();
-        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(tr->gsync) : mal_gradsync_run(tr->gsync)))
+        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs) : mal_gradsync_run(gs)))
             return rc;
-        tr->times.dp_wait = mal_now() - d0;
-        tr->times.dp += tr->times.dp_wait;
+        tally->times.dp_wait = mal_now() - d0;
+        tally->times.dp += tally->times.dp_wait;
     }
     /* Global loss and gradient norm: each loss is counted by TP rank 0 of
      * its pipeline's last stage, each gradient element by one holder;
      * suspended ranks add zeros. */
     double c0 = mal_now();
-    double red[2] = {m && m->part.has_head && tr->loc.tp_rank == 0 ? tr->loss_local : 0.0, 0.0};
-    if (m && (rc = mal_gradsync_norm_sumsq(tr->gsync, &red[1]))) return rc;
-    tr->times.compute += mal_now() - c0;
+    double red[2] = {m && m->part.has_head && tr->part.loc.tp_rank == 0 ? tally->loss_local : 0.0,
+                     0.0};
+    if (m && (rc = mal_gradsync_norm_sumsq(gs, &red[1]))) return rc;
+    tally->times.compute += mal_now() - c0;
     double d0 = mal_now();
     if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, red, 2))) return rc;
-    tr->times.dp += mal_now() - d0;
+    tally->times.dp += mal_now() - d0;
     double norm = sqrt(red[1]);
     float lr = mal_optim_lr(&tr->o.optim, step);
     if (m) {
         c0 = mal_now();
         mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
         if ((rc = mal_kern_sync(m->k))) return rc;
-        tr->times.compute += mal_inject_stretch(tr, mal_now() - c0);
+        tally->times.compute += mal_inject_stretch(tr, mal_now() - c0);
     }
     /* The monitor's probe starts on every rank right after the all-reduce
      * above released them together. */
@@ -325,18 +288,18 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     double probe_cost = mal_now() - pw;
 
     double step_s = mal_now() - t0;
-    mal_rank_times mine = {.compute_s = tr->times.compute,
-                           .tp_s = tr->times.tp,
-                           .pp_s = tr->times.pp,
-                           .dp_s = tr->times.dp,
+    mal_rank_times mine = {.compute_s = tally->times.compute,
+                           .tp_s = tally->times.tp,
+                           .pp_s = tally->times.pp,
+                           .dp_s = tally->times.dp,
                            .step_s = step_s,
-                           .dp_wait_s = tr->times.dp_wait,
+                           .dp_wait_s = tally->times.dp_wait,
                            .probe_s = probe,
                            .probe_cost_s = probe_cost};
     if (tr->world) {
-        if ((rc = mal_comm_gather(tr->world, &mine, tr->rank_times, sizeof mine, 0))) return rc;
+        if ((rc = mal_comm_gather(tr->world, &mine, tally->rank_times, sizeof mine, 0))) return rc;
     } else {
-        tr->rank_times[0] = mine;
+        tally->rank_times[0] = mine;
     }
     if (st) {
         memset(st, 0, sizeof *st);
@@ -345,12 +308,12 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
         st->lr = lr;
         st->grad_norm = norm;
         st->step_s = step_s;
-        st->compute_s = tr->times.compute;
+        st->compute_s = tally->times.compute;
         st->tokens_per_s = tokens / step_s;
         if (tr->world_rank == 0) {
-            st->ranks = tr->rank_times;
+            st->ranks = tally->rank_times;
             for (int r = 1; r < tr->world_size; r++)
-                if (tr->rank_times[r].compute_s > tr->rank_times[st->slowest_rank].compute_s)
+                if (tally->rank_times[r].compute_s > tally->rank_times[st->slowest_rank].compute_s)
                     st->slowest_rank = r;
         }
     }
@@ -363,16 +326,12 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
 
 int mal_trainer_save(mal_trainer *tr)
 {
-    return mal_train_ckpt_save(tr);
+    return mal_train_ckpt_save(tr, tr->o.snapshot_dir);
 }
 
 int mal_trainer_save_to(mal_trainer *tr, const char *dir)
 {
-    const char *keep = tr->o.snapshot_dir;
-    tr->o.snapshot_dir = dir;
-    int rc = mal_train_ckpt_save(tr);
-    tr->o.snapshot_dir = keep;
-    return rc;
+    return mal_train_ckpt_save(tr, dir);
 }
 
 void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
@@ -391,9 +350,9 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
             c->ffn_hidden);
     fprintf(f, "| seq_len / rope theta | %6d / %-31g |\n", c->seq_len, (double)c->rope_theta);
     fprintf(f, "| state (p+g+m+v)      | %-36.1f MiB |\n", state_mb);
-    if (tr->model)
+    if (tr->part.model)
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
-                (double)mal_acts_bytes(tr->model, pl->micro_batch_size) / 1048576.0);
+                (double)mal_acts_bytes(tr->part.model, pl->micro_batch_size) / 1048576.0);
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
     if (mal_data_n_tokens(tr->data) == SIZE_MAX) /* synthetic: generated */
         fprintf(f, "| data tokens          | %-40s |\n", "unbounded (generated)");
@@ -420,7 +379,7 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
                     ? snprintf(line, sizeof line, "every %d steps", tr->o.snapshot_every)
                     : snprintf(line, sizeof line, "at the end");
         snprintf(line + n, sizeof line - (size_t)n, ", keep %s, %s", keep,
-                 tr->async ? "background" : "synchronous");
+                 tr->ckpt.async ? "background" : "synchronous");
         fprintf(f, "| snapshots            | %-40.40s |\n", line);
     }
     fprintf(f, "| steps / seed         | %6lld / %-31llu |\n", (long long)tr->o.steps,
@@ -469,7 +428,7 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
             1e3 * st->step_s, 1e3 * st->compute_s, (long long)st->step * tr->o.global_batch,
             st->slowest_rank);
     for (int r = 0; r < tr->world_size; r++) {
-        const mal_rank_times *t = &tr->rank_times[r];
+        const mal_rank_times *t = &tr->tally.rank_times[r];
         double idle = t->step_s - t->compute_s - t->tp_s - t->pp_s - t->dp_s;
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
@@ -485,10 +444,10 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         for (int r = 0; r < tr->world_size; r++) fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
         fprintf(f, "]");
     }
-    if (tr->hostnames && st->step % tr->check_every_all == 0) {
+    if (tr->mon.hostnames && st->step % tr->mon.check_every_all == 0) {
         fprintf(f, ", \"nodes\": [");
         for (int r = 0; r < tr->world_size; r++)
-            fprintf(f, "%s\"%s\"", r ? ", " : "", tr->hostnames + (size_t)r * MAL_HOSTNAME_LEN);
+            fprintf(f, "%s\"%s\"", r ? ", " : "", tr->mon.hostnames + (size_t)r * MAL_HOSTNAME_LEN);
         fprintf(f, "]");
     }
     if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
@@ -563,10 +522,10 @@ int mal_trainer_run(mal_trainer *tr)
             if (lead)
                 mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
                         (long long)st.step, st.trigger_rank,
-                        st.trigger_rank >= 0 ? tr->rates[st.trigger_rank] : 0.0);
+                        st.trigger_rank >= 0 ? tr->mon.rates[st.trigger_rank] : 0.0);
             if (tr->o.adapt == MAL_ADAPT_RESTART) {
                 /* exit 3 promises a committed snapshot of this step */
-                if (tr->o.snapshot_dir && tr->saved_step != tr->step &&
+                if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step &&
                     (rc = mal_trainer_save(tr)))
                     return rc;
                 if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
@@ -578,13 +537,14 @@ int mal_trainer_run(mal_trainer *tr)
             }
         }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
-            st.step != tr->o.steps && tr->saved_step != tr->step &&
+            st.step != tr->o.steps && tr->ckpt.saved_step != tr->step &&
             (rc = tr->o.snapshot_async ? mal_trainer_save_background(tr) : mal_trainer_save(tr)))
             return rc;
     }
     /* The final snapshot is written now (after the one in flight); the
      * run ends only once every snapshot it started is committed. */
-    if (tr->o.snapshot_dir && tr->saved_step != tr->step && (rc = mal_trainer_save(tr))) return rc;
+    if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step && (rc = mal_trainer_save(tr)))
+        return rc;
     if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
     mal_eval_summary(tr);
     return 0;
