@@ -13,12 +13,13 @@
  * all-reduce, pipeline sends and receives, the data-parallel reduction over
  * member lists, online-migration transfers.  The chosen backend serves it.
  * The MPI data plane works on the buffers in place when the instance's
- * buffers are host-addressable (the cpu backend: zero copies, as before
- * the planes were split) and otherwise stages every transfer through pinned
- * host buffers of the instance (mal_kern_host_alloc: pooled, pinned once and
- * reused), which is what a GPU over MPI needs; the reductions are done by the backend (on the host
- * for MPI, on the device for NCCL), never by the caller.  The NCCL data plane (comm/comm_nccl.c)
- * works on buffers of a GPU instance only (its registry entry names the device), device to device,
+ * buffers are host-addressable (the cpu backend: zero copies, as before the
+ * planes were split) and otherwise stages every transfer through pinned host
+ * buffers of the instance (mal_kern_host_alloc: pooled, pinned once and
+ * reused), which is what a GPU over MPI needs; the reductions are done by
+ * the backend (on the host for MPI, on the device for NCCL), never by the
+ * caller.  The NCCL data plane (comm/comm_nccl.c) works on buffers of a GPU
+ * instance only (its registry entry names the device), device to device,
  * never through the host.
  *
  * Ordering of the data plane against the kernel queue - one rule for every

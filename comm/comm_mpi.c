@@ -10,9 +10,10 @@
  * copy queued on the instance before the operation (or the wait that
  * completes it) returns.  The staging buffers come from the instance's pool
  * (mal_kern_host_alloc): pinned once, reused by every later transfer of
- * their size, never pinned and unpinned per transfer.  The reduction over member lists is the ring
- * of comm_ring.c on the host buffer: this file drives the ring (handing it the raw MPI_Comm), the
- * ring never calls back here, and both convert MPI errors with mpi_err.c (comm_ring.h gives the
+ * their size, never pinned and unpinned per transfer.  The reduction over
+ * member lists is the ring of comm_ring.c on the host buffer: this file
+ * drives the ring (handing it the raw MPI_Comm), the ring never calls back
+ * here, and both convert MPI errors with mpi_err.c (comm_ring.h gives the
  * order).
  *
  * All-reduce results must be bitwise identical on every member.  MPI does

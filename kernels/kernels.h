@@ -16,9 +16,10 @@
  * device memory.  `host_addressable` says whether the host may dereference
  * this instance's device buffers; consumers that take a zero-copy path
  * (the MPI data plane) check it and stage through pinned host buffers
- * (mal_kern_host_alloc) where it is 0.  Pointer arithmetic on device buffers (views
- * at an offset) is allowed; dereferencing is not.  The cpu-opaque backend
- * enforces this: its buffer handles fault on any host access.
+ * (mal_kern_host_alloc) where it is 0.  Pointer arithmetic on device
+ * buffers (views at an offset) is allowed; dereferencing is not.  The
+ * cpu-opaque backend enforces this: its buffer handles fault on any host
+ * access.
  *
  * Element types (DESIGN.md, "Precision").  The model's *state* is fp32
  * whatever the backend computes in: master parameters, gradients (fp32
