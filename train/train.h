@@ -117,6 +117,11 @@ mal_train_options mal_train_defaults(void);
 
 typedef struct mal_trainer mal_trainer;
 
+/* A rank's times of one step (README "--metrics" says what each is on a
+ * GPU): compute_s the synchronised passes and optimizer less their TP time;
+ * tp_s the TP all-reduces as the data plane measures them
+ * (mal_comm_dp_elapsed: device time with NCCL); pp_s, dp_s host time in
+ * pipeline transfers and the gradient sum. */
 typedef struct {
     double compute_s, tp_s, pp_s, dp_s, step_s;
     double dp_wait_s;    /* of dp_s: the gradient sum's time after the backward pass
