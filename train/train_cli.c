@@ -209,7 +209,9 @@ void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t c
              "build (default: nccl with a GPU backend where built,\n"
              "else mpi; the control plane is always MPI; ranks that\n"
              "share a GPU need mpi; nccl gives up on a peer after\n"
-             "$MALLEUS_NCCL_TIMEOUT seconds, default 600)",
+             "$MALLEUS_NCCL_TIMEOUT seconds, default 600, and keeps\n"
+             "$MALLEUS_NCCL_MAX_LISTS member-list communicators\n"
+             "across plan changes, default 32)",
              names);
 }
 
