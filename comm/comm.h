@@ -102,10 +102,11 @@
  * (held sends are launched by data-plane calls only); messages between two
  * ranks match in the order they are posted, whatever their tags (NCCL has
  * none); the NCCL backend cannot see a receive of a different size than
- * its send (MPI reports it).  Each blocking operation is complete on the
- * host when its call (collectives) or wait (point to point) returns: the
- * timeout needs a host that waits, which for a non-blocking reduction is
- * its dp_waitall.
+ * its send (MPI reports it).  Each blocking operation but dp_allreduce is
+ * complete on the host when its call (collectives) or wait (point to
+ * point) returns; dp_allreduce is, on NCCL, once dp_elapsed returns.  The
+ * timeout needs a host that waits: for a non-blocking reduction that is
+ * its dp_waitall, for dp_allreduce dp_elapsed.
  *
  * Non-blocking member-list all-reduce (dp_iallreduce_list, dp_progress,
  * dp_waitall), the rules for every backend:
