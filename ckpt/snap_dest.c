@@ -160,7 +160,9 @@ int mal_snap_dest_open(mal_snap_dest **out, const char *dir, const char *who)
     if (rc) {
         /* a parent that is a file, no permission, a read-only file system:
          * the user's to fix */
-        rc = MAL_ERR(MAL_EINVAL, "%s; choose another --snapshot-dir", mal_errmsg());
+        char why[SNAP_MSG];
+        snprintf(why, sizeof why, "%s", mal_errmsg());
+        rc = MAL_ERR(MAL_EINVAL, "%s; choose another directory", why);
         goto fail;
     }
     if ((d->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {

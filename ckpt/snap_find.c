@@ -108,6 +108,9 @@ int mal_snapshot_scan(const char *dir, int64_t after, mal_snap_scan *sc)
         if (!S_ISDIR(st.st_mode) && !(is_tmp && S_ISREG(st.st_mode))) {
             snap_report_foreign(dir, e->d_name, st.st_mode);
             sc->n_foreign++;
+            if (step > after && sc->n_foreign_after++ == 0)
+                snprintf(sc->foreign_after_name, sizeof sc->foreign_after_name, "%.63s",
+                         e->d_name);
             continue;
         }
         if (is_tmp) continue;
@@ -170,6 +173,12 @@ int mal_snapshot_find(const char *dir, int64_t step, char *path, size_t len, int
                     return MAL_ERR(rc, "no committed snapshot in %s that this build can read: %s",
                                    dir, mal_errmsg());
             }
+            if (sc.n_steps > 0)
+                return MAL_ERR(MAL_ENOENT,
+                               "no committed snapshot in %s: its %d step director%s no %s "
+                               "marker (never committed: the writer crashed or is still running)",
+                               dir, sc.n_steps, sc.n_steps == 1 ? "y has" : "ies have",
+                               SNAP_COMPLETE);
             return MAL_ERR(MAL_ENOENT, "no committed snapshot in %s", dir);
         }
         if (sc.latest >= 0 && sc.latest != sc.newest)

@@ -169,6 +169,9 @@ typedef struct {
     int n_foreign;          /* step_* / .tmp-* entries that are not what Malleus writes (a
                              * link, a FIFO, a file where a directory belongs): reported on
                              * stderr and left alone */
+    int n_foreign_after;    /* of them, step_N names with N above `after`: a writer of step
+                             * N cannot write there */
+    char foreign_after_name[64]; /* one of them */
     int n_listed;           /* the newest committed steps, descending (for messages) */
     int64_t listed[MAL_SNAP_SCAN_LIST];
 } mal_snap_scan;

@@ -218,6 +218,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     mal_train_options *o = &cli->o;
     if (cli->plan_path && (o->dp || o->tp || o->pp))
         return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
+    if (cli->resume_from_given) o->resume = 1;
     if (cli->measure_path) return measure(cli);
 
     int status = 1, rc;
@@ -259,7 +260,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         /* Only errors every rank agrees on come back here (the others took
          * the library's fatal path): rank 0 speaks for all. */
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-        status = mal_exit_status(rc);
+        status = mal_trainer_exit_status(tr, rc);
         goto out;
     }
     status = 0;
