@@ -46,13 +46,15 @@ static int snap_dest_lock(mal_snap_dest *d, const char *who)
     int rc = snap_join(shown, sizeof shown, d->dir, SNAP_LOCK);
     if (rc) return rc;
     for (int attempt = 0; attempt < 16; attempt++) {
-        int fd = openat(d->dfd, SNAP_LOCK, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        int fd =
+            openat(d->dfd, SNAP_LOCK, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0 && errno == EEXIST)
             fd = openat(d->dfd, SNAP_LOCK, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) {
             if (errno == ENOENT) continue; /* removed in between: again */
-            return MAL_ERR(MAL_EINVAL, "cannot open the lock file %s: %s; remove it if it is not "
-                                       "a regular file",
+            return MAL_ERR(MAL_EINVAL,
+                           "cannot open the lock file %s: %s; remove it if it is not "
+                           "a regular file",
                            shown, strerror(errno));
         }
         struct stat st, now;

@@ -72,8 +72,8 @@ int mal_snapshot_scan(const char *dir, int64_t after, mal_snap_scan *sc)
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         if (errno == ENOENT) return MAL_ENOENT;
-        return MAL_ERR(errno == ENOTDIR ? MAL_EINVAL : MAL_EIO, "cannot open snapshot directory %s: %s",
-                       dir, strerror(errno));
+        return MAL_ERR(errno == ENOTDIR ? MAL_EINVAL : MAL_EIO,
+                       "cannot open snapshot directory %s: %s", dir, strerror(errno));
     }
     DIR *d = fdopendir(dfd);
     if (!d) {
@@ -109,8 +109,7 @@ int mal_snapshot_scan(const char *dir, int64_t after, mal_snap_scan *sc)
             snap_report_foreign(dir, e->d_name, st.st_mode);
             sc->n_foreign++;
             if (step > after && sc->n_foreign_after++ == 0)
-                snprintf(sc->foreign_after_name, sizeof sc->foreign_after_name, "%.63s",
-                         e->d_name);
+                snprintf(sc->foreign_after_name, sizeof sc->foreign_after_name, "%.63s", e->d_name);
             continue;
         }
         if (is_tmp) continue;
@@ -131,8 +130,7 @@ int mal_snapshot_scan(const char *dir, int64_t after, mal_snap_scan *sc)
             sc->n_after++;
             if (step > sc->newest_after) {
                 sc->newest_after = step;
-                snprintf(sc->newest_after_name, sizeof sc->newest_after_name, "%.63s",
-                         e->d_name);
+                snprintf(sc->newest_after_name, sizeof sc->newest_after_name, "%.63s", e->d_name);
             }
         }
     }
@@ -146,7 +144,10 @@ static void snap_fmt_steps(char *out, size_t len, const mal_snap_scan *sc)
     size_t k = 0;
     out[0] = '\0';
     for (int i = sc->n_listed - 1; i >= 0 && k < len; i--)
-        k += (size_t)snprintf(out + k, len - k, "%s%lld", i == sc->n_listed - 1 ? "" : i ? ", " : " and ",
+        k += (size_t)snprintf(out + k, len - k, "%s%lld",
+                              i == sc->n_listed - 1 ? ""
+                              : i                   ? ", "
+                                                    : " and ",
                               (long long)sc->listed[i]);
     if (sc->n_committed > sc->n_listed && k < len)
         snprintf(out + k, len - k, " (the newest %d of %d)", sc->n_listed, sc->n_committed);
@@ -154,7 +155,8 @@ static void snap_fmt_steps(char *out, size_t len, const mal_snap_scan *sc)
 
 int mal_snapshot_find(const char *dir, int64_t step, char *path, size_t len, int64_t *found)
 {
-    if (!dir || !path) return MAL_ERR(MAL_EINVAL, "mal_snapshot_find: dir and path must not be NULL");
+    if (!dir || !path)
+        return MAL_ERR(MAL_EINVAL, "mal_snapshot_find: dir and path must not be NULL");
     mal_snap_scan sc;
     int rc = mal_snapshot_scan(dir, -1, &sc);
     if (rc == MAL_ENOENT)
@@ -241,8 +243,8 @@ int mal_snapshot_resolve(const char *path, char *out, size_t len)
     if (!snap_exists(p)) {
         mal_snap_scan sc;
         if ((rc = mal_snapshot_scan(path, -1, &sc))) return rc;
-        if (sc.n_steps > 0 || sc.latest >= 0 || (!snap_join(p, sizeof p, path, SNAP_LATEST) &&
-                                                  snap_exists(p)))
+        if (sc.n_steps > 0 || sc.latest >= 0 ||
+            (!snap_join(p, sizeof p, path, SNAP_LATEST) && snap_exists(p)))
             return mal_snapshot_find_latest(path, out, len);
         char q[PATH_MAX];
         if ((rc = snap_join(q, sizeof q, path, SNAP_INDEX_FILE))) return rc;

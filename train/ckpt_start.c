@@ -98,9 +98,8 @@ int mal_ckpt_start(struct mal_trainer *tr, char *path, size_t len)
         res->rc = start_root(tr, res->path, sizeof res->path);
         if (res->rc) snprintf(res->msg, sizeof res->msg, "%s", mal_errmsg());
     }
-    int rc = tr->world && tr->world_size > 1
-                 ? mal_comm_broadcast(tr->world, res, sizeof *res, 0)
-                 : 0;
+    int rc =
+        tr->world && tr->world_size > 1 ? mal_comm_broadcast(tr->world, res, sizeof *res, 0) : 0;
     if (!rc && res->rc) {
         rc = res->rc;
         if (tr->world_rank != 0) MAL_ERR(rc, "%s", res->msg);
