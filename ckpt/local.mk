@@ -16,6 +16,14 @@ EXTRA_DIST += ckpt/README.md
 # fault injection.
 check_PROGRAMS += tests/test_snapshot
 TESTS += tests/test_snapshot
+# Snapshot directories as hostile input: links at the names a writer uses,
+# links and FIFOs where steps, markers and `latest` belong, the lock and
+# probe of a destination.
+check_PROGRAMS += tests/test_snapdir
+TESTS += tests/test_snapdir
+# ... and the commands on such directories, and outputs that are inputs
+dist_check_SCRIPTS += tests/test_snapdir_cli.sh
+TESTS += tests/test_snapdir_cli.sh
 # h5py and h5dump read a snapshot written by `tests/test_snapshot --write-demo`
 dist_check_SCRIPTS += tests/test_snapshot_h5py.sh
 TESTS += tests/test_snapshot_h5py.sh
