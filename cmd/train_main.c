@@ -222,9 +222,12 @@ int main(int argc, char **argv)
                   "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n"
                   "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
                   "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n"
-                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI); 2 bad usage or\n"
-                  "input (flags, model config, plan, data, snapshot: nothing written); 3 stopped\n"
-                  "with a snapshot because a re-plan is needed (--adapt restart).\n",
+                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI; also bad input\n"
+                  "found only after steps were trained); 2 bad usage or input, refused before\n"
+                  "anything is written (flags, model config, plan, data, snapshot; a snapshot\n"
+                  "directory in use, not writable or holding another run's snapshots; --resume\n"
+                  "with --steps at or below the snapshot's step); 3 stopped with a snapshot\n"
+                  "because a re-plan is needed (--adapt restart).\n",
         .opts = opts,
         .ctx = &cli,
     };
