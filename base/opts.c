@@ -137,9 +137,8 @@ static int apply(const mal_opts_spec *spec, const mal_opt *o, const char *arg)
         if (errno == ERANGE || v < o->lo || v > o->hi ||
             (o->kind == MAL_OPT_INT && (v < INT_MIN || v > INT_MAX)) ||
             (o->kind == MAL_OPT_UINT64 && v < 0))
-            return mal_opts_bad(spec,
-                                "--%s %s is out of range: it expects an integer in [%lld, %lld]",
-                                o->name, arg, o->lo, o->hi);
+            return mal_opts_bad(spec, "--%s expects an integer in [%lld, %lld]: %s is out of range",
+                                o->name, o->lo, o->hi, arg);
         if (o->kind == MAL_OPT_INT)
             *(int *)o->target = (int)v;
         else if (o->kind == MAL_OPT_INT64)
@@ -157,8 +156,8 @@ static int apply(const mal_opts_spec *spec, const mal_opt *o, const char *arg)
                                 o->flo, o->fhi, arg);
         /* ERANGE: past double (1e999) or below its smallest (1e-999) */
         if (errno == ERANGE || !(v >= o->flo && v <= o->fhi))
-            return mal_opts_bad(spec, "--%s %s is out of range: it expects a number in [%g, %g]",
-                                o->name, arg, o->flo, o->fhi);
+            return mal_opts_bad(spec, "--%s expects a number in [%g, %g]: %s is out of range",
+                                o->name, o->flo, o->fhi, arg);
         if (o->kind == MAL_OPT_FLOAT)
             *(float *)o->target = (float)v;
         else

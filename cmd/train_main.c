@@ -226,8 +226,9 @@ int main(int argc, char **argv)
                   "found only after steps were trained); 2 bad usage or input, refused before\n"
                   "anything is written (flags, model config, plan, data, snapshot; a snapshot\n"
                   "directory in use, not writable or holding another run's snapshots; --resume\n"
-                  "with --steps at or below the snapshot's step); 3 stopped with a snapshot\n"
-                  "because a re-plan is needed (--adapt restart).\n",
+                  "with --steps below the snapshot's step; at it, the run is complete: said,\n"
+                  "status 0); 3 stopped with a snapshot because a re-plan is needed (--adapt\n"
+                  "restart).\n",
         .opts = opts,
         .ctx = &cli,
     };

@@ -5,7 +5,8 @@
 #     at start (exit 2, naming the newest), nothing touched, unless
 #     --overwrite-snapshots; --resume-from STEP rolls back;
 #   - --resume finds the newest committed snapshot when `latest` lags;
-#   - --resume with --steps at or below the snapshot's step: exit 2, said;
+#   - --resume with --steps at the snapshot's step: said, exit 0, nothing
+#     written; below it: exit 2;
 #   - a second job on a directory is refused naming the first's host and
 #     pid; the lock goes with the first job's process (kill -9);
 #   - destination problems (a parent that is a file, `latest` a directory,
@@ -66,8 +67,15 @@ $T --steps 4 --snapshot-every 1 --snapshot-dir "$W/lag" >/dev/null 2>&1 || fail 
 echo step_00000002 >"$W/lag/latest"
 expect 0 "resumed from .*step_00000004" "$B/malleus-train" --global-batch 4 --micro-batch 2 \
     --steps 6 --snapshot-dir "$W/lag" --resume
-expect 2 "at step 6, and --steps 6 asks for no step beyond it" $T --steps 6 --snapshot-dir "$W/lag" --resume
-expect 2 "at step 6, and --steps 5 " $T --steps 5 --snapshot-dir "$W/lag" --resume
+# at the snapshot's step the run is complete: said, status 0, nothing
+# written (a restart loop re-run after the final snapshot ends); below
+# it, refused
+tree "$W/lag" >"$W/lag.before"
+expect 0 "at step 6 = --steps: the run is complete, nothing to train" \
+    $T --steps 6 --snapshot-dir "$W/lag" --resume
+tree "$W/lag" | cmp -s - "$W/lag.before" || fail "a complete run changed its snapshots"
+expect 2 "at step 6, past --steps 5: a run cannot train backwards" \
+    $T --steps 5 --snapshot-dir "$W/lag" --resume
 expect 2 "snapshot\(s\) after step 2.*--overwrite-snapshots" \
     $T --steps 5 --snapshot-dir "$W/lag" --resume-from 2
 expect 0 "" $T --steps 3 --snapshot-dir "$W/lag" --resume-from 2 --overwrite-snapshots
@@ -184,8 +192,10 @@ for r in '{"3": 2.0, "3": 4.0}|duplicate object key near .\"3\"' \
     expect 2 "${r#*|}" $REPLAN --model tiny --rates "$W/r.json" -o /dev/null
 done
 expect 2 "--inject 4294967296:2: rank 4294967296 is out of range" $T --steps 1 --inject 4294967296:2
-expect 2 "--steps 99999999999999999999 is out of range" $T --steps 99999999999999999999
-expect 2 "--seed 18446744073709551616 is out of range" $T --seed 18446744073709551616
+expect 2 "--steps expects an integer in .*: 99999999999999999999 is out of range" \
+    $T --steps 99999999999999999999
+expect 2 "--seed expects an integer in .*: 18446744073709551616 is out of range" \
+    $T --seed 18446744073709551616
 
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

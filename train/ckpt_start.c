@@ -13,8 +13,8 @@
  *   - a resume with snapshots after the step resumed (a rollback with
  *     --resume-from, or newer snapshots this build cannot read), whose
  *     steps the run would write again -- unless --overwrite-snapshots;
- *   - a resume with --steps at or below the snapshot's step (nothing to
- *     train).
+ *   - a resume with --steps below the snapshot's step (the state is past
+ *     what was asked; at it, the run is complete: train_cli says so).
  * Rank 0 decides (it alone touches the directory) and tells every rank.
  */
 #include "ckpt_start.h"
@@ -38,11 +38,14 @@ static int start_root(struct mal_trainer *tr, char *path, size_t len)
     /* what to resume, first: a refusal here writes nothing at all */
     if (o->resume) {
         if ((rc = mal_snapshot_find(dir, o->resume_from, path, len, &target))) return rc;
-        if (!o->eval_only && o->steps <= target)
+        /* equal: the run is complete (malleus-train says so and exits 0,
+         * so that a restart loop that lost its job after the final
+         * snapshot finishes); below: the state is past what was asked */
+        if (!o->eval_only && o->steps < target)
             return MAL_ERR(MAL_EINVAL,
-                           "the snapshot to resume, %s, is at step %lld, and --steps %lld asks "
-                           "for no step beyond it: nothing to train; give --steps above %lld to "
-                           "train on (or --eval-only to evaluate it)",
+                           "the snapshot to resume, %s, is at step %lld, past --steps %lld: a "
+                           "run cannot train backwards; give --steps %lld or more, or roll back "
+                           "with --resume-from STEP",
                            path, (long long)target, (long long)o->steps, (long long)target);
     }
     if (o->eval_only) return 0; /* it only reads: no lock, nothing to clear */

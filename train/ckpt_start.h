@@ -12,8 +12,7 @@ struct mal_trainer;
 /* Collective over the world; every rank returns the same code.  For a run
  * with o.snapshot_dir: with o.resume, the snapshot to resume (the newest
  * committed one, or o.resume_from's) into `path` (`len` bytes; "" when
- * not resuming), refused (MAL_EINVAL) when o.steps leaves nothing to
- * train; for a run that writes snapshots, rank 0 opens the directory as
+ * not resuming), refused (MAL_EINVAL) when o.steps is below its step; for a run that writes snapshots, rank 0 opens the directory as
  * its destination (mal_snap_dest_open: created, locked, probed) and
  * refuses it when it holds snapshots the run would bury or write again --
  * another run's (no --resume), or those after the step resumed -- unless

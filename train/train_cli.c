@@ -287,6 +287,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         goto out;
     }
     if (cli->quiet <= 0 && lead) mal_trainer_print_summary(tr, stdout);
+    const int64_t start = mal_trainer_steps_done(tr);
     rc = mal_trainer_run(tr);
     if (rc == MAL_TRAIN_REPLAN) {
         if (lead)
@@ -302,6 +303,11 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         status = mal_trainer_exit_status(tr, rc);
         goto out;
     }
+    /* not a silent success: a resumed run that had nothing to do says so */
+    if (lead && o->resume && !o->eval_only && start >= o->steps)
+        printf("malleus-train: the snapshot resumed is at step %lld = --steps: the run is "
+               "complete, nothing to train\n",
+               (long long)start);
     status = 0;
 out:
     mal_trainer_destroy(tr);
