@@ -12,10 +12,18 @@
  *   snap_crc32c.c  block checksums: CRC-32C and whole-file checksums
  *   snap_blocks.c  block geometry: names, shapes, counts, tiling checks
  *     (the three above call no other snap_*.c)
- *   snap_fs.c      file system: paths, fsync, temporary names, atomic
- *                  replacement of a small file, retention and debris,
- *                  finding the snapshot to resume from, the COMPLETE marker
- *                  read and parsed                         -> fault
+ *   snap_fs.c      file system: paths, fsync, temporary names, creation
+ *                  relative to a directory descriptor, atomic replacement
+ *                  of a small file, removal that never follows links,
+ *                  retention and debris, bounded non-blocking reads of
+ *                  small files, the COMPLETE marker read and parsed
+ *                                                          -> fault
+ *   snap_find.c    what a snapshot directory holds, the newest committed
+ *                  snapshot (listed; `latest` a hint), a step's, what a
+ *                  command-line path names                 -> fs
+ *   snap_dest.c    a destination made ready at start (created, locked,
+ *                  probed), the old run cleared, what a directory owns
+ *                                                          -> fs
  *   snap_h5.c      HDF5 plumbing: quiet error stacks, error conversion,
  *                  attributes, property lists, plain table datasets
  *                                                          -> fault
@@ -40,12 +48,14 @@
  *
  * On-disk layout (format "malleus-snapshot", format_version 2):
  *
- *   DIR/latest                 text "step_NNNNNNNN\n": the newest committed snapshot
+ *   DIR/latest                 text "step_NNNNNNNN\n": the snapshot committed last
+ *                              (a hint: readers list DIR for the newest)
  *   DIR/step_NNNNNNNN/         one directory per snapshot (step zero-padded to 8)
  *       shard_RRRRR.h5         blocks written by one process (usually rank R's)
  *       index.h5               meta, block table, one virtual dataset per tensor
  *       COMPLETE               completion marker, JSON, written last
- *   DIR/.tmp-*.<pid>@<host>    work in progress of a writer (rank 0's pid and host)
+ *   DIR/.tmp-*.<random>.<pid>@<host>   work in progress of a writer (rank 0's)
+ *   DIR/.lock                  flock'ed by the program writing DIR (its pid, host)
  *
  * shard_RRRRR.h5: root attributes format, format_version, step, shard (int32);
  * one float32 little-endian contiguous dataset per block at
