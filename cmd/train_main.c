@@ -8,8 +8,9 @@
 #include "src/data.h"
 #include "train/train_cli.h"
 
-static const char *const data_formats[] = {"auto", "llmc", "raw16", NULL};
-static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16};
+static const char *const data_formats[] = {"auto", "llmc", "raw16", "raw32", NULL};
+static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16,
+                                         MAL_DATA_RAW32};
 static const char *const adapt_modes[] = {"off", "restart", "online", NULL};
 static const int adapt_values[] = {MAL_ADAPT_OFF, MAL_ADAPT_RESTART, MAL_ADAPT_ONLINE};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
@@ -34,12 +35,14 @@ int main(int argc, char **argv)
                  "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
                  "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
         {MAL_OPT_STRING, "data", .metavar = "FILE", .target = &o->data_path,
-         .help = "token file (llm.c format or headerless uint16), or\n"
+         .help = "token file (llm.c format, uint16 or uint32 tokens, or\n"
+                 "headerless uint16/uint32; mapped, never read whole), or\n"
                  "synthetic:V for generated tokens 0..V-1 (benchmarks);\n"
                  "default: the built-in corpus (byte-level, vocab 256)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
-         .help = "auto, llmc or raw16 (default: auto)"},
+         .help = "auto, llmc, raw16 or raw32 (default: auto: llm.c when\n"
+                 "the header's magic says so, else raw16)"},
 
         {MAL_OPT_SECTION, .help = "Validation and samples:"},
         {MAL_OPT_STRING, "val-data", .metavar = "FILE", .target = &o->val_data_path,
@@ -48,7 +51,7 @@ int main(int argc, char **argv)
                  "built-in corpus; training never samples it)"},
         {MAL_OPT_CHOICE, "val-data-format", .metavar = "F", .target = &o->val_data_format,
          .choices = data_formats, .values = data_format_values,
-         .help = "auto, llmc or raw16 (default: auto)"},
+         .help = "as --data-format (default: auto)"},
         {MAL_OPT_INT, "eval-every", .metavar = "N", .target = &o->eval_every, .lo = 0,
          .hi = INT_MAX,
          .help = "validation loss every N steps and at the end (default: 0 =\n"

@@ -1,10 +1,12 @@
-/* Token data files (llm.c and headerless uint16), the built-in corpus as a
- * token stream, deterministic window sampling, atomic token-file writes and
- * the byte-level tokenizer.  See data.h for the contracts. */
-#include "data.h"
+/* Data sets: opening (token files through data_file.c, synthetic data,
+ * the built-in corpus as a token stream held in memory), deterministic
+ * window sampling, atomic token-file writes and the byte-level tokenizer.
+ * See data.h for the contracts. */
+#include "data_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,24 +20,10 @@
 #include "corpus.h"
 #include "data_synth.h"
 
-struct mal_data {
-    char *name;
-    uint16_t *tokens;
-    size_t n_tokens;
-    int max_token;
-    int synth_vocab; /* > 0: synthetic data (data_synth.h), no tokens */
-};
-
 static const char default_name[] = "built-in corpus";
 static const char heldout_name[] = "built-in corpus, held-out part";
 
 /* ---- little-endian helpers ------------------------------------------- */
-
-static int32_t get_le32(const unsigned char *p)
-{
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return (int32_t)v;
-}
 
 static void put_le32(unsigned char *p, int32_t v)
 {
@@ -52,14 +40,6 @@ static int host_is_little_endian(void)
     unsigned char b;
     memcpy(&b, &one, 1);
     return b == 1;
-}
-
-/* Token files are little endian; on a big-endian host swap in place. */
-static void tokens_from_le(uint16_t *t, size_t n)
-{
-    if (host_is_little_endian()) return;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint16_t)(t[i] >> 8 | t[i] << 8);
 }
 
 /* ---- whole-file reading ----------------------------------------------- */
@@ -86,8 +66,10 @@ int mal_data_parse_format(const char *name, int *format)
         *format = MAL_DATA_LLMC;
     else if (name && strcmp(name, "raw16") == 0)
         *format = MAL_DATA_RAW16;
+    else if (name && strcmp(name, "raw32") == 0)
+        *format = MAL_DATA_RAW32;
     else
-        return MAL_ERR(MAL_EINVAL, "unknown token file format '%s': use llmc, raw16 or auto",
+        return MAL_ERR(MAL_EINVAL, "unknown token file format '%s': use llmc, raw16, raw32 or auto",
                        name ? name : "(null)");
     return 0;
 }
@@ -101,6 +83,8 @@ const char *mal_data_format_name(int format)
         return "llmc";
     case MAL_DATA_RAW16:
         return "raw16";
+    case MAL_DATA_RAW32:
+        return "raw32";
     default:
         return "unknown";
     }
@@ -108,170 +92,97 @@ const char *mal_data_format_name(int format)
 
 /* ---- opening ---------------------------------------------------------- */
 
-/* Take ownership of `tokens` (n >= 1) and `name` into a new object. */
-static int data_create(mal_data **out, char *name, uint16_t *tokens, size_t n)
+static int data_new(mal_data **out, const char *name, int n_files)
 {
     mal_data *d = calloc(1, sizeof *d);
-    if (!d) return MAL_ERR(MAL_ENOMEM, "out of memory creating the data set %s", name);
-    int mx = 0;
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] > mx) mx = tokens[i];
-    d->name = name;
-    d->tokens = tokens;
-    d->n_tokens = n;
-    d->max_token = mx;
+    if (!d || !(d->name = strdup(name)) ||
+        (n_files && !(d->files = calloc((size_t)n_files, sizeof *d->files)))) {
+        if (d) free(d->name);
+        free(d);
+        return MAL_ERR(MAL_ENOMEM, "out of memory opening the data set %s", name);
+    }
     *out = d;
     return 0;
 }
 
-int mal_data_parse_image(const char *path, int format, const unsigned char *buf, size_t len,
-                         size_t *start, size_t *n)
+/* Totals over the files, and the largest ids of the small ones (the files
+ * up to MAL_DATA_SCAN_BYTES of tokens in all: data.h). */
+static int data_finish(mal_data *d)
 {
-    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
-        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
-    if (len == 0) return MAL_ERR(MAL_EFORMAT, "token file %s is empty", path);
-    if (format == MAL_DATA_AUTO)
-        format = len >= 4 && get_le32(buf) == MAL_DATA_LLMC_MAGIC ? MAL_DATA_LLMC : MAL_DATA_RAW16;
-
-    if (format == MAL_DATA_RAW16) {
-        if (len % 2 != 0)
-            return MAL_ERR(MAL_EFORMAT,
-                           "raw uint16 token file %s has an odd size (%zu bytes): it is not a "
-                           "headerless uint16 file, or it was truncated",
-                           path, len);
-        *start = 0;
-        *n = len / 2;
-        return 0;
+    uint64_t scanned = 0;
+    int rc;
+    for (int i = 0; i < d->n_files; i++) {
+        mal_data_file *f = &d->files[i];
+        d->n_tokens += f->n_tokens;
+        uint64_t bytes = f->n_tokens * (uint64_t)f->width;
+        if (f->max_token < 0 && scanned + bytes <= MAL_DATA_SCAN_BYTES) {
+            if ((rc = mal_data_file_scan(f))) return rc;
+            scanned += bytes;
+        }
     }
-
-    /* LLMC */
-    if (len < MAL_DATA_LLMC_HEADER_BYTES)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s is too short (%zu bytes) for an llm.c header (%d bytes); "
-                       "if it is headerless uint16 use format raw16",
-                       path, len, MAL_DATA_LLMC_HEADER_BYTES);
-    int32_t magic = get_le32(buf), version = get_le32(buf + 4), count = get_le32(buf + 8);
-    if (magic != MAL_DATA_LLMC_MAGIC)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s is not in llm.c format (magic %d, expected %d); if it is "
-                       "headerless uint16 use format raw16",
-                       path, (int)magic, MAL_DATA_LLMC_MAGIC);
-    if (version != MAL_DATA_LLMC_VERSION)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s has llm.c version %d; only version %d (uint16 tokens) is "
-                       "supported%s",
-                       path, (int)version, MAL_DATA_LLMC_VERSION,
-                       version == 2 ? " (version 2 holds uint32 tokens: re-tokenize with a "
-                                      "vocabulary below 65536)"
-                                    : "");
-    if (count <= 0)
-        return MAL_ERR(MAL_EFORMAT, "token file %s declares %d tokens in its header: %s", path,
-                       (int)count, count == 0 ? "it holds no data" : "the header is corrupt");
-    size_t have = (len - MAL_DATA_LLMC_HEADER_BYTES) / 2;
-    size_t want = (size_t)count;
-    if ((len - MAL_DATA_LLMC_HEADER_BYTES) % 2 != 0 || have > want)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s has %zu bytes after its header but the header declares "
-                       "%zu tokens (%zu bytes): trailing data, the file is malformed",
-                       path, len - MAL_DATA_LLMC_HEADER_BYTES, want, 2 * want);
-    if (have < want)
-        return MAL_ERR(MAL_ECORRUPT,
-                       "token file %s is truncated: the header declares %zu tokens but only %zu "
-                       "are present; regenerate or re-download it",
-                       path, want, have);
-    *start = MAL_DATA_LLMC_HEADER_BYTES;
-    *n = want;
     return 0;
 }
 
 int mal_data_open(mal_data **out, const char *path, int format)
 {
     int rc;
-    unsigned char *buf = NULL;
-    size_t len = 0, start = 0, n = 0;
-    uint16_t *tokens = NULL;
-    char *name = NULL;
+    mal_data *d = NULL;
 
     *out = NULL;
     int synth_vocab = 0;
     if ((rc = mal_data_synth_spec(path, &synth_vocab)) < 0) return rc;
     if (rc) {
-        /* Generated on demand by mal_data_sample: no token array, unbounded. */
-        if (!(*out = calloc(1, sizeof **out)) || !((*out)->name = strdup(path))) {
-            free(*out);
-            *out = NULL;
-            return MAL_ERR(MAL_ENOMEM, "out of memory opening %s", path);
-        }
-        (*out)->n_tokens = SIZE_MAX;
-        (*out)->max_token = synth_vocab - 1;
-        (*out)->synth_vocab = synth_vocab;
+        /* Generated on demand by mal_data_sample: no file, unbounded. */
+        if ((rc = data_new(&d, path, 0))) return rc;
+        d->n_tokens = UINT64_MAX;
+        d->synth_vocab = synth_vocab;
+        *out = d;
         return 0;
     }
-    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
+    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16 &&
+        format != MAL_DATA_RAW32)
         return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
-    rc = read_whole_file(path, "token file", &buf, &len);
-    if (rc) return rc;
-    rc = mal_data_parse_image(path, format, buf, len, &start, &n);
-    if (rc) goto cleanup;
-
-    /* For raw files the image is the token array already; for llm.c files
-     * copy the tokens out so the 1 KiB header is not kept. */
-    if (start == 0) {
-        tokens = (uint16_t *)buf;
-        buf = NULL;
-    } else {
-        tokens = malloc(n * sizeof *tokens);
-        if (!tokens) {
-            rc = MAL_ERR(MAL_ENOMEM, "out of memory loading %zu tokens from %s", n, path);
-            goto cleanup;
-        }
-        memcpy(tokens, buf + start, n * sizeof *tokens);
+    if ((rc = data_new(&d, path, 1))) return rc;
+    d->n_files = 1;
+    if ((rc = mal_data_file_open(&d->files[0], path, format)) || (rc = data_finish(d))) {
+        mal_data_destroy(d);
+        return rc;
     }
-    tokens_from_le(tokens, n);
-    name = strdup(path);
-    if (!name) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory loading %s", path);
-        goto cleanup;
-    }
-    rc = data_create(out, name, tokens, n);
-    if (rc) goto cleanup;
-    tokens = NULL;
-    name = NULL;
-
-cleanup:
-    free(name);
-    free(tokens);
-    free(buf);
-    return rc;
+    *out = d;
+    return 0;
 }
 
-/* The built-in corpus, or its held-out continuation, as byte tokens. */
+/* The built-in corpus, or its held-out continuation, as byte tokens: one
+ * in-memory "file" of 1-byte tokens, the generated text itself. */
 static int open_generated(mal_data **out, int (*generate)(char **, size_t *), const char *what)
 {
-    char *text = NULL, *name = NULL;
+    char *text = NULL;
     size_t len = 0;
-    uint16_t *tokens = NULL;
+    mal_data *d = NULL;
 
     *out = NULL;
     int rc = generate(&text, &len);
     if (rc) return rc;
-    tokens = malloc(len * sizeof *tokens);
-    name = strdup(what);
-    if (!tokens || !name) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the %s (%zu tokens)", what, len);
-        goto cleanup;
+    if ((rc = data_new(&d, what, 1))) goto fail;
+    d->n_files = 1;
+    mal_data_file *f = &d->files[0];
+    f->max_token = -1;
+    if (!(f->path = strdup(what))) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the %s", what);
+        goto fail;
     }
-    for (size_t i = 0; i < len; i++)
-        tokens[i] = (unsigned char)text[i];
-    rc = data_create(out, name, tokens, len);
-    if (rc) goto cleanup;
-    tokens = NULL;
-    name = NULL;
-
-cleanup:
-    free(name);
-    free(tokens);
+    f->format = MAL_DATA_MEM;
+    f->width = 1;
+    f->mem = (unsigned char *)text;
+    text = NULL;
+    f->tok = f->mem;
+    f->n_tokens = len;
+    if ((rc = data_finish(d))) goto fail;
+    *out = d;
+    return 0;
+fail:
     free(text);
+    mal_data_destroy(d);
     return rc;
 }
 
@@ -288,29 +199,90 @@ int mal_data_open_heldout(mal_data **out)
 void mal_data_destroy(mal_data *d)
 {
     if (!d) return;
-    free(d->tokens);
+    for (int i = 0; i < d->n_files; i++)
+        mal_data_file_close(&d->files[i]);
+    free(d->files);
     free(d->name);
     free(d);
 }
 
-size_t mal_data_n_tokens(const mal_data *d)
+int mal_data_check_vocab(mal_data *d, int vocab)
+{
+    if (vocab < 1) return MAL_ERR(MAL_EINVAL, "vocabulary size %d must be at least 1", vocab);
+    if (d->synth_vocab > vocab)
+        return MAL_ERR(MAL_EINVAL,
+                       "data %s holds token ids up to %d but the model has a vocabulary of %d: "
+                       "use synthetic:%d or a model config with a larger vocab",
+                       d->name, d->synth_vocab - 1, vocab, vocab);
+    for (int i = 0; i < d->n_files; i++)
+        if (d->files[i].max_token >= vocab)
+            return MAL_ERR(MAL_EINVAL,
+                           "data %s holds token id %" PRId64 " but the model has a vocabulary "
+                           "of %d: use a model config with a larger vocab, or data tokenized "
+                           "for this model",
+                           d->files[i].path, d->files[i].max_token, vocab);
+    d->vocab = vocab;
+    return 0;
+}
+
+uint64_t mal_data_n_tokens(const mal_data *d)
 {
     return d->n_tokens;
 }
-int mal_data_max_token(const mal_data *d)
+
+int64_t mal_data_max_token(const mal_data *d)
 {
-    return d->max_token;
+    if (d->synth_vocab) return d->synth_vocab - 1;
+    int64_t mx = -1;
+    for (int i = 0; i < d->n_files; i++) {
+        if (d->files[i].max_token < 0) return -1; /* one file not known: not known */
+        mx = MAL_MAX(mx, d->files[i].max_token);
+    }
+    return mx;
 }
+
 const char *mal_data_name(const mal_data *d)
 {
     return d->name;
 }
-const uint16_t *mal_data_tokens(const mal_data *d)
+
+int64_t mal_data_token(const mal_data *d, uint64_t i)
 {
-    return d->tokens;
+    for (int k = 0; k < d->n_files; k++) {
+        if (i < d->files[k].n_tokens) return mal_data_file_token(&d->files[k], i);
+        i -= d->files[k].n_tokens;
+    }
+    return -1;
+}
+
+size_t mal_data_resident_bytes(const mal_data *d)
+{
+    size_t b = 0;
+    for (int i = 0; i < d->n_files; i++)
+        if (d->files[i].mem) b += (size_t)d->files[i].n_tokens * (size_t)d->files[i].width;
+    return b;
 }
 
 /* ---- sampling --------------------------------------------------------- */
+
+/* Copy the window of T + 1 tokens of `f` from token `off` into inputs and
+ * targets, checking each token against d->vocab when it is set. */
+static int read_window(const mal_data *d, const mal_data_file *f, uint64_t off, int T, int *inputs,
+                       int *targets)
+{
+    for (int i = 0; i <= T; i++) {
+        int64_t t = mal_data_file_token(f, off + (uint64_t)i);
+        if (t > INT_MAX || (d->vocab > 0 && t >= d->vocab))
+            return MAL_ERR(MAL_EFORMAT,
+                           "token file %s holds token id %" PRId64 " at token %" PRIu64
+                           " but the model has a vocabulary of %d: the file was tokenized for "
+                           "another model, or it is corrupt",
+                           f->path, t, off + (uint64_t)i, d->vocab);
+        if (i < T) inputs[i] = (int)t;
+        if (i > 0) targets[i - 1] = (int)t;
+    }
+    return 0;
+}
 
 int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos, int T, int *inputs,
                     int *targets)
@@ -319,23 +291,19 @@ int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos,
     if (step < 0 || pos < 0)
         return MAL_ERR(MAL_EINVAL, "negative step (%lld) or batch position (%lld) for sampling",
                        (long long)step, (long long)pos);
-    if (d->n_tokens < (size_t)T + 1)
-        return MAL_ERR(MAL_EINVAL,
-                       "data set %s has %zu tokens, fewer than sequence length + 1 = %lld: use a "
-                       "larger token file or a shorter sequence length",
-                       d->name, d->n_tokens, (long long)T + 1);
     if (d->synth_vocab) {
         mal_data_synth_window(seed, d->synth_vocab, step, pos, T, inputs, targets);
         return 0;
     }
+    const mal_data_file *f = &d->files[0];
+    if (f->n_tokens < (uint64_t)T + 1)
+        return MAL_ERR(MAL_EINVAL,
+                       "data set %s has %" PRIu64 " tokens, fewer than sequence length + 1 = "
+                       "%lld: use a larger token file or a shorter sequence length",
+                       d->name, f->n_tokens, (long long)T + 1);
     uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos,
-                                 (uint64_t)(d->n_tokens - (size_t)T));
-    const uint16_t *w = d->tokens + off;
-    for (int i = 0; i < T; i++) {
-        inputs[i] = w[i];
-        targets[i] = w[i + 1];
-    }
-    return 0;
+                                 f->n_tokens - (uint64_t)T);
+    return read_window(d, f, off, T, inputs, targets);
 }
 
 /* ---- atomic writing --------------------------------------------------- */

@@ -1,6 +1,11 @@
-/* Token data: loading and writing token files (llm.c format or headerless
- * uint16), the built-in default corpus, and deterministic sampling of training
- * windows.
+/* Token data: token files (llm.c format with uint16 or uint32 tokens, or
+ * headerless uint16 / uint32), the built-in default corpus, deterministic
+ * sampling of training windows, writing token files.
+ *
+ * Token files are mapped, never read whole into memory: a rank's memory
+ * holds only the pages of the windows it reads (the page cache's, shared by
+ * every rank of the machine that maps the same file), so a 4 GB corpus
+ * costs a rank what a 4 MB one does (bench/README.md).
  *
  * Sampling is a pure function of (seed, step, position in the global batch)
  * and the file: no rank keeps a data-loader cursor.  That is what lets a run
@@ -8,7 +13,8 @@
  * same global batch at every step; progress is stored as consumed samples.
  *
  * A mal_data is owned by the library (mal_data_open* / mal_data_destroy) and
- * is read-only after opening, so several threads may sample from one object.
+ * is read-only after opening (and mal_data_check_vocab), so several threads
+ * may sample from one object.
  */
 #ifndef MAL_DATA_H
 #define MAL_DATA_H
@@ -18,12 +24,16 @@
 
 typedef struct mal_data mal_data;
 
-enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2 };
+enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2, MAL_DATA_RAW32 = 3 };
 
 /* llm.c token file header: 256 little-endian int32; [0] magic, [1] version,
- * [2] number of uint16 tokens that follow. */
+ * [2] number of tokens that follow.  Magic 20240520 version 1: uint16
+ * tokens (GPT-2's files); magic 20240801 version 7: uint32 tokens (llm.c's
+ * LLaMA-3 files). */
 #define MAL_DATA_LLMC_MAGIC 20240520
 #define MAL_DATA_LLMC_VERSION 1
+#define MAL_DATA_LLMC32_MAGIC 20240801
+#define MAL_DATA_LLMC32_VERSION 7
 #define MAL_DATA_LLMC_HEADER_INTS 256
 #define MAL_DATA_LLMC_HEADER_BYTES (4 * MAL_DATA_LLMC_HEADER_INTS)
 
@@ -41,21 +51,24 @@ enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2 };
 /* Vocabulary size of the byte-level tokenizer and the built-in corpus. */
 #define MAL_DATA_BYTE_VOCAB 256
 
-/* Local.  Load the token file `path` into memory.  `format`: MAL_DATA_LLMC
- * (llm.c: 1024-byte header of 256 little-endian int32 {20240520, 1, count,
- * 0...}, then `count` little-endian uint16 tokens), MAL_DATA_RAW16
- * (headerless little-endian uint16, nanoGPT) or MAL_DATA_AUTO (LLMC when the
- * first int32 is the magic, else RAW16).  Everything is validated; failures
- * return, with a message naming the path:
+/* Local.  Open the token file `path` (mapped read-only).  `format`:
+ * MAL_DATA_LLMC (llm.c: 1024-byte header of 256 little-endian int32 {magic,
+ * version, count, 0...}, then `count` little-endian tokens of the width the
+ * magic and version say), MAL_DATA_RAW16 / RAW32 (headerless little-endian
+ * uint16, nanoGPT, or uint32) or MAL_DATA_AUTO (LLMC when the first int32 is
+ * one of the magics, else RAW16).  The header and the size are validated
+ * here; token ids are checked by mal_data_check_vocab and as windows are
+ * read.  Failures return, with a message naming the path:
  *   MAL_ENOENT   the file does not exist;
- *   MAL_EIO      it cannot be read (permissions, a directory, read error);
- *   MAL_EFORMAT  empty, wrong magic or version, odd byte count, or more bytes
- *                than the header's token count;
- *   MAL_ECORRUPT fewer bytes than the header's token count (truncated file);
- *   MAL_EINVAL   unknown format.
+ *   MAL_EINVAL   it is a directory, a device or FIFO, or unreadable
+ *                (permissions); unknown format;
+ *   MAL_EIO      it cannot be mapped;
+ *   MAL_EFORMAT  empty, wrong magic or version, a size that is not whole
+ *                tokens, or more bytes than the header's token count;
+ *   MAL_ECORRUPT fewer bytes than the header's token count (truncated file).
  * On success *out is a new object the caller releases with mal_data_destroy.
  * `path` "synthetic:V" opens generated tokens instead (src/data_synth.h):
- * unbounded (n_tokens SIZE_MAX, tokens NULL), max_token V - 1. */
+ * unbounded (n_tokens UINT64_MAX), max_token V - 1. */
 int mal_data_open(mal_data **out, const char *path, int format);
 
 /* Local.  The built-in default corpus (see src/corpus.h): generated
@@ -71,22 +84,42 @@ int mal_data_open_heldout(mal_data **out);
 /* Local.  Release everything; NULL is allowed. */
 void mal_data_destroy(mal_data *d);
 
-/* Local.  Check the image of a token file (`len` bytes at `buf`, as read)
- * in `format` (MAL_DATA_AUTO: llm.c when the magic says so, else raw16):
- * the llm.c header's magic, version and token count against the length,
- * a raw file's even length.  On success the tokens are the *n uint16
- * (little endian) from byte *start.  MAL_EFORMAT (empty, malformed,
- * trailing data), MAL_ECORRUPT (truncated), MAL_EINVAL (unknown format),
- * each naming `path`.  The parser every token file goes through, and the
- * fuzzing entry (tests/fuzz/fuzz_llmc.c). */
+/* Local.  Check the image of a token file (`len` bytes at `buf`: the
+ * mapping) in `format` (MAL_DATA_AUTO: llm.c when a magic says so, else
+ * raw16): the llm.c header's magic, version and token count against the
+ * length, a raw file's length in whole tokens.  On success the tokens are
+ * the *n little-endian integers of *width bytes (2 or 4) from byte *start.
+ * MAL_EFORMAT (empty, malformed, trailing data), MAL_ECORRUPT (truncated),
+ * MAL_EINVAL (unknown format), each naming `path`.  The parser every token
+ * file goes through, and the fuzzing entry (tests/fuzz/fuzz_llmc.c). */
 int mal_data_parse_image(const char *path, int format, const unsigned char *buf, size_t len,
-                         size_t *start, size_t *n);
+                         size_t *start, size_t *n, int *width);
+
+/* Token files whose tokens add up to at most this many bytes are read once
+ * at opening for their largest id (mal_data_max_token), so a token the
+ * model cannot hold is refused before training starts; larger ones are
+ * checked as their windows are read (mal_data_check_vocab). */
+#define MAL_DATA_SCAN_BYTES ((uint64_t)64 << 20)
+
+/* Local.  Check the data against a vocabulary of `vocab` tokens, and make
+ * every later mal_data_sample check each token it reads against it.
+ * MAL_EINVAL, naming the file, when a token id known now (the built-in
+ * corpus, a file scanned at opening, synthetic data) is >= vocab.  Tokens
+ * not known now -- files too large to scan at opening -- are checked as
+ * windows are read: mal_data_sample then fails with MAL_EFORMAT naming the
+ * file and the token's position.  Call once, before sampling (it is the
+ * one change to an opened object). */
+int mal_data_check_vocab(mal_data *d, int vocab);
 
 /* Local accessors.  Pointers stay owned by `d` and valid until destroy. */
-size_t mal_data_n_tokens(const mal_data *d);
-int mal_data_max_token(const mal_data *d);    /* largest token id present */
-const char *mal_data_name(const mal_data *d); /* the path, or "built-in corpus" */
-const uint16_t *mal_data_tokens(const mal_data *d);
+uint64_t mal_data_n_tokens(const mal_data *d);  /* UINT64_MAX: synthetic, unbounded */
+int64_t mal_data_max_token(const mal_data *d);  /* largest token id, -1 when not known */
+const char *mal_data_name(const mal_data *d);   /* the path, or "built-in corpus" */
+/* Token i (< n_tokens) of the data, counted over its files in order. */
+int64_t mal_data_token(const mal_data *d, uint64_t i);
+/* Bytes the data holds in this process's own memory (the built-in corpus;
+ * a mapped file's pages are the page cache's and are not counted). */
+size_t mal_data_resident_bytes(const mal_data *d);
 
 /* Local, pure.  Sample `pos` of the global batch of step `step` (both >= 0):
  * the window tokens[off .. off+T] with
@@ -113,11 +146,11 @@ int mal_data_write(const char *path, int format, const uint16_t *tokens, size_t 
  * *n >= 1 tokens that the caller frees.  MAL_EFORMAT for an empty file. */
 int mal_data_tokenize_bytes(const char *text_path, uint16_t **tokens, size_t *n);
 
-/* Local.  Parse a format name ("auto", "llmc", "raw16") into *format;
+/* Local.  Parse a format name ("auto", "llmc", "raw16", "raw32") into *format;
  * MAL_EINVAL with a message for anything else.  For command-line options. */
 int mal_data_parse_format(const char *name, int *format);
 
-/* The name of a format constant ("auto", "llmc", "raw16", or "unknown"). */
+/* The name of a format constant ("auto", "llmc", "raw16", "raw32", or "unknown"). */
 const char *mal_data_format_name(int format);
 
 #endif /* MAL_DATA_H */

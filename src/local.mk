@@ -13,7 +13,7 @@ libmalleus_a_SOURCES += src/config.h src/config.c \
 	src/gradsync.h src/gradsync.c \
 	src/migrate.h src/migrate.c \
 	src/sample.h src/sample.c \
-	src/data.h src/data.c src/corpus.h src/corpus.c \
+	src/data.h src/data_internal.h src/data.c src/data_file.c src/corpus.h src/corpus.c \
 	src/data_synth.h src/data_synth.c
 
 check_PROGRAMS += tests/test_slices
@@ -29,6 +29,9 @@ tests_test_data_SOURCES = tests/test_data.c
 TESTS += tests/test_data
 dist_check_SCRIPTS += tests/test_tokenize.sh
 TESTS += tests/test_tokenize.sh
+# token files are mapped: a 4 GB file costs a rank what a 4 MB one does
+dist_check_SCRIPTS += tests/test_data_rss.sh
+TESTS += tests/test_data_rss.sh
 check_PROGRAMS += tests/test_data_synth
 tests_test_data_synth_SOURCES = tests/test_data_synth.c
 TESTS += tests/test_data_synth

@@ -121,7 +121,8 @@ static void test_round_trip(void)
             mal_data *d;
             CHECK_OK(mal_data_open(&d, p, how[h]));
             CHECK_EQ_INT(mal_data_n_tokens(d), N);
-            CHECK(memcmp(mal_data_tokens(d), tok, N * sizeof *tok) == 0);
+            for (size_t i = 0; i < N; i++)
+                if (mal_data_token(d, i) != tok[i]) CHECK(!"tokens differ");
             CHECK_EQ_INT(mal_data_max_token(d), 65535);
             CHECK(strcmp(mal_data_name(d), p) == 0);
             mal_data_destroy(d);
@@ -154,6 +155,87 @@ static void test_round_trip(void)
     free(tok);
 }
 
+/* 32-bit tokens: an llm.c LLaMA-3 file (magic 20240801, version 7, uint32)
+ * and a headerless uint32 file, written byte by byte here, read back with
+ * ids far above 65535; check_vocab refuses a vocabulary that cannot hold
+ * them, naming the file. */
+static void test_wide_tokens(void)
+{
+    enum { N = 3000 };
+    unsigned char *b = calloc(1, 1024 + 4 * N);
+    CHECK(b != NULL);
+    const int32_t h[3] = {20240801, 7, N};
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 4; j++)
+            b[4 * k + j] = (unsigned char)((uint32_t)h[k] >> (8 * j));
+    uint32_t want[N];
+    for (int i = 0; i < N; i++) {
+        want[i] = (uint32_t)(mal_rng_below(5, 6, (uint64_t)i, 128256));
+        if (i == 17) want[i] = 128255; /* LLaMA-3's last id */
+        for (int j = 0; j < 4; j++)
+            b[1024 + 4 * i + j] = (unsigned char)(want[i] >> (8 * j));
+    }
+    const char *llmc = path_in("wide.llmc"), *raw = path_in("wide.raw32");
+    write_bytes(llmc, b, 1024 + 4 * N);
+    write_bytes(raw, b + 1024, 4 * N);
+    free(b);
+    const char *paths[2] = {llmc, raw};
+    const int fmts[2] = {MAL_DATA_AUTO, MAL_DATA_RAW32};
+    for (int k = 0; k < 2; k++) {
+        mal_data *d;
+        CHECK_OK(mal_data_open(&d, paths[k], fmts[k]));
+        CHECK_EQ_INT(mal_data_n_tokens(d), N);
+        CHECK_EQ_INT(mal_data_max_token(d), 128255);
+        for (int i = 0; i < N; i++)
+            if (mal_data_token(d, (uint64_t)i) != want[i]) CHECK(!"uint32 tokens differ");
+        /* windows read at the documented offsets */
+        int in[16], tg[16];
+        CHECK_OK(mal_data_sample(d, 3, 4, 5, 16, in, tg));
+        uint64_t off = mal_rng_below(3 ^ MAL_DATA_SALT, 4, 5, N - 16);
+        for (int i = 0; i < 16; i++) {
+            CHECK_EQ_INT(in[i], want[off + (uint64_t)i]);
+            CHECK_EQ_INT(tg[i], want[off + (uint64_t)i + 1]);
+        }
+        mal_clearerr();
+        CHECK_EQ_INT(mal_data_check_vocab(d, 128000), MAL_EINVAL);
+        CHECK(strstr(mal_errmsg(), paths[k]) && strstr(mal_errmsg(), "128255"));
+        CHECK_OK(mal_data_check_vocab(d, 128256));
+        mal_data_destroy(d);
+    }
+}
+
+/* A file above MAL_DATA_SCAN_BYTES is not read at opening (its largest id
+ * stays unknown); a token the model cannot hold is then refused as its
+ * window is read, naming the file and the token's position. */
+static void test_unscanned_file(void)
+{
+    enum { T = 8 };
+    const char *p = path_in("big.raw16");
+    uint64_t n = MAL_DATA_SCAN_BYTES / 2 + 4096; /* tokens */
+    int fd = open(p, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    CHECK(fd >= 0);
+    CHECK(ftruncate(fd, (off_t)(2 * n)) == 0); /* sparse: all tokens 0 */
+    /* token 1000 in the window of (seed 9, step 0, pos 1) */
+    uint64_t off = mal_rng_below(9 ^ MAL_DATA_SALT, 0, 1, n - T);
+    const unsigned char bad[2] = {1000 & 0xff, 1000 >> 8};
+    CHECK(pwrite(fd, bad, 2, (off_t)(2 * (off + 3))) == 2);
+    CHECK(close(fd) == 0);
+    mal_data *d;
+    CHECK_OK(mal_data_open(&d, p, MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_max_token(d), -1);
+    CHECK_OK(mal_data_check_vocab(d, 256)); /* nothing known to refuse yet */
+    int in[T], tg[T];
+    CHECK_OK(mal_data_sample(d, 9, 0, 0, T, in, tg));
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_sample(d, 9, 0, 1, T, in, tg), MAL_EFORMAT);
+    char at[64];
+    snprintf(at, sizeof at, "at token %llu ", (unsigned long long)(off + 3));
+    CHECK(strstr(mal_errmsg(), p) && strstr(mal_errmsg(), "token id 1000") &&
+          strstr(mal_errmsg(), at));
+    mal_data_destroy(d);
+    unlink(p);
+}
+
 static void test_detection_of_raw_lookalike(void)
 {
     /* A raw16 file whose first tokens are not the magic stays raw under
@@ -173,7 +255,7 @@ static void test_detection_of_raw_lookalike(void)
     write_bytes(p, "\x05\x01", 2);
     CHECK_OK(mal_data_open(&d, p, MAL_DATA_AUTO));
     CHECK_EQ_INT(mal_data_n_tokens(d), 1);
-    CHECK_EQ_INT(mal_data_tokens(d)[0], 0x0105);
+    CHECK_EQ_INT(mal_data_token(d, 0), 0x0105);
     mal_data_destroy(d);
 }
 
@@ -209,13 +291,23 @@ static void test_bad_files(void)
     free(b);
     expect_open_error(p, MAL_DATA_LLMC, MAL_EFORMAT);
 
-    /* Wrong version (2 = uint32 tokens in llm.c) and version 0. */
+    /* Wrong versions: 2 (no such llm.c file), 7 with the uint16 magic, 1
+     * with the uint32 magic, and 0. */
     p = path_in("version.bin");
     b = llmc_image(20240520, 2, 100, 100, &len);
     write_bytes(p, b, len);
     free(b);
     expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
     expect_open_error(p, MAL_DATA_LLMC, MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "version 2") != NULL);
+    b = llmc_image(20240520, 7, 100, 100, &len);
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
+    b = llmc_image(20240801, 1, 50, 100, &len); /* 100 uint16 = 50 uint32 */
+    write_bytes(p, b, len);
+    free(b);
+    expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
     b = llmc_image(20240520, 0, 100, 100, &len);
     write_bytes(p, b, len);
     free(b);
@@ -269,6 +361,11 @@ static void test_bad_files(void)
     expect_open_error(p, MAL_DATA_RAW16, MAL_EFORMAT);
     expect_open_error(p, MAL_DATA_AUTO, MAL_EFORMAT);
 
+    /* Raw uint32: a size that is not whole tokens. */
+    write_bytes(p, "abcdef", 6);
+    expect_open_error(p, MAL_DATA_RAW32, MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "multiple of 4") != NULL);
+
     /* Unknown format constant. */
     expect_open_error(p, 7, MAL_EINVAL);
 
@@ -279,7 +376,7 @@ static void test_bad_files(void)
     CHECK(chmod(p, 0) == 0);
     int fd = open(p, O_RDONLY);
     if (fd < 0)
-        expect_open_error(p, MAL_DATA_AUTO, MAL_EIO);
+        expect_open_error(p, MAL_DATA_AUTO, MAL_EINVAL); /* the user's to fix */
     else
         close(fd);
     chmod(p, 0600);
@@ -557,7 +654,7 @@ static void test_heldout_corpus(void)
     CHECK_EQ_INT(mal_data_n_tokens(v), nh);
     CHECK(strcmp(mal_data_name(v), "built-in corpus, held-out part") == 0);
     for (size_t i = 0; i < nh; i++)
-        if (mal_data_tokens(v)[i] != (unsigned char)h[i]) CHECK(!"held-out tokens differ");
+        if (mal_data_token(v, i) != (unsigned char)h[i]) CHECK(!"held-out tokens differ");
     mal_data_destroy(d);
     mal_data_destroy(v);
     free(t);
@@ -579,6 +676,8 @@ int main(void)
         return MAL_TEST_ERROR;
     }
     test_round_trip();
+    test_wide_tokens();
+    test_unscanned_file();
     test_detection_of_raw_lookalike();
     test_bad_files();
     test_sampling();

@@ -42,14 +42,11 @@ int mal_eval_init(mal_trainer *tr)
     rc = o->val_data_path ? mal_data_open(&ev->val, o->val_data_path, o->val_data_format)
                           : mal_data_open_heldout(&ev->val);
     if (rc) return rc;
-    if (mal_data_max_token(ev->val) >= o->model.vocab)
+    if ((rc = mal_data_check_vocab(ev->val, o->model.vocab))) return rc;
+    if (mal_data_n_tokens(ev->val) < (uint64_t)o->model.seq_len + 1)
         return MAL_ERR(MAL_EINVAL,
-                       "validation data %s holds token id %d but model %s has a vocabulary of %d",
-                       mal_data_name(ev->val), mal_data_max_token(ev->val), o->model.name,
-                       o->model.vocab);
-    if (mal_data_n_tokens(ev->val) < (size_t)o->model.seq_len + 1)
-        return MAL_ERR(MAL_EINVAL, "validation data %s has %zu tokens, fewer than one sequence "
-                       "of %d + 1", mal_data_name(ev->val), mal_data_n_tokens(ev->val),
+                       "validation data %s has %llu tokens, fewer than one sequence of %d + 1",
+                       mal_data_name(ev->val), (unsigned long long)mal_data_n_tokens(ev->val),
                        o->model.seq_len);
     ev->best_val = INFINITY;
     ev->best_val_step = -1;

@@ -98,15 +98,12 @@ static int load_inputs(mal_trainer *tr)
     rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
                       : mal_data_open_default(&tr->data);
     if (rc) return rc;
-    if (mal_data_max_token(tr->data) >= o->model.vocab)
+    if ((rc = mal_data_check_vocab(tr->data, o->model.vocab))) return rc;
+    if (mal_data_n_tokens(tr->data) < (uint64_t)o->model.seq_len + 1)
         return MAL_ERR(MAL_EINVAL,
-                       "data %s holds token id %d but model %s has a vocabulary of %d: use a "
-                       "model config with a larger vocab",
-                       mal_data_name(tr->data), mal_data_max_token(tr->data), o->model.name,
-                       o->model.vocab);
-    if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1)
-        return MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
-                       mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
+                       "data %s has %llu tokens, fewer than one sequence of %d + 1",
+                       mal_data_name(tr->data), (unsigned long long)mal_data_n_tokens(tr->data),
+                       o->model.seq_len);
     return mal_eval_init(tr); /* the validation data, the same way */
 }
 
@@ -354,10 +351,11 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
                 (double)mal_acts_bytes(tr->part.model, pl->micro_batch_size) / 1048576.0);
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
-    if (mal_data_n_tokens(tr->data) == SIZE_MAX) /* synthetic: generated */
+    if (mal_data_n_tokens(tr->data) == UINT64_MAX) /* synthetic: generated */
         fprintf(f, "| data tokens          | %-40s |\n", "unbounded (generated)");
     else
-        fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
+        fprintf(f, "| data tokens          | %-40llu |\n",
+                (unsigned long long)mal_data_n_tokens(tr->data));
     fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch,
             pl->micro_batch_size);
     fprintf(f, "| ranks / pipelines    | %4d / %-33d |\n", tr->world_size, pl->n_pipelines);

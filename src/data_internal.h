@@ -1,0 +1,66 @@
+/* The inside of a data set (data.h), shared by the files that build and
+ * read it: data.c (opening, the built-in corpus, writing), data_file.c (one
+ * token file: mapping, formats, reading tokens).  Nothing outside src/data*.c
+ * includes this header. */
+#ifndef MAL_DATA_INTERNAL_H
+#define MAL_DATA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/fileio.h"
+#include "data.h"
+
+/* One token file, mapped read-only (or, for the built-in corpus, held in
+ * memory).  Token i of the file is at tok + i * width, little endian. */
+typedef struct {
+    char *path;               /* as named (a glob's match) */
+    int format;               /* resolved: MAL_DATA_LLMC, RAW16, RAW32 (or MEM) */
+    int width;                /* bytes per token: 1, 2 or 4 */
+    mal_file_map map;         /* the whole file (not for MEM) */
+    unsigned char *mem;       /* MEM: the tokens, owned */
+    const unsigned char *tok; /* the first token */
+    uint64_t n_tokens;        /* tokens in the file */
+    int64_t max_token;        /* the largest id, -1 while unknown (not scanned) */
+} mal_data_file;
+
+enum { MAL_DATA_MEM = 100 }; /* a file's format: tokens generated in memory */
+
+struct mal_data {
+    char *name;           /* the spec as given, or the built-in corpus's name */
+    mal_data_file *files; /* [n_files] */
+    int n_files;
+    uint64_t n_tokens; /* over all files */
+    int vocab;         /* > 0: every token read is checked against it (check_vocab) */
+    int synth_vocab;   /* > 0: synthetic data (data_synth.h), no files */
+};
+
+/* Local.  Open one token file: map it, parse its header in `format`
+ * (MAL_DATA_AUTO: llm.c when a magic says so, else raw16).  On failure
+ * *f is released.  f->max_token is -1 (scan_file fills it). */
+int mal_data_file_open(mal_data_file *f, const char *path, int format);
+
+/* Local.  Release everything `f` holds (safe on a zeroed one). */
+void mal_data_file_close(mal_data_file *f);
+
+/* Local.  Read every token of `f` once for its largest id (through the
+ * mapping, then dropped from the resident set again), and check them:
+ * MAL_EFORMAT naming the file for an id that is not a token (negative). */
+int mal_data_file_scan(mal_data_file *f);
+
+/* Local, pure.  Token i (< n_tokens) of `f`. */
+static inline int64_t mal_data_file_token(const mal_data_file *f, uint64_t i)
+{
+    const unsigned char *p = f->tok + i * (uint64_t)f->width;
+    switch (f->width) {
+    case 1:
+        return p[0];
+    case 2:
+        return (int64_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
+    default:
+        return (int64_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                         (uint32_t)p[3] << 24);
+    }
+}
+
+#endif /* MAL_DATA_INTERNAL_H */
