@@ -34,19 +34,22 @@ int main(int argc, char **argv)
          .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
                  "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
                  "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
-        {MAL_OPT_STRING, "data", .metavar = "FILE", .target = &o->data_path,
-         .help = "token file (llm.c format, uint16 or uint32 tokens, or\n"
-                 "headerless uint16/uint32; mapped, never read whole), or\n"
-                 "synthetic:V for generated tokens 0..V-1 (benchmarks);\n"
-                 "default: the built-in corpus (byte-level, vocab 256)"},
+        {MAL_OPT_STRING, "data", .metavar = "SPEC", .target = &o->data_path,
+         .help = "token files: FILE, or several separated by commas, each\n"
+                 "a path or a glob ('data/*.bin'), read as one; or a blend,\n"
+                 "every item with a weight: 'web/*.bin:0.7,code.bin:0.3'.\n"
+                 "llm.c format (uint16 or uint32 tokens) or headerless\n"
+                 "uint16/uint32; mapped, never read whole.  Or synthetic:V\n"
+                 "for generated tokens 0..V-1 (benchmarks); default: the\n"
+                 "built-in corpus (byte-level, vocab 256)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
          .help = "auto, llmc, raw16 or raw32 (default: auto: llm.c when\n"
                  "the header's magic says so, else raw16)"},
 
         {MAL_OPT_SECTION, .help = "Validation and samples:"},
-        {MAL_OPT_STRING, "val-data", .metavar = "FILE", .target = &o->val_data_path,
-         .help = "validation token file (formats as --data); default: the\n"
+        {MAL_OPT_STRING, "val-data", .metavar = "SPEC", .target = &o->val_data_path,
+         .help = "validation token files (as --data); default: the\n"
                  "built-in corpus's held-out part (when training on the\n"
                  "built-in corpus; training never samples it)"},
         {MAL_OPT_CHOICE, "val-data-format", .metavar = "F", .target = &o->val_data_format,

@@ -92,15 +92,18 @@ const char *mal_data_format_name(int format)
 
 /* ---- opening ---------------------------------------------------------- */
 
-static int data_new(mal_data **out, const char *name, int n_files)
+/* A new data set with room for n_files files in n_comps components (none
+ * opened yet: n_files and the components' files are counted as they are). */
+static int data_new(mal_data **out, const char *name, int n_files, int n_comps)
 {
     mal_data *d = calloc(1, sizeof *d);
     if (!d || !(d->name = strdup(name)) ||
-        (n_files && !(d->files = calloc((size_t)n_files, sizeof *d->files)))) {
-        if (d) free(d->name);
-        free(d);
+        (n_files && !(d->files = calloc((size_t)n_files, sizeof *d->files))) ||
+        (n_comps && !(d->comps = calloc((size_t)n_comps, sizeof *d->comps)))) {
+        mal_data_destroy(d);
         return MAL_ERR(MAL_ENOMEM, "out of memory opening the data set %s", name);
     }
+    d->n_comps = n_comps;
     *out = d;
     return 0;
 }
@@ -123,17 +126,18 @@ static int data_finish(mal_data *d)
     return 0;
 }
 
-int mal_data_open(mal_data **out, const char *path, int format)
+int mal_data_open(mal_data **out, const char *spec, int format)
 {
     int rc;
     mal_data *d = NULL;
+    mal_data_spec sp;
 
     *out = NULL;
     int synth_vocab = 0;
-    if ((rc = mal_data_synth_spec(path, &synth_vocab)) < 0) return rc;
+    if ((rc = mal_data_synth_spec(spec, &synth_vocab)) < 0) return rc;
     if (rc) {
         /* Generated on demand by mal_data_sample: no file, unbounded. */
-        if ((rc = data_new(&d, path, 0))) return rc;
+        if ((rc = data_new(&d, spec, 0, 0))) return rc;
         d->n_tokens = UINT64_MAX;
         d->synth_vocab = synth_vocab;
         *out = d;
@@ -141,10 +145,25 @@ int mal_data_open(mal_data **out, const char *path, int format)
     }
     if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16 &&
         format != MAL_DATA_RAW32)
-        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
-    if ((rc = data_new(&d, path, 1))) return rc;
-    d->n_files = 1;
-    if ((rc = mal_data_file_open(&d->files[0], path, format)) || (rc = data_finish(d))) {
+        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, spec);
+    if ((rc = mal_data_spec_parse(&sp, spec))) return rc;
+    if ((rc = data_new(&d, spec, sp.n_files, sp.n_comps))) goto done;
+    for (int c = 0; c < sp.n_comps; c++) {
+        d->comps[c].weight = sp.weights[c];
+        d->comps[c].first_file = -1;
+    }
+    for (int i = 0; i < sp.n_files; i++) {
+        if ((rc = mal_data_file_open(&d->files[i], sp.paths[i], format))) goto done;
+        d->n_files = i + 1;
+        mal_data_comp *c = &d->comps[sp.comp_of[i]];
+        d->files[i].comp = sp.comp_of[i];
+        if (c->first_file < 0) c->first_file = i;
+        c->n_files++;
+    }
+    rc = data_finish(d);
+done:
+    mal_data_spec_fini(&sp);
+    if (rc) {
         mal_data_destroy(d);
         return rc;
     }
@@ -163,8 +182,9 @@ static int open_generated(mal_data **out, int (*generate)(char **, size_t *), co
     *out = NULL;
     int rc = generate(&text, &len);
     if (rc) return rc;
-    if ((rc = data_new(&d, what, 1))) goto fail;
+    if ((rc = data_new(&d, what, 1, 1))) goto fail;
     d->n_files = 1;
+    d->comps[0] = (mal_data_comp){1.0, 0, 1};
     mal_data_file *f = &d->files[0];
     f->max_token = -1;
     if (!(f->path = strdup(what))) {
@@ -202,6 +222,7 @@ void mal_data_destroy(mal_data *d)
     for (int i = 0; i < d->n_files; i++)
         mal_data_file_close(&d->files[i]);
     free(d->files);
+    free(d->comps);
     free(d->name);
     free(d);
 }
@@ -255,6 +276,23 @@ int64_t mal_data_token(const mal_data *d, uint64_t i)
     return -1;
 }
 
+int mal_data_n_files(const mal_data *d)
+{
+    return d->n_files;
+}
+
+void mal_data_file_describe(const mal_data *d, int i, mal_data_file_info *info)
+{
+    const mal_data_file *f = &d->files[i];
+    info->path = f->path;
+    info->bytes = f->format == MAL_DATA_MEM ? f->n_tokens : f->map.bytes;
+    info->n_tokens = f->n_tokens;
+    info->format = f->format == MAL_DATA_MEM ? 0 : f->format;
+    info->width = f->width;
+    info->component = f->comp;
+    info->weight = d->comps[f->comp].weight;
+}
+
 size_t mal_data_resident_bytes(const mal_data *d)
 {
     size_t b = 0;
@@ -295,14 +333,38 @@ int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos,
         mal_data_synth_window(seed, d->synth_vocab, step, pos, T, inputs, targets);
         return 0;
     }
-    const mal_data_file *f = &d->files[0];
-    if (f->n_tokens < (uint64_t)T + 1)
+    const mal_data_comp *c = &d->comps[0];
+    if (d->n_comps > 1) {
+        /* the blend's draw: the component whose cumulative weight first
+         * exceeds u (the last one when rounding leaves u above them all) */
+        double u = mal_rng_uniform(seed ^ MAL_DATA_SALT ^ MAL_DATA_BLEND_SALT, (uint64_t)step,
+                                   (uint64_t)pos);
+        double cum = d->comps[0].weight;
+        int k = 0;
+        while (k + 1 < d->n_comps && cum <= u)
+            cum += d->comps[++k].weight;
+        c = &d->comps[k];
+    }
+    /* start positions of windows that lie in one file, over the
+     * component's files laid end to end */
+    uint64_t starts = 0;
+    for (int i = c->first_file; i < c->first_file + c->n_files; i++)
+        if (d->files[i].n_tokens > (uint64_t)T) starts += d->files[i].n_tokens - (uint64_t)T;
+    if (starts == 0) {
+        const mal_data_file *f0 = &d->files[c->first_file];
         return MAL_ERR(MAL_EINVAL,
-                       "data set %s has %" PRIu64 " tokens, fewer than sequence length + 1 = "
-                       "%lld: use a larger token file or a shorter sequence length",
-                       d->name, f->n_tokens, (long long)T + 1);
-    uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos,
-                                 f->n_tokens - (uint64_t)T);
+                       "data set %s: %s has %" PRIu64 " tokens, fewer than sequence length + 1 "
+                       "= %lld%s: use a larger token file or a shorter sequence length",
+                       d->name, f0->path, f0->n_tokens, (long long)T + 1,
+                       c->n_files > 1 ? ", and so has every other file read with it" : "");
+    }
+    uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos, starts);
+    const mal_data_file *f = &d->files[c->first_file];
+    for (;; f++) {
+        uint64_t s_f = f->n_tokens > (uint64_t)T ? f->n_tokens - (uint64_t)T : 0;
+        if (off < s_f) break;
+        off -= s_f;
+    }
     return read_window(d, f, off, T, inputs, targets);
 }
 

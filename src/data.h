@@ -51,23 +51,35 @@ enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2, MAL_DATA_RAW32 
 /* Vocabulary size of the byte-level tokenizer and the built-in corpus. */
 #define MAL_DATA_BYTE_VOCAB 256
 
-/* Local.  Open the token file `path` (mapped read-only).  `format`:
- * MAL_DATA_LLMC (llm.c: 1024-byte header of 256 little-endian int32 {magic,
- * version, count, 0...}, then `count` little-endian tokens of the width the
- * magic and version say), MAL_DATA_RAW16 / RAW32 (headerless little-endian
- * uint16, nanoGPT, or uint32) or MAL_DATA_AUTO (LLMC when the first int32 is
- * one of the magics, else RAW16).  The header and the size are validated
- * here; token ids are checked by mal_data_check_vocab and as windows are
- * read.  Failures return, with a message naming the path:
- *   MAL_ENOENT   the file does not exist;
- *   MAL_EINVAL   it is a directory, a device or FIFO, or unreadable
- *                (permissions); unknown format;
- *   MAL_EIO      it cannot be mapped;
+/* Local.  Open the token files `spec` names (each mapped read-only).
+ *
+ * `spec` is one item or several separated by commas; an item is a path or
+ * a glob (*, ?, [...]; its matches in byte order), optionally followed by
+ * ":WEIGHT".  Either no item has a weight -- then all the files are read as
+ * one data set, each window drawn from the whole -- or every item has one:
+ * a blend, whose items (components) supply the samples in proportion to
+ * their weights, whatever their sizes (a glob's files are one component).
+ * A weight is a positive finite number; weights need not add up to 1.
+ * Paths may not contain commas; a path that itself ends in ":NUMBER" must be
+ * given with a weight.
+ *
+ * `format` (every file): MAL_DATA_LLMC (llm.c: 1024-byte header of 256
+ * little-endian int32 {magic, version, count, 0...}, then `count`
+ * little-endian tokens of the width the magic and version say),
+ * MAL_DATA_RAW16 / RAW32 (headerless little-endian uint16, nanoGPT, or
+ * uint32) or MAL_DATA_AUTO (LLMC when the first int32 is one of the
+ * magics, else RAW16).  Headers and sizes are validated here; token ids by
+ * mal_data_check_vocab and as windows are read.  Failures return, with a
+ * message naming the file or item:
+ *   MAL_ENOENT   a file does not exist, a glob matches nothing;
+ *   MAL_EINVAL   a directory, a device or FIFO, an unreadable file
+ *                (permissions); a bad weight; unknown format;
+ *   MAL_EIO      a file cannot be mapped;
  *   MAL_EFORMAT  empty, wrong magic or version, a size that is not whole
  *                tokens, or more bytes than the header's token count;
  *   MAL_ECORRUPT fewer bytes than the header's token count (truncated file).
  * On success *out is a new object the caller releases with mal_data_destroy.
- * `path` "synthetic:V" opens generated tokens instead (src/data_synth.h):
+ * `spec` "synthetic:V" opens generated tokens instead (src/data_synth.h):
  * unbounded (n_tokens UINT64_MAX), max_token V - 1. */
 int mal_data_open(mal_data **out, const char *path, int format);
 
@@ -111,25 +123,57 @@ int mal_data_parse_image(const char *path, int format, const unsigned char *buf,
  * one change to an opened object). */
 int mal_data_check_vocab(mal_data *d, int vocab);
 
+/* At most this many token files in one data set. */
+#define MAL_DATA_MAX_FILES 65536
+
 /* Local accessors.  Pointers stay owned by `d` and valid until destroy. */
 uint64_t mal_data_n_tokens(const mal_data *d);  /* UINT64_MAX: synthetic, unbounded */
 int64_t mal_data_max_token(const mal_data *d);  /* largest token id, -1 when not known */
-const char *mal_data_name(const mal_data *d);   /* the path, or "built-in corpus" */
+const char *mal_data_name(const mal_data *d);   /* the spec, or "built-in corpus" */
 /* Token i (< n_tokens) of the data, counted over its files in order. */
 int64_t mal_data_token(const mal_data *d, uint64_t i);
 /* Bytes the data holds in this process's own memory (the built-in corpus;
  * a mapped file's pages are the page cache's and are not counted). */
 size_t mal_data_resident_bytes(const mal_data *d);
 
-/* Local, pure.  Sample `pos` of the global batch of step `step` (both >= 0):
- * the window tokens[off .. off+T] with
- *     off = mal_rng_below(seed ^ MAL_DATA_SALT, step, pos, n_tokens - T)
- * (base/rng.h), so every offset in [0, n_tokens - T) is possible and equally
- * likely.  Writes inputs[i] = tokens[off+i], targets[i] = tokens[off+i+1]
+/* The files of a data set, in order, for identifying what a run read:
+ * the path (a glob's match), its size in bytes, its tokens, its format and
+ * width, and the blend component it belongs to with that component's
+ * weight (a share of 1; 1 when the files are read as one). */
+typedef struct {
+    const char *path;
+    uint64_t bytes, n_tokens;
+    int format, width;
+    int component;
+    double weight;
+} mal_data_file_info;
+
+/* Local.  Number of files (0 for synthetic data; 1 for the built-in corpus,
+ * whose path is its name and whose format is 0), and file i's description
+ * (strings owned by `d`). */
+int mal_data_n_files(const mal_data *d);
+void mal_data_file_describe(const mal_data *d, int i, mal_data_file_info *info);
+
+/* Salt of a blend's component draw (xor-ed with the seed and MAL_DATA_SALT). */
+#define MAL_DATA_BLEND_SALT 0x424C454E44ull
+
+/* Local, pure.  Sample `pos` of the global batch of step `step` (both >= 0).
+ * Of a blend, component c is drawn first: the first c whose cumulative
+ * weight exceeds u = mal_rng_uniform(seed ^ MAL_DATA_SALT ^
+ * MAL_DATA_BLEND_SALT, step, pos).  Then, within the component (all the
+ * files when there is no blend), the window tokens[off .. off+T] of the
+ * component's files laid end to end, counting only the windows that lie in
+ * one file: with S_f = n_tokens(f) - T start positions in file f (none
+ * when negative),
+ *     off = mal_rng_below(seed ^ MAL_DATA_SALT, step, pos, sum_f S_f)
+ * (base/rng.h) read from the first file whose starts reach it, so every
+ * start in [0, S) is possible and equally likely; for one file that is the
+ * offset in the file.  Writes inputs[i] = tokens[off+i], targets[i] = tokens[off+i+1]
  * for i < T; both arrays (caller-owned) hold T ints.  Depends only on (seed,
- * step, pos) and the file, never on any cursor or call order.  MAL_EINVAL
- * when T < 1, step or pos is negative, or the file has fewer than T + 1
- * tokens. */
+ * step, pos) and the files, never on any cursor or call order.  MAL_EINVAL
+ * when T < 1, step or pos is negative, or no file of the component has T +
+ * 1 tokens; MAL_EFORMAT for a token that is not below the vocabulary of
+ * mal_data_check_vocab. */
 int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos, int T, int *inputs,
                     int *targets);
 

@@ -1,7 +1,8 @@
 /* The inside of a data set (data.h), shared by the files that build and
- * read it: data.c (opening, the built-in corpus, writing), data_file.c (one
- * token file: mapping, formats, reading tokens).  Nothing outside src/data*.c
- * includes this header. */
+ * read it: data.c (opening, the built-in corpus, sampling, writing),
+ * data_spec.c (what --data names: files, globs, weights), data_file.c (one
+ * token file: mapping, formats, reading tokens).  Nothing outside
+ * src/data*.c includes this header. */
 #ifndef MAL_DATA_INTERNAL_H
 #define MAL_DATA_INTERNAL_H
 
@@ -10,6 +11,7 @@
 
 #include "base/fileio.h"
 #include "data.h"
+#include "data_synth.h"
 
 /* One token file, mapped read-only (or, for the built-in corpus, held in
  * memory).  Token i of the file is at tok + i * width, little endian. */
@@ -22,7 +24,15 @@ typedef struct {
     const unsigned char *tok; /* the first token */
     uint64_t n_tokens;        /* tokens in the file */
     int64_t max_token;        /* the largest id, -1 while unknown (not scanned) */
+    int comp;                 /* the blend component it belongs to */
 } mal_data_file;
+
+/* A blend component: the files of one --data item, read as one. */
+typedef struct {
+    double weight;  /* its share of the samples (the weights add up to 1) */
+    int first_file; /* its files: first_file .. first_file + n_files - 1 */
+    int n_files;
+} mal_data_comp;
 
 enum { MAL_DATA_MEM = 100 }; /* a file's format: tokens generated in memory */
 
@@ -30,10 +40,30 @@ struct mal_data {
     char *name;           /* the spec as given, or the built-in corpus's name */
     mal_data_file *files; /* [n_files] */
     int n_files;
+    mal_data_comp *comps; /* [n_comps] */
+    int n_comps;
     uint64_t n_tokens; /* over all files */
     int vocab;         /* > 0: every token read is checked against it (check_vocab) */
     int synth_vocab;   /* > 0: synthetic data (data_synth.h), no files */
 };
+
+/* What --data names (data_spec.c): n_files paths in order, the component of
+ * each (a component's files are consecutive), and each component's weight
+ * as a share of the whole.  Caller-owned; mal_data_spec_fini releases it. */
+typedef struct {
+    char **paths; /* [n_files] */
+    int *comp_of; /* [n_files] */
+    int n_files;
+    double *weights; /* [n_comps] */
+    int n_comps;
+} mal_data_spec;
+
+/* Local.  Parse `spec` (data.h: items PATH[:WEIGHT] separated by commas,
+ * PATH a file or a glob) into *s.  MAL_EINVAL naming the item for a weight
+ * that is not a positive finite number, or for weights on some items and
+ * not others; MAL_ENOENT for a glob that matches nothing. */
+int mal_data_spec_parse(mal_data_spec *s, const char *spec);
+void mal_data_spec_fini(mal_data_spec *s);
 
 /* Local.  Open one token file: map it, parse its header in `format`
  * (MAL_DATA_AUTO: llm.c when a magic says so, else raw16).  On failure

@@ -485,6 +485,126 @@ static void test_sampling(void)
     mal_data_destroy(s);
 }
 
+/* A raw16 file `name` of n tokens base + i. */
+static const char *write_ramp(const char *name, int base, int n)
+{
+    uint16_t *t = malloc((size_t)n * sizeof *t);
+    CHECK(t != NULL);
+    for (int i = 0; i < n; i++)
+        t[i] = (uint16_t)(base + i);
+    const char *p = path_in(name);
+    CHECK_OK(mal_data_write(p, MAL_DATA_RAW16, t, (size_t)n));
+    free(t);
+    return p;
+}
+
+/* Several files, globs and weights: the files of an unweighted list are
+ * one data set (a window never crosses a file, every start equally
+ * likely); a blend gives each item its weight's share of the samples
+ * whatever its size; the spec's mistakes are refused naming the item. */
+static void test_many_files(void)
+{
+    enum { T = 16 };
+    const char *a = write_ramp("many_a.bin", 0, 2000);
+    const char *b = write_ramp("many_b.bin", 10000, 6000);
+    char spec[1024];
+    mal_data *d;
+    int in[T], tg[T];
+
+    /* one data set of two files */
+    snprintf(spec, sizeof spec, "%s,%s", a, b);
+    CHECK_OK(mal_data_open(&d, spec, MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_n_files(d), 2);
+    CHECK_EQ_INT(mal_data_n_tokens(d), 8000);
+    CHECK_EQ_INT(mal_data_token(d, 1999), 1999);
+    CHECK_EQ_INT(mal_data_token(d, 2000), 10000);
+    CHECK_EQ_INT(mal_data_max_token(d), 15999);
+    mal_data_file_info fi;
+    mal_data_file_describe(d, 1, &fi);
+    CHECK(!strcmp(fi.path, b) && fi.bytes == 12000 && fi.n_tokens == 6000 && fi.width == 2);
+    CHECK(fi.component == 0 && fi.weight == 1.0 && fi.format == MAL_DATA_RAW16);
+    int from_a = 0;
+    for (int k = 0; k < 4000; k++) {
+        CHECK_OK(mal_data_sample(d, 11, k / 50, k % 50, T, in, tg));
+        /* the documented offset over both files' starts */
+        uint64_t off = mal_rng_below(11 ^ MAL_DATA_SALT, (uint64_t)(k / 50), (uint64_t)(k % 50),
+                                     (2000 - T) + (6000 - T));
+        int want = off < 2000 - T ? (int)off : 10000 + (int)(off - (2000 - T));
+        CHECK_EQ_INT(in[0], want);
+        CHECK_EQ_INT(tg[T - 1], want + T); /* within one file */
+        from_a += in[0] < 10000;
+    }
+    /* a quarter of the starts are a's: 1000 expected, sd 27 */
+    printf("one data set of two files: %d of 4000 windows from the first\n", from_a);
+    CHECK(from_a > 880 && from_a < 1120);
+    mal_data_destroy(d);
+
+    /* a blend: weight 3 on the small file, 1 on the large one */
+    snprintf(spec, sizeof spec, "%s:3,%s:1", a, b);
+    CHECK_OK(mal_data_open(&d, spec, MAL_DATA_AUTO));
+    mal_data_file_describe(d, 0, &fi);
+    CHECK(fi.component == 0 && fi.weight == 0.75);
+    mal_data_file_describe(d, 1, &fi);
+    CHECK(fi.component == 1 && fi.weight == 0.25);
+    from_a = 0;
+    for (int k = 0; k < 4000; k++) {
+        CHECK_OK(mal_data_sample(d, 11, k / 50, k % 50, T, in, tg));
+        CHECK_EQ_INT(tg[T - 1], in[0] + T);
+        from_a += in[0] < 10000;
+    }
+    printf("blend 3:1: %d of 4000 windows from the first\n", from_a);
+    CHECK(from_a > 2880 && from_a < 3120); /* 3000 expected, sd 27 */
+    mal_data_destroy(d);
+
+    /* globs: matches in byte order, one component per weighted item */
+    write_ramp("shard_2.bin", 200, 100);
+    write_ramp("shard_10.bin", 1000, 100);
+    write_ramp("shard_1.bin", 100, 100);
+    snprintf(spec, sizeof spec, "%s/shard_*.bin:1,%s:1", dir, a);
+    CHECK_OK(mal_data_open(&d, spec, MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_n_files(d), 4);
+    const char *order[3] = {"shard_1.bin", "shard_10.bin", "shard_2.bin"};
+    for (int i = 0; i < 3; i++) {
+        mal_data_file_describe(d, i, &fi);
+        CHECK(strstr(fi.path, order[i]) && fi.component == 0 && fi.weight == 0.5);
+    }
+    mal_data_file_describe(d, 3, &fi);
+    CHECK(fi.component == 1);
+    mal_data_destroy(d);
+
+    /* mistakes, each naming the item or file */
+    const char *bad_w[] = {":0", ":nan", ":-1", ":inf", ":0.0"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(spec, sizeof spec, "%s:1,%s%s", a, b, bad_w[i]);
+        mal_clearerr();
+        CHECK_EQ_INT(mal_data_open(&d, spec, MAL_DATA_AUTO), MAL_EINVAL);
+        CHECK(strstr(mal_errmsg(), b) && strstr(mal_errmsg(), "weight"));
+    }
+    snprintf(spec, sizeof spec, "%s:1,%s", a, b);
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_open(&d, spec, MAL_DATA_AUTO), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), b) && strstr(mal_errmsg(), "every item"));
+    snprintf(spec, sizeof spec, "%s,%s/none_*.bin", a, dir);
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_open(&d, spec, MAL_DATA_AUTO), MAL_ENOENT);
+    CHECK(strstr(mal_errmsg(), "none_*.bin") && strstr(mal_errmsg(), "matches no file"));
+    snprintf(spec, sizeof spec, "%s,%s", a, path_in("missing.bin"));
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_open(&d, spec, MAL_DATA_AUTO), MAL_ENOENT);
+    CHECK(strstr(mal_errmsg(), "missing.bin"));
+    snprintf(spec, sizeof spec, "synthetic:5,%s", a);
+    CHECK_EQ_INT(mal_data_open(&d, spec, MAL_DATA_AUTO), MAL_EINVAL);
+    /* a file too short for a window, read with one long enough, is skipped */
+    const char *tiny = write_ramp("many_tiny.bin", 50000, T);
+    snprintf(spec, sizeof spec, "%s,%s", tiny, a);
+    CHECK_OK(mal_data_open(&d, spec, MAL_DATA_AUTO));
+    for (int k = 0; k < 100; k++) {
+        CHECK_OK(mal_data_sample(d, 1, 0, k, T, in, tg));
+        CHECK(in[0] < 2000);
+    }
+    mal_data_destroy(d);
+}
+
 static void test_tokenize_bytes(void)
 {
     unsigned char text[300];
@@ -681,6 +801,7 @@ int main(void)
     test_detection_of_raw_lookalike();
     test_bad_files();
     test_sampling();
+    test_many_files();
     test_tokenize_bytes();
     test_default_corpus();
     test_heldout_corpus();
