@@ -8,9 +8,9 @@
 #include "src/data.h"
 #include "train/train_cli.h"
 
-static const char *const data_formats[] = {"auto", "llmc", "raw16", "raw32", NULL};
+static const char *const data_formats[] = {"auto", "llmc", "raw16", "raw32", "megatron", NULL};
 static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16,
-                                         MAL_DATA_RAW32};
+                                         MAL_DATA_RAW32, MAL_DATA_MEGATRON};
 static const char *const adapt_modes[] = {"off", "restart", "online", NULL};
 static const int adapt_values[] = {MAL_ADAPT_OFF, MAL_ADAPT_RESTART, MAL_ADAPT_ONLINE};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
@@ -38,14 +38,17 @@ int main(int argc, char **argv)
          .help = "token files: FILE, or several separated by commas, each\n"
                  "a path or a glob ('data/*.bin'), read as one; or a blend,\n"
                  "every item with a weight: 'web/*.bin:0.7,code.bin:0.3'.\n"
-                 "llm.c format (uint16 or uint32 tokens) or headerless\n"
-                 "uint16/uint32; mapped, never read whole.  Or synthetic:V\n"
+                 "Megatron-LM indexed datasets (PREFIX.bin + PREFIX.idx;\n"
+                 "name PREFIX or PREFIX.bin), llm.c files (uint16 or uint32\n"
+                 "tokens), headerless uint16/uint32; mapped, never read\n"
+                 "whole.  Or synthetic:V\n"
                  "for generated tokens 0..V-1 (benchmarks); default: the\n"
                  "built-in corpus (byte-level, vocab 256)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
-         .help = "auto, llmc, raw16 or raw32 (default: auto: llm.c when\n"
-                 "the header's magic says so, else raw16)"},
+         .help = "auto, llmc, raw16, raw32 or megatron (default: auto:\n"
+                 "Megatron when the .idx is there, llm.c when the header's\n"
+                 "magic says so, else raw16)"},
 
         {MAL_OPT_SECTION, .help = "Validation and samples:"},
         {MAL_OPT_STRING, "val-data", .metavar = "SPEC", .target = &o->val_data_path,

@@ -68,8 +68,11 @@ int mal_data_parse_format(const char *name, int *format)
         *format = MAL_DATA_RAW16;
     else if (name && strcmp(name, "raw32") == 0)
         *format = MAL_DATA_RAW32;
+    else if (name && strcmp(name, "megatron") == 0)
+        *format = MAL_DATA_MEGATRON;
     else
-        return MAL_ERR(MAL_EINVAL, "unknown token file format '%s': use llmc, raw16, raw32 or auto",
+        return MAL_ERR(MAL_EINVAL,
+                       "unknown token file format '%s': use llmc, raw16, raw32, megatron or auto",
                        name ? name : "(null)");
     return 0;
 }
@@ -85,6 +88,8 @@ const char *mal_data_format_name(int format)
         return "raw16";
     case MAL_DATA_RAW32:
         return "raw32";
+    case MAL_DATA_MEGATRON:
+        return "megatron";
     default:
         return "unknown";
     }
@@ -143,8 +148,7 @@ int mal_data_open(mal_data **out, const char *spec, int format)
         *out = d;
         return 0;
     }
-    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16 &&
-        format != MAL_DATA_RAW32)
+    if (format < MAL_DATA_AUTO || format > MAL_DATA_MEGATRON)
         return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, spec);
     if ((rc = mal_data_spec_parse(&sp, spec))) return rc;
     if ((rc = data_new(&d, spec, sp.n_files, sp.n_comps))) goto done;
@@ -285,6 +289,7 @@ void mal_data_file_describe(const mal_data *d, int i, mal_data_file_info *info)
 {
     const mal_data_file *f = &d->files[i];
     info->path = f->path;
+    info->index_path = f->idx_path;
     info->bytes = f->format == MAL_DATA_MEM ? f->n_tokens : f->map.bytes;
     info->n_tokens = f->n_tokens;
     info->format = f->format == MAL_DATA_MEM ? 0 : f->format;
@@ -310,7 +315,7 @@ static int read_window(const mal_data *d, const mal_data_file *f, uint64_t off, 
 {
     for (int i = 0; i <= T; i++) {
         int64_t t = mal_data_file_token(f, off + (uint64_t)i);
-        if (t > INT_MAX || (d->vocab > 0 && t >= d->vocab))
+        if (t < 0 || t > INT_MAX || (d->vocab > 0 && t >= d->vocab))
             return MAL_ERR(MAL_EFORMAT,
                            "token file %s holds token id %" PRId64 " at token %" PRIu64
                            " but the model has a vocabulary of %d: the file was tokenized for "

@@ -24,7 +24,13 @@
 
 typedef struct mal_data mal_data;
 
-enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2, MAL_DATA_RAW32 = 3 };
+enum {
+    MAL_DATA_AUTO = 0,
+    MAL_DATA_LLMC = 1,
+    MAL_DATA_RAW16 = 2,
+    MAL_DATA_RAW32 = 3,
+    MAL_DATA_MEGATRON = 4
+};
 
 /* llm.c token file header: 256 little-endian int32; [0] magic, [1] version,
  * [2] number of tokens that follow.  Magic 20240520 version 1: uint16
@@ -67,8 +73,11 @@ enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2, MAL_DATA_RAW32 
  * little-endian int32 {magic, version, count, 0...}, then `count`
  * little-endian tokens of the width the magic and version say),
  * MAL_DATA_RAW16 / RAW32 (headerless little-endian uint16, nanoGPT, or
- * uint32) or MAL_DATA_AUTO (LLMC when the first int32 is one of the
- * magics, else RAW16).  Headers and sizes are validated here; token ids by
+ * uint32), MAL_DATA_MEGATRON (Megatron-LM's indexed dataset, below: the
+ * item is PREFIX.bin or PREFIX) or MAL_DATA_AUTO: Megatron for PREFIX.bin
+ * beside a PREFIX.idx, or for a PREFIX that does not exist while both do
+ * (a glob's .idx matches beside their .bin are skipped); else LLMC when
+ * the first int32 is one of the magics, else RAW16.  Headers and sizes are validated here; token ids by
  * mal_data_check_vocab and as windows are read.  Failures return, with a
  * message naming the file or item:
  *   MAL_ENOENT   a file does not exist, a glob matches nothing;
@@ -76,8 +85,10 @@ enum { MAL_DATA_AUTO = 0, MAL_DATA_LLMC = 1, MAL_DATA_RAW16 = 2, MAL_DATA_RAW32 
  *                (permissions); a bad weight; unknown format;
  *   MAL_EIO      a file cannot be mapped;
  *   MAL_EFORMAT  empty, wrong magic or version, a size that is not whole
- *                tokens, or more bytes than the header's token count;
- *   MAL_ECORRUPT fewer bytes than the header's token count (truncated file).
+ *                tokens, or more bytes than the header's token count; a
+ *                malformed .idx or one describing less than its .bin;
+ *   MAL_ECORRUPT fewer bytes than the header's token count or the .idx
+ *                describes (truncated file).
  * On success *out is a new object the caller releases with mal_data_destroy.
  * `spec` "synthetic:V" opens generated tokens instead (src/data_synth.h):
  * unbounded (n_tokens UINT64_MAX), max_token V - 1. */
@@ -106,6 +117,44 @@ void mal_data_destroy(mal_data *d);
  * file goes through, and the fuzzing entry (tests/fuzz/fuzz_llmc.c). */
 int mal_data_parse_image(const char *path, int format, const unsigned char *buf, size_t len,
                          size_t *start, size_t *n, int *width);
+
+/* Megatron-LM's indexed dataset: PREFIX.bin holds the tokens of every
+ * document back to back (no header), PREFIX.idx describes them, all little
+ * endian: the 9 bytes "MMIDIDX\0\0", uint64 version 1, uint8 dtype code
+ * (1 uint8, 2 int8, 3 int16, 4 int32, 8 uint16; 5 int64, 6 float64 and
+ * 7 float32 are not token types here), uint64 S (sequences), uint64 D
+ * (document index entries: documents + 1), then int32 lengths[S] (tokens
+ * per sequence), int64 pointers[S] (byte offset of each sequence in the
+ * .bin), int64 doc_index[D] (document k is sequences doc_index[k] ..
+ * doc_index[k+1] - 1; doc_index[0] = 0, doc_index[D-1] = S), and, for a
+ * multimodal index only, int8 modes[S]. */
+#define MAL_DATA_IDX_MAGIC "MMIDIDX\0\0"
+#define MAL_DATA_IDX_HEADER_BYTES 34
+
+/* The layout of a parsed index: where its arrays start in the image. */
+typedef struct {
+    int width;           /* bytes per token (1, 2 or 4) */
+    int is_signed;       /* int8, int16, int32 */
+    uint64_t n_seqs;     /* S */
+    uint64_t n_docs;     /* D - 1 */
+    size_t lengths_at;   /* int32 lengths[S] */
+    size_t pointers_at;  /* int64 pointers[S] */
+    size_t docs_at;      /* int64 doc_index[D] */
+} mal_data_idx;
+
+/* Local.  Check the index image `buf` (`len` bytes: the mapping of
+ * `path`) against its token file of `bin_bytes` bytes: magic, version,
+ * dtype, the counts against the length, the first and last pointers and
+ * document entries, and that the sequences end exactly at the end of the
+ * .bin.  With `full`, every pointer (each sequence starts where the one
+ * before ends) and every document entry (non-decreasing) too: O(S + D),
+ * done for indexes up to MAL_DATA_SCAN_BYTES.  MAL_EFORMAT naming `path`
+ * for a malformed index or one that disagrees with a larger .bin,
+ * MAL_ECORRUPT for a .bin shorter than its index says (truncated).  The
+ * parser every .idx goes through, and the fuzzing entry
+ * (tests/fuzz/fuzz_idx.c). */
+int mal_data_parse_idx(const char *path, const unsigned char *buf, size_t len, uint64_t bin_bytes,
+                       int full, mal_data_idx *out);
 
 /* Token files whose tokens add up to at most this many bytes are read once
  * at opening for their largest id (mal_data_max_token), so a token the
@@ -142,6 +191,7 @@ size_t mal_data_resident_bytes(const mal_data *d);
  * weight (a share of 1; 1 when the files are read as one). */
 typedef struct {
     const char *path;
+    const char *index_path; /* a Megatron dataset's .idx; NULL otherwise */
     uint64_t bytes, n_tokens;
     int format, width;
     int component;
@@ -190,11 +240,12 @@ int mal_data_write(const char *path, int format, const uint16_t *tokens, size_t 
  * *n >= 1 tokens that the caller frees.  MAL_EFORMAT for an empty file. */
 int mal_data_tokenize_bytes(const char *text_path, uint16_t **tokens, size_t *n);
 
-/* Local.  Parse a format name ("auto", "llmc", "raw16", "raw32") into *format;
+/* Local.  Parse a format name ("auto", "llmc", "raw16", "raw32", "megatron") into *format;
  * MAL_EINVAL with a message for anything else.  For command-line options. */
 int mal_data_parse_format(const char *name, int *format);
 
-/* The name of a format constant ("auto", "llmc", "raw16", "raw32", or "unknown"). */
+/* The name of a format constant ("auto", "llmc", "raw16", "raw32", "megatron",
+ * or "unknown"). */
 const char *mal_data_format_name(int format);
 
 #endif /* MAL_DATA_H */

@@ -17,9 +17,13 @@
  * memory).  Token i of the file is at tok + i * width, little endian. */
 typedef struct {
     char *path;               /* as named (a glob's match) */
-    int format;               /* resolved: MAL_DATA_LLMC, RAW16, RAW32 (or MEM) */
+    int format;               /* resolved: MAL_DATA_LLMC, RAW16, RAW32, MEGATRON (or MEM) */
     int width;                /* bytes per token: 1, 2 or 4 */
+    int is_signed;            /* int8/int16/int32 tokens (Megatron's dtype codes 2-4) */
     mal_file_map map;         /* the whole file (not for MEM) */
+    char *idx_path;           /* MEGATRON: the index */
+    mal_file_map idx_map;     /* MEGATRON: the whole index, read-only */
+    mal_data_idx idx;         /* MEGATRON: its layout */
     unsigned char *mem;       /* MEM: the tokens, owned */
     const unsigned char *tok; /* the first token */
     uint64_t n_tokens;        /* tokens in the file */
@@ -76,20 +80,39 @@ void mal_data_file_close(mal_data_file *f);
 /* Local.  Read every token of `f` once for its largest id (through the
  * mapping, then dropped from the resident set again), and check them:
  * MAL_EFORMAT naming the file for an id that is not a token (negative). */
+
 int mal_data_file_scan(mal_data_file *f);
 
-/* Local, pure.  Token i (< n_tokens) of `f`. */
+/* Local, pure.  Little-endian uint64 at p. */
+static inline uint64_t mal_data_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = v << 8 | p[k];
+    return v;
+}
+
+/* Local, pure.  The first token of document k (0 <= k <= n_docs; n_docs
+ * gives n_tokens) of a Megatron file. */
+uint64_t mal_data_doc_start(const mal_data_file *f, uint64_t k);
+
+/* Local, pure.  Token i (< n_tokens) of `f` (negative for a negative id of
+ * a signed file: not a token). */
 static inline int64_t mal_data_file_token(const mal_data_file *f, uint64_t i)
 {
     const unsigned char *p = f->tok + i * (uint64_t)f->width;
     switch (f->width) {
     case 1:
-        return p[0];
-    case 2:
-        return (int64_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
-    default:
-        return (int64_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                         (uint32_t)p[3] << 24);
+        return f->is_signed ? (int64_t)(int8_t)p[0] : p[0];
+    case 2: {
+        uint16_t v = (uint16_t)(p[0] | p[1] << 8);
+        return f->is_signed ? (int64_t)(int16_t)v : v;
+    }
+    default: {
+        uint32_t v =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        return f->is_signed ? (int64_t)(int32_t)v : v;
+    }
     }
 }
 

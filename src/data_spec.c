@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/mal.h"
 #include "data_internal.h"
@@ -47,6 +48,20 @@ static int byte_order(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A Megatron index whose .bin is beside it: a glob matching everything in a folder
+ * (both files) stands for the data set once, through its .bin. */
+static int is_index_of_match(const char *path)
+{
+    size_t n = strlen(path);
+    if (n < 5 || strcmp(path + n - 4, ".idx") != 0) return 0;
+    char *bin = strdup(path);
+    if (!bin) return 0;
+    strcpy(bin + n - 4, ".bin");
+    int yes = access(bin, F_OK) == 0;
+    free(bin);
+    return yes;
+}
+
 /* The files of one item: the path itself, or a glob's matches. */
 static int expand(mal_data_spec *s, const char *item, const char *path, int comp, int *cap)
 {
@@ -64,7 +79,7 @@ static int expand(mal_data_spec *s, const char *item, const char *path, int comp
     } else {
         qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, byte_order);
         for (size_t i = 0; i < g.gl_pathc && !rc; i++)
-            rc = add_file(s, g.gl_pathv[i], comp, cap);
+            if (!is_index_of_match(g.gl_pathv[i])) rc = add_file(s, g.gl_pathv[i], comp, cap);
     }
     globfree(&g);
     return rc;

@@ -29,6 +29,11 @@ tests_test_data_SOURCES = tests/test_data.c
 TESTS += tests/test_data
 dist_check_SCRIPTS += tests/test_tokenize.sh
 TESTS += tests/test_tokenize.sh
+# data prepared elsewhere (Megatron datasets written by numpy) and blends
+# train; bad data is refused before training
+dist_check_SCRIPTS += tests/test_data_files.sh
+TESTS += tests/test_data_files.sh
+EXTRA_DIST += tests/megatron_write.py
 # token files are mapped: a 4 GB file costs a rank what a 4 MB one does
 dist_check_SCRIPTS += tests/test_data_rss.sh
 TESTS += tests/test_data_rss.sh

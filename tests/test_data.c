@@ -605,6 +605,136 @@ static void test_many_files(void)
     mal_data_destroy(d);
 }
 
+/* A Megatron dataset written byte by byte (an independent writer): docs
+ * documents of `per` sequences each, sequence lengths lens(i) = 3 + i % 5,
+ * token j of the .bin = (j * 37) % 1000 in `code`'s dtype (8 uint16,
+ * 4 int32, 1 uint8).  Returns the prefix; *n_tok the tokens. */
+static const char *write_megatron(const char *name, int code, int docs, int per, uint64_t *n_tok)
+{
+    int w = code == 4 ? 4 : code == 8 ? 2 : 1, S = docs * per;
+    char prefix[256], bin[300], idx[300];
+    snprintf(prefix, sizeof prefix, "%s", path_in(name));
+    snprintf(bin, sizeof bin, "%s.bin", prefix);
+    snprintf(idx, sizeof idx, "%s.idx", prefix);
+    size_t ilen = 34 + 12 * (size_t)S + 8 * (size_t)(docs + 1);
+    unsigned char *ib = calloc(1, ilen);
+    CHECK(ib != NULL);
+    memcpy(ib, "MMIDIDX\0\0", 9);
+    ib[9] = 1;
+    ib[17] = (unsigned char)code;
+    for (int k = 0; k < 8; k++) {
+        ib[18 + k] = (unsigned char)((uint64_t)S >> (8 * k));
+        ib[26 + k] = (unsigned char)((uint64_t)(docs + 1) >> (8 * k));
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < S; i++) {
+        uint32_t l = (uint32_t)(3 + i % 5);
+        for (int k = 0; k < 4; k++)
+            ib[34 + 4 * i + k] = (unsigned char)(l >> (8 * k));
+        for (int k = 0; k < 8; k++)
+            ib[34 + 4 * (size_t)S + 8 * i + k] = (unsigned char)((at * (uint64_t)w) >> (8 * k));
+        at += l;
+    }
+    for (int dk = 0; dk <= docs; dk++)
+        for (int k = 0; k < 8; k++)
+            ib[34 + 12 * (size_t)S + 8 * dk + k] = (unsigned char)((uint64_t)(dk * per) >> (8 * k));
+    write_bytes(idx, ib, ilen);
+    free(ib);
+    unsigned char *bb = calloc(1, at * (uint64_t)w);
+    CHECK(bb != NULL);
+    for (uint64_t j = 0; j < at; j++)
+        for (int k = 0; k < w; k++)
+            bb[j * (uint64_t)w + (uint64_t)k] = (unsigned char)(((j * 37) % 1000) >> (8 * k));
+    write_bytes(bin, bb, at * (uint64_t)w);
+    free(bb);
+    *n_tok = at;
+    return path_in(name);
+}
+
+/* Megatron-LM's indexed datasets: found by prefix, by .bin, by a glob that
+ * matches both files; every supported dtype; documents; and the index
+ * that disagrees with its .bin, refused naming the file. */
+static void test_megatron(void)
+{
+    uint64_t n;
+    const int codes[3] = {8, 4, 1};
+    for (int c = 0; c < 3; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "mega%d", codes[c]);
+        char prefix[256], spec[300];
+        snprintf(prefix, sizeof prefix, "%s", write_megatron(name, codes[c], 40, 3, &n));
+        for (int how = 0; how < 3; how++) {
+            if (how == 0) snprintf(spec, sizeof spec, "%s", prefix);
+            if (how == 1) snprintf(spec, sizeof spec, "%s.bin", prefix);
+            if (how == 2) snprintf(spec, sizeof spec, "%s.*", prefix); /* .bin and .idx */
+            mal_data *d;
+            CHECK_OK(mal_data_open(&d, spec, MAL_DATA_AUTO));
+            CHECK_EQ_INT(mal_data_n_files(d), 1);
+            mal_data_file_info fi;
+            mal_data_file_describe(d, 0, &fi);
+            CHECK(fi.format == MAL_DATA_MEGATRON && fi.index_path && strstr(fi.index_path, ".idx"));
+            CHECK(strstr(fi.path, ".bin") && fi.width == (codes[c] == 4   ? 4
+                                                          : codes[c] == 8 ? 2
+                                                                          : 1));
+            CHECK_EQ_INT(mal_data_n_tokens(d), n);
+            CHECK_EQ_INT(mal_data_max_token(d), codes[c] == 1 ? 255 : 999);
+            for (uint64_t j = 0; j < n; j += 7)
+                CHECK_EQ_INT(mal_data_token(d, j),
+                             codes[c] == 1 ? ((j * 37) % 1000) & 0xff : (j * 37) % 1000);
+            mal_data_destroy(d);
+        }
+    }
+    char prefix[256], bin[300], idx[300];
+    snprintf(prefix, sizeof prefix, "%s", write_megatron("megabad", 8, 10, 2, &n));
+    snprintf(bin, sizeof bin, "%s.bin", prefix);
+    snprintf(idx, sizeof idx, "%s.idx", prefix);
+    size_t blen, ilen;
+    unsigned char *bb = read_bytes(bin, &blen), *ib = read_bytes(idx, &ilen);
+    /* truncated .bin */
+    write_bytes(bin, bb, blen - 2);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_ECORRUPT);
+    CHECK(strstr(mal_errmsg(), "truncated"));
+    /* a .bin longer than its index says */
+    unsigned char *longer = calloc(1, blen + 4);
+    memcpy(longer, bb, blen);
+    write_bytes(bin, longer, blen + 4);
+    free(longer);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "another .bin"));
+    write_bytes(bin, bb, blen);
+    /* an index cut short, a float32 dtype, version 2, a wild pointer */
+    write_bytes(idx, ib, ilen - 8);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_EFORMAT);
+    unsigned char *x = malloc(ilen);
+    memcpy(x, ib, ilen);
+    x[17] = 7;
+    write_bytes(idx, x, ilen);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "float32"));
+    memcpy(x, ib, ilen);
+    x[9] = 2;
+    write_bytes(idx, x, ilen);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_EFORMAT);
+    memcpy(x, ib, ilen);
+    x[34 + 4 * 20 + 8 * 5] ^= 2; /* sequence 5's pointer */
+    write_bytes(idx, x, ilen);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "sequence 5"));
+    /* a negative id in a signed (int16) file */
+    memcpy(x, ib, ilen);
+    x[17] = 3;
+    write_bytes(idx, x, ilen);
+    bb[1] = 0xff;
+    write_bytes(bin, bb, blen);
+    expect_open_error(prefix, MAL_DATA_AUTO, MAL_EFORMAT);
+    CHECK(strstr(mal_errmsg(), "negative id"));
+    /* the format named: the item is the prefix, no .idx is an error */
+    expect_open_error(path_in("nomega"), MAL_DATA_MEGATRON, MAL_ENOENT);
+    free(x);
+    free(bb);
+    free(ib);
+}
+
 static void test_tokenize_bytes(void)
 {
     unsigned char text[300];
@@ -802,6 +932,7 @@ int main(void)
     test_bad_files();
     test_sampling();
     test_many_files();
+    test_megatron();
     test_tokenize_bytes();
     test_default_corpus();
     test_heldout_corpus();

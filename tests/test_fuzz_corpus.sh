@@ -11,7 +11,7 @@ B="${top_builddir:-.}"
 W=$(mktemp -d /tmp/malleus-test-fuzz-XXXXXX)
 trap 'rm -rf "$W"' EXIT
 fails=0
-for name in config llmc plan cluster profile rates index marker; do
+for name in config llmc plan cluster profile rates index marker idx; do
     if "$B/tests/fuzz/replay_$name" "$top_srcdir/tests/fuzz/corpus/$name" 2>"$W/$name.err"; then
         :
     else
