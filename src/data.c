@@ -113,27 +113,55 @@ static int data_new(mal_data **out, const char *name, int n_files, int n_comps)
     return 0;
 }
 
-/* Totals over the files, and the largest ids of the small ones (the files
- * up to MAL_DATA_SCAN_BYTES of tokens in all: data.h). */
+/* The largest ids of the small files (up to MAL_DATA_SCAN_BYTES of tokens
+ * in all: data.h), then the parts, windows and blend pattern. */
 static int data_finish(mal_data *d)
 {
     uint64_t scanned = 0;
     int rc;
     for (int i = 0; i < d->n_files; i++) {
         mal_data_file *f = &d->files[i];
-        d->n_tokens += f->n_tokens;
         uint64_t bytes = f->n_tokens * (uint64_t)f->width;
         if (f->max_token < 0 && scanned + bytes <= MAL_DATA_SCAN_BYTES) {
             if ((rc = mal_data_file_scan(f))) return rc;
             scanned += bytes;
         }
     }
+    return mal_data_layout(d);
+}
+
+mal_data_options mal_data_options_default(void)
+{
+    mal_data_options o = {MAL_DATA_AUTO, MAL_DATA_SAMPLE_DEFAULT, 0, 0, 0, MAL_DATA_PART_ALL};
+    return o;
+}
+
+/* The options a data set of token files is opened with, checked. */
+static int check_options(const char *spec, const mal_data_options *o, int *sampling)
+{
+    if (o->format < MAL_DATA_AUTO || o->format > MAL_DATA_MEGATRON)
+        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", o->format, spec);
+    *sampling = o->sampling == MAL_DATA_SAMPLE_DEFAULT ? MAL_DATA_SAMPLE_EPOCHS : o->sampling;
+    if (*sampling != MAL_DATA_SAMPLE_RANDOM && *sampling != MAL_DATA_SAMPLE_EPOCHS)
+        return MAL_ERR(MAL_EINVAL, "unknown sampling mode %d for %s", o->sampling, spec);
+    if (*sampling == MAL_DATA_SAMPLE_EPOCHS && (o->seq_len < 1 || o->batch < 1))
+        return MAL_ERR(MAL_EINVAL,
+                       "epochs over %s need the sequence length and the global batch (%d, "
+                       "%lld)",
+                       spec, o->seq_len, (long long)o->batch);
+    if (o->part != MAL_DATA_PART_ALL && !(o->val_fraction > 0 && o->val_fraction < 1))
+        return MAL_ERR(MAL_EINVAL,
+                       "--val-fraction %g: the share of the data held out must be above 0 and "
+                       "below 1",
+                       o->val_fraction);
+    if (o->part < MAL_DATA_PART_ALL || o->part > MAL_DATA_PART_HELDOUT)
+        return MAL_ERR(MAL_EINVAL, "unknown data part %d for %s", o->part, spec);
     return 0;
 }
 
-int mal_data_open(mal_data **out, const char *spec, int format)
+int mal_data_open_opts(mal_data **out, const char *spec, const mal_data_options *o)
 {
-    int rc;
+    int rc, sampling = 0;
     mal_data *d = NULL;
     mal_data_spec sp;
 
@@ -141,6 +169,11 @@ int mal_data_open(mal_data **out, const char *spec, int format)
     int synth_vocab = 0;
     if ((rc = mal_data_synth_spec(spec, &synth_vocab)) < 0) return rc;
     if (rc) {
+        if (o->part != MAL_DATA_PART_ALL)
+            return MAL_ERR(MAL_EINVAL,
+                           "--val-fraction holds out part of token files; %s is generated "
+                           "(every sample is new)",
+                           spec);
         /* Generated on demand by mal_data_sample: no file, unbounded. */
         if ((rc = data_new(&d, spec, 0, 0))) return rc;
         d->n_tokens = UINT64_MAX;
@@ -148,16 +181,20 @@ int mal_data_open(mal_data **out, const char *spec, int format)
         *out = d;
         return 0;
     }
-    if (format < MAL_DATA_AUTO || format > MAL_DATA_MEGATRON)
-        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, spec);
+    if ((rc = check_options(spec, o, &sampling))) return rc;
     if ((rc = mal_data_spec_parse(&sp, spec))) return rc;
     if ((rc = data_new(&d, spec, sp.n_files, sp.n_comps))) goto done;
+    d->sampling = sampling;
+    d->seq_len = o->seq_len;
+    d->batch = o->batch;
+    d->part = o->part;
+    d->val_fraction = o->val_fraction;
     for (int c = 0; c < sp.n_comps; c++) {
         d->comps[c].weight = sp.weights[c];
         d->comps[c].first_file = -1;
     }
     for (int i = 0; i < sp.n_files; i++) {
-        if ((rc = mal_data_file_open(&d->files[i], sp.paths[i], format))) goto done;
+        if ((rc = mal_data_file_open(&d->files[i], sp.paths[i], o->format))) goto done;
         d->n_files = i + 1;
         mal_data_comp *c = &d->comps[sp.comp_of[i]];
         d->files[i].comp = sp.comp_of[i];
@@ -175,6 +212,14 @@ done:
     return 0;
 }
 
+int mal_data_open(mal_data **out, const char *spec, int format)
+{
+    mal_data_options o = mal_data_options_default();
+    o.format = format;
+    o.sampling = MAL_DATA_SAMPLE_RANDOM;
+    return mal_data_open_opts(out, spec, &o);
+}
+
 /* The built-in corpus, or its held-out continuation, as byte tokens: one
  * in-memory "file" of 1-byte tokens, the generated text itself. */
 static int open_generated(mal_data **out, int (*generate)(char **, size_t *), const char *what)
@@ -188,7 +233,8 @@ static int open_generated(mal_data **out, int (*generate)(char **, size_t *), co
     if (rc) return rc;
     if ((rc = data_new(&d, what, 1, 1))) goto fail;
     d->n_files = 1;
-    d->comps[0] = (mal_data_comp){1.0, 0, 1};
+    d->comps[0] = (mal_data_comp){1.0, 0, 1, 0, 0};
+    d->sampling = MAL_DATA_SAMPLE_RANDOM;
     mal_data_file *f = &d->files[0];
     f->max_token = -1;
     if (!(f->path = strdup(what))) {
@@ -227,6 +273,8 @@ void mal_data_destroy(mal_data *d)
         mal_data_file_close(&d->files[i]);
     free(d->files);
     free(d->comps);
+    free(d->blend_comp);
+    free(d->blend_rank);
     free(d->name);
     free(d);
 }
@@ -271,11 +319,26 @@ const char *mal_data_name(const mal_data *d)
     return d->name;
 }
 
+int mal_data_sampling(const mal_data *d)
+{
+    return d->sampling;
+}
+
+uint64_t mal_data_n_windows(const mal_data *d)
+{
+    uint64_t n = 0;
+    if (d->sampling == MAL_DATA_SAMPLE_EPOCHS)
+        for (int c = 0; c < d->n_comps; c++)
+            n += d->comps[c].n_windows;
+    return n;
+}
+
 int64_t mal_data_token(const mal_data *d, uint64_t i)
 {
     for (int k = 0; k < d->n_files; k++) {
-        if (i < d->files[k].n_tokens) return mal_data_file_token(&d->files[k], i);
-        i -= d->files[k].n_tokens;
+        const mal_data_file *f = &d->files[k];
+        if (i < f->hi - f->lo) return mal_data_file_token(f, f->lo + i);
+        i -= f->hi - f->lo;
     }
     return -1;
 }
@@ -304,73 +367,6 @@ size_t mal_data_resident_bytes(const mal_data *d)
     for (int i = 0; i < d->n_files; i++)
         if (d->files[i].mem) b += (size_t)d->files[i].n_tokens * (size_t)d->files[i].width;
     return b;
-}
-
-/* ---- sampling --------------------------------------------------------- */
-
-/* Copy the window of T + 1 tokens of `f` from token `off` into inputs and
- * targets, checking each token against d->vocab when it is set. */
-static int read_window(const mal_data *d, const mal_data_file *f, uint64_t off, int T, int *inputs,
-                       int *targets)
-{
-    for (int i = 0; i <= T; i++) {
-        int64_t t = mal_data_file_token(f, off + (uint64_t)i);
-        if (t < 0 || t > INT_MAX || (d->vocab > 0 && t >= d->vocab))
-            return MAL_ERR(MAL_EFORMAT,
-                           "token file %s holds token id %" PRId64 " at token %" PRIu64
-                           " but the model has a vocabulary of %d: the file was tokenized for "
-                           "another model, or it is corrupt",
-                           f->path, t, off + (uint64_t)i, d->vocab);
-        if (i < T) inputs[i] = (int)t;
-        if (i > 0) targets[i - 1] = (int)t;
-    }
-    return 0;
-}
-
-int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos, int T, int *inputs,
-                    int *targets)
-{
-    if (T < 1) return MAL_ERR(MAL_EINVAL, "sequence length %d must be at least 1", T);
-    if (step < 0 || pos < 0)
-        return MAL_ERR(MAL_EINVAL, "negative step (%lld) or batch position (%lld) for sampling",
-                       (long long)step, (long long)pos);
-    if (d->synth_vocab) {
-        mal_data_synth_window(seed, d->synth_vocab, step, pos, T, inputs, targets);
-        return 0;
-    }
-    const mal_data_comp *c = &d->comps[0];
-    if (d->n_comps > 1) {
-        /* the blend's draw: the component whose cumulative weight first
-         * exceeds u (the last one when rounding leaves u above them all) */
-        double u = mal_rng_uniform(seed ^ MAL_DATA_SALT ^ MAL_DATA_BLEND_SALT, (uint64_t)step,
-                                   (uint64_t)pos);
-        double cum = d->comps[0].weight;
-        int k = 0;
-        while (k + 1 < d->n_comps && cum <= u)
-            cum += d->comps[++k].weight;
-        c = &d->comps[k];
-    }
-    /* start positions of windows that lie in one file, over the
-     * component's files laid end to end */
-    uint64_t starts = 0;
-    for (int i = c->first_file; i < c->first_file + c->n_files; i++)
-        if (d->files[i].n_tokens > (uint64_t)T) starts += d->files[i].n_tokens - (uint64_t)T;
-    if (starts == 0) {
-        const mal_data_file *f0 = &d->files[c->first_file];
-        return MAL_ERR(MAL_EINVAL,
-                       "data set %s: %s has %" PRIu64 " tokens, fewer than sequence length + 1 "
-                       "= %lld%s: use a larger token file or a shorter sequence length",
-                       d->name, f0->path, f0->n_tokens, (long long)T + 1,
-                       c->n_files > 1 ? ", and so has every other file read with it" : "");
-    }
-    uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos, starts);
-    const mal_data_file *f = &d->files[c->first_file];
-    for (;; f++) {
-        uint64_t s_f = f->n_tokens > (uint64_t)T ? f->n_tokens - (uint64_t)T : 0;
-        if (off < s_f) break;
-        off -= s_f;
-    }
-    return read_window(d, f, off, T, inputs, targets);
 }
 
 /* ---- atomic writing --------------------------------------------------- */

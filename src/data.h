@@ -57,7 +57,8 @@ enum {
 /* Vocabulary size of the byte-level tokenizer and the built-in corpus. */
 #define MAL_DATA_BYTE_VOCAB 256
 
-/* Local.  Open the token files `spec` names (each mapped read-only).
+/* Local.  Open the token files `spec` names (each mapped read-only),
+ * whole, sampled in random mode (mal_data_open_opts for the rest).
  *
  * `spec` is one item or several separated by commas; an item is a path or
  * a glob (*, ?, [...]; its matches in byte order), optionally followed by
@@ -93,6 +94,39 @@ enum {
  * `spec` "synthetic:V" opens generated tokens instead (src/data_synth.h):
  * unbounded (n_tokens UINT64_MAX), max_token V - 1. */
 int mal_data_open(mal_data **out, const char *path, int format);
+
+/* How a data set is sampled (mal_data_sample states both modes). */
+enum {
+    MAL_DATA_SAMPLE_DEFAULT = 0, /* epochs for token files, random for the built-in corpus */
+    MAL_DATA_SAMPLE_RANDOM = 1,
+    MAL_DATA_SAMPLE_EPOCHS = 2
+};
+/* Which part of each file a data set reads (--val-fraction). */
+enum { MAL_DATA_PART_ALL = 0, MAL_DATA_PART_TRAIN = 1, MAL_DATA_PART_HELDOUT = 2 };
+
+typedef struct {
+    int format;          /* MAL_DATA_AUTO, LLMC, ... (every file) */
+    int sampling;        /* MAL_DATA_SAMPLE_* */
+    int seq_len;         /* T: epochs read windows of T + 1 tokens, T apart */
+    int64_t batch;       /* samples per step: sample (step, pos) is number step * batch + pos */
+    double val_fraction; /* the share of every file held out for validation (0: none) */
+    int part;            /* MAL_DATA_PART_*: with val_fraction, TRAIN or HELDOUT */
+} mal_data_options;
+
+/* Local.  {AUTO, DEFAULT, 0, 0, 0, ALL}: seq_len and batch must be set
+ * for epochs. */
+mal_data_options mal_data_options_default(void);
+
+/* Local.  Open the token files `spec` names as mal_data_open does, sampled
+ * as `o` says.  Epochs need o->seq_len >= 1 and o->batch >= 1.  With
+ * o->val_fraction in (0, 1) each file is split: its last val_fraction of
+ * tokens (for a Megatron file, moved to the nearest document start, so
+ * that no document is split) is the held-out part, the rest the training
+ * part; o->part says which one this object reads.  MAL_EINVAL for bad
+ * options (a val_fraction with the built-in corpus or synthetic data
+ * included), and when a component has no window of T + 1 tokens in its
+ * part (naming its file and the part). */
+int mal_data_open_opts(mal_data **out, const char *spec, const mal_data_options *o);
 
 /* Local.  The built-in default corpus (see src/corpus.h): generated
  * deterministically in memory, byte-level tokens 0..255 (vocab 256).  Its
@@ -176,10 +210,13 @@ int mal_data_check_vocab(mal_data *d, int vocab);
 #define MAL_DATA_MAX_FILES 65536
 
 /* Local accessors.  Pointers stay owned by `d` and valid until destroy. */
-uint64_t mal_data_n_tokens(const mal_data *d);  /* UINT64_MAX: synthetic, unbounded */
+uint64_t mal_data_n_tokens(const mal_data *d);  /* of the part read; UINT64_MAX: synthetic */
+int mal_data_sampling(const mal_data *d);       /* MAL_DATA_SAMPLE_RANDOM or EPOCHS */
+/* Epochs: the windows of one epoch over all components (0 otherwise). */
+uint64_t mal_data_n_windows(const mal_data *d);
 int64_t mal_data_max_token(const mal_data *d);  /* largest token id, -1 when not known */
 const char *mal_data_name(const mal_data *d);   /* the spec, or "built-in corpus" */
-/* Token i (< n_tokens) of the data, counted over its files in order. */
+/* Token i (< n_tokens) of the data's parts, counted over its files in order. */
 int64_t mal_data_token(const mal_data *d, uint64_t i);
 /* Bytes the data holds in this process's own memory (the built-in corpus;
  * a mapped file's pages are the page cache's and are not counted). */
@@ -204,26 +241,61 @@ typedef struct {
 int mal_data_n_files(const mal_data *d);
 void mal_data_file_describe(const mal_data *d, int i, mal_data_file_info *info);
 
-/* Salt of a blend's component draw (xor-ed with the seed and MAL_DATA_SALT). */
+/* Salts of a blend's component draw (random mode) and of the epochs'
+ * permutations (xor-ed with the seed and MAL_DATA_SALT).  Part of the
+ * sampling contract: changing one changes every run. */
 #define MAL_DATA_BLEND_SALT 0x424C454E44ull
+#define MAL_DATA_EPOCH_SALT 0x45504F434853ull
+/* Slots of a blend's pattern (epochs) and rounds of the permutation. */
+#define MAL_DATA_BLEND_SLOTS 65536u
+#define MAL_DATA_FEISTEL_ROUNDS 4
+
+/* Local, pure.  Element i (< n) of the keyed permutation of [0, n): a
+ * balanced Feistel network of MAL_DATA_FEISTEL_ROUNDS rounds on 2h bits,
+ * 4^h the smallest power of 4 >= n (h >= 1), round r mapping (L, R) to
+ * (R, L ^ (mal_rng_u64(key, r, R) & (2^h - 1))), x = L * 2^h + R, applied
+ * again while the result is >= n (cycle walking).  O(1) memory, expected
+ * fewer than 4 applications: any element of an epoch of 10^9 windows
+ * without a table. */
+uint64_t mal_data_permute(uint64_t key, uint64_t n, uint64_t i);
 
 /* Local, pure.  Sample `pos` of the global batch of step `step` (both >= 0).
- * Of a blend, component c is drawn first: the first c whose cumulative
- * weight exceeds u = mal_rng_uniform(seed ^ MAL_DATA_SALT ^
- * MAL_DATA_BLEND_SALT, step, pos).  Then, within the component (all the
- * files when there is no blend), the window tokens[off .. off+T] of the
- * component's files laid end to end, counting only the windows that lie in
- * one file: with S_f = n_tokens(f) - T start positions in file f (none
- * when negative),
+ *
+ * Epochs (the default for token files; mal_data_open_opts).  The windows
+ * of a file's part [lo, hi) are tokens lo + w*T .. lo + w*T + T for w <
+ * (hi - lo - 1) / T (T + 1 tokens each, T apart, as Megatron's samples;
+ * they cross document boundaries, the EOS token between documents); a
+ * component's windows are its files' in order, N of them.  The sample
+ * number is g = step * batch + pos.  Without a blend, k = g; in a blend,
+ * slot s = g mod MAL_DATA_BLEND_SLOTS of a fixed pattern names the
+ * component c, and k = (g div SLOTS) * n_c + j, the pattern giving c its
+ * n_c slots (its weight's share of SLOTS, largest remainders rounding,
+ * each at least 1) in the order of (2j + 1) / (2 n_c) (ties: lower c),
+ * slot j of c being its j-th.  The window is then
+ *     mal_data_permute(mal_rng_u64(seed ^ MAL_DATA_SALT ^
+ *                      MAL_DATA_EPOCH_SALT, c, k div N), N, k mod N):
+ * every window once per epoch, a new order every epoch.  A restart or a
+ * new plan computes the same g for the same (step, pos): no cursor.
+ *
+ * Random (the built-in corpus; mal_data_open).  Of a blend, component c
+ * is drawn first: the first c whose cumulative weight exceeds u =
+ * mal_rng_uniform(seed ^ MAL_DATA_SALT ^ MAL_DATA_BLEND_SALT, step, pos).
+ * Then, within the component (all the files when there is no blend), the
+ * window tokens[off .. off+T] of the component's files' parts laid end to
+ * end, counting only the windows that lie in one file: with S_f = (hi -
+ * lo) - T start positions in file f (none when negative),
  *     off = mal_rng_below(seed ^ MAL_DATA_SALT, step, pos, sum_f S_f)
  * (base/rng.h) read from the first file whose starts reach it, so every
- * start in [0, S) is possible and equally likely; for one file that is the
- * offset in the file.  Writes inputs[i] = tokens[off+i], targets[i] = tokens[off+i+1]
- * for i < T; both arrays (caller-owned) hold T ints.  Depends only on (seed,
+ * start in [0, S) is possible and equally likely; for one whole file that
+ * is the offset in the file.
+ *
+ * Both write inputs[i] = tokens[off+i], targets[i] = tokens[off+i+1] for
+ * i < T; both arrays (caller-owned) hold T ints.  Depends only on (seed,
  * step, pos) and the files, never on any cursor or call order.  MAL_EINVAL
- * when T < 1, step or pos is negative, or no file of the component has T +
- * 1 tokens; MAL_EFORMAT for a token that is not below the vocabulary of
- * mal_data_check_vocab. */
+ * when T < 1 (or, for epochs, not the T opened with), step or pos is
+ * negative, or no file of the component has T + 1 tokens; MAL_EFORMAT for
+ * a token that is not below the vocabulary of mal_data_check_vocab, naming
+ * the file and the token's position. */
 int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos, int T, int *inputs,
                     int *targets);
 

@@ -1,7 +1,8 @@
 /* The inside of a data set (data.h), shared by the files that build and
- * read it: data.c (opening, the built-in corpus, sampling, writing),
- * data_spec.c (what --data names: files, globs, weights), data_file.c (one
- * token file: mapping, formats, reading tokens).  Nothing outside
+ * read it: data.c (opening, the built-in corpus, writing), data_spec.c
+ * (what --data names: files, globs, weights), data_file.c (one token file:
+ * mapping, formats, reading tokens), data_sample.c (parts, windows, the
+ * blend's pattern, sampling).  Nothing outside
  * src/data*.c includes this header. */
 #ifndef MAL_DATA_INTERNAL_H
 #define MAL_DATA_INTERNAL_H
@@ -29,6 +30,8 @@ typedef struct {
     uint64_t n_tokens;        /* tokens in the file */
     int64_t max_token;        /* the largest id, -1 while unknown (not scanned) */
     int comp;                 /* the blend component it belongs to */
+    uint64_t lo, hi;          /* the tokens of the part read: [lo, hi) */
+    uint64_t win0, n_win;     /* epochs: its windows within its component */
 } mal_data_file;
 
 /* A blend component: the files of one --data item, read as one. */
@@ -36,6 +39,8 @@ typedef struct {
     double weight;  /* its share of the samples (the weights add up to 1) */
     int first_file; /* its files: first_file .. first_file + n_files - 1 */
     int n_files;
+    uint64_t n_windows; /* epochs: the windows of its files */
+    uint32_t n_slots;   /* epochs, in a blend: its slots in the pattern */
 } mal_data_comp;
 
 enum { MAL_DATA_MEM = 100 }; /* a file's format: tokens generated in memory */
@@ -46,9 +51,15 @@ struct mal_data {
     int n_files;
     mal_data_comp *comps; /* [n_comps] */
     int n_comps;
-    uint64_t n_tokens; /* over all files */
-    int vocab;         /* > 0: every token read is checked against it (check_vocab) */
-    int synth_vocab;   /* > 0: synthetic data (data_synth.h), no files */
+    uint64_t n_tokens; /* of the parts read, over all files */
+    int sampling;      /* MAL_DATA_SAMPLE_RANDOM or EPOCHS */
+    int seq_len;       /* T of the windows (epochs) */
+    int64_t batch;     /* samples per step (epochs) */
+    int part;          /* MAL_DATA_PART_* */
+    double val_fraction;
+    uint16_t *blend_comp, *blend_rank; /* epochs, blend: [MAL_DATA_BLEND_SLOTS] */
+    int vocab;       /* > 0: every token read is checked against it (check_vocab) */
+    int synth_vocab; /* > 0: synthetic data (data_synth.h), no files */
 };
 
 /* What --data names (data_spec.c): n_files paths in order, the component of
@@ -82,6 +93,11 @@ void mal_data_file_close(mal_data_file *f);
  * MAL_EFORMAT naming the file for an id that is not a token (negative). */
 
 int mal_data_file_scan(mal_data_file *f);
+
+/* Local.  Lay out the parts, windows and blend pattern of an opened data
+ * set (data_sample.c); MAL_EINVAL naming the file when a component has no
+ * window to read, or a blend weight is too small to get a slot. */
+int mal_data_layout(mal_data *d);
 
 /* Local, pure.  Little-endian uint64 at p. */
 static inline uint64_t mal_data_le64(const unsigned char *p)

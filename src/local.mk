@@ -13,7 +13,7 @@ libmalleus_a_SOURCES += src/config.h src/config.c \
 	src/gradsync.h src/gradsync.c \
 	src/migrate.h src/migrate.c \
 	src/sample.h src/sample.c \
-	src/data.h src/data_internal.h src/data.c src/data_spec.c src/data_file.c src/corpus.h src/corpus.c \
+	src/data.h src/data_internal.h src/data.c src/data_spec.c src/data_file.c src/data_sample.c src/corpus.h src/corpus.c \
 	src/data_synth.h src/data_synth.c
 
 check_PROGRAMS += tests/test_slices

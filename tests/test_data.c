@@ -3,6 +3,7 @@
  * uniformity of window sampling, and the built-in corpus. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -607,9 +608,11 @@ static void test_many_files(void)
 
 /* A Megatron dataset written byte by byte (an independent writer): docs
  * documents of `per` sequences each, sequence lengths lens(i) = 3 + i % 5,
- * token j of the .bin = (j * 37) % 1000 in `code`'s dtype (8 uint16,
- * 4 int32, 1 uint8).  Returns the prefix; *n_tok the tokens. */
-static const char *write_megatron(const char *name, int code, int docs, int per, uint64_t *n_tok)
+ * token j of the .bin = (j * 37) % 1000 (or j with `ident`) in `code`'s
+ * dtype (8 uint16, 4 int32, 1 uint8).  Returns the prefix; *n_tok the
+ * tokens. */
+static const char *write_megatron_as(const char *name, int code, int docs, int per, int ident,
+                                     uint64_t *n_tok)
 {
     int w = code == 4 ? 4 : code == 8 ? 2 : 1, S = docs * per;
     char prefix[256], bin[300], idx[300];
@@ -644,11 +647,17 @@ static const char *write_megatron(const char *name, int code, int docs, int per,
     CHECK(bb != NULL);
     for (uint64_t j = 0; j < at; j++)
         for (int k = 0; k < w; k++)
-            bb[j * (uint64_t)w + (uint64_t)k] = (unsigned char)(((j * 37) % 1000) >> (8 * k));
+            bb[j * (uint64_t)w + (uint64_t)k] =
+                (unsigned char)((ident ? j : (j * 37) % 1000) >> (8 * k));
     write_bytes(bin, bb, at * (uint64_t)w);
     free(bb);
     *n_tok = at;
     return path_in(name);
+}
+
+static const char *write_megatron(const char *name, int code, int docs, int per, uint64_t *n_tok)
+{
+    return write_megatron_as(name, code, docs, per, 0, n_tok);
 }
 
 /* Megatron-LM's indexed datasets: found by prefix, by .bin, by a glob that
@@ -733,6 +742,161 @@ static void test_megatron(void)
     free(x);
     free(bb);
     free(ib);
+}
+
+/* The keyed permutation is a bijection of [0, n) for every n, and another
+ * key gives another order. */
+static void test_permute(void)
+{
+    static const uint64_t ns[] = {1, 2, 3, 4, 5, 15, 16, 17, 100, 255, 256, 257, 1000, 65537};
+    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
+        uint64_t n = ns[t];
+        unsigned char *seen = calloc(n, 1);
+        uint64_t moved = 0, same = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t x = mal_data_permute(77, n, i);
+            CHECK(x < n && !seen[x]);
+            seen[x] = 1;
+            moved += x != i;
+            same += x == mal_data_permute(78, n, i);
+        }
+        if (n >= 100) CHECK(moved > n * 9 / 10 && same < n / 10);
+        free(seen);
+    }
+    /* O(1) at the scale of 10^12 windows */
+    uint64_t big = 1000000000000ull, x = mal_data_permute(5, big, big - 1);
+    CHECK(x < big && x != mal_data_permute(5, big, big - 2));
+}
+
+/* Epochs: every window once per epoch, a new order each epoch, windows T
+ * apart; a blend gives each component exactly its slots and reads each
+ * component's windows without replacement; --val-fraction splits each
+ * file into disjoint parts, at a document start for Megatron files. */
+static void test_epochs(void)
+{
+    enum { T = 8, NW = 100, B = 7 };
+    uint16_t tok[NW * T + 1];
+    for (int i = 0; i <= NW * T; i++)
+        tok[i] = (uint16_t)i;
+    const char *p = path_in("ep.bin");
+    CHECK_OK(mal_data_write(p, MAL_DATA_RAW16, tok, NW * T + 1));
+    mal_data_options o = mal_data_options_default();
+    o.seq_len = T;
+    o.batch = B;
+    mal_data *d;
+    CHECK_OK(mal_data_open_opts(&d, p, &o));
+    CHECK_EQ_INT(mal_data_sampling(d), MAL_DATA_SAMPLE_EPOCHS);
+    CHECK_EQ_INT(mal_data_n_windows(d), NW);
+    int in[T], tg[T], first[2][NW];
+    for (int e = 0; e < 2; e++) {
+        int seen[NW] = {0};
+        for (int k = 0; k < NW; k++) {
+            int g = e * NW + k;
+            CHECK_OK(mal_data_sample(d, 5, g / B, g % B, T, in, tg));
+            CHECK(in[0] % T == 0 && tg[T - 1] == in[0] + T);
+            /* the documented window */
+            uint64_t key = mal_rng_u64(5 ^ MAL_DATA_SALT ^ MAL_DATA_EPOCH_SALT, 0, (uint64_t)e);
+            CHECK_EQ_INT(in[0] / T, mal_data_permute(key, NW, (uint64_t)k));
+            seen[in[0] / T]++;
+            first[e][k] = in[0];
+        }
+        for (int w = 0; w < NW; w++)
+            CHECK_EQ_INT(seen[w], 1);
+    }
+    CHECK(memcmp(first[0], first[1], sizeof first[0]) != 0);
+    /* any order of calls, any other object: the same windows */
+    mal_data *d2;
+    CHECK_OK(mal_data_open_opts(&d2, p, &o));
+    for (int k = NW - 1; k >= 0; k--) {
+        CHECK_OK(mal_data_sample(d2, 5, k / B, k % B, T, in, tg));
+        CHECK_EQ_INT(in[0], first[0][k]);
+    }
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_sample(d2, 5, 0, 0, T + 1, in, tg), MAL_EINVAL); /* not its T */
+    mal_data_destroy(d2);
+    mal_data_destroy(d);
+    o.seq_len = 0;
+    CHECK_EQ_INT(mal_data_open_opts(&d, p, &o), MAL_EINVAL);
+    o.seq_len = T;
+
+    /* a blend 3:1 of a 100-window file and a 30-window one: exactly 3/4 of
+     * each block of slots from the first, each read without replacement */
+    const char *q = write_ramp("ep_b.bin", 20000, 30 * T + 1);
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s:3,%s:1", p, q);
+    CHECK_OK(mal_data_open_opts(&d, spec, &o));
+    int from_a = 0, na = 0, nb = 0, seen_a[NW] = {0}, seen_b[30] = {0};
+    for (int g = 0; g < (int)MAL_DATA_BLEND_SLOTS; g++) {
+        CHECK_OK(mal_data_sample(d, 9, g / B, g % B, T, in, tg));
+        if (in[0] < 20000) {
+            from_a++;
+            if (na++ < NW) seen_a[in[0] / T]++;
+        } else {
+            if (nb++ < 30) seen_b[(in[0] - 20000) / T]++;
+        }
+        /* spread evenly: any 8 consecutive samples hold 6 of the first */
+        if (g % 8 == 7) CHECK(from_a == (g + 1) / 8 * 6);
+    }
+    CHECK_EQ_INT(from_a, MAL_DATA_BLEND_SLOTS / 4 * 3);
+    for (int w = 0; w < NW; w++)
+        CHECK_EQ_INT(seen_a[w], 1);
+    for (int w = 0; w < 30; w++)
+        CHECK_EQ_INT(seen_b[w], 1);
+    mal_data_destroy(d);
+    /* a weight too small for a slot */
+    snprintf(spec, sizeof spec, "%s:1,%s:1e-6", p, q);
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_open_opts(&d, spec, &o), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), q) && strstr(mal_errmsg(), "below 1/65536"));
+
+    /* --val-fraction 0.25 of a raw file: the last 200 tokens held out */
+    o.val_fraction = 0.25;
+    mal_data *tr, *va;
+    o.part = MAL_DATA_PART_TRAIN;
+    CHECK_OK(mal_data_open_opts(&tr, p, &o));
+    o.part = MAL_DATA_PART_HELDOUT;
+    CHECK_OK(mal_data_open_opts(&va, p, &o));
+    uint64_t cut = NW * T + 1 - 200;
+    CHECK_EQ_INT(mal_data_n_tokens(tr), cut);
+    CHECK_EQ_INT(mal_data_n_tokens(va), 200);
+    CHECK_EQ_INT(mal_data_token(va, 0), cut);
+    for (int k = 0; k < 300; k++) {
+        CHECK_OK(mal_data_sample(tr, 1, k / B, k % B, T, in, tg));
+        CHECK(tg[T - 1] < (int)cut);
+        CHECK_OK(mal_data_sample(va, MAL_DATA_VAL_SEED, 0, k, T, in, tg));
+        CHECK(in[0] >= (int)cut);
+    }
+    mal_data_destroy(tr);
+    mal_data_destroy(va);
+    /* too little held out for one window */
+    o.val_fraction = 0.005;
+    mal_clearerr();
+    CHECK_EQ_INT(mal_data_open_opts(&va, p, &o), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "holds out") && strstr(mal_errmsg(), p));
+
+    /* a Megatron file: the cut moves to the nearest document start */
+    uint64_t n;
+    const char *m = write_megatron_as("ep_mega", 8, 50, 3, 1, &n);
+    o.val_fraction = 0.13;
+    o.part = MAL_DATA_PART_HELDOUT;
+    CHECK_OK(mal_data_open_opts(&va, m, &o));
+    uint64_t start = (uint64_t)mal_data_token(va, 0), at = 0, nearest = 0;
+    /* the document starts: documents of 3 sequences of lengths 3 + i % 5 */
+    uint64_t want = n - (uint64_t)llround(0.13 * (double)n);
+    for (int i = 0; i < 150; i++) {
+        if (i % 3 == 0 && (at > want ? at - want : want - at) <
+                              (nearest > want ? nearest - want : want - nearest))
+            nearest = at;
+        at += (uint64_t)(3 + i % 5);
+    }
+    printf("held-out part of a Megatron file starts at token %llu (wanted near %llu)\n",
+           (unsigned long long)start, (unsigned long long)want);
+    CHECK_EQ_INT(start, nearest);
+    CHECK(start != want); /* the document start moved it */
+    CHECK_EQ_INT(mal_data_n_tokens(va), n - start);
+    mal_data_destroy(va);
+    /* --val-fraction is for token files */
+    CHECK_EQ_INT(mal_data_open_opts(&va, "synthetic:10", &o), MAL_EINVAL);
 }
 
 static void test_tokenize_bytes(void)
@@ -933,6 +1097,8 @@ int main(void)
     test_sampling();
     test_many_files();
     test_megatron();
+    test_permute();
+    test_epochs();
     test_tokenize_bytes();
     test_default_corpus();
     test_heldout_corpus();

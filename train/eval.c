@@ -33,14 +33,34 @@ int mal_eval_init(mal_trainer *tr)
     if (o->eval_every < 0 || o->eval_batches < 0 || o->sample_every < 0)
         return MAL_ERR(MAL_EINVAL, "--eval-every, --eval-batches and --sample-every must be >= 0");
     if (!o->val_data_path && !o->eval_every && !o->eval_only) return 0;
-    if (!o->val_data_path && o->data_path)
+    if (o->val_data_path && o->val_fraction > 0)
         return MAL_ERR(MAL_EINVAL,
-                       "validation needs --val-data FILE when training on --data %s (the "
-                       "default validation data, the built-in corpus's held-out part, goes "
-                       "with the built-in corpus)",
+                       "--val-data and --val-fraction both name validation data: give one "
+                       "(--val-fraction holds out part of --data)");
+    if (!o->val_data_path && o->data_path && !(o->val_fraction > 0))
+        return MAL_ERR(MAL_EINVAL,
+                       "validation needs --val-data FILE or --val-fraction F when training on "
+                       "--data %s (the default validation data, the built-in corpus's "
+                       "held-out part, goes with the built-in corpus)",
                        o->data_path);
-    rc = o->val_data_path ? mal_data_open(&ev->val, o->val_data_path, o->val_data_format)
-                          : mal_data_open_heldout(&ev->val);
+    /* Validation windows are read without replacement like training ones
+     * (epochs of the validation stream), except for the built-in corpus's
+     * held-out part, which keeps its random offsets. */
+    mal_data_options dopt = mal_data_options_default();
+    dopt.sampling = o->data_sampling;
+    dopt.seq_len = o->model.seq_len;
+    dopt.batch = o->global_batch;
+    if (o->val_data_path) {
+        dopt.format = o->val_data_format;
+        rc = mal_data_open_opts(&ev->val, o->val_data_path, &dopt);
+    } else if (o->data_path) {
+        dopt.format = o->data_format;
+        dopt.val_fraction = o->val_fraction;
+        dopt.part = MAL_DATA_PART_HELDOUT;
+        rc = mal_data_open_opts(&ev->val, o->data_path, &dopt);
+    } else {
+        rc = mal_data_open_heldout(&ev->val);
+    }
     if (rc) return rc;
     if ((rc = mal_data_check_vocab(ev->val, o->model.vocab))) return rc;
     if (mal_data_n_tokens(ev->val) < (uint64_t)o->model.seq_len + 1)
