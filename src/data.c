@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "base/rng.h"
 #include "corpus.h"
 #include "data_synth.h"
+#include "tokenizer.h"
 
 static const char default_name[] = "built-in corpus";
 static const char heldout_name[] = "built-in corpus, held-out part";
@@ -113,8 +115,40 @@ static int data_new(mal_data **out, const char *name, int n_files, int n_comps)
     return 0;
 }
 
+/* The one tokenizer the files' records name (data.h): files made with
+ * different tokenizers cannot be trained on together. */
+static int data_tokenizer(mal_data *d)
+{
+    mal_tokenizer_ref first, other;
+    int rc = 0, k = -1;
+    for (int i = 0; i < d->n_files && !rc; i++) {
+        if (!d->files[i].tokenizer) continue;
+        json_t *j = json_loads(d->files[i].tokenizer, 0, NULL);
+        if (!j) return MAL_ERR(MAL_ENOMEM, "out of memory");
+        rc = mal_tokenizer_ref_parse(k < 0 ? &first : &other, j, d->files[i].path);
+        json_decref(j);
+        if (rc) break;
+        if (k < 0) {
+            k = i;
+            continue;
+        }
+        if (!mal_tokenizer_ref_same(&first, &other))
+            rc = MAL_ERR(MAL_EMISMATCH,
+                         "%s was tokenized with %s, %s with %s (another file, or it changed): "
+                         "data made with different tokenizers cannot be trained on together",
+                         d->files[k].path, first.file, d->files[i].path, other.file);
+        mal_tokenizer_ref_fini(&other);
+    }
+    if (k >= 0) {
+        mal_tokenizer_ref_fini(&first);
+        d->tokenizer = d->files[k].tokenizer;
+    }
+    return rc;
+}
+
 /* The largest ids of the small files (up to MAL_DATA_SCAN_BYTES of tokens
- * in all: data.h), then the parts, windows and blend pattern. */
+ * in all: data.h) that have no record saying it, the tokenizer, then the
+ * parts, windows and blend pattern. */
 static int data_finish(mal_data *d)
 {
     uint64_t scanned = 0;
@@ -127,6 +161,7 @@ static int data_finish(mal_data *d)
             scanned += bytes;
         }
     }
+    if ((rc = data_tokenizer(d))) return rc;
     return mal_data_layout(d);
 }
 
@@ -317,6 +352,11 @@ int64_t mal_data_max_token(const mal_data *d)
 const char *mal_data_name(const mal_data *d)
 {
     return d->name;
+}
+
+const char *mal_data_tokenizer(const mal_data *d)
+{
+    return d->tokenizer;
 }
 
 int mal_data_sampling(const mal_data *d)

@@ -190,6 +190,24 @@ typedef struct {
 int mal_data_parse_idx(const char *path, const unsigned char *buf, size_t len, uint64_t bin_bytes,
                        int full, mal_data_idx *out);
 
+/* The record scripts/tokenize_hf.py writes beside the token files it
+ * makes: PREFIX.tokens.json for PREFIX.bin (PATH.tokens.json for a PATH not
+ * ending in .bin), a JSON object {"format": "malleus-tokens/1",
+ * "n_tokens", "n_documents", "max_token", "dtype", "tokenizer": {"file",
+ * "bytes", "crc32", "vocab_size", "eos_token", "eos_id", "config",
+ * "special_tokens_map"}} (src/tokenizer.h reads the tokenizer).  Where a
+ * file has one, its token ids were checked when it was written: the
+ * largest is checked against the model before training without reading
+ * the file, however large; and its tokenizer is the data's (files made
+ * with different tokenizers are refused together).  A record that
+ * disagrees with its file (another token count) is refused as stale. */
+#define MAL_DATA_RECORD_SUFFIX ".tokens.json"
+#define MAL_DATA_RECORD_FORMAT "malleus-tokens/1"
+
+/* Local.  The tokenizer the data's records name, as the JSON text of the
+ * record's "tokenizer" object, or NULL when no file has a record with one. */
+const char *mal_data_tokenizer(const mal_data *d);
+
 /* Token files whose tokens add up to at most this many bytes are read once
  * at opening for their largest id (mal_data_max_token), so a token the
  * model cannot hold is refused before training starts; larger ones are

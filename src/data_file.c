@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "base/mal.h"
 #include "data_internal.h"
 
@@ -279,7 +280,7 @@ int mal_data_file_open(mal_data_file *f, const char *path, int format)
     if (!(f->path = strdup(path))) return MAL_ERR(MAL_ENOMEM, "out of memory opening %s", path);
     char *bin = NULL, *idx = NULL;
     if (megatron_paths(path, format, &bin, &idx)) {
-        if ((rc = open_megatron(f, bin, idx))) goto fail;
+        if ((rc = open_megatron(f, bin, idx)) || (rc = mal_data_file_record(f))) goto fail;
         return 0;
     }
     if (format == MAL_DATA_MEGATRON) {
@@ -294,14 +295,58 @@ int mal_data_file_open(mal_data_file *f, const char *path, int format)
     f->format = start ? MAL_DATA_LLMC : f->width == 2 ? MAL_DATA_RAW16 : MAL_DATA_RAW32;
     f->tok = f->map.data + start;
     f->n_tokens = n;
+    if ((rc = mal_data_file_record(f))) goto fail;
     return 0;
 fail:
     mal_data_file_close(f);
     return rc;
 }
 
+/* ---- the record beside a file ------------------------------------------ */
+
+int mal_data_file_record(mal_data_file *f)
+{
+    size_t n = strlen(f->path), base = n > 4 && !strcmp(f->path + n - 4, ".bin") ? n - 4 : n;
+    char *rec = malloc(base + sizeof MAL_DATA_RECORD_SUFFIX);
+    json_t *root = NULL;
+    int rc = 0;
+    if (!rec) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    memcpy(rec, f->path, base);
+    strcpy(rec + base, MAL_DATA_RECORD_SUFFIX);
+    if (access(rec, F_OK) != 0) goto done; /* no record: nothing known beyond the file */
+    if ((rc = mal_json_read(rec, "token record", (size_t)1 << 20, MAL_READ_REGULAR, &root)))
+        goto done;
+    const json_t *nt = json_object_get(root, "n_tokens"), *mx = json_object_get(root, "max_token");
+    const json_t *tok = json_object_get(root, "tokenizer");
+    const char *format = json_string_value(json_object_get(root, "format"));
+    if (!json_is_object(root) || !format || strcmp(format, MAL_DATA_RECORD_FORMAT) != 0 ||
+        !json_is_integer(nt) || !json_is_integer(mx) || json_integer_value(mx) < 0 ||
+        (tok && !json_is_object(tok))) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "token record %s is not a %s record with n_tokens, max_token and a "
+                     "tokenizer object",
+                     rec, MAL_DATA_RECORD_FORMAT);
+        goto done;
+    }
+    if ((uint64_t)json_integer_value(nt) != f->n_tokens) {
+        rc = MAL_ERR(MAL_EFORMAT,
+                     "token record %s describes %lld tokens but %s holds %" PRIu64
+                     ": the record is stale (re-run scripts/tokenize_hf.py, or remove it)",
+                     rec, (long long)json_integer_value(nt), f->path, f->n_tokens);
+        goto done;
+    }
+    f->max_token = json_integer_value(mx);
+    if (tok && !(f->tokenizer = json_dumps(tok, JSON_COMPACT | JSON_SORT_KEYS)))
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory reading %s", rec);
+done:
+    json_decref(root);
+    free(rec);
+    return rc;
+}
+
 void mal_data_file_close(mal_data_file *f)
 {
+    free(f->tokenizer);
     mal_file_unmap(&f->map);
     mal_file_unmap(&f->idx_map);
     free(f->idx_path);

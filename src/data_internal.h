@@ -30,6 +30,7 @@ typedef struct {
     uint64_t n_tokens;        /* tokens in the file */
     int64_t max_token;        /* the largest id, -1 while unknown (not scanned) */
     int comp;                 /* the blend component it belongs to */
+    char *tokenizer;          /* its record's "tokenizer" object as JSON text, or NULL */
     uint64_t lo, hi;          /* the tokens of the part read: [lo, hi) */
     uint64_t win0, n_win;     /* epochs: its windows within its component */
 } mal_data_file;
@@ -58,8 +59,9 @@ struct mal_data {
     int part;          /* MAL_DATA_PART_* */
     double val_fraction;
     uint16_t *blend_comp, *blend_rank; /* epochs, blend: [MAL_DATA_BLEND_SLOTS] */
-    int vocab;       /* > 0: every token read is checked against it (check_vocab) */
-    int synth_vocab; /* > 0: synthetic data (data_synth.h), no files */
+    int vocab;             /* > 0: every token read is checked against it (check_vocab) */
+    const char *tokenizer; /* the files' tokenizer (a file's string), or NULL */
+    int synth_vocab;       /* > 0: synthetic data (data_synth.h), no files */
 };
 
 /* What --data names (data_spec.c): n_files paths in order, the component of
@@ -84,6 +86,12 @@ void mal_data_spec_fini(mal_data_spec *s);
  * (MAL_DATA_AUTO: llm.c when a magic says so, else raw16).  On failure
  * *f is released.  f->max_token is -1 (scan_file fills it). */
 int mal_data_file_open(mal_data_file *f, const char *path, int format);
+
+/* Local.  Read the record beside the opened file `f`, when there is one
+ * (data.h, MAL_DATA_RECORD_SUFFIX): its token count must be the file's
+ * (MAL_EFORMAT naming the record when it is stale), its largest id becomes
+ * f->max_token (no scan needed), its tokenizer object f->tokenizer. */
+int mal_data_file_record(mal_data_file *f);
 
 /* Local.  Release everything `f` holds (safe on a zeroed one). */
 void mal_data_file_close(mal_data_file *f);

@@ -50,6 +50,13 @@ static char *train_json(const struct mal_trainer *tr)
         json_decref(j);
         return NULL;
     }
+    /* the tokenizer the data was made with, for malleus-export and
+     * malleus-sample (src/tokenizer.h) */
+    const char *tok = mal_data_tokenizer(tr->data);
+    if (tok && json_object_set_new(j, "tokenizer", json_loads(tok, 0, NULL))) {
+        json_decref(j);
+        return NULL;
+    }
     char *s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     json_decref(j);
     return s;

@@ -16,6 +16,7 @@
  * one micro-batch whose first sequence is the window of the last seq_len
  * tokens, TP rank 0 of its last stage picks the token (sample.h) and
  * broadcasts it to every rank, so all ranks hold the same text. */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,29 @@ void mal_eval_fini(mal_trainer *tr)
 {
     mal_data_destroy(tr->eval.val);
     tr->eval.val = NULL;
+    mal_tokenizer_destroy(tr->eval.tok);
+    tr->eval.tok = NULL;
+}
+
+/* Rank 0: the decoder of the tokenizer the training data names, for the
+ * samples; a tokenizer that is gone or changed only costs the text (the
+ * samples print ids, with a warning), never the run. */
+static void load_tokenizer(mal_trainer *tr)
+{
+    mal_eval *ev = &tr->eval;
+    ev->tok_tried = 1;
+    const char *text = mal_data_tokenizer(tr->data);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    mal_tokenizer_ref r;
+    if (!j) return;
+    int rc = mal_tokenizer_ref_parse(&r, j, mal_data_name(tr->data));
+    json_decref(j);
+    if (!rc) {
+        rc = mal_tokenizer_ref_check(&r);
+        if (!rc) rc = mal_tokenizer_load(&ev->tok, r.file);
+        mal_tokenizer_ref_fini(&r);
+    }
+    if (rc) mal_log(MAL_LOG_WARN, "samples print token ids: %s", mal_errmsg());
 }
 
 int mal_trainer_eval_batches(const mal_trainer *tr)
@@ -204,8 +228,11 @@ static int print_sample(mal_trainer *tr, int64_t step, int always)
     const mal_sample_options so = {0.8f, 40, tr->o.seed};
     rc = mal_trainer_sample(tr, prompt, n_prompt, MAL_SAMPLE_EVERY_TOKENS, &so, out);
     if (!rc && tr->world_rank == 0 && (always || mal_log_level >= MAL_LOG_INFO)) {
+        if (!tr->eval.tok_tried) load_tokenizer(tr);
         printf("sample at step %lld: ", (long long)step);
-        mal_sample_print(stdout, out, n_prompt + MAL_SAMPLE_EVERY_TOKENS, V);
+        if (!tr->eval.tok ||
+            mal_tokenizer_print(tr->eval.tok, stdout, out, n_prompt + MAL_SAMPLE_EVERY_TOKENS, 0))
+            mal_sample_print(stdout, out, n_prompt + MAL_SAMPLE_EVERY_TOKENS, V);
         printf("\n");
         fflush(stdout);
     }
