@@ -8,6 +8,9 @@
 # and the data mistakes refused before training with exit 2, naming the
 # file: a truncated .bin, an .idx that belongs to another .bin, a token id
 # the model cannot hold, a weight of 0 or NaN, a glob that matches nothing.
+# A token file too large to read at start (over 64 MiB of tokens, no
+# record) has its ids checked as windows are read: the first bad one ends
+# the run with exit 2 naming the file and the token, on one rank or many.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 B="${top_builddir:-.}"
@@ -104,6 +107,14 @@ expect 2 "written with --data-sampling epochs and --val-fraction 0.1" "$B/malleu
     --steps 7 --snapshot-dir "$W/snap" --resume --val-fraction 0.2
 expect 2 "holds out [0-9]* tokens of .*m16.bin" $TRAIN --data "$W/m16" --val-fraction 0.0001 \
     --eval-every 1
+
+echo "-- a large file without a record: checked as its windows are read"
+head -c 70000000 /dev/zero | tr '\0' '\377' >"$W/large.bin" # every token 65535
+expect 2 "large.bin holds token id 65535 at token [0-9]* but the model has a vocabulary of 256" \
+    $TRAIN --data "$W/large.bin" --data-format raw16
+expect 2 "large.bin holds token id 65535 at token" sh "$top_srcdir/tests/mpirun.sh" 2 120 \
+    $TRAIN --data "$W/large.bin" --data-format raw16 --dp 2
+rm -f "$W/large.bin"
 
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "test_data_files: ok"
