@@ -1,6 +1,9 @@
-/* Token data: token files (llm.c format with uint16 or uint32 tokens, or
- * headerless uint16 / uint32), the built-in default corpus, deterministic
- * sampling of training windows, writing token files.
+/* Token data: token files (Megatron-LM indexed datasets, llm.c files of
+ * uint16 or uint32 tokens, headerless uint16 / uint32), several of them
+ * read as one or blended with weights, the records scripts/tokenize_hf.py
+ * writes beside them, the built-in default corpus, deterministic sampling
+ * of training windows (epochs without replacement, or random offsets),
+ * held-out parts for validation, writing token files.
  *
  * Token files are mapped, never read whole into memory: a rank's memory
  * holds only the pages of the windows it reads (the page cache's, shared by
@@ -8,7 +11,7 @@
  * costs a rank what a 4 MB one does (bench/README.md).
  *
  * Sampling is a pure function of (seed, step, position in the global batch)
- * and the file: no rank keeps a data-loader cursor.  That is what lets a run
+ * and the files: no rank keeps a data-loader cursor.  That is what lets a run
  * change its parallel layout (or world size) mid-training and still see the
  * same global batch at every step; progress is stored as consumed samples.
  *
@@ -78,9 +81,9 @@ enum {
  * item is PREFIX.bin or PREFIX) or MAL_DATA_AUTO: Megatron for PREFIX.bin
  * beside a PREFIX.idx, or for a PREFIX that does not exist while both do
  * (a glob's .idx matches beside their .bin are skipped); else LLMC when
- * the first int32 is one of the magics, else RAW16.  Headers and sizes are validated here; token ids by
- * mal_data_check_vocab and as windows are read.  Failures return, with a
- * message naming the file or item:
+ * the first int32 is one of the magics, else RAW16.  Headers and sizes are
+ * validated here; token ids by mal_data_check_vocab and as windows are
+ * read.  Failures return, with a message naming the file or item:
  *   MAL_ENOENT   a file does not exist, a glob matches nothing;
  *   MAL_EINVAL   a directory, a device or FIFO, an unreadable file
  *                (permissions); a bad weight; unknown format;
@@ -93,7 +96,7 @@ enum {
  * On success *out is a new object the caller releases with mal_data_destroy.
  * `spec` "synthetic:V" opens generated tokens instead (src/data_synth.h):
  * unbounded (n_tokens UINT64_MAX), max_token V - 1. */
-int mal_data_open(mal_data **out, const char *path, int format);
+int mal_data_open(mal_data **out, const char *spec, int format);
 
 /* How a data set is sampled (mal_data_sample states both modes). */
 enum {
@@ -167,13 +170,13 @@ int mal_data_parse_image(const char *path, int format, const unsigned char *buf,
 
 /* The layout of a parsed index: where its arrays start in the image. */
 typedef struct {
-    int width;           /* bytes per token (1, 2 or 4) */
-    int is_signed;       /* int8, int16, int32 */
-    uint64_t n_seqs;     /* S */
-    uint64_t n_docs;     /* D - 1 */
-    size_t lengths_at;   /* int32 lengths[S] */
-    size_t pointers_at;  /* int64 pointers[S] */
-    size_t docs_at;      /* int64 doc_index[D] */
+    int width;          /* bytes per token (1, 2 or 4) */
+    int is_signed;      /* int8, int16, int32 */
+    uint64_t n_seqs;    /* S */
+    uint64_t n_docs;    /* D - 1 */
+    size_t lengths_at;  /* int32 lengths[S] */
+    size_t pointers_at; /* int64 pointers[S] */
+    size_t docs_at;     /* int64 doc_index[D] */
 } mal_data_idx;
 
 /* Local.  Check the index image `buf` (`len` bytes: the mapping of
@@ -228,12 +231,12 @@ int mal_data_check_vocab(mal_data *d, int vocab);
 #define MAL_DATA_MAX_FILES 65536
 
 /* Local accessors.  Pointers stay owned by `d` and valid until destroy. */
-uint64_t mal_data_n_tokens(const mal_data *d);  /* of the part read; UINT64_MAX: synthetic */
-int mal_data_sampling(const mal_data *d);       /* MAL_DATA_SAMPLE_RANDOM or EPOCHS */
+uint64_t mal_data_n_tokens(const mal_data *d); /* of the part read; UINT64_MAX: synthetic */
+int mal_data_sampling(const mal_data *d);      /* MAL_DATA_SAMPLE_RANDOM or EPOCHS */
 /* Epochs: the windows of one epoch over all components (0 otherwise). */
 uint64_t mal_data_n_windows(const mal_data *d);
-int64_t mal_data_max_token(const mal_data *d);  /* largest token id, -1 when not known */
-const char *mal_data_name(const mal_data *d);   /* the spec, or "built-in corpus" */
+int64_t mal_data_max_token(const mal_data *d); /* largest token id, -1 when not known */
+const char *mal_data_name(const mal_data *d);  /* the spec, or "built-in corpus" */
 /* Token i (< n_tokens) of the data's parts, counted over its files in order. */
 int64_t mal_data_token(const mal_data *d, uint64_t i);
 /* Bytes the data holds in this process's own memory (the built-in corpus;
