@@ -112,7 +112,9 @@ echo "-- a large file without a record: checked as its windows are read"
 head -c 70000000 /dev/zero | tr '\0' '\377' >"$W/large.bin" # every token 65535
 expect 2 "large.bin holds token id 65535 at token [0-9]* but the model has a vocabulary of 256" \
     $TRAIN --data "$W/large.bin" --data-format raw16
-expect 2 "large.bin holds token id 65535 at token" sh "$top_srcdir/tests/mpirun.sh" 2 120 \
+# (the status only: when a rank aborts the job, mpiexec may end the ranks
+# before it has forwarded their last line, as seen under the sanitizers)
+expect 2 "" sh "$top_srcdir/tests/mpirun.sh" 2 120 \
     $TRAIN --data "$W/large.bin" --data-format raw16 --dp 2
 rm -f "$W/large.bin"
 
