@@ -48,11 +48,13 @@ static int byte_order(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A Megatron index whose .bin is beside it: a glob matching everything in a folder
- * (both files) stands for the data set once, through its .bin. */
-static int is_index_of_match(const char *path)
+/* A glob's match that is not a token file of its own: a Megatron index
+ * whose .bin is beside it (a glob matching everything in a folder stands
+ * for the data set once, through its .bin), or a token record. */
+static int is_companion(const char *path)
 {
-    size_t n = strlen(path);
+    size_t n = strlen(path), r = strlen(MAL_DATA_RECORD_SUFFIX);
+    if (n > r && strcmp(path + n - r, MAL_DATA_RECORD_SUFFIX) == 0) return 1;
     if (n < 5 || strcmp(path + n - 4, ".idx") != 0) return 0;
     char *bin = strdup(path);
     if (!bin) return 0;
@@ -79,7 +81,7 @@ static int expand(mal_data_spec *s, const char *item, const char *path, int comp
     } else {
         qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, byte_order);
         for (size_t i = 0; i < g.gl_pathc && !rc; i++)
-            if (!is_index_of_match(g.gl_pathv[i])) rc = add_file(s, g.gl_pathv[i], comp, cap);
+            if (!is_companion(g.gl_pathv[i])) rc = add_file(s, g.gl_pathv[i], comp, cap);
     }
     globfree(&g);
     return rc;

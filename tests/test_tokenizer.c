@@ -206,6 +206,11 @@ static void test_records(void)
     const char *tj = mal_data_tokenizer(d);
     CHECK(tj && strstr(tj, "\"crc32\":7") && strstr(tj, "/x/tokenizer.json"));
     mal_data_destroy(d);
+    /* a glob that matches the record too reads the token file alone */
+    snprintf(spec, sizeof spec, "%s.*", in_dir("a"));
+    CHECK_OK(mal_data_open(&d, spec, MAL_DATA_AUTO));
+    CHECK_EQ_INT(mal_data_n_files(d), 1);
+    mal_data_destroy(d);
     /* the same tokenizer in another file: fine; another one: refused */
     write_data("b", 50, 50, 49, 7);
     write_data("c", 50, 50, 49, 8);
