@@ -1,4 +1,5 @@
-/* Atomic-or-direct outputs and bounded whole-file reads (see fileio.h). */
+/* Atomic-or-direct outputs, bounded whole-file reads and read-only
+ * mappings (see fileio.h). */
 #include "fileio.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -348,4 +350,80 @@ fail:
     free(data);
     close(fd);
     return rc;
+}
+
+/* ---- mappings ---------------------------------------------------------- */
+
+int mal_file_map_open(mal_file_map *m, const char *path, const char *what, int advice)
+{
+    int rc = 0;
+    m->data = NULL;
+    m->bytes = 0;
+    /* Non-blocking for the same reason as mal_file_read: a FIFO is refused
+     * below, never waited on. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return MAL_ERR(MAL_ENOENT, "%s %s does not exist: check the path", what, path);
+        int user = e == EACCES || e == EPERM || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG;
+        return MAL_ERR(user ? MAL_EINVAL : MAL_EIO, "cannot open %s %s: %s", what, path,
+                       strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = MAL_ERR(MAL_EIO, "cannot stat %s %s: %s", what, path, strerror(errno));
+        goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = MAL_ERR(MAL_EINVAL, "%s %s is a directory, not a file", what, path);
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = MAL_ERR(MAL_EINVAL,
+                     "%s %s is %s, not a regular file: it has no size to check in advance and "
+                     "may never end; copy the data into a file first",
+                     what, path, mal_file_kind(st.st_mode));
+        goto done;
+    }
+    if ((uintmax_t)st.st_size > SIZE_MAX) {
+        rc = MAL_ERR(MAL_EINVAL, "%s %s is too large to map here (%jd bytes)", what, path,
+                     (intmax_t)st.st_size);
+        goto done;
+    }
+    m->bytes = (size_t)st.st_size;
+    if (m->bytes == 0) goto done; /* mmap refuses length 0; nothing to read anyway */
+    void *p = mmap(NULL, m->bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        rc = MAL_ERR(MAL_EIO, "cannot map %s %s (%zu bytes): %s", what, path, m->bytes,
+                     strerror(errno));
+        m->bytes = 0;
+        goto done;
+    }
+    /* Advice only: a kernel that ignores it reads ahead more, nothing else. */
+    (void)madvise(p, m->bytes, advice == MAL_MAP_SEQUENTIAL ? MADV_SEQUENTIAL : MADV_RANDOM);
+    m->data = p;
+done:
+    close(fd); /* the mapping keeps the file */
+    return rc;
+}
+
+void mal_file_unmap(mal_file_map *m)
+{
+    if (m->data) munmap((void *)m->data, m->bytes);
+    m->data = NULL;
+    m->bytes = 0;
+}
+
+void mal_file_map_release(const mal_file_map *m, size_t off, size_t len)
+{
+    if (!m->data || off >= m->bytes) return;
+    if (len > m->bytes - off) len = m->bytes - off;
+    /* madvise works on whole pages: round the start down (the pages before
+     * it were read too, or will be again from the cache). */
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    uintptr_t a = (uintptr_t)(m->data + off) & ~(uintptr_t)(page - 1);
+    size_t n = (size_t)((uintptr_t)(m->data + off + len) - a);
+    (void)madvise((void *)a, n, MADV_DONTNEED);
 }

@@ -16,6 +16,11 @@
  * (/dev/zero, /dev/urandom) or a runaway pipe ends in a message rather than
  * in the out-of-memory killer.
  *
+ * Large inputs (token files) are mapped instead: mal_file_map() maps a
+ * regular file read-only, so only the pages a reader touches are ever in
+ * memory, and they stay the kernel's page cache, shared by every process
+ * of the machine that maps the same file.
+ *
  * Every function here is Local.
  */
 #ifndef MAL_FILEIO_H
@@ -102,6 +107,32 @@ enum {
  * large), MAL_EIO, MAL_ENOMEM.  On error *buf is NULL. */
 int mal_file_read(const char *path, const char *what, size_t max_bytes, int flags,
                   unsigned char **buf, size_t *len);
+
+/* A read-only mapping of a whole regular file (mal_file_map).  Caller-owned
+ * storage; mal_file_unmap() releases it. */
+typedef struct {
+    const unsigned char *data; /* the file's bytes (NULL for an empty file) */
+    size_t bytes;              /* its size */
+} mal_file_map;
+
+/* Map all of `path` read-only (shared, so its pages are the page cache's:
+ * mapping costs no memory until a page is touched, and unused pages are
+ * dropped under pressure).  `advice`: MAL_MAP_RANDOM for data read at
+ * scattered places (no read-ahead of pages nobody asked for), MAL_MAP_SEQUENTIAL
+ * for a scan.  Refuses like mal_file_read with MAL_READ_REGULAR: MAL_ENOENT
+ * (missing), MAL_EINVAL (a directory, not a regular file, no permission),
+ * MAL_EIO (mmap failed).  An empty file maps to data NULL, bytes 0. */
+enum { MAL_MAP_RANDOM = 0, MAL_MAP_SEQUENTIAL = 1 };
+int mal_file_map_open(mal_file_map *m, const char *path, const char *what, int advice);
+
+/* Release a mapping (safe on a zeroed one). */
+void mal_file_unmap(mal_file_map *m);
+
+/* Drop the pages of [off, off+len) of a mapping from this process's
+ * resident set (they stay in the page cache): after a scan, so that
+ * reading a file through its mapping once does not leave it counted in
+ * the process's memory. */
+void mal_file_map_release(const mal_file_map *m, size_t off, size_t len);
 
 /* What kind of file a stat mode is, for messages ("a character device",
  * "a FIFO", "a directory", ...). */

@@ -8,6 +8,9 @@ dist_check_SCRIPTS += tests/test_torch_ref.sh
 TESTS += tests/test_torch_ref.sh
 
 # Runtime and adaptation benchmarks (run by hand).
+# Token-data memory: a large token file costs a rank what a small one does.
+EXTRA_DIST += bench/data/rss.sh
+
 EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py \
     bench/migrate/run.sh
 

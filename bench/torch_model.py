@@ -145,13 +145,51 @@ def load_tokens(path):
 
 
 def sample_offset(seed, step, pos, n_tokens, T):
+    """Random mode (the built-in corpus's): a counter-based offset."""
     return rng_below(seed ^ DATA_SALT, step, pos, n_tokens - T)
 
 
-def sample_batch(tokens, seed, step, first_pos, B, T):
+EPOCH_SALT = 0x45504F434853
+FEISTEL_ROUNDS = 4
+
+
+def permute(key, n, i):
+    """mal_data_permute: element i of the keyed permutation of [0, n), a
+    balanced Feistel network on 2h bits (4^h >= n) walked until below n."""
+    if n <= 1:
+        return 0
+    h = 1
+    while h < 32 and (1 << (2 * h)) < n:
+        h += 1
+    mask = (1 << h) - 1
+    x = i
+    while True:
+        L, R = x >> h, x & mask
+        for r in range(FEISTEL_ROUNDS):
+            L, R = R, L ^ (rng_u64(key, r, R) & mask)
+        x = (L << h) | R
+        if x < n:
+            return x
+
+
+def epoch_offset(seed, step, pos, batch, n_tokens, T):
+    """Epochs mode (malleus-train's default for --data, one file, no blend):
+    sample g = step * batch + pos reads window permute(key(epoch), N, g mod
+    N) of the N = (n_tokens - 1) // T windows, T apart."""
+    n_win = (n_tokens - 1) // T
+    g = step * batch + pos
+    key = rng_u64(seed ^ DATA_SALT ^ EPOCH_SALT, 0, g // n_win)
+    return permute(key, n_win, g % n_win) * T
+
+
+def sample_batch(tokens, seed, step, first_pos, B, T, batch=None):
     """(inputs, targets) int64 (B,T) for global-batch positions
-    first_pos .. first_pos+B-1 of step `step` (mal_data_sample)."""
-    offs = [sample_offset(seed, step, first_pos + i, len(tokens), T) for i in range(B)]
+    first_pos .. first_pos+B-1 of step `step` (mal_data_sample): epochs
+    with `batch` samples per step (a --data file), else random offsets."""
+    if batch is None:
+        offs = [sample_offset(seed, step, first_pos + i, len(tokens), T) for i in range(B)]
+    else:
+        offs = [epoch_offset(seed, step, first_pos + i, batch, len(tokens), T) for i in range(B)]
     win = np.stack([tokens[o:o + T + 1] for o in offs])
     return torch.from_numpy(win[:, :T].copy()), torch.from_numpy(win[:, 1:].copy())
 

@@ -14,6 +14,7 @@
 
 #include "base/fileio.h"
 #include "base/mal.h"
+#include "export_tok.h"
 #include "snapshot.h"
 #include "src/config.h"
 #include "src/model.h"
@@ -336,7 +337,8 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     uint64_t written = 0;
     int n = 0, rc;
     mal_output f;
-    int f_open = 0;
+    int f_open = 0, has_tok = 0;
+    mal_tokenizer_ref tok;
 
     if (o->dtype != MAL_EXPORT_F32 && o->dtype != MAL_EXPORT_BF16)
         return MAL_ERR(MAL_EINVAL, "export: dtype must be fp32 or bf16");
@@ -353,6 +355,10 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     mal_model_part full = mal_model_part_full(&cfg);
     if ((rc = mal_model_layout(&cfg, &full, &t, &n, NULL))) goto out;
     if ((rc = check_tensors(s, t, n, step_dir))) goto out;
+    /* the tokenizer, checked before anything is written */
+    if (!o->no_tokenizer &&
+        (rc = mal_export_tokenizer_ref(meta->train_json, o->tokenizer, step_dir, &tok, &has_tok)))
+        goto out;
     if ((rc = make_header(t, n, o->dtype, meta, &header))) goto out;
 
     /* The row buffer: mem_bytes, but at least one head's rows of the
@@ -407,6 +413,7 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     if (rc) goto out;
     f_open = 0;
     if ((rc = mal_output_commit(&f))) goto out;
+    if (has_tok && (rc = mal_export_tokenizer_write(&tok, o->out_dir, cfg.seq_len))) goto out;
     /* config.json last: a directory with it holds a complete export */
     if ((rc = write_config(o->out_dir, &cfg, o->dtype))) goto out;
     if (st) {
@@ -420,6 +427,7 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
     }
 out:
     if (f_open) mal_output_discard(&f);
+    if (has_tok) mal_tokenizer_ref_fini(&tok);
     mal_snapshot_close(s);
     free(t);
     free(buf);

@@ -56,6 +56,9 @@ typedef struct {
     const char *out_dir;  /* created if needed; config.json and model.safetensors go there */
     int dtype;            /* MAL_EXPORT_F32 or MAL_EXPORT_BF16 */
     size_t mem_bytes;     /* row buffer; 0: MAL_EXPORT_MEM_DEFAULT */
+    const char *tokenizer; /* a tokenizer.json (or its directory) to copy next to the model;
+                            * NULL: the one the training data named, if any (export_tok.h) */
+    int no_tokenizer;      /* copy no tokenizer */
 } mal_export_options;
 
 typedef struct {

@@ -8,7 +8,7 @@ libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fault.c \
 	ckpt/snap_h5.c \
 	ckpt/snap_index.c ckpt/snap_read.c ckpt/snap_coord.c ckpt/snap_commit.c \
 	ckpt/snap_write.c ckpt/reshard.h ckpt/reshard.c \
-	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c \
+	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c ckpt/export_tok.h ckpt/export_tok.c \
 	ckpt/load.h ckpt/load.c
 EXTRA_DIST += ckpt/README.md
 

@@ -22,6 +22,12 @@ int main(int argc, char **argv)
         {MAL_OPT_INT, "mem", .metavar = "MIB", .target = &mem_mib, .lo = 1, .hi = 1 << 20,
          .help = "row buffer in MiB (default: 64); memory use is about this\n"
                  "plus 8 MiB and the snapshot's block table, whatever the model"},
+        {MAL_OPT_STRING, "tokenizer", .metavar = "PATH", .target = &o.tokenizer,
+         .help = "a tokenizer.json (or a directory with one) to copy next to\n"
+                 "the model (default: the one the training data was\n"
+                 "tokenized with, when its record names one)"},
+        {MAL_OPT_FLAG, "no-tokenizer", .target = &o.no_tokenizer, .ival = 1,
+         .help = "copy no tokenizer"},
         {MAL_OPT_FLAG, "quiet", .target = &quiet, .ival = 1, .help = "no summary line"},
         {MAL_OPT_HELP, "help", 'h', .label = "-h, --help", .help = "this text"},
         {MAL_OPT_VERSION, "version", .help = "print the version"},
@@ -32,7 +38,9 @@ int main(int argc, char **argv)
         .version = PACKAGE_VERSION,
         .usage = "Usage: malleus-export [OPTIONS] SNAPSHOT OUT_DIR\n"
                  "Write the parameters of a training snapshot as a Hugging Face LlamaForCausalLM\n"
-                 "checkpoint: OUT_DIR/config.json and OUT_DIR/model.safetensors.\n"
+                 "checkpoint: OUT_DIR/config.json and OUT_DIR/model.safetensors, and the\n"
+                 "tokenizer the training data was made with (tokenizer.json and its\n"
+                 "tokenizer_config.json), so that AutoTokenizer loads OUT_DIR too.\n"
                  "\n"
                  "  SNAPSHOT               a snapshot directory (its newest snapshot) or a step\n"
                  "                         directory, written under any plan\n"
@@ -41,7 +49,8 @@ int main(int argc, char **argv)
                   "pairs to Hugging Face's rotate-half convention; lm_head stays untied.  Load\n"
                   "with LlamaForCausalLM.from_pretrained(OUT_DIR).\n"
                   "Exit status: 0 done, 1 write failure, 2 usage error or refused snapshot\n"
-                  "(missing, never committed, corrupt, not of its model).\n",
+                  "(missing, never committed, corrupt, not of its model) or tokenizer (gone, or\n"
+                  "changed since the data was tokenized: name it with --tokenizer).\n",
         .opts = opts,
     };
     int rc = mal_opts_parse(&spec, argc, argv, &first);

@@ -1,35 +1,57 @@
 /* malleus-sample: the option table and a call into the library: load a
  * snapshot's parameters on this process (load.h) and print a continuation
- * of the prompt (sample.h).  Exit codes: 0 done, 1 failure, 2 usage error
- * or a snapshot refused (missing, never committed, corrupt). */
+ * of the prompt (sample.h), decoded with the tokenizer the training data
+ * was made with when there is one (export_tok.h).  Exit codes: 0 done, 1
+ * failure, 2 usage error or a snapshot or tokenizer refused (missing,
+ * never committed, corrupt; a tokenizer gone or changed). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/mal.h"
 #include "base/opts.h"
+#include "ckpt/export_tok.h"
 #include "ckpt/load.h"
 #include "kernels/kernels.h"
 #include "src/data.h"
 #include "src/sample.h"
 
+/* How tokens are printed: as text by the tokenizer, as bytes (the
+ * byte-level vocabulary), or as ids. */
+typedef struct {
+    int vocab;
+    const mal_tokenizer *tok; /* NULL: no tokenizer (or --token-ids) */
+    int done;                 /* tokens printed so far */
+} printer;
+
+static void print_tokens(printer *p, const int *t, int n)
+{
+    if (p->tok) {
+        mal_tokenizer_print(p->tok, stdout, t, n, p->done);
+    } else {
+        mal_sample_print(stdout, t, n, p->vocab);
+        if (p->vocab != MAL_DATA_BYTE_VOCAB) fputc(' ', stdout);
+    }
+    p->done += n;
+    fflush(stdout);
+}
+
 static void stream_token(void *ctx, int token)
 {
-    const int *vocab = ctx;
-    mal_sample_print(stdout, &token, 1, *vocab);
-    if (*vocab != MAL_DATA_BYTE_VOCAB) fputc(' ', stdout);
-    fflush(stdout);
+    print_tokens(ctx, &token, 1);
 }
 
 int main(int argc, char **argv)
 {
-    const char *prompt_text = "", *device = NULL;
-    int n_new = 200, threads = 0, first;
+    const char *prompt_text = "", *device = NULL, *tok_path = NULL;
+    int n_new = 200, threads = 0, first, token_ids = 0;
     mal_sample_options so = {0.8f, 40, 1234};
     const mal_opt opts[] = {
         {MAL_OPT_SECTION, .help = "Options:"},
         {MAL_OPT_STRING, "prompt", .metavar = "TEXT", .target = &prompt_text,
          .help = "text to continue (default: a newline); with a vocabulary\n"
-                 "that is not byte-level: token ids separated by spaces"},
+                 "that is not byte-level: token ids separated by spaces\n"
+                 "(scripts/tokenize_hf.py --tokenizer T --encode TEXT gives\n"
+                 "them)"},
         {MAL_OPT_INT, "tokens", .metavar = "N", .target = &n_new, .lo = 0, .hi = 1 << 20,
          .help = "tokens to generate (default: 200)"},
         {MAL_OPT_FLOAT, "temperature", .metavar = "X", .target = &so.temperature, .flo = 0,
@@ -43,6 +65,11 @@ int main(int argc, char **argv)
          .help = "BLAS threads (default: OpenBLAS's choice)"},
         {MAL_OPT_STRING, "device", .metavar = "NAME", .target = &device,
          .help = "kernel backend by name (default: as malleus-train's)"},
+        {MAL_OPT_STRING, "tokenizer", .metavar = "PATH", .target = &tok_path,
+         .help = "decode with this tokenizer.json (or a directory with one)\n"
+                 "(default: the one the training data was tokenized with)"},
+        {MAL_OPT_FLAG, "token-ids", .target = &token_ids, .ival = 1,
+         .help = "print token ids, not text"},
         {MAL_OPT_HELP, "help", 'h', .label = "-h, --help", .help = "this text"},
         {MAL_OPT_VERSION, "version", .help = "print the version"},
         {.kind = MAL_OPT_END},
@@ -54,12 +81,15 @@ int main(int argc, char **argv)
                  "Generate text with the parameters of a training snapshot (written under any\n"
                  "plan), on this process: the prompt, then the new tokens as they come.  The\n"
                  "byte-level vocabulary prints text (bytes outside printable ASCII as \\xNN);\n"
-                 "other vocabularies print token ids.\n"
+                 "other vocabularies print text decoded with the tokenizer the training data\n"
+                 "was made with (scripts/tokenize_hf.py records it), else token ids.\n"
                  "\n"
                  "  SNAPSHOT               a snapshot directory (its newest snapshot) or a step\n"
                  "                         directory\n",
         .footer = "\nEach token re-runs the model over the last seq_len tokens (no cache).\n"
-                  "Exit status: 0 done, 1 failure, 2 usage error or refused snapshot.\n"
+                  "Exit status: 0 done, 1 failure, 2 usage error, refused snapshot, or a\n"
+                  "tokenizer gone or changed since the data was tokenized (--tokenizer names\n"
+                  "it, --token-ids does without).\n"
                   "Example:\n"
                   "  malleus-sample --prompt 'Seven plus five is' --tokens 80 run/snap\n",
         .opts = opts,
@@ -73,6 +103,7 @@ int main(int argc, char **argv)
     kc.threads = threads;
     mal_model *m = NULL;
     mal_acts *a = NULL;
+    mal_tokenizer *tok = NULL;
     int *prompt = NULL, *out = NULL, n_prompt = 0, status = 2;
     if ((rc = mal_kern_create(device, &kc, &k))) goto fail; /* an unknown or absent backend: 2 */
     if ((rc = mal_load_model(argv[first], k, 1, &m, NULL))) {
@@ -81,6 +112,13 @@ int main(int argc, char **argv)
         goto fail;
     }
     int vocab = m->cfg.vocab;
+    /* the tokenizer, refused (2) when it is gone or changed */
+    if (!token_ids && (tok_path || vocab != MAL_DATA_BYTE_VOCAB) &&
+        (rc = mal_snapshot_tokenizer(argv[first], tok_path, &tok))) {
+        status = mal_exit_status(rc);
+        goto fail;
+    }
+    printer pr = {vocab, tok, 0};
     status = 1;
     if ((rc = mal_acts_create(&a, m, 1))) goto fail;
     if ((rc = mal_sample_parse_prompt(prompt_text, vocab, &prompt, &n_prompt))) {
@@ -91,10 +129,8 @@ int main(int argc, char **argv)
         rc = MAL_ERR(MAL_ENOMEM, "out of memory");
         goto fail;
     }
-    mal_sample_print(stdout, prompt, n_prompt, vocab);
-    if (vocab != MAL_DATA_BYTE_VOCAB) fputc(' ', stdout);
-    fflush(stdout);
-    if ((rc = mal_sample_generate(m, a, prompt, n_prompt, n_new, &so, out, stream_token, &vocab)))
+    print_tokens(&pr, prompt, n_prompt);
+    if ((rc = mal_sample_generate(m, a, prompt, n_prompt, n_new, &so, out, stream_token, &pr)))
         goto fail;
     printf("\n");
     status = 0;
@@ -104,6 +140,7 @@ fail:
     free(out);
     if (a) mal_acts_destroy(m, a);
     mal_model_destroy(m);
+    mal_tokenizer_destroy(tok);
     if (k) mal_kern_destroy(k);
     return status;
 }

@@ -8,8 +8,11 @@
 #include "src/data.h"
 #include "train/train_cli.h"
 
-static const char *const data_formats[] = {"auto", "llmc", "raw16", NULL};
-static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16};
+static const char *const data_formats[] = {"auto", "llmc", "raw16", "raw32", "megatron", NULL};
+static const int data_format_values[] = {MAL_DATA_AUTO, MAL_DATA_LLMC, MAL_DATA_RAW16,
+                                         MAL_DATA_RAW32, MAL_DATA_MEGATRON};
+static const char *const samplings[] = {"epochs", "random", NULL};
+static const int sampling_values[] = {MAL_DATA_SAMPLE_EPOCHS, MAL_DATA_SAMPLE_RANDOM};
 static const char *const adapt_modes[] = {"off", "restart", "online", NULL};
 static const int adapt_values[] = {MAL_ADAPT_OFF, MAL_ADAPT_RESTART, MAL_ADAPT_ONLINE};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
@@ -33,22 +36,41 @@ int main(int argc, char **argv)
          .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
                  "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
                  "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
-        {MAL_OPT_STRING, "data", .metavar = "FILE", .target = &o->data_path,
-         .help = "token file (llm.c format or headerless uint16), or\n"
-                 "synthetic:V for generated tokens 0..V-1 (benchmarks);\n"
-                 "default: the built-in corpus (byte-level, vocab 256)"},
+        {MAL_OPT_STRING, "data", .metavar = "SPEC", .target = &o->data_path,
+         .help = "token files: FILE, or several separated by commas, each\n"
+                 "a path or a glob ('data/*.bin'), read as one; or a blend,\n"
+                 "every item with a weight: 'web/*.bin:0.7,code.bin:0.3'.\n"
+                 "Megatron-LM indexed datasets (PREFIX.bin + PREFIX.idx;\n"
+                 "name PREFIX or PREFIX.bin), llm.c files (uint16 or uint32\n"
+                 "tokens), headerless uint16/uint32; mapped, never read\n"
+                 "whole.  Or synthetic:V for generated tokens 0..V-1\n"
+                 "(benchmarks); default: the built-in corpus (byte-level,\n"
+                 "vocab 256)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
-         .help = "auto, llmc or raw16 (default: auto)"},
+         .help = "auto, llmc, raw16, raw32 or megatron (default: auto:\n"
+                 "Megatron when the .idx is there, llm.c when the header's\n"
+                 "magic says so, else raw16)"},
+        {MAL_OPT_CHOICE, "data-sampling", .metavar = "M", .target = &o->data_sampling,
+         .choices = samplings, .values = sampling_values,
+         .help = "epochs: every window of T+1 tokens once per epoch, in a\n"
+                 "new seeded order each epoch (the default for --data);\n"
+                 "random: windows at random offsets, with replacement (the\n"
+                 "built-in corpus's)"},
 
         {MAL_OPT_SECTION, .help = "Validation and samples:"},
-        {MAL_OPT_STRING, "val-data", .metavar = "FILE", .target = &o->val_data_path,
-         .help = "validation token file (formats as --data); default: the\n"
+        {MAL_OPT_STRING, "val-data", .metavar = "SPEC", .target = &o->val_data_path,
+         .help = "validation token files (as --data); default: the\n"
                  "built-in corpus's held-out part (when training on the\n"
                  "built-in corpus; training never samples it)"},
         {MAL_OPT_CHOICE, "val-data-format", .metavar = "F", .target = &o->val_data_format,
          .choices = data_formats, .values = data_format_values,
-         .help = "auto, llmc or raw16 (default: auto)"},
+         .help = "as --data-format (default: auto)"},
+        {MAL_OPT_DOUBLE, "val-fraction", .metavar = "F", .target = &o->val_fraction, .flo = 0,
+         .fhi = 0.9,
+         .help = "hold out the last F of every --data file (whole\n"
+                 "documents of a Megatron dataset) as the validation data;\n"
+                 "training never reads it (default: 0 = none)"},
         {MAL_OPT_INT, "eval-every", .metavar = "N", .target = &o->eval_every, .lo = 0,
          .hi = INT_MAX,
          .help = "validation loss every N steps and at the end (default: 0 =\n"

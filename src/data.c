@@ -1,10 +1,13 @@
-/* Token data files (llm.c and headerless uint16), the built-in corpus as a
- * token stream, deterministic window sampling, atomic token-file writes and
- * the byte-level tokenizer.  See data.h for the contracts. */
-#include "data.h"
+/* Data sets: opening (token files through data_file.c, synthetic data,
+ * the built-in corpus as a token stream held in memory), deterministic
+ * window sampling, atomic token-file writes and the byte-level tokenizer.
+ * See data.h for the contracts. */
+#include "data_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,25 +20,12 @@
 #include "base/rng.h"
 #include "corpus.h"
 #include "data_synth.h"
-
-struct mal_data {
-    char *name;
-    uint16_t *tokens;
-    size_t n_tokens;
-    int max_token;
-    int synth_vocab; /* > 0: synthetic data (data_synth.h), no tokens */
-};
+#include "tokenizer.h"
 
 static const char default_name[] = "built-in corpus";
 static const char heldout_name[] = "built-in corpus, held-out part";
 
 /* ---- little-endian helpers ------------------------------------------- */
-
-static int32_t get_le32(const unsigned char *p)
-{
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return (int32_t)v;
-}
 
 static void put_le32(unsigned char *p, int32_t v)
 {
@@ -52,14 +42,6 @@ static int host_is_little_endian(void)
     unsigned char b;
     memcpy(&b, &one, 1);
     return b == 1;
-}
-
-/* Token files are little endian; on a big-endian host swap in place. */
-static void tokens_from_le(uint16_t *t, size_t n)
-{
-    if (host_is_little_endian()) return;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint16_t)(t[i] >> 8 | t[i] << 8);
 }
 
 /* ---- whole-file reading ----------------------------------------------- */
@@ -86,8 +68,13 @@ int mal_data_parse_format(const char *name, int *format)
         *format = MAL_DATA_LLMC;
     else if (name && strcmp(name, "raw16") == 0)
         *format = MAL_DATA_RAW16;
+    else if (name && strcmp(name, "raw32") == 0)
+        *format = MAL_DATA_RAW32;
+    else if (name && strcmp(name, "megatron") == 0)
+        *format = MAL_DATA_MEGATRON;
     else
-        return MAL_ERR(MAL_EINVAL, "unknown token file format '%s': use llmc, raw16 or auto",
+        return MAL_ERR(MAL_EINVAL,
+                       "unknown token file format '%s': use llmc, raw16, raw32, megatron or auto",
                        name ? name : "(null)");
     return 0;
 }
@@ -101,6 +88,10 @@ const char *mal_data_format_name(int format)
         return "llmc";
     case MAL_DATA_RAW16:
         return "raw16";
+    case MAL_DATA_RAW32:
+        return "raw32";
+    case MAL_DATA_MEGATRON:
+        return "megatron";
     default:
         return "unknown";
     }
@@ -108,170 +99,195 @@ const char *mal_data_format_name(int format)
 
 /* ---- opening ---------------------------------------------------------- */
 
-/* Take ownership of `tokens` (n >= 1) and `name` into a new object. */
-static int data_create(mal_data **out, char *name, uint16_t *tokens, size_t n)
+/* A new data set with room for n_files files in n_comps components (none
+ * opened yet: n_files and the components' files are counted as they are). */
+static int data_new(mal_data **out, const char *name, int n_files, int n_comps)
 {
     mal_data *d = calloc(1, sizeof *d);
-    if (!d) return MAL_ERR(MAL_ENOMEM, "out of memory creating the data set %s", name);
-    int mx = 0;
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] > mx) mx = tokens[i];
-    d->name = name;
-    d->tokens = tokens;
-    d->n_tokens = n;
-    d->max_token = mx;
+    if (!d || !(d->name = strdup(name)) ||
+        (n_files && !(d->files = calloc((size_t)n_files, sizeof *d->files))) ||
+        (n_comps && !(d->comps = calloc((size_t)n_comps, sizeof *d->comps)))) {
+        mal_data_destroy(d);
+        return MAL_ERR(MAL_ENOMEM, "out of memory opening the data set %s", name);
+    }
+    d->n_comps = n_comps;
     *out = d;
     return 0;
 }
 
-int mal_data_parse_image(const char *path, int format, const unsigned char *buf, size_t len,
-                         size_t *start, size_t *n)
+/* The one tokenizer the files' records name (data.h): files made with
+ * different tokenizers cannot be trained on together. */
+static int data_tokenizer(mal_data *d)
 {
-    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
-        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
-    if (len == 0) return MAL_ERR(MAL_EFORMAT, "token file %s is empty", path);
-    if (format == MAL_DATA_AUTO)
-        format = len >= 4 && get_le32(buf) == MAL_DATA_LLMC_MAGIC ? MAL_DATA_LLMC : MAL_DATA_RAW16;
-
-    if (format == MAL_DATA_RAW16) {
-        if (len % 2 != 0)
-            return MAL_ERR(MAL_EFORMAT,
-                           "raw uint16 token file %s has an odd size (%zu bytes): it is not a "
-                           "headerless uint16 file, or it was truncated",
-                           path, len);
-        *start = 0;
-        *n = len / 2;
-        return 0;
-    }
-
-    /* LLMC */
-    if (len < MAL_DATA_LLMC_HEADER_BYTES)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s is too short (%zu bytes) for an llm.c header (%d bytes); "
-                       "if it is headerless uint16 use format raw16",
-                       path, len, MAL_DATA_LLMC_HEADER_BYTES);
-    int32_t magic = get_le32(buf), version = get_le32(buf + 4), count = get_le32(buf + 8);
-    if (magic != MAL_DATA_LLMC_MAGIC)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s is not in llm.c format (magic %d, expected %d); if it is "
-                       "headerless uint16 use format raw16",
-                       path, (int)magic, MAL_DATA_LLMC_MAGIC);
-    if (version != MAL_DATA_LLMC_VERSION)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s has llm.c version %d; only version %d (uint16 tokens) is "
-                       "supported%s",
-                       path, (int)version, MAL_DATA_LLMC_VERSION,
-                       version == 2 ? " (version 2 holds uint32 tokens: re-tokenize with a "
-                                      "vocabulary below 65536)"
-                                    : "");
-    if (count <= 0)
-        return MAL_ERR(MAL_EFORMAT, "token file %s declares %d tokens in its header: %s", path,
-                       (int)count, count == 0 ? "it holds no data" : "the header is corrupt");
-    size_t have = (len - MAL_DATA_LLMC_HEADER_BYTES) / 2;
-    size_t want = (size_t)count;
-    if ((len - MAL_DATA_LLMC_HEADER_BYTES) % 2 != 0 || have > want)
-        return MAL_ERR(MAL_EFORMAT,
-                       "token file %s has %zu bytes after its header but the header declares "
-                       "%zu tokens (%zu bytes): trailing data, the file is malformed",
-                       path, len - MAL_DATA_LLMC_HEADER_BYTES, want, 2 * want);
-    if (have < want)
-        return MAL_ERR(MAL_ECORRUPT,
-                       "token file %s is truncated: the header declares %zu tokens but only %zu "
-                       "are present; regenerate or re-download it",
-                       path, want, have);
-    *start = MAL_DATA_LLMC_HEADER_BYTES;
-    *n = want;
-    return 0;
-}
-
-int mal_data_open(mal_data **out, const char *path, int format)
-{
-    int rc;
-    unsigned char *buf = NULL;
-    size_t len = 0, start = 0, n = 0;
-    uint16_t *tokens = NULL;
-    char *name = NULL;
-
-    *out = NULL;
-    int synth_vocab = 0;
-    if ((rc = mal_data_synth_spec(path, &synth_vocab)) < 0) return rc;
-    if (rc) {
-        /* Generated on demand by mal_data_sample: no token array, unbounded. */
-        if (!(*out = calloc(1, sizeof **out)) || !((*out)->name = strdup(path))) {
-            free(*out);
-            *out = NULL;
-            return MAL_ERR(MAL_ENOMEM, "out of memory opening %s", path);
+    mal_tokenizer_ref first, other;
+    int rc = 0, k = -1;
+    for (int i = 0; i < d->n_files && !rc; i++) {
+        if (!d->files[i].tokenizer) continue;
+        json_t *j = json_loads(d->files[i].tokenizer, 0, NULL);
+        if (!j) return MAL_ERR(MAL_ENOMEM, "out of memory");
+        rc = mal_tokenizer_ref_parse(k < 0 ? &first : &other, j, d->files[i].path);
+        json_decref(j);
+        if (rc) break;
+        if (k < 0) {
+            k = i;
+            continue;
         }
-        (*out)->n_tokens = SIZE_MAX;
-        (*out)->max_token = synth_vocab - 1;
-        (*out)->synth_vocab = synth_vocab;
-        return 0;
+        if (!mal_tokenizer_ref_same(&first, &other))
+            rc = MAL_ERR(MAL_EMISMATCH,
+                         "%s was tokenized with %s, %s with %s (another file, or it changed): "
+                         "data made with different tokenizers cannot be trained on together",
+                         d->files[k].path, first.file, d->files[i].path, other.file);
+        mal_tokenizer_ref_fini(&other);
     }
-    if (format != MAL_DATA_AUTO && format != MAL_DATA_LLMC && format != MAL_DATA_RAW16)
-        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", format, path);
-    rc = read_whole_file(path, "token file", &buf, &len);
-    if (rc) return rc;
-    rc = mal_data_parse_image(path, format, buf, len, &start, &n);
-    if (rc) goto cleanup;
-
-    /* For raw files the image is the token array already; for llm.c files
-     * copy the tokens out so the 1 KiB header is not kept. */
-    if (start == 0) {
-        tokens = (uint16_t *)buf;
-        buf = NULL;
-    } else {
-        tokens = malloc(n * sizeof *tokens);
-        if (!tokens) {
-            rc = MAL_ERR(MAL_ENOMEM, "out of memory loading %zu tokens from %s", n, path);
-            goto cleanup;
-        }
-        memcpy(tokens, buf + start, n * sizeof *tokens);
+    if (k >= 0) {
+        mal_tokenizer_ref_fini(&first);
+        d->tokenizer = d->files[k].tokenizer;
     }
-    tokens_from_le(tokens, n);
-    name = strdup(path);
-    if (!name) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory loading %s", path);
-        goto cleanup;
-    }
-    rc = data_create(out, name, tokens, n);
-    if (rc) goto cleanup;
-    tokens = NULL;
-    name = NULL;
-
-cleanup:
-    free(name);
-    free(tokens);
-    free(buf);
     return rc;
 }
 
-/* The built-in corpus, or its held-out continuation, as byte tokens. */
+/* The largest ids of the small files (up to MAL_DATA_SCAN_BYTES of tokens
+ * in all: data.h) that have no record saying it, the tokenizer, then the
+ * parts, windows and blend pattern. */
+static int data_finish(mal_data *d)
+{
+    uint64_t scanned = 0;
+    int rc;
+    for (int i = 0; i < d->n_files; i++) {
+        mal_data_file *f = &d->files[i];
+        uint64_t bytes = f->n_tokens * (uint64_t)f->width;
+        if (f->max_token < 0 && scanned + bytes <= MAL_DATA_SCAN_BYTES) {
+            if ((rc = mal_data_file_scan(f))) return rc;
+            scanned += bytes;
+        }
+    }
+    if ((rc = data_tokenizer(d))) return rc;
+    return mal_data_layout(d);
+}
+
+mal_data_options mal_data_options_default(void)
+{
+    mal_data_options o = {MAL_DATA_AUTO, MAL_DATA_SAMPLE_DEFAULT, 0, 0, 0, MAL_DATA_PART_ALL};
+    return o;
+}
+
+/* The options a data set of token files is opened with, checked. */
+static int check_options(const char *spec, const mal_data_options *o, int *sampling)
+{
+    if (o->format < MAL_DATA_AUTO || o->format > MAL_DATA_MEGATRON)
+        return MAL_ERR(MAL_EINVAL, "unknown token file format %d for %s", o->format, spec);
+    *sampling = o->sampling == MAL_DATA_SAMPLE_DEFAULT ? MAL_DATA_SAMPLE_EPOCHS : o->sampling;
+    if (*sampling != MAL_DATA_SAMPLE_RANDOM && *sampling != MAL_DATA_SAMPLE_EPOCHS)
+        return MAL_ERR(MAL_EINVAL, "unknown sampling mode %d for %s", o->sampling, spec);
+    if (*sampling == MAL_DATA_SAMPLE_EPOCHS && (o->seq_len < 1 || o->batch < 1))
+        return MAL_ERR(MAL_EINVAL,
+                       "epochs over %s need the sequence length and the global batch (%d, "
+                       "%lld)",
+                       spec, o->seq_len, (long long)o->batch);
+    if (o->part != MAL_DATA_PART_ALL && !(o->val_fraction > 0 && o->val_fraction < 1))
+        return MAL_ERR(MAL_EINVAL,
+                       "--val-fraction %g: the share of the data held out must be above 0 and "
+                       "below 1",
+                       o->val_fraction);
+    if (o->part < MAL_DATA_PART_ALL || o->part > MAL_DATA_PART_HELDOUT)
+        return MAL_ERR(MAL_EINVAL, "unknown data part %d for %s", o->part, spec);
+    return 0;
+}
+
+int mal_data_open_opts(mal_data **out, const char *spec, const mal_data_options *o)
+{
+    int rc, sampling = 0;
+    mal_data *d = NULL;
+    mal_data_spec sp;
+
+    *out = NULL;
+    int synth_vocab = 0;
+    if ((rc = mal_data_synth_spec(spec, &synth_vocab)) < 0) return rc;
+    if (rc) {
+        if (o->part != MAL_DATA_PART_ALL)
+            return MAL_ERR(MAL_EINVAL,
+                           "--val-fraction holds out part of token files; %s is generated "
+                           "(every sample is new)",
+                           spec);
+        /* Generated on demand by mal_data_sample: no file, unbounded. */
+        if ((rc = data_new(&d, spec, 0, 0))) return rc;
+        d->n_tokens = UINT64_MAX;
+        d->synth_vocab = synth_vocab;
+        *out = d;
+        return 0;
+    }
+    if ((rc = check_options(spec, o, &sampling))) return rc;
+    if ((rc = mal_data_spec_parse(&sp, spec))) return rc;
+    if ((rc = data_new(&d, spec, sp.n_files, sp.n_comps))) goto done;
+    d->sampling = sampling;
+    d->seq_len = o->seq_len;
+    d->batch = o->batch;
+    d->part = o->part;
+    d->val_fraction = o->val_fraction;
+    for (int c = 0; c < sp.n_comps; c++) {
+        d->comps[c].weight = sp.weights[c];
+        d->comps[c].first_file = -1;
+    }
+    for (int i = 0; i < sp.n_files; i++) {
+        if ((rc = mal_data_file_open(&d->files[i], sp.paths[i], o->format))) goto done;
+        d->n_files = i + 1;
+        mal_data_comp *c = &d->comps[sp.comp_of[i]];
+        d->files[i].comp = sp.comp_of[i];
+        if (c->first_file < 0) c->first_file = i;
+        c->n_files++;
+    }
+    rc = data_finish(d);
+done:
+    mal_data_spec_fini(&sp);
+    if (rc) {
+        mal_data_destroy(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+int mal_data_open(mal_data **out, const char *spec, int format)
+{
+    mal_data_options o = mal_data_options_default();
+    o.format = format;
+    o.sampling = MAL_DATA_SAMPLE_RANDOM;
+    return mal_data_open_opts(out, spec, &o);
+}
+
+/* The built-in corpus, or its held-out continuation, as byte tokens: one
+ * in-memory "file" of 1-byte tokens, the generated text itself. */
 static int open_generated(mal_data **out, int (*generate)(char **, size_t *), const char *what)
 {
-    char *text = NULL, *name = NULL;
+    char *text = NULL;
     size_t len = 0;
-    uint16_t *tokens = NULL;
+    mal_data *d = NULL;
 
     *out = NULL;
     int rc = generate(&text, &len);
     if (rc) return rc;
-    tokens = malloc(len * sizeof *tokens);
-    name = strdup(what);
-    if (!tokens || !name) {
-        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the %s (%zu tokens)", what, len);
-        goto cleanup;
+    if ((rc = data_new(&d, what, 1, 1))) goto fail;
+    d->n_files = 1;
+    d->comps[0] = (mal_data_comp){1.0, 0, 1, 0, 0};
+    d->sampling = MAL_DATA_SAMPLE_RANDOM;
+    mal_data_file *f = &d->files[0];
+    f->max_token = -1;
+    if (!(f->path = strdup(what))) {
+        rc = MAL_ERR(MAL_ENOMEM, "out of memory building the %s", what);
+        goto fail;
     }
-    for (size_t i = 0; i < len; i++)
-        tokens[i] = (unsigned char)text[i];
-    rc = data_create(out, name, tokens, len);
-    if (rc) goto cleanup;
-    tokens = NULL;
-    name = NULL;
-
-cleanup:
-    free(name);
-    free(tokens);
+    f->format = MAL_DATA_MEM;
+    f->width = 1;
+    f->mem = (unsigned char *)text;
+    text = NULL;
+    f->tok = f->mem;
+    f->n_tokens = len;
+    if ((rc = data_finish(d))) goto fail;
+    *out = d;
+    return 0;
+fail:
     free(text);
+    mal_data_destroy(d);
     return rc;
 }
 
@@ -288,54 +304,109 @@ int mal_data_open_heldout(mal_data **out)
 void mal_data_destroy(mal_data *d)
 {
     if (!d) return;
-    free(d->tokens);
+    for (int i = 0; i < d->n_files; i++)
+        mal_data_file_close(&d->files[i]);
+    free(d->files);
+    free(d->comps);
+    free(d->blend_comp);
+    free(d->blend_rank);
     free(d->name);
     free(d);
 }
 
-size_t mal_data_n_tokens(const mal_data *d)
+int mal_data_check_vocab(mal_data *d, int vocab)
+{
+    if (vocab < 1) return MAL_ERR(MAL_EINVAL, "vocabulary size %d must be at least 1", vocab);
+    if (d->synth_vocab > vocab)
+        return MAL_ERR(MAL_EINVAL,
+                       "data %s holds token ids up to %d but the model has a vocabulary of %d: "
+                       "use synthetic:%d or a model config with a larger vocab",
+                       d->name, d->synth_vocab - 1, vocab, vocab);
+    for (int i = 0; i < d->n_files; i++)
+        if (d->files[i].max_token >= vocab)
+            return MAL_ERR(MAL_EINVAL,
+                           "data %s holds token id %" PRId64 " but the model has a vocabulary "
+                           "of %d: use a model config with a larger vocab, or data tokenized "
+                           "for this model",
+                           d->files[i].path, d->files[i].max_token, vocab);
+    d->vocab = vocab;
+    return 0;
+}
+
+uint64_t mal_data_n_tokens(const mal_data *d)
 {
     return d->n_tokens;
 }
-int mal_data_max_token(const mal_data *d)
+
+int64_t mal_data_max_token(const mal_data *d)
 {
-    return d->max_token;
+    if (d->synth_vocab) return d->synth_vocab - 1;
+    int64_t mx = -1;
+    for (int i = 0; i < d->n_files; i++) {
+        if (d->files[i].max_token < 0) return -1; /* one file not known: not known */
+        mx = MAL_MAX(mx, d->files[i].max_token);
+    }
+    return mx;
 }
+
 const char *mal_data_name(const mal_data *d)
 {
     return d->name;
 }
-const uint16_t *mal_data_tokens(const mal_data *d)
+
+const char *mal_data_tokenizer(const mal_data *d)
 {
-    return d->tokens;
+    return d->tokenizer;
 }
 
-/* ---- sampling --------------------------------------------------------- */
-
-int mal_data_sample(const mal_data *d, uint64_t seed, int64_t step, int64_t pos, int T, int *inputs,
-                    int *targets)
+int mal_data_sampling(const mal_data *d)
 {
-    if (T < 1) return MAL_ERR(MAL_EINVAL, "sequence length %d must be at least 1", T);
-    if (step < 0 || pos < 0)
-        return MAL_ERR(MAL_EINVAL, "negative step (%lld) or batch position (%lld) for sampling",
-                       (long long)step, (long long)pos);
-    if (d->n_tokens < (size_t)T + 1)
-        return MAL_ERR(MAL_EINVAL,
-                       "data set %s has %zu tokens, fewer than sequence length + 1 = %lld: use a "
-                       "larger token file or a shorter sequence length",
-                       d->name, d->n_tokens, (long long)T + 1);
-    if (d->synth_vocab) {
-        mal_data_synth_window(seed, d->synth_vocab, step, pos, T, inputs, targets);
-        return 0;
+    return d->sampling;
+}
+
+uint64_t mal_data_n_windows(const mal_data *d)
+{
+    uint64_t n = 0;
+    if (d->sampling == MAL_DATA_SAMPLE_EPOCHS)
+        for (int c = 0; c < d->n_comps; c++)
+            n += d->comps[c].n_windows;
+    return n;
+}
+
+int64_t mal_data_token(const mal_data *d, uint64_t i)
+{
+    for (int k = 0; k < d->n_files; k++) {
+        const mal_data_file *f = &d->files[k];
+        if (i < f->hi - f->lo) return mal_data_file_token(f, f->lo + i);
+        i -= f->hi - f->lo;
     }
-    uint64_t off = mal_rng_below(seed ^ MAL_DATA_SALT, (uint64_t)step, (uint64_t)pos,
-                                 (uint64_t)(d->n_tokens - (size_t)T));
-    const uint16_t *w = d->tokens + off;
-    for (int i = 0; i < T; i++) {
-        inputs[i] = w[i];
-        targets[i] = w[i + 1];
-    }
-    return 0;
+    return -1;
+}
+
+int mal_data_n_files(const mal_data *d)
+{
+    return d->n_files;
+}
+
+void mal_data_file_describe(const mal_data *d, int i, mal_data_file_info *info)
+{
+    const mal_data_file *f = &d->files[i];
+    info->path = f->path;
+    info->index_path = f->idx_path;
+    info->bytes = f->format == MAL_DATA_MEM ? f->n_tokens : f->map.bytes;
+    info->n_tokens = f->n_tokens;
+    info->format = f->format == MAL_DATA_MEM ? 0 : f->format;
+    info->width = f->width;
+    info->component = f->comp;
+    info->weight = d->comps[f->comp].weight;
+}
+
+size_t mal_data_resident_bytes(const mal_data *d)
+{
+    size_t b = 0;
+    for (int i = 0; i < d->n_files; i++)
+        if (d->files[i].mem) b += (size_t)d->files[i].n_tokens * (size_t)d->files[i].width;
+    return b;
 }
 
 /* ---- atomic writing --------------------------------------------------- */

@@ -166,7 +166,7 @@ def main():
         return 1
     T, H = cfg["max_position_embeddings"], cfg["num_attention_heads"]
     tokens = tm.load_tokens(a.data)
-    x, y = tm.sample_batch(tokens, a.seed, a.step, 0, a.global_batch, T)
+    x, y = tm.sample_batch(tokens, a.seed, a.step, 0, a.global_batch, T, a.global_batch)
 
     if a.impl == "transformers":
         try:

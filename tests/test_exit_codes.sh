@@ -70,6 +70,9 @@ expect 2 "is a directory" $TRAIN --data "$W/dir.bin"
 expect 2 "character device, not a regular file" $TRAIN --data /dev/zero
 expect 2 "character device, not a regular file" $TRAIN --data /dev/urandom
 expect 2 "FIFO, not a regular file" $TRAIN --data "$W/fifo.bin"
+expect 2 "matches no file" $TRAIN --data "$W/nothing*.bin"
+expect 2 "weight 0 must be a positive" $TRAIN --data "$W/truncated.bin:0"
+expect 2 "weight nan must be a positive" $TRAIN --data "$W/truncated.bin:1,$W/trailing.bin:nan"
 expect 2 "neither a preset" $TRAIN --model "$W/missing.json"
 expect 2 "not a directory" $TRAIN --snapshot-dir /dev/null
 expect 2 "cannot open metrics file" $TRAIN --metrics "$W/nodir/m.jsonl"

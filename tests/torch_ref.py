@@ -115,7 +115,7 @@ def main():
         loss_sum = 0.0
         for mb in range(n_micro):
             first = mb * a.micro_batch + (1 if a.perturb == "sampler-shift" else 0)
-            x, y = tm.sample_batch(tokens, a.seed, step, first, a.micro_batch, T)
+            x, y = tm.sample_batch(tokens, a.seed, step, first, a.micro_batch, T, a.global_batch)
             losses = model.token_losses(x, y)
             (losses.sum() * dscale).backward()
             loss_sum += float(losses.sum())

@@ -11,6 +11,7 @@
  * Each restored shard is copied in from the host through the kernel
  * table. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 #include "ckpt/load.h"
 #include "ckpt/snapshot.h"
 #include "ckpt_start.h"
+#include "src/data.h"
 #include "train_internal.h"
 
 int mal_train_ckpt_save(struct mal_trainer *tr, const char *dir)
@@ -63,6 +65,25 @@ static int check_meta(const struct mal_trainer *tr, const mal_snap_meta *meta, c
     if (!tj)
         return MAL_ERR(MAL_EFORMAT, "snapshot %s: missing or malformed training settings", path);
     json_int_t gb = json_integer_value(json_object_get(tj, "global_batch"));
+    /* how token files were sampled and what was held out (absent: the
+     * built-in corpus, or a snapshot from before they were stored) */
+    const char *was_sampling = json_string_value(json_object_get(tj, "data_sampling"));
+    json_t *vf = json_object_get(tj, "val_fraction");
+    const char *sampling = !tr->o.data_path ? NULL
+                           : mal_data_sampling(tr->data) == MAL_DATA_SAMPLE_EPOCHS ? "epochs"
+                                                                                 : "random";
+    if ((was_sampling && (!sampling || strcmp(was_sampling, sampling) != 0)) ||
+        (vf && fabs(json_real_value(vf) - tr->o.val_fraction) > 1e-8)) {
+        rc = MAL_ERR(MAL_EMISMATCH,
+                     "snapshot %s was written with --data-sampling %s and --val-fraction %g; "
+                     "this run asks for %s and %g (they define the data order: pass the "
+                     "snapshot's values)",
+                     path, was_sampling ? was_sampling : "(built-in corpus)",
+                     vf ? json_real_value(vf) : 0.0, sampling ? sampling : "(built-in corpus)",
+                     tr->o.val_fraction);
+        json_decref(tj);
+        return rc;
+    }
     json_decref(tj);
     if (meta->seed != tr->o.seed || gb != tr->o.global_batch)
         return MAL_ERR(MAL_EMISMATCH,

@@ -16,6 +16,7 @@
  * one micro-batch whose first sequence is the window of the last seq_len
  * tokens, TP rank 0 of its last stage picks the token (sample.h) and
  * broadcasts it to every rank, so all ranks hold the same text. */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,23 +34,40 @@ int mal_eval_init(mal_trainer *tr)
     if (o->eval_every < 0 || o->eval_batches < 0 || o->sample_every < 0)
         return MAL_ERR(MAL_EINVAL, "--eval-every, --eval-batches and --sample-every must be >= 0");
     if (!o->val_data_path && !o->eval_every && !o->eval_only) return 0;
-    if (!o->val_data_path && o->data_path)
+    if (o->val_data_path && o->val_fraction > 0)
         return MAL_ERR(MAL_EINVAL,
-                       "validation needs --val-data FILE when training on --data %s (the "
-                       "default validation data, the built-in corpus's held-out part, goes "
-                       "with the built-in corpus)",
+                       "--val-data and --val-fraction both name validation data: give one "
+                       "(--val-fraction holds out part of --data)");
+    if (!o->val_data_path && o->data_path && !(o->val_fraction > 0))
+        return MAL_ERR(MAL_EINVAL,
+                       "validation needs --val-data FILE or --val-fraction F when training on "
+                       "--data %s (the default validation data, the built-in corpus's "
+                       "held-out part, goes with the built-in corpus)",
                        o->data_path);
-    rc = o->val_data_path ? mal_data_open(&ev->val, o->val_data_path, o->val_data_format)
-                          : mal_data_open_heldout(&ev->val);
+    /* Validation windows are read without replacement like training ones
+     * (epochs of the validation stream), except for the built-in corpus's
+     * held-out part, which keeps its random offsets. */
+    mal_data_options dopt = mal_data_options_default();
+    dopt.sampling = o->data_sampling;
+    dopt.seq_len = o->model.seq_len;
+    dopt.batch = o->global_batch;
+    if (o->val_data_path) {
+        dopt.format = o->val_data_format;
+        rc = mal_data_open_opts(&ev->val, o->val_data_path, &dopt);
+    } else if (o->data_path) {
+        dopt.format = o->data_format;
+        dopt.val_fraction = o->val_fraction;
+        dopt.part = MAL_DATA_PART_HELDOUT;
+        rc = mal_data_open_opts(&ev->val, o->data_path, &dopt);
+    } else {
+        rc = mal_data_open_heldout(&ev->val);
+    }
     if (rc) return rc;
-    if (mal_data_max_token(ev->val) >= o->model.vocab)
+    if ((rc = mal_data_check_vocab(ev->val, o->model.vocab))) return rc;
+    if (mal_data_n_tokens(ev->val) < (uint64_t)o->model.seq_len + 1)
         return MAL_ERR(MAL_EINVAL,
-                       "validation data %s holds token id %d but model %s has a vocabulary of %d",
-                       mal_data_name(ev->val), mal_data_max_token(ev->val), o->model.name,
-                       o->model.vocab);
-    if (mal_data_n_tokens(ev->val) < (size_t)o->model.seq_len + 1)
-        return MAL_ERR(MAL_EINVAL, "validation data %s has %zu tokens, fewer than one sequence "
-                       "of %d + 1", mal_data_name(ev->val), mal_data_n_tokens(ev->val),
+                       "validation data %s has %llu tokens, fewer than one sequence of %d + 1",
+                       mal_data_name(ev->val), (unsigned long long)mal_data_n_tokens(ev->val),
                        o->model.seq_len);
     ev->best_val = INFINITY;
     ev->best_val_step = -1;
@@ -60,6 +78,29 @@ void mal_eval_fini(mal_trainer *tr)
 {
     mal_data_destroy(tr->eval.val);
     tr->eval.val = NULL;
+    mal_tokenizer_destroy(tr->eval.tok);
+    tr->eval.tok = NULL;
+}
+
+/* Rank 0: the decoder of the tokenizer the training data names, for the
+ * samples; a tokenizer that is gone or changed only costs the text (the
+ * samples print ids, with a warning), never the run. */
+static void load_tokenizer(mal_trainer *tr)
+{
+    mal_eval *ev = &tr->eval;
+    ev->tok_tried = 1;
+    const char *text = mal_data_tokenizer(tr->data);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    mal_tokenizer_ref r;
+    if (!j) return;
+    int rc = mal_tokenizer_ref_parse(&r, j, mal_data_name(tr->data));
+    json_decref(j);
+    if (!rc) {
+        rc = mal_tokenizer_ref_check(&r);
+        if (!rc) rc = mal_tokenizer_load(&ev->tok, r.file);
+        mal_tokenizer_ref_fini(&r);
+    }
+    if (rc) mal_log(MAL_LOG_WARN, "samples print token ids: %s", mal_errmsg());
 }
 
 int mal_trainer_eval_batches(const mal_trainer *tr)
@@ -187,8 +228,11 @@ static int print_sample(mal_trainer *tr, int64_t step, int always)
     const mal_sample_options so = {0.8f, 40, tr->o.seed};
     rc = mal_trainer_sample(tr, prompt, n_prompt, MAL_SAMPLE_EVERY_TOKENS, &so, out);
     if (!rc && tr->world_rank == 0 && (always || mal_log_level >= MAL_LOG_INFO)) {
+        if (!tr->eval.tok_tried) load_tokenizer(tr);
         printf("sample at step %lld: ", (long long)step);
-        mal_sample_print(stdout, out, n_prompt + MAL_SAMPLE_EVERY_TOKENS, V);
+        if (!tr->eval.tok ||
+            mal_tokenizer_print(tr->eval.tok, stdout, out, n_prompt + MAL_SAMPLE_EVERY_TOKENS, 0))
+            mal_sample_print(stdout, out, n_prompt + MAL_SAMPLE_EVERY_TOKENS, V);
         printf("\n");
         fflush(stdout);
     }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "src/data.h"
+#include "src/tokenizer.h"
 #include "train.h"
 
 struct mal_trainer;
@@ -15,6 +16,8 @@ typedef struct {
     mal_data *val;         /* validation data (NULL: no evaluation) */
     double best_val;       /* best validation loss of this run so far */
     int64_t best_val_step; /* its step (-1: none yet) */
+    mal_tokenizer *tok;    /* rank 0: the data's tokenizer, samples decoded (NULL: ids) */
+    int tok_tried;         /* rank 0: the tokenizer was looked for */
 } mal_eval;
 
 /* Local.  Open the validation data when the options ask for evaluation;

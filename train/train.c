@@ -96,18 +96,30 @@ static int load_inputs(mal_trainer *tr)
         (rc = mal_comm_check_device(cb, tr->k->name)))
         return rc;
     if ((rc = make_plan(tr))) return rc;
-    rc = o->data_path ? mal_data_open(&tr->data, o->data_path, o->data_format)
-                      : mal_data_open_default(&tr->data);
+    if (o->data_path) {
+        mal_data_options dopt = mal_data_options_default();
+        dopt.format = o->data_format;
+        dopt.sampling = o->data_sampling;
+        dopt.seq_len = o->model.seq_len;
+        dopt.batch = o->global_batch;
+        dopt.val_fraction = o->val_fraction;
+        dopt.part = o->val_fraction > 0 ? MAL_DATA_PART_TRAIN : MAL_DATA_PART_ALL;
+        rc = mal_data_open_opts(&tr->data, o->data_path, &dopt);
+    } else if (o->val_fraction > 0 || o->data_sampling != MAL_DATA_SAMPLE_DEFAULT) {
+        rc = MAL_ERR(MAL_EINVAL,
+                     "--val-fraction and --data-sampling are for token files (--data); the "
+                     "built-in corpus is sampled at random offsets and has its own held-out "
+                     "part");
+    } else {
+        rc = mal_data_open_default(&tr->data);
+    }
     if (rc) return rc;
-    if (mal_data_max_token(tr->data) >= o->model.vocab)
+    if ((rc = mal_data_check_vocab(tr->data, o->model.vocab))) return rc;
+    if (mal_data_n_tokens(tr->data) < (uint64_t)o->model.seq_len + 1)
         return MAL_ERR(MAL_EINVAL,
-                       "data %s holds token id %d but model %s has a vocabulary of %d: use a "
-                       "model config with a larger vocab",
-                       mal_data_name(tr->data), mal_data_max_token(tr->data), o->model.name,
-                       o->model.vocab);
-    if (mal_data_n_tokens(tr->data) < (size_t)o->model.seq_len + 1)
-        return MAL_ERR(MAL_EINVAL, "data %s has %zu tokens, fewer than one sequence of %d + 1",
-                       mal_data_name(tr->data), mal_data_n_tokens(tr->data), o->model.seq_len);
+                       "data %s has %llu tokens, fewer than one sequence of %d + 1",
+                       mal_data_name(tr->data), (unsigned long long)mal_data_n_tokens(tr->data),
+                       o->model.seq_len);
     return mal_eval_init(tr); /* the validation data, the same way */
 }
 
@@ -364,10 +376,18 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
                 (double)mal_acts_bytes(tr->part.model, pl->micro_batch_size) / 1048576.0);
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
-    if (mal_data_n_tokens(tr->data) == SIZE_MAX) /* synthetic: generated */
+    if (mal_data_n_tokens(tr->data) == UINT64_MAX) /* synthetic: generated */
         fprintf(f, "| data tokens          | %-40s |\n", "unbounded (generated)");
     else
-        fprintf(f, "| data tokens          | %-40zu |\n", mal_data_n_tokens(tr->data));
+        fprintf(f, "| data tokens          | %-40llu |\n",
+                (unsigned long long)mal_data_n_tokens(tr->data));
+    if (mal_data_sampling(tr->data) == MAL_DATA_SAMPLE_EPOCHS) {
+        char what[64];
+        snprintf(what, sizeof what, "epochs of %llu windows, %d file%s",
+                 (unsigned long long)mal_data_n_windows(tr->data), mal_data_n_files(tr->data),
+                 mal_data_n_files(tr->data) == 1 ? "" : "s");
+        fprintf(f, "| data sampling        | %-40s |\n", what);
+    }
     fprintf(f, "| global / micro batch | %4d / %-33d |\n", tr->o.global_batch,
             pl->micro_batch_size);
     fprintf(f, "| ranks / pipelines    | %4d / %-33d |\n", tr->world_size, pl->n_pipelines);

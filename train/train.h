@@ -66,7 +66,10 @@ typedef struct {
     int dp, tp, pp;         /* uniform layout when plan is NULL (0 means 1) */
     mal_comm *world;        /* all ranks; NULL: one process without MPI */
     const char *data_path;  /* NULL: the built-in corpus */
-    int data_format;        /* MAL_DATA_AUTO / LLMC / RAW16 */
+    int data_format;        /* MAL_DATA_AUTO / LLMC / RAW16 / RAW32 / MEGATRON */
+    int data_sampling;      /* MAL_DATA_SAMPLE_*: DEFAULT = epochs for token files */
+    double val_fraction;    /* > 0: this share of every --data file is held out for
+                             * validation (never trained on) and is the validation data */
     const char *snapshot_dir;  /* NULL: no snapshots */
     int snapshot_every;     /* steps between snapshots (0: only at the end) */
     int keep_snapshots;     /* retention: newest N kept (0: all) */
@@ -107,7 +110,7 @@ typedef struct {
     /* validation and samples (train/eval.c) */
     const char *val_data_path; /* NULL: the built-in corpus's held-out part (only when
                                 * training on the built-in corpus) */
-    int val_data_format;       /* MAL_DATA_AUTO / LLMC / RAW16 */
+    int val_data_format;       /* as data_format */
     int eval_every;            /* validation loss every N steps and at the end (0: never) */
     int eval_batches;          /* validation batches of global_batch sequences (0: 4) */
     int eval_only;             /* mal_trainer_run reports the validation loss, trains nothing */

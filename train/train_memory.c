@@ -63,10 +63,9 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
     if ((rc = mal_model_bytes(&tr->o.model, part, plan->micro_batch_size, tr->k, in_flight, need)))
         return rc;
     int ovf = 0;
-    /* a token file is held whole; generated tokens (synthetic:V, whose
-     * count is SIZE_MAX: unbounded) are computed, not held */
-    size_t tokens = mal_data_n_tokens(tr->data);
-    if (tokens != SIZE_MAX) *need = mal_size_add(*need, mal_size_mul(tokens, 2, &ovf), &ovf);
+    /* the data's own memory: the built-in corpus; token files are mapped
+     * (their pages are the page cache's) and synthetic tokens computed */
+    *need = mal_size_add(*need, mal_data_resident_bytes(tr->data), &ovf);
     /* the background snapshot writer's staging copy of the blocks r writes */
     size_t staged = 0;
     if (tr->o.snapshot_async && tr->o.snapshot_dir &&

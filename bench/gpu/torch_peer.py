@@ -286,7 +286,7 @@ def main():
     def batch_of(step):
         if tokens is not None:
             import torch_model as tm
-            x, y = tm.sample_batch(tokens, a.seed, step, 0, B, T)
+            x, y = tm.sample_batch(tokens, a.seed, step, 0, B, T, B)
             return x.to(dev), y.to(dev)
         return synthetic_batch(cfg, B, step, a.seed, dev)
 
