@@ -1,9 +1,11 @@
 /* malleus-train: the option table and a call into the library
  * (train/train_cli.h runs what the flags describe and returns the exit
  * status: 0 done, 1 failure, 2 bad usage or input, 3 stopped with a
- * snapshot because the monitor advised a re-plan).  A new flag is one line below. */
+ * snapshot because the monitor advised a re-plan, 4 stopped with a
+ * snapshot by a signal).  A new flag is one line below. */
 #include <limits.h>
 
+#include "base/mal.h"
 #include "base/opts.h"
 #include "src/data.h"
 #include "train/train_cli.h"
@@ -189,9 +191,28 @@ int main(int argc, char **argv)
                  "of this rank's share of it) and training goes on while a\n"
                  "thread writes and commits it (needs MPI_THREAD_MULTIPLE)"},
         {MAL_OPT_FLAG, "resume", .target = &o->resume, .ival = 1,
-         .help = "continue from the newest snapshot in --snapshot-dir"},
+         .help = "continue from the newest snapshot in --snapshot-dir:\n"
+                 "the flags left out take its run's values (model, data,\n"
+                 "steps, seed, batch, schedule, AdamW, clip); a flag that\n"
+                 "differs from them is refused (exit 2) unless --override\n"
+                 "names it; more --steps than its run's keep its schedule\n"
+                 "and need --override steps or an explicit --decay-steps"},
+        {MAL_OPT_STRING, "override", .metavar = "KEY[,KEY]", .target = &o->overrides,
+         .help = "with --resume: settings that may differ from the\n"
+                 "snapshot's run, by flag name (lr, steps, data, seed, ...;\n"
+                 "seq_len, rope_theta, norm_eps of the model); each is\n"
+                 "logged, in the metrics and the events"},
+        {MAL_OPT_INT, "stop-timeout", .metavar = "S", .target = &cli.stop_timeout, .lo = 1,
+         .hi = 86400,
+         .help = "SIGTERM, SIGINT, SIGHUP or SIGUSR1 stop the run after\n"
+                 "the step in progress with a snapshot (exit status 4); a\n"
+                 "process still alive S seconds later exits with status 1\n"
+                 "(default: 300); a second signal ends it at once"},
         {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,
-         .help = "one JSON object per step (appended to when resuming)"},
+         .help = "one JSON object per step (appended to when resuming;\n"
+                 "rows past the snapshot move to FILE.superseded)"},
+        {MAL_OPT_STRING, "events", .metavar = "FILE", .target = &o->events_path,
+         .help = "append a line for each resume, override and stop"},
         {MAL_OPT_INT, "log-every", .metavar = "N", .target = &o->log_every, .lo = 0, .hi = INT_MAX,
          .help = "print a step line every N steps (default: 1)"},
         {MAL_OPT_FLAG, "quiet", .target = &cli.quiet, .ival = 1,
@@ -202,6 +223,7 @@ int main(int argc, char **argv)
         {MAL_OPT_VERSION, "version", .help = "print the version"},
         {.kind = MAL_OPT_END},
     };
+    static unsigned char given[MAL_ARRAY_SIZE(opts)];
     const mal_opts_spec spec = {
         .prog = "malleus-train",
         .version = PACKAGE_VERSION,
@@ -212,10 +234,13 @@ int main(int argc, char **argv)
                   "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
                   "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n"
                   "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI); 2 bad usage or\n"
-                  "input (flags, model config, plan, data, snapshot: nothing written); 3 stopped\n"
-                  "with a snapshot because a re-plan is needed (--adapt restart).\n",
+                  "input (flags, model config, plan, data, snapshot, a resume that differs\n"
+                  "from its snapshot's run: nothing written); 3 stopped with a snapshot because\n"
+                  "a re-plan is needed (--adapt restart); 4 stopped by a signal with a snapshot\n"
+                  "of the last step done (--resume continues).\n",
         .opts = opts,
         .ctx = &cli,
+        .given = given,
     };
     int rc = mal_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) return rc;
