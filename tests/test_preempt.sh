@@ -24,11 +24,7 @@ TRAIN="$top_builddir/malleus-train"
 W=$(mktemp -d /tmp/malleus-test-preempt-XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OPENBLAS_NUM_THREADS=1
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
+. "$top_srcdir/tests/run_watch.sh"
 
 # the processes below PID, and the malleus-train ranks among them
 descendants() {
@@ -41,16 +37,6 @@ rank_pid() { # LAUNCHER_PID RANK
             tr '\0' '\n' <"/proc/$d/environ" 2>/dev/null | grep -qx "PMI_RANK=$2" && echo "$d"
     done
 }
-rows() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
-wait_rows() { # FILE N: until FILE holds N lines (60 s at most)
-    t=0
-    while [ "$(rows "$1")" -lt "$2" ] && [ $t -lt 600 ]; do
-        sleep 0.1
-        t=$((t + 1))
-    done
-}
-last_step() { tail -n 1 "$1" | sed -n 's/^{"step": \([0-9]*\),.*/\1/p'; }
-snap_step() { sed -n 's/^step_0*\([0-9]*\)$/\1/p' "$1/latest" 2>/dev/null; }
 
 # ---- the trainer under mpiexec: every signal, to the launcher and the ranks
 run_stop() { # NAME SIGNAL TARGET(launcher|ranks|rank1)

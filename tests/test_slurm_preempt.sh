@@ -44,21 +44,7 @@ out=$(sh "$top_srcdir/tests/slurm/cluster.sh" up "$W/cluster") || {
 }
 eval "$out"
 export OPENBLAS_NUM_THREADS=1
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-rows() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
-wait_rows() { # FILE N: until FILE holds N lines (90 s at most)
-    t=0
-    while [ "$(rows "$1")" -lt "$2" ] && [ $t -lt 900 ]; do
-        sleep 0.1
-        t=$((t + 1))
-    done
-}
-last_step() { tail -n 1 "$1" | sed -n 's/^{"step": \([0-9]*\),.*/\1/p'; }
-snap_step() { sed -n 's/^step_0*\([0-9]*\)$/\1/p' "$1/latest" 2>/dev/null; }
+. "$top_srcdir/tests/run_watch.sh"
 job_done() { # JOBID SECONDS: until it has left the queue
     t=0
     while squeue -h -j "$1" 2>/dev/null | grep -q . && [ $t -lt $((2 * $2)) ]; do
