@@ -187,6 +187,9 @@ stopped() {
     # a SIGUSR1 that went to the ranks, not to this script (#SBATCH
     # --signal=USR1@T without B:): the trainer's event line says so
     [ -z "$why" ] && tail -n 1 "$EVENTS" 2>/dev/null | grep -q 'stopped by SIGUSR1' && why=USR1
+    # nothing runs any more: the SIGTERM with which Slurm ends this run of
+    # a requeued job may end the script
+    trap - TERM INT HUP USR1
     if [ "$why" = USR1 ] && [ -n "${SLURM_JOB_ID:-}" ] && [ "$REQUEUE" = 1 ]; then
         if scontrol requeue "$SLURM_JOB_ID"; then
             log "stopped at step $(snap_step "$snap") for the time limit: job $SLURM_JOB_ID requeued"

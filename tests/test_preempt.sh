@@ -26,11 +26,7 @@ trap 'rm -rf "$W"' EXIT
 export OPENBLAS_NUM_THREADS=1
 . "$top_srcdir/tests/run_watch.sh"
 
-# the processes below PID, and the malleus-train ranks among them
-descendants() {
-    ps -e -o pid= -o ppid= | awk -v root="$1" '{ up[$1] = $2 }
-        END { for (p in up) { q = p; while ((q in up) && q != root && q > 1) q = up[q]; if (q == root && p != root) print p } }'
-}
+# the malleus-train ranks below the launcher
 rank_pid() { # LAUNCHER_PID RANK
     for d in $(descendants "$1"); do
         [ "$(cat "/proc/$d/comm" 2>/dev/null)" = malleus-train ] &&
@@ -46,6 +42,7 @@ run_stop() { # NAME SIGNAL TARGET(launcher|ranks|rank1)
         --snapshot-dir "$d/snap" --snapshot-every 100000 --metrics "$d/m.jsonl" --quiet \
         >"$d/out" 2>&1 &
     pid=$!
+    guard $pid 60
     wait_rows "$d/m.jsonl" 3
     case $3 in
     launcher) kill -s "$2" $pid ;;
@@ -83,6 +80,7 @@ MALLEUS_TEST_STEP_STALL=1:6 "$MPIEXEC" -n 2 "$TRAIN" --model tiny --dp 2 --globa
     --micro-batch 4 --steps 1000 --snapshot-dir "$d/snap" --snapshot-every 2 --metrics "$d/m.jsonl" \
     --quiet --stop-timeout 2 >"$d/out" 2>&1 &
 pid=$!
+guard $pid 60
 wait_rows "$d/m.jsonl" 5
 sleep 0.5
 t0=$(date +%s)
@@ -98,6 +96,7 @@ mkdir -p "$d"
 MALLEUS_TEST_STEP_STALL=1:6 "$MPIEXEC" -n 2 "$TRAIN" --model tiny --dp 2 --global-batch 8 \
     --micro-batch 4 --steps 1000 --metrics "$d/m.jsonl" --quiet --stop-timeout 100 >"$d/out" 2>&1 &
 pid=$!
+guard $pid 60
 wait_rows "$d/m.jsonl" 5
 r0=$(rank_pid $pid 0)
 kill -TERM "$r0"
@@ -123,6 +122,7 @@ loop_start() {
         TRAIN_ARGS="--inject 0:10 --inject 1:10 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
         env --default-signal=INT bash "$top_srcdir/jobs/adaptive-loop.sh" >>"$W/loop.out" 2>&1 &
     pid=$!
+    guard $pid 120
 }
 newest_snap() { ls -d "$R"/snap.* | sort -t. -k2 -n | tail -n 1; }
 for sig in TERM INT USR1 HUP; do

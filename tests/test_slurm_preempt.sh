@@ -96,7 +96,7 @@ rank_pid() { # DIR RANK: the rank's pid (its command line names DIR)
 srun_stop() { # NAME SIGNAL TARGET(srun|ranks|rank1)
     d="$W/$1"
     mkdir -p "$d"
-    MALLEUS_TEST_STEP_SLEEP=100:100000 srun --mpi=pmi2 --kill-on-bad-exit=1 -n 2 "$TRAIN" --model tiny \
+    MALLEUS_TEST_STEP_SLEEP=100:100000 srun --mpi=pmi2 --kill-on-bad-exit=1 -n 2 -t 2 "$TRAIN" --model tiny \
         --dp 2 --global-batch 8 --micro-batch 4 --steps 100000 --snapshot-dir "$d/snap" \
         --snapshot-every 100000 --metrics "$d/m.jsonl" --quiet >"$d/out" 2>&1 &
     pid=$!

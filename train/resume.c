@@ -79,10 +79,11 @@ char *mal_train_settings_json(const struct mal_trainer *tr)
                                                      (json_int_t)id->bytes, "fingerprint", fp));
     }
     char *s = NULL;
-    if (!bad && !json_object_set_new(j, "data_files", files)) {
+    if (!bad) {
+        bad = json_object_set_new(j, "data_files", files); /* takes files, even when failing */
         files = NULL;
-        s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     }
+    if (!bad) s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     json_decref(files);
     json_decref(j);
     return s;
