@@ -191,10 +191,9 @@ stopped() {
     # a requeued job may end the script
     trap - TERM INT HUP USR1
     if [ "$why" = USR1 ] && [ -n "${SLURM_JOB_ID:-}" ] && [ "$REQUEUE" = 1 ]; then
-        if scontrol requeue "$SLURM_JOB_ID"; then
-            log "stopped at step $(snap_step "$snap") for the time limit: job $SLURM_JOB_ID requeued"
-            exit 4
-        fi
+        # said first: the requeue ends this run of the job at once
+        log "stopped at step $(snap_step "$snap") for the time limit: requeuing job $SLURM_JOB_ID"
+        scontrol requeue "$SLURM_JOB_ID" && exit 4
         log "scontrol requeue $SLURM_JOB_ID failed: submit the job again to continue"
     fi
     log "stopped at step $(snap_step "$snap") (exit status 4): run the job again to continue"
