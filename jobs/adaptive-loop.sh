@@ -245,8 +245,8 @@ while :; do
     fi
     log "generation $gen: training $what"
     run "${launch[@]}" "${wrapper[@]}" "$TRAIN" "${args[@]}" "${train_args[@]}" "${extra_args[@]}"
-    # MPICH's mpiexec reports 0 after it forwarded a Ctrl-C, whatever the
-    # ranks said: a stopped run is told by its snapshot's step
+    # MPICH's mpiexec may report 0 once it has forwarded a signal, whatever
+    # the ranks said: a stopped run is told by its snapshot's step
     [ "$rc" = 0 ] && [ -n "$stop_sig" ] && [ "$(snap_step "$snap")" -lt "$STEPS" ] && rc=4
     case $rc in
     0)

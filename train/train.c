@@ -9,17 +9,17 @@
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <string.h>
 
 #include "base/mal.h"
 #include "ckpt/snapshot.h"
 #include "kernels/kernels.h"
+#include "preempt.h"
 #include "src/data.h"
 #include "src/layout.h"
 #include "src/model.h"
-#include "preempt.h"
 #include "train_internal.h"
 
 mal_train_options mal_train_defaults(void)

@@ -220,7 +220,7 @@ static int resume_defaults(mal_train_cli *cli, const mal_opts_spec *spec, mal_co
     }
     cli->model_from_snapshot = !flag_given((void *)spec, "model");
     o->decay_steps_given = flag_given((void *)spec, "decay-steps");
-    if (world->rank == 0 && taken[0])
+    if (world->rank == 0 && taken[0] && cli->quiet <= 0)
         mal_log(MAL_LOG_INFO, "resuming the run of %s (step %lld); from its settings: %s", rs->path,
                 (long long)rs->step, taken);
     return 0;
