@@ -9,6 +9,8 @@
 #  * jobs/train-single.sbatch from an installed layout found through PATH
 #    alone (PREFIX/bin, PREFIX/share/malleus/jobs), with the trainer
 #    argument --data "my data 'x'.bin": the snapshot's run trained on it;
+#  * a job started again after a re-plan cut short before its snapshot was
+#    committed continues the generation before it;
 #  * a MALLEUS_BIN without the programs, and none found at all: exit 2
 #    naming what to set.
 : "${top_srcdir:=$(dirname "$0")/..}"
@@ -56,6 +58,19 @@ grep -q "gpu-bind: local rank 1 of .* -> GPU 1 (of 0,1)" "$W/out" ||
 (cd "$W" && MALLEUS_BIN="$B" NPROCS=2 RUN_DIR="$R/cpu" STEPS=4 GLOBAL_BATCH=8 PIPELINES=1 \
     SNAPSHOT_EVERY=2 bash "$W/spool/malleus.sbatch") >"$W/out" 2>&1 || fail "malleus.sbatch: exit $?"
 done_ok "$R/cpu" 4 "malleus.sbatch with MALLEUS_BIN and RUN_DIR holding spaces and quotes"
+
+# A re-plan cut short after its plan, before its reshard committed: the job
+# started again continues the generation before it, from its newest snapshot.
+cp "$R/cpu/plan.0.json" "$R/cpu/plan.1.json"
+mkdir -p "$R/cpu/snap.1/.tmp-step_00000004.1@x"
+(cd "$W" && MALLEUS_BIN="$B" NPROCS=2 RUN_DIR="$R/cpu" STEPS=6 GLOBAL_BATCH=8 PIPELINES=1 \
+    SNAPSHOT_EVERY=2 TRAIN_ARGS="--override steps" bash "$W/spool/malleus.sbatch") >"$W/out" 2>&1 ||
+    fail "malleus.sbatch again: exit $?"
+grep -q "generation 1 was never completed (no committed snapshot): removing it, continuing generation 0" \
+    "$R/cpu/events.log" && grep -q "generation 0: training on .*, resuming from step 4" "$R/cpu/events.log" &&
+    [ ! -e "$R/cpu/plan.1.json" ] && [ ! -e "$R/cpu/snap.1" ] && grep -q "done: 6 steps" "$R/cpu/events.log" &&
+    echo "ok: an incomplete generation 1 removed; generation 0 continued from step 4 to 6" ||
+    { tail -20 "$W/out"; fail "the incomplete generation"; }
 
 D="$W/my data 'x'.bin"
 "$top_builddir/malleus-tokenize" "$top_srcdir/README.md" "$D" >/dev/null || exit 99
