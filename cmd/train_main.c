@@ -34,11 +34,13 @@ int main(int argc, char **argv)
         {MAL_OPT_STRING, "model", .metavar = "PRESET|FILE", .target = &cli.model,
          .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
                  "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
-                 "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
+                 "seq_len [, rope_theta, norm_eps]   (default: tiny; with\n"
+                 "--resume: the snapshot's)"},
         {MAL_OPT_STRING, "data", .metavar = "FILE", .target = &o->data_path,
          .help = "token file (llm.c format or headerless uint16), or\n"
                  "synthetic:V for generated tokens 0..V-1 (benchmarks);\n"
-                 "default: the built-in corpus (byte-level, vocab 256)"},
+                 "default: the built-in corpus (byte-level, vocab 256;\n"
+                 "with --resume: the snapshot's data)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
          .help = "auto, llmc or raw16 (default: auto)"},
