@@ -411,7 +411,9 @@ int mal_data_identity(const mal_data *d, mal_data_file_id **ids, int *n)
         /* a change of the generator shows as a change of contents */
         v->bytes = (uint64_t)d->n_tokens * sizeof *d->tokens;
         rc = fingerprint(v->bytes, get_memory, d->tokens, &v->fingerprint);
-    } else if (!d->synth_vocab) { /* synthetic: a pure function of its name */
+    } else if (d->synth_vocab) { /* a pure function of (seed, step, position) and its name */
+        v->fingerprint = fnv1a(0xcbf29ce484222325ull, d->name, strlen(d->name));
+    } else {
         rc = file_identity(d->name, v);
     }
     if (rc) {

@@ -97,7 +97,7 @@ typedef struct {
                            * synthetic data: 0) */
     uint64_t fingerprint; /* FNV-1a 64 of the size, the first MAL_DATA_ID_BLOCK bytes
                            * (the header) and MAL_DATA_ID_SAMPLES blocks of that size
-                           * spread evenly over the rest (synthetic data: 0) */
+                           * spread evenly over the rest (synthetic data: of its name) */
 } mal_data_file_id;
 
 enum { MAL_DATA_ID_BLOCK = 4096, MAL_DATA_ID_SAMPLES = 16 };

@@ -9,8 +9,8 @@
 #    one that holds steps twice;
 #  * every setting that changes the run is refused (exit 2, nothing
 #    written), all differences listed with both values: learning rate,
-#    seed, warmup, more steps, decay steps, other data, the same data file
-#    changed in place, a model that differs only in n_heads, seq_len or
+#    seed, warmup, more steps, decay steps, other data (a file, synthetic
+#    data of another vocabulary), the same data file changed in place, a model that differs only in n_heads, seq_len or
 #    rope_theta; a data file that is gone is named, not replaced by the
 #    built-in corpus; an unknown --override key is refused;
 #  * --override accepts a difference, logged in the metrics and the events;
@@ -114,6 +114,10 @@ refused "the data file changed in place" "data: snapshot" -- --data "$W/a.bin"
 mv "$W/a.orig" "$W/a.bin"
 mv "$W/a.bin" "$W/moved.bin"
 refused "the data file gone" "a.bin" -- --steps 24
+"$TRAIN" "$@" --data synthetic:256 --steps 2 --snapshot-dir "$W/syn" >/dev/null 2>&1 || fail "a synthetic run"
+"$TRAIN" --resume --snapshot-dir "$W/syn" --data synthetic:128 --quiet >"$W/out" 2>&1
+[ $? -eq 2 ] && grep -q "data: snapshot synthetic:256 .*, this run synthetic:128" "$W/out" &&
+    echo "ok: other synthetic data refused" || { cat "$W/out"; fail "other synthetic data"; }
 cmp -s "$W/m.jsonl" "$W/m.before" || fail "a refused resume changed the metrics"
 [ "$(cat "$W/s/latest")" = step_00000024 ] || fail "a refused resume moved latest"
 "$TRAIN" "$@" --steps 2 --override lr >"$W/out" 2>&1

@@ -36,6 +36,7 @@ static const setting settings[] = {
     {"steps", "steps", K_I64, OPT(steps), 1},
     {"seed", "seed", K_U64, OPT(seed), 1},
     {"global-batch", "global_batch", K_INT, OPT(global_batch), 1},
+    {"micro-batch", "micro_batch", K_INT, OPT(micro_batch), 0}, /* how, not what */
     {"lr", "lr", K_FLOAT, OPT(optim.lr), 1},
     {"min-lr-ratio", "min_lr_ratio", K_FLOAT, OPT(optim.min_lr_ratio), 1},
     {"warmup", "warmup_steps", K_INT, OPT(optim.warmup_steps), 1},
