@@ -193,12 +193,23 @@ int main(int argc, char **argv)
                  "of this rank's share of it) and training goes on while a\n"
                  "thread writes and commits it (needs MPI_THREAD_MULTIPLE)"},
         {MAL_OPT_FLAG, "resume", .target = &o->resume, .ival = 1,
-         .help = "continue from the newest snapshot in --snapshot-dir:\n"
+         .help = "continue from the newest committed snapshot in\n"
+                 "--snapshot-dir (found by looking; `latest` is a hint):\n"
                  "the flags left out take its run's values (model, data,\n"
                  "steps, seed, batch, schedule, AdamW, clip); a flag that\n"
                  "differs from them is refused (exit 2) unless --override\n"
                  "names it; more --steps than its run's keep its schedule\n"
                  "and need --override steps or an explicit --decay-steps"},
+        {MAL_OPT_INT64, "resume-from", .metavar = "STEP", .target = &o->resume_from, .lo = 0,
+         .hi = LLONG_MAX / 65536, .given = &cli.resume_from_given,
+         .help = "continue from the snapshot of step STEP instead: a\n"
+                 "rollback (implies --resume; the snapshots after STEP\n"
+                 "must go: --overwrite-snapshots)"},
+        {MAL_OPT_FLAG, "overwrite-snapshots", .target = &o->overwrite_snapshots, .ival = 1,
+         .help = "let the snapshots in --snapshot-dir that this run would\n"
+                 "bury go: without --resume every one (another run's),\n"
+                 "with --resume-from those after STEP; they are deleted\n"
+                 "at start.  Without it such a run is refused (exit 2)"},
         {MAL_OPT_STRING, "override", .metavar = "KEY[,KEY]", .target = &o->overrides,
          .help = "with --resume: settings that may differ from the\n"
                  "snapshot's run, by flag name (lr, steps, data, seed, ...;\n"
@@ -235,11 +246,14 @@ int main(int argc, char **argv)
                   "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n"
                   "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
                   "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n"
-                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI); 2 bad usage or\n"
-                  "input (flags, model config, plan, data, snapshot, a resume that differs\n"
-                  "from its snapshot's run: nothing written); 3 stopped with a snapshot because\n"
-                  "a re-plan is needed (--adapt restart); 4 stopped by a signal with a snapshot\n"
-                  "of the last step done (--resume continues).\n",
+                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI; also bad input\n"
+                  "found only after steps were trained); 2 bad usage or input, refused before\n"
+                  "anything is written (flags, model config, plan, data, snapshot; a snapshot\n"
+                  "directory in use, not writable or holding another run's snapshots; --resume\n"
+                  "with --steps below the snapshot's step; a resume that differs from its\n"
+                  "snapshot's run; at its step, the run is complete: said, status 0); 3 stopped\n"
+                  "with a snapshot because a re-plan is needed (--adapt restart); 4 stopped by\n"
+                  "a signal with a snapshot of the last step done (--resume continues).\n",
         .opts = opts,
         .ctx = &cli,
         .given = given,

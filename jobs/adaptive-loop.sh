@@ -174,6 +174,14 @@ run() {
     child=""
 }
 
+# Whether $1 holds a committed snapshot (`latest` is a hint: a step
+# directory with its COMPLETE marker is one, with or without it).
+has_snapshot() {
+    [ -f "$1/latest" ] && return 0
+    for m in "$1"/step_*/COMPLETE; do [ -f "$m" ] && return 0; done
+    return 1
+}
+
 # The step of the newest committed snapshot in $1 (0: none).
 snap_step() {
     local s
@@ -205,7 +213,7 @@ stopped() {
 # counts once its snapshot is committed: a re-plan cut short between the
 # plan and the end of the reshard leaves one that is not, which goes.
 gen=0
-while [ -f "$RUN_DIR/plan.$((gen + 1)).json" ] && [ -f "$RUN_DIR/snap.$((gen + 1))/latest" ]; do gen=$((gen + 1)); done
+while [ -f "$RUN_DIR/plan.$((gen + 1)).json" ] && has_snapshot "$RUN_DIR/snap.$((gen + 1))"; do gen=$((gen + 1)); done
 if [ -e "$RUN_DIR/plan.$((gen + 1)).json" ] || [ -e "$RUN_DIR/snap.$((gen + 1))" ]; then
     log "generation $((gen + 1)) was never completed (no committed snapshot): removing it, continuing generation $gen"
     rm -rf "$RUN_DIR/plan.$((gen + 1)).json" "$RUN_DIR/snap.$((gen + 1))" "$RUN_DIR/rates.$((gen + 1)).jsonl"
@@ -239,7 +247,7 @@ while :; do
     fi
     what="on $plan"
     [ "$ADAPT" = off ] && what="with the default layout"
-    if [ -f "$snap/latest" ]; then
+    if has_snapshot "$snap"; then
         args+=(--resume)
         what="$what, resuming from step $(snap_step "$snap")"
     fi
@@ -291,7 +299,7 @@ while :; do
         failures=$((failures + 1))
         log "training failed (exit $rc), failure $failures of $MAX_FAILURES"
         [ $failures -ge "$MAX_FAILURES" ] && { log "giving up"; exit 1; }
-        [ -f "$snap/latest" ] || log "no snapshot yet: restarting from step 0"
+        has_snapshot "$snap" || log "no snapshot yet: restarting from step 0"
         ;;
     esac
 done

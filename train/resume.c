@@ -92,7 +92,8 @@ char *mal_train_settings_json(const struct mal_trainer *tr)
 
 /* ---- defaults from the snapshot ---------------------------------------- */
 
-int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, mal_comm *world)
+int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, int64_t step,
+                           mal_comm *world)
 {
     memset(rs, 0, sizeof *rs);
     const int lead = !world || world->rank == 0;
@@ -103,7 +104,8 @@ int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, mal_
     int rc = 0;
     if (lead) {
         mal_snapshot *s = NULL;
-        rc = mal_snapshot_find_latest(snapshot_dir, rs->path, sizeof rs->path);
+        /* the one the trainer will restore (ckpt_start.c finds it alike) */
+        rc = mal_snapshot_find(snapshot_dir, step, rs->path, sizeof rs->path, NULL);
         if (!rc) rc = mal_snapshot_open(&s, rs->path);
         if (!rc) {
             const mal_snap_meta *m = mal_snapshot_meta(s);
@@ -487,7 +489,8 @@ int mal_train_resume_check(struct mal_trainer *tr, const mal_snap_meta *meta, co
     diffs ds = {.n = 0};
     char notes[2][512] = {"", ""}, snap[256], run[256];
     compare_model(&saved, &o->model, &ds);
-    for (size_t i = 0; i < MAL_ARRAY_SIZE(settings); i++) {
+    /* --eval-only trains nothing: only the model must be the snapshot's */
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(settings) && !o->eval_only; i++) {
         const setting *s = &settings[i];
         const json_t *v = json_object_get(tj, s->json);
         if (!s->checked || !v || compare_setting(s, v, o, snap, run, sizeof snap)) continue;
@@ -521,9 +524,9 @@ int mal_train_resume_check(struct mal_trainer *tr, const mal_snap_meta *meta, co
         add_text(&ds, s->flag, 0, NULL, snap, run);
     }
     const json_t *files = json_object_get(tj, "data_files");
-    if (files)
+    if (files && !o->eval_only)
         compare_data(tr, files, &ds, notes[0], sizeof notes[0]);
-    else
+    else if (!o->eval_only)
         snprintf(notes[0], sizeof notes[0],
                  "snapshot %s stores no identity of its data (written by an older version): the "
                  "data is not checked",

@@ -46,10 +46,12 @@ typedef struct {
 } mal_resume_source;
 
 /* Collective over `world` (NULL: one process).  Read the snapshot a
- * --resume from `snapshot_dir` continues (rank 0 reads, every rank gets
- * the same); every rank returns the same code.  _fini releases it (after
- * the options that point into it are no longer used). */
-int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, mal_comm *world);
+ * --resume from `snapshot_dir` continues: the newest committed one, or
+ * that of `step` (>= 0: --resume-from) (rank 0 reads, every rank gets the
+ * same); every rank returns the same code.  _fini releases it (after the
+ * options that point into it are no longer used). */
+int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, int64_t step,
+                           mal_comm *world);
 void mal_resume_source_fini(mal_resume_source *rs);
 
 /* Local.  Fill every option that the command line did not give

@@ -28,6 +28,7 @@ typedef struct {
     int micro_given;            /* --micro-batch was given */
     int model_from_snapshot;    /* --resume without --model: the snapshot's */
     int stop_timeout;           /* --stop-timeout seconds (preempt.h) */
+    int resume_from_given;      /* --resume-from was given (it implies --resume) */
     mal_inject injects[MAL_TRAIN_CLI_MAX_INJECT];
 } mal_train_cli;
 
