@@ -103,6 +103,7 @@ static int apply(const mal_opts_spec *spec, const mal_opt *o, const char *arg)
 {
     char *end;
     if (o->given) *o->given = 1;
+    if (spec->given) spec->given[o - spec->opts] = 1;
     switch (o->kind) {
     case MAL_OPT_FLAG: *(int *)o->target = o->ival; return -1;
     case MAL_OPT_STRING: *(const char **)o->target = arg; return -1;
@@ -166,6 +167,13 @@ static int apply(const mal_opts_spec *spec, const mal_opt *o, const char *arg)
     }
     default: return -1;
     }
+}
+
+int mal_opts_given(const mal_opts_spec *spec, const char *name)
+{
+    for (const mal_opt *o = spec->opts; spec->given && o->kind != MAL_OPT_END; o++)
+        if (is_flag(o) && !strcmp(o->name, name)) return spec->given[o - spec->opts];
+    return 0;
 }
 
 int mal_opts_parse(const mal_opts_spec *spec, int argc, char **argv, int *first_arg)

@@ -59,6 +59,8 @@ struct mal_opts_spec {
     const char *footer;  /* last lines of --help (examples); may be NULL */
     const mal_opt *opts; /* the table, ending with MAL_OPT_END */
     void *ctx;           /* for MAL_OPT_FUNC entries */
+    unsigned char *given; /* optional, one entry per table entry: set to 1 for each
+                           * flag that appears (read with mal_opts_given) */
 };
 
 /* Local.  Parse argv by the table, storing values as they come (a later
@@ -68,6 +70,10 @@ struct mal_opts_spec {
  * exit status: 0 after --help / --version, 2 after a bad flag or value
  * (message on stderr already printed). */
 int mal_opts_parse(const mal_opts_spec *spec, int argc, char **argv, int *first_arg);
+
+/* Local.  1 when flag `name` (long name, no dashes) appeared in the last
+ * parse (needs spec->given), else 0. */
+int mal_opts_given(const mal_opts_spec *spec, const char *name);
 
 /* Local.  Write --help for the table to f. */
 void mal_opts_usage(const mal_opts_spec *spec, FILE *f);

@@ -81,7 +81,7 @@ int main(int argc, char **argv)
         "\n"
         "Exit status: 0 success; 2 bad usage or input, including a cluster too small\n"
         "for the model (the message names what to fix); 1 any other failure.\n",
-        opts, NULL};
+        opts, NULL, NULL};
     int status = mal_opts_parse(&spec, argc, argv, NULL);
     if (status >= 0) return status;
     int rc = mal_replan_tool_run(&o, stdout, stderr);

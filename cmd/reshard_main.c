@@ -64,7 +64,7 @@ int main(int argc, char **argv)
         {MAL_OPT_VERSION, "version", .help = "print the version"},
         {.kind = MAL_OPT_END},
     };
-    const mal_opts_spec spec = {"malleus-reshard", PACKAGE_VERSION, usage, footer, opts, NULL};
+    const mal_opts_spec spec = {"malleus-reshard", PACKAGE_VERSION, usage, footer, opts, NULL, NULL};
     int status = mal_opts_parse(&spec, argc, argv, &first);
     if (status >= 0) return status;
     if (argc - first != 3) return mal_opts_bad(&spec, "expected SNAPSHOT PLAN.json DEST");

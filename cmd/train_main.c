@@ -1,9 +1,11 @@
 /* malleus-train: the option table and a call into the library
  * (train/train_cli.h runs what the flags describe and returns the exit
  * status: 0 done, 1 failure, 2 bad usage or input, 3 stopped with a
- * snapshot because the monitor advised a re-plan).  A new flag is one line below. */
+ * snapshot because the monitor advised a re-plan, 4 stopped with a
+ * snapshot by a signal).  A new flag is one line below. */
 #include <limits.h>
 
+#include "base/mal.h"
 #include "base/opts.h"
 #include "src/data.h"
 #include "train/train_cli.h"
@@ -35,7 +37,8 @@ int main(int argc, char **argv)
         {MAL_OPT_STRING, "model", .metavar = "PRESET|FILE", .target = &cli.model,
          .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
                  "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
-                 "seq_len [, rope_theta, norm_eps]   (default: tiny)"},
+                 "seq_len [, rope_theta, norm_eps]   (default: tiny; with\n"
+                 "--resume: the snapshot's)"},
         {MAL_OPT_STRING, "data", .metavar = "SPEC", .target = &o->data_path,
          .help = "token files: FILE, or several separated by commas, each\n"
                  "a path or a glob ('data/*.bin'), read as one; or a blend,\n"
@@ -45,7 +48,7 @@ int main(int argc, char **argv)
                  "tokens), headerless uint16/uint32; mapped, never read\n"
                  "whole.  Or synthetic:V for generated tokens 0..V-1\n"
                  "(benchmarks); default: the built-in corpus (byte-level,\n"
-                 "vocab 256)"},
+                 "vocab 256; with --resume: the snapshot's data)"},
         {MAL_OPT_CHOICE, "data-format", .metavar = "F", .target = &o->data_format,
          .choices = data_formats, .values = data_format_values,
          .help = "auto, llmc, raw16, raw32 or megatron (default: auto:\n"
@@ -212,7 +215,12 @@ int main(int argc, char **argv)
                  "thread writes and commits it (needs MPI_THREAD_MULTIPLE)"},
         {MAL_OPT_FLAG, "resume", .target = &o->resume, .ival = 1,
          .help = "continue from the newest committed snapshot in\n"
-                 "--snapshot-dir (found by looking; `latest` is a hint)"},
+                 "--snapshot-dir (found by looking; `latest` is a hint):\n"
+                 "the flags left out take its run's values (model, data,\n"
+                 "steps, seed, batch, schedule, AdamW, clip); a flag that\n"
+                 "differs from them is refused (exit 2) unless --override\n"
+                 "names it; more --steps than its run's keep its schedule\n"
+                 "and need --override steps or an explicit --decay-steps"},
         {MAL_OPT_INT64, "resume-from", .metavar = "STEP", .target = &o->resume_from, .lo = 0,
          .hi = LLONG_MAX / 65536, .given = &cli.resume_from_given,
          .help = "continue from the snapshot of step STEP instead: a\n"
@@ -223,8 +231,22 @@ int main(int argc, char **argv)
                  "bury go: without --resume every one (another run's),\n"
                  "with --resume-from those after STEP; they are deleted\n"
                  "at start.  Without it such a run is refused (exit 2)"},
+        {MAL_OPT_STRING, "override", .metavar = "KEY[,KEY]", .target = &o->overrides,
+         .help = "with --resume: settings that may differ from the\n"
+                 "snapshot's run, by flag name (lr, steps, data, seed, ...;\n"
+                 "seq_len, rope_theta, norm_eps of the model); each is\n"
+                 "logged, in the metrics and the events"},
+        {MAL_OPT_INT, "stop-timeout", .metavar = "S", .target = &cli.stop_timeout, .lo = 1,
+         .hi = 86400,
+         .help = "SIGTERM, SIGINT, SIGHUP or SIGUSR1 stop the run after\n"
+                 "the step in progress with a snapshot (exit status 4); a\n"
+                 "process still alive S seconds later exits with status 1\n"
+                 "(default: 300); a second signal ends it at once"},
         {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,
-         .help = "one JSON object per step (appended to when resuming)"},
+         .help = "one JSON object per step (appended to when resuming;\n"
+                 "rows past the snapshot move to FILE.superseded)"},
+        {MAL_OPT_STRING, "events", .metavar = "FILE", .target = &o->events_path,
+         .help = "append a line for each resume, override and stop"},
         {MAL_OPT_INT, "log-every", .metavar = "N", .target = &o->log_every, .lo = 0, .hi = INT_MAX,
          .help = "print a step line every N steps (default: 1)"},
         {MAL_OPT_FLAG, "quiet", .target = &cli.quiet, .ival = 1,
@@ -235,6 +257,7 @@ int main(int argc, char **argv)
         {MAL_OPT_VERSION, "version", .help = "print the version"},
         {.kind = MAL_OPT_END},
     };
+    static unsigned char given[MAL_ARRAY_SIZE(opts)];
     const mal_opts_spec spec = {
         .prog = "malleus-train",
         .version = PACKAGE_VERSION,
@@ -248,11 +271,13 @@ int main(int argc, char **argv)
                   "found only after steps were trained); 2 bad usage or input, refused before\n"
                   "anything is written (flags, model config, plan, data, snapshot; a snapshot\n"
                   "directory in use, not writable or holding another run's snapshots; --resume\n"
-                  "with --steps below the snapshot's step; at it, the run is complete: said,\n"
-                  "status 0); 3 stopped with a snapshot because a re-plan is needed (--adapt\n"
-                  "restart).\n",
+                  "with --steps below the snapshot's step; a resume that differs from its\n"
+                  "snapshot's run; at its step, the run is complete: said, status 0); 3 stopped\n"
+                  "with a snapshot because a re-plan is needed (--adapt restart); 4 stopped by\n"
+                  "a signal with a snapshot of the last step done (--resume continues).\n",
         .opts = opts,
         .ctx = &cli,
+        .given = given,
     };
     int rc = mal_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) return rc;

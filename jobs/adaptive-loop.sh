@@ -5,24 +5,51 @@
 #     -> exit 3 "re-plan needed": malleus-replan on the collected metrics
 #        -> malleus-reshard the newest snapshot onto the new plan
 #        -> train again with --resume on the new plan
+#     -> exit 4 "stopped by a signal, with a snapshot": under Slurm, when the
+#        stop was the time-limit warning (SIGUSR1, #SBATCH --signal), requeue
+#        the job; otherwise end with status 4
 #     -> any other failure (a rank that errs, crashes or is killed: the
 #        launcher ends the whole step at once, srun by --kill-on-bad-exit,
 #        mpiexec by itself): resume from the newest complete snapshot, at
 #        most MAX_FAILURES times in a row
-#   until STEPS steps are done.
+#   until STEPS steps are done.  A job started again (requeued, resubmitted,
+#   or this script run again) continues from the newest generation that has
+#   a committed snapshot, and its newest snapshot.
 #
-# jobs/malleus.sbatch runs it under Slurm (LAUNCH="srun --mpi=pmi2 ...");
-# on a workstation run it directly (LAUNCH defaults to mpiexec):
+# Signals: SIGTERM, SIGINT, SIGHUP and SIGUSR1 to this script stop the run
+# at the next step boundary with a snapshot (the loop sends its launcher
+# STOP_SIGNAL, which the launcher forwards to the ranks); a second one ends
+# the run at once.  The loop never leaves its launcher running behind it.
+#
+# jobs/malleus.sbatch runs it under Slurm (launcher srun --mpi=pmi2 ...);
+# on a workstation run it directly (launcher mpiexec):
 #
 #   NPROCS=8 STEPS=60 TRAIN_ARGS="--inject 3:4:10" jobs/adaptive-loop.sh
+#   jobs/adaptive-loop.sh --data "my data.bin" --val-data val.bin   # more trainer flags
 #
-# Every input is a variable (defaults in brackets):
-#   MALLEUS_BIN     directory holding the malleus-* programs [the build tree]
+# Arguments are passed to every malleus-train run as they are (a path with
+# spaces stays one argument).  Every other input is a variable (defaults in
+# brackets):
+#   MALLEUS_BIN     directory holding the malleus-* programs, built or
+#                   installed [found on PATH, else the build tree above this
+#                   script, else the directory sbatch was called from]
 #   RUN_DIR         plans, snapshots, metrics and logs [./malleus-run]
 #   NPROCS          ranks [SLURM_NTASKS or 8]
-#   LAUNCH          MPI launcher prefix [srun --mpi=pmi2 --kill-on-bad-exit=1
-#                   -n NPROCS under Slurm, else mpiexec -n NPROCS]; a launcher
-#                   given here must end every rank when one fails
+#   LAUNCH          MPI launcher and its flags, as words [srun --mpi=pmi2
+#                   --kill-on-bad-exit=1 -n NPROCS under Slurm, else MPIEXEC
+#                   -n NPROCS]; a launcher given here must end every rank
+#                   when one fails
+#   MPIEXEC         the launcher outside Slurm [mpiexec]
+#   RANK_WRAPPER    a program each rank runs malleus-train through (one path,
+#                   e.g. jobs/gpu-bind.sh) [none]
+#   STOP_SIGNAL     what a stop sends the launcher [USR1 when it is srun,
+#                   which turns SIGTERM into SIGKILL for its tasks; else TERM]
+#   STOP_TIMEOUT    seconds a stop may take before the ranks end (malleus-train
+#                   --stop-timeout) [300]
+#   REQUEUE         1: requeue the Slurm job when SIGUSR1 stopped it [1]
+#   ADAPT           restart: re-plan around stragglers (above); off: train
+#                   with the default layout and no planner (one process:
+#                   jobs/train-single.sbatch) [restart]
 #   MODEL           model preset or config file [tiny]
 #   PROFILE         planner profile: preset or JSON [MODEL]
 #   STEPS           target step [60]
@@ -33,21 +60,17 @@
 #   MEMORY_MB       device memory per rank for the planner [16384]
 #   SNAPSHOT_EVERY  periodic snapshots [10]
 #   MAX_FAILURES    crash restarts in a row before giving up [3]
-#   TRAIN_ARGS      extra malleus-train flags (e.g. --inject, policy knobs)
+#   TRAIN_ARGS      more malleus-train flags, as words (e.g. --inject, policy
+#                   knobs; a value with spaces goes in the arguments instead)
+#
+# Exit status: 0 done; 4 stopped by a signal with a snapshot (run it again
+# to continue); 1 failed (MAX_FAILURES in a row, or planning); 2 bad input.
 set -uo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-MALLEUS_BIN=${MALLEUS_BIN:-$(cd "$here/.." && pwd)}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUN_DIR=${RUN_DIR:-$(pwd)/malleus-run}
 NPROCS=${NPROCS:-${SLURM_NTASKS:-8}}
-if [ -n "${SLURM_JOB_ID:-}" ]; then
-    # --kill-on-bad-exit: a rank that fails (error, signal, kill -9) ends
-    # the step at once instead of leaving its peers blocked in a collective
-    # until the job's time limit; the loop then resumes from the snapshot.
-    LAUNCH=${LAUNCH:-"srun --mpi=pmi2 --kill-on-bad-exit=1 -n $NPROCS"}
-else
-    LAUNCH=${LAUNCH:-"mpiexec -n $NPROCS"}
-fi
+ADAPT=${ADAPT:-restart}
 MODEL=${MODEL:-tiny}
 PROFILE=${PROFILE:-$MODEL}
 STEPS=${STEPS:-60}
@@ -58,31 +81,151 @@ RANKS_PER_NODE=${RANKS_PER_NODE:-$NPROCS}
 MEMORY_MB=${MEMORY_MB:-16384}
 SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-10}
 MAX_FAILURES=${MAX_FAILURES:-3}
-TRAIN_ARGS=${TRAIN_ARGS:-}
+STOP_TIMEOUT=${STOP_TIMEOUT:-300}
+REQUEUE=${REQUEUE:-1}
+read -r -a train_args <<<"${TRAIN_ARGS:-}"
+extra_args=("$@")
+case $ADAPT in restart | off) ;; *) echo "adaptive-loop: ADAPT must be restart or off, not '$ADAPT'" >&2; exit 2 ;; esac
 
-TRAIN=$MALLEUS_BIN/malleus-train
-REPLAN=$MALLEUS_BIN/malleus-replan
-RESHARD=$MALLEUS_BIN/malleus-reshard
-for p in "$TRAIN" "$REPLAN" "$RESHARD"; do
-    [ -x "$p" ] || { echo "adaptive-loop: $p not found: set MALLEUS_BIN to the build directory" >&2; exit 2; }
+# UCX (MPICH's transport here) turns its log level to trace on SIGHUP and
+# prints ~120 debug lines per rank into the job log; nothing here uses
+# UCX's debug mode, so its signal is off unless the caller set one.
+export UCX_DEBUG_SIGNO=${UCX_DEBUG_SIGNO:-0}
+
+# The programs: MALLEUS_BIN (built or installed), else PATH, else the
+# build tree above this script, else where sbatch was called from.
+find_prog() {
+    if [ -n "${MALLEUS_BIN:-}" ]; then
+        [ -x "$MALLEUS_BIN/$1" ] && printf '%s\n' "$MALLEUS_BIN/$1"
+    elif command -v "$1" >/dev/null 2>&1; then
+        command -v "$1"
+    elif [ -x "$here/../$1" ]; then
+        printf '%s\n' "$(cd "$here/.." && pwd)/$1"
+    elif [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -x "$SLURM_SUBMIT_DIR/$1" ]; then
+        printf '%s\n' "$SLURM_SUBMIT_DIR/$1"
+    fi
+}
+for p in malleus-train malleus-replan malleus-reshard; do
+    [ -n "$(find_prog $p)" ] || {
+        echo "adaptive-loop: $p not found${MALLEUS_BIN:+ in MALLEUS_BIN=$MALLEUS_BIN}: set MALLEUS_BIN to the directory holding it (the build directory or the installation's bin), or put it on PATH" >&2
+        exit 2
+    }
 done
+TRAIN=$(find_prog malleus-train)
+REPLAN=$(find_prog malleus-replan)
+RESHARD=$(find_prog malleus-reshard)
 
-mkdir -p "$RUN_DIR"
+if [ -n "${LAUNCH:-}" ]; then
+    read -r -a launch <<<"$LAUNCH"
+elif [ -n "${SLURM_JOB_ID:-}" ]; then
+    # --kill-on-bad-exit: a rank that fails (error, signal, kill -9) ends
+    # the step at once instead of leaving its peers blocked in a collective
+    # until the job's time limit; the loop then resumes from the snapshot.
+    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 -n "$NPROCS")
+else
+    launch=("${MPIEXEC:-mpiexec}" -n "$NPROCS")
+fi
+wrapper=()
+[ -n "${RANK_WRAPPER:-}" ] && wrapper=("$RANK_WRAPPER")
+if [ -z "${STOP_SIGNAL:-}" ]; then
+    STOP_SIGNAL=TERM
+    for w in "${launch[@]}"; do case $w in srun | */srun) STOP_SIGNAL=USR1 ;; esac; done
+fi
+
+mkdir -p "$RUN_DIR" || exit 2
 METRICS=$RUN_DIR/metrics.jsonl
 EVENTS=$RUN_DIR/events.log
 log() { echo "adaptive-loop: $*" | tee -a "$EVENTS"; }
+[ -n "${SLURM_RESTART_COUNT:-}" ] && [ "${SLURM_RESTART_COUNT}" -gt 0 ] &&
+    log "job ${SLURM_JOB_ID:-} requeued: run $((SLURM_RESTART_COUNT + 1))"
+
+# ---- stop requests: forwarded to the launcher, never left behind ----------
+child="" stop_sig="" interrupted=0
+on_signal() {
+    interrupted=1
+    if [ -z "$stop_sig" ]; then
+        stop_sig=$1
+        log "got SIG$1: stopping at the next step boundary with a snapshot"
+        [ -n "$child" ] && kill -s "$STOP_SIGNAL" "$child" 2>/dev/null
+    else
+        log "got SIG$1 again: ending the run now"
+        [ -n "$child" ] && kill -s TERM "$child" 2>/dev/null
+    fi
+}
+for s in TERM INT HUP USR1; do trap "on_signal $s" "$s"; done
+
+# run COMMAND...: in the background, so that a signal reaches the trap
+# while it runs; its exit status in $rc.
+run() {
+    "$@" &
+    child=$!
+    interrupted=0
+    wait "$child"
+    rc=$?
+    # a trapped signal ends `wait` early: wait again for the real status
+    # (a second wait after the real one finds nothing: 127, keep rc)
+    while [ "$interrupted" = 1 ]; do
+        interrupted=0
+        wait "$child"
+        r=$?
+        [ "$r" = 127 ] && break
+        rc=$r
+    done
+    child=""
+}
+
+# Whether $1 holds a committed snapshot (`latest` is a hint: a step
+# directory with its COMPLETE marker is one, with or without it).
+has_snapshot() {
+    [ -f "$1/latest" ] && return 0
+    for m in "$1"/step_*/COMPLETE; do [ -f "$m" ] && return 0; done
+    return 1
+}
+
+# The step of the newest committed snapshot in $1 (0: none).
+snap_step() {
+    local s
+    s=$(sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' "$1/latest" 2>/dev/null | head -1)
+    echo "${s:-0}"
+}
+
+# Stopped by a signal: requeue the Slurm job when time ran out, else end.
+stopped() {
+    local why=${stop_sig:-}
+    # a SIGUSR1 that went to the ranks, not to this script (#SBATCH
+    # --signal=USR1@T without B:): the trainer's event line says so
+    [ -z "$why" ] && tail -n 1 "$EVENTS" 2>/dev/null | grep -q 'stopped by SIGUSR1' && why=USR1
+    # nothing runs any more: the SIGTERM with which Slurm ends this run of
+    # a requeued job may end the script
+    trap - TERM INT HUP USR1
+    if [ "$why" = USR1 ] && [ -n "${SLURM_JOB_ID:-}" ] && [ "$REQUEUE" = 1 ]; then
+        # said first: the requeue ends this run of the job at once
+        log "stopped at step $(snap_step "$snap") for the time limit: requeuing job $SLURM_JOB_ID"
+        scontrol requeue "$SLURM_JOB_ID" && exit 4
+        log "scontrol requeue $SLURM_JOB_ID failed: submit the job again to continue"
+    fi
+    log "stopped at step $(snap_step "$snap") (exit status 4): run the job again to continue"
+    exit 4
+}
+
+# ---- the newest generation -------------------------------------------------
+# Generation g runs plan.g.json with snapshots in snap.g.  A generation
+# counts once its snapshot is committed: a re-plan cut short between the
+# plan and the end of the reshard leaves one that is not, which goes.
+gen=0
+while [ -f "$RUN_DIR/plan.$((gen + 1)).json" ] && has_snapshot "$RUN_DIR/snap.$((gen + 1))"; do gen=$((gen + 1)); done
+if [ -e "$RUN_DIR/plan.$((gen + 1)).json" ] || [ -e "$RUN_DIR/snap.$((gen + 1))" ]; then
+    log "generation $((gen + 1)) was never completed (no committed snapshot): removing it, continuing generation $gen"
+    rm -rf "$RUN_DIR/plan.$((gen + 1)).json" "$RUN_DIR/snap.$((gen + 1))" "$RUN_DIR/rates.$((gen + 1)).jsonl"
+fi
+plan=$RUN_DIR/plan.$gen.json
+snap=$RUN_DIR/snap.$gen
 
 # Planner inputs shared by every call.
 planner_args=(--world-size "$NPROCS" --ranks-per-node "$RANKS_PER_NODE" --memory-mb "$MEMORY_MB"
               -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
 if [ -f "$PROFILE" ]; then planner_args+=(--profile "$PROFILE"); else planner_args+=(--model "$PROFILE"); fi
-
-# Generation g runs plan.g.json with snapshots in snap.g; resume the newest.
-gen=0
-while [ -f "$RUN_DIR/plan.$((gen + 1)).json" ] && [ -d "$RUN_DIR/snap.$((gen + 1))" ]; do gen=$((gen + 1)); done
-plan=$RUN_DIR/plan.$gen.json
-snap=$RUN_DIR/snap.$gen
-if [ ! -f "$plan" ]; then
+if [ "$ADAPT" = restart ] && [ ! -f "$plan" ]; then
     "$REPLAN" "${planner_args[@]}" --pipelines "$PIPELINES" --uniform -o "$plan" ||
         { log "could not write the initial plan"; exit 1; }
     log "generation 0: uniform plan $plan"
@@ -90,24 +233,45 @@ fi
 
 failures=0
 while :; do
-    resume=()
-    [ -f "$snap/latest" ] && resume=(--resume)
-    baseline=()
-    # The policy's baseline: the rates the current plan was made with.
-    [ "$gen" -gt 0 ] && [ -f "$RUN_DIR/rates.$gen.jsonl" ] && baseline=(--baseline-rates "$RUN_DIR/rates.$gen.jsonl")
-    log "generation $gen: training on $plan ${resume[*]}"
-    # shellcheck disable=SC2086
-    $LAUNCH "$TRAIN" --model "$MODEL" --plan "$plan" --steps "$STEPS" \
-        --global-batch "$GLOBAL_BATCH" --snapshot-dir "$snap" --snapshot-every "$SNAPSHOT_EVERY" \
-        --keep 2 --adapt restart --metrics "$METRICS" --log-every 1 --quiet \
-        --ranks-per-node "$RANKS_PER_NODE" "${baseline[@]}" "${resume[@]}" $TRAIN_ARGS
-    rc=$?
+    [ -n "$stop_sig" ] && stopped
+    args=(--model "$MODEL" --steps "$STEPS" --global-batch "$GLOBAL_BATCH" --snapshot-dir "$snap"
+          --snapshot-every "$SNAPSHOT_EVERY" --keep 2 --metrics "$METRICS" --events "$EVENTS"
+          --log-every 1 --quiet --stop-timeout "$STOP_TIMEOUT")
+    if [ "$ADAPT" = restart ]; then
+        args+=(--plan "$plan" --adapt restart --ranks-per-node "$RANKS_PER_NODE")
+        # The policy's baseline: the rates the current plan was made with.
+        [ "$gen" -gt 0 ] && [ -f "$RUN_DIR/rates.$gen.jsonl" ] &&
+            args+=(--baseline-rates "$RUN_DIR/rates.$gen.jsonl")
+    else
+        args+=(--micro-batch "$MICRO_BATCH")
+    fi
+    what="on $plan"
+    [ "$ADAPT" = off ] && what="with the default layout"
+    if has_snapshot "$snap"; then
+        args+=(--resume)
+        what="$what, resuming from step $(snap_step "$snap")"
+    fi
+    log "generation $gen: training $what"
+    run "${launch[@]}" "${wrapper[@]}" "$TRAIN" "${args[@]}" "${train_args[@]}" "${extra_args[@]}"
+    # MPICH's mpiexec may report 0 once it has forwarded a signal, whatever
+    # the ranks said: a stopped run is told by its snapshot's step
+    [ "$rc" = 0 ] && [ -n "$stop_sig" ] && [ "$(snap_step "$snap")" -lt "$STEPS" ] && rc=4
     case $rc in
     0)
         log "done: $STEPS steps"
         exit 0
         ;;
+    4)
+        stopped
+        ;;
+    2)
+        # bad usage or input (a resume that differs from its snapshot's
+        # run, a missing data file): running it again changes nothing
+        log "malleus-train refused its input (exit 2, its message above): fix the settings and run the job again"
+        exit 2
+        ;;
     3)
+        [ -n "$stop_sig" ] && stopped
         failures=0
         next=$((gen + 1))
         # the rates that drove this decision become the next baseline
@@ -129,10 +293,13 @@ while :; do
         log "generation $gen: new plan $plan"
         ;;
     *)
+        # a run that a stop request ended some other way (a rank killed):
+        # the newest committed snapshot is the place to continue from
+        [ -n "$stop_sig" ] && stopped
         failures=$((failures + 1))
         log "training failed (exit $rc), failure $failures of $MAX_FAILURES"
         [ $failures -ge "$MAX_FAILURES" ] && { log "giving up"; exit 1; }
-        [ -f "$snap/latest" ] || log "no snapshot yet: restarting from step 0"
+        has_snapshot "$snap" || log "no snapshot yet: restarting from step 0"
         ;;
     esac
 done

@@ -6,6 +6,10 @@ measured it, --eval-every) the validation loss.
 usage: plot-metrics.py METRICS.jsonl OUT.png [--inject R:F[:FROM[:TO]] ...]
                        [--title TEXT] [--threshold 1.2]
 
+Each step is drawn once: a row marked "superseded" is skipped, and where a
+file holds a step twice (a run resumed from a snapshot older than its last
+rows, appended by a version that did not move those rows aside) the later
+row wins, and a row that says "resumed_from": S drops the earlier rows past S.
 Re-plans are the steps whose metrics line says "replan": true (the monitor's
 advice, followed by a restart or an online migration).  Straggler onsets are
 the FROM steps of --inject specs if given, else the first step at which some
@@ -29,8 +33,7 @@ def main():
     ap.add_argument("--threshold", type=float, default=1.2)
     a = ap.parse_args()
 
-    steps, tput, replans, onsets, rates = [], [], [], [], {}
-    losses, val_steps, val = [], [], []
+    rows = {}  # step -> its row, the latest one
     try:
         with open(a.metrics) as f:
             for n, line in enumerate(f, 1):
@@ -43,18 +46,27 @@ def main():
                     sys.exit("plot-metrics: %s line %d: not JSON (%s)" % (a.metrics, n, e))
                 if "step" not in d or "tokens_per_s" not in d:
                     sys.exit("plot-metrics: %s line %d: missing step or tokens_per_s" % (a.metrics, n))
-                steps.append(d["step"])
-                tput.append(d["tokens_per_s"])
-                losses.append(d.get("loss"))
-                if "val_loss" in d:
-                    val_steps.append(d["step"])
-                    val.append(d["val_loss"])
-                if d.get("replan"):
-                    replans.append(d["step"])
-                if "rates" in d:
-                    rates[d["step"]] = d["rates"]
+                if d.get("superseded"):
+                    continue
+                if "resumed_from" in d:
+                    rows = {s: r for s, r in rows.items() if s <= d["resumed_from"]}
+                rows[d["step"]] = d
     except OSError as e:
         sys.exit("plot-metrics: cannot read %s: %s" % (a.metrics, e))
+    steps, tput, replans, onsets, rates = [], [], [], [], {}
+    losses, val_steps, val = [], [], []
+    for s in sorted(rows):
+        d = rows[s]
+        steps.append(s)
+        tput.append(d["tokens_per_s"])
+        losses.append(d.get("loss"))
+        if "val_loss" in d:
+            val_steps.append(s)
+            val.append(d["val_loss"])
+        if d.get("replan"):
+            replans.append(s)
+        if "rates" in d:
+            rates[s] = d["rates"]
     if not steps:
         sys.exit("plot-metrics: %s holds no steps" % a.metrics)
 

@@ -359,6 +359,134 @@ const char *mal_data_tokenizer(const mal_data *d)
     return d->tokenizer;
 }
 
+/* ---- identity --------------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The fingerprint of `bytes` bytes read through `get` (which copies n
+ * bytes at an offset into buf, returning 0 or a MAL_E* code): the first
+ * block, then blocks at evenly spread offsets up to the end, so a file
+ * replaced, regenerated, truncated or extended is told apart with a few
+ * reads of a file of any size. */
+static int fingerprint(uint64_t bytes, int (*get)(const void *src, uint64_t off, void *buf, size_t n),
+                       const void *src, uint64_t *out)
+{
+    unsigned char buf[MAL_DATA_ID_BLOCK];
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, &bytes, sizeof bytes);
+    uint64_t blk = bytes < MAL_DATA_ID_BLOCK ? bytes : MAL_DATA_ID_BLOCK;
+    for (int i = 0; i <= MAL_DATA_ID_SAMPLES && blk > 0; i++) {
+        uint64_t off = (bytes - blk) / MAL_DATA_ID_SAMPLES * (uint64_t)i;
+        int rc = get(src, off, buf, (size_t)blk);
+        if (rc) return rc;
+        h = fnv1a(h, buf, (size_t)blk);
+    }
+    *out = h;
+    return 0;
+}
+
+typedef struct {
+    int fd;
+    const char *path;
+} id_file;
+
+static int get_file(const void *src, uint64_t off, void *buf, size_t n)
+{
+    const id_file *f = src;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(f->fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return MAL_ERR(MAL_EIO, "data file %s: cannot read it again for its identity: %s",
+                           f->path, r < 0 ? strerror(errno) : "it became shorter");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int get_memory(const void *src, uint64_t off, void *buf, size_t n)
+{
+    memcpy(buf, (const unsigned char *)src + off, n);
+    return 0;
+}
+
+/* One file's identity, read from the file again. */
+static int file_identity(const char *path, mal_data_file_id *id)
+{
+    id_file f = {open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), path};
+    struct stat st;
+    if (f.fd < 0)
+        return MAL_ERR(MAL_EIO, "data file %s: cannot open it again for its identity: %s", path,
+                       strerror(errno));
+    int rc = 0;
+    if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = MAL_ERR(MAL_EIO, "data file %s is no longer a regular file", path);
+    if (!rc) {
+        id->bytes = (uint64_t)st.st_size;
+        rc = fingerprint(id->bytes, get_file, &f, &id->fingerprint);
+    }
+    close(f.fd);
+    return rc;
+}
+
+void mal_data_identity_free(mal_data_file_id *ids, int n)
+{
+    for (int i = 0; ids && i < n; i++)
+        free(ids[i].path);
+    free(ids);
+}
+
+int mal_data_identity(const mal_data *d, mal_data_file_id **ids, int *n)
+{
+    /* one entry per file read, in order (a Megatron dataset's index counts
+     * as a file of its own: it decides where documents start); generated
+     * data is one entry named as it is */
+    int cap = d->synth_vocab ? 1 : 2 * d->n_files;
+    mal_data_file_id *v = calloc((size_t)(cap > 0 ? cap : 1), sizeof *v);
+    int k = 0, rc = 0;
+    *ids = NULL;
+    *n = 0;
+    if (!v) return MAL_ERR(MAL_ENOMEM, "out of memory");
+    if (d->synth_vocab) { /* a pure function of (seed, step, position) and its name */
+        if (!(v[k].path = strdup(d->name))) rc = MAL_ERR(MAL_ENOMEM, "out of memory");
+        else v[k++].fingerprint = fnv1a(0xcbf29ce484222325ull, d->name, strlen(d->name));
+    }
+    for (int i = 0; !rc && !d->synth_vocab && i < d->n_files; i++) {
+        const mal_data_file *f = &d->files[i];
+        const char *paths[2] = {f->path, f->idx_path};
+        for (int j = 0; !rc && j < 2; j++) {
+            if (!paths[j] || (j == 1 && f->format == MAL_DATA_MEM)) continue;
+            mal_data_file_id *id = &v[k];
+            if (!(id->path = strdup(paths[j]))) {
+                rc = MAL_ERR(MAL_ENOMEM, "out of memory");
+                break;
+            }
+            k++;
+            if (f->format == MAL_DATA_MEM) {
+                /* the built-in corpus: a change of the generator shows as a
+                 * change of contents */
+                id->bytes = f->n_tokens * (uint64_t)f->width;
+                rc = fingerprint(id->bytes, get_memory, f->tok, &id->fingerprint);
+            } else {
+                rc = file_identity(paths[j], id);
+            }
+        }
+    }
+    if (rc) {
+        mal_data_identity_free(v, k);
+        return rc;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
 int mal_data_sampling(const mal_data *d)
 {
     return d->sampling;

@@ -243,6 +243,30 @@ int64_t mal_data_token(const mal_data *d, uint64_t i);
  * a mapped file's pages are the page cache's and are not counted). */
 size_t mal_data_resident_bytes(const mal_data *d);
 
+/* The identity of one file a data set reads: enough to tell whether a
+ * resumed run reads the same data as the run that wrote its snapshot,
+ * without reading the whole file again. */
+typedef struct {
+    char *path;           /* as opened; for generated data its name */
+    uint64_t bytes;       /* the file's size (the built-in corpus: its tokens' bytes;
+                           * synthetic data: 0) */
+    uint64_t fingerprint; /* FNV-1a 64 of the size, the first MAL_DATA_ID_BLOCK bytes
+                           * (the header) and MAL_DATA_ID_SAMPLES blocks of that size
+                           * spread evenly over the rest (synthetic data: of its name) */
+} mal_data_file_id;
+
+enum { MAL_DATA_ID_BLOCK = 4096, MAL_DATA_ID_SAMPLES = 16 };
+
+/* Local.  One entry per file `d` reads, in the order it reads them (the
+ * built-in corpus and synthetic data are one entry named as they are);
+ * each file is opened again and MAL_DATA_ID_SAMPLES + 1 blocks of it are
+ * read, so this costs a few reads whatever the file's size.  *ids is
+ * malloc'ed with *n entries, released with mal_data_identity_free.
+ * MAL_EIO (a file that can no longer be read, naming it), MAL_ENOMEM. */
+int mal_data_identity(const mal_data *d, mal_data_file_id **ids, int *n);
+void mal_data_identity_free(mal_data_file_id *ids, int n);
+
+
 /* The files of a data set, in order, for identifying what a run read:
  * the path (a glob's match), its size in bytes, its tokens, its format and
  * width, and the blend component it belongs to with that component's

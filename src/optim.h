@@ -16,8 +16,8 @@ typedef struct {
 } mal_optim_config;
 
 /* Defaults: lr 1e-3, floor 0.1, warmup 10, total_steps 0 (= the run's
- * --steps, filled in by the trainer), betas 0.9/0.95, eps 1e-8, weight
- * decay 0.1, clip 1.0. */
+ * --steps, or on resume the snapshot's run's schedule, filled in by the
+ * trainer), betas 0.9/0.95, eps 1e-8, weight decay 0.1, clip 1.0. */
 mal_optim_config mal_optim_defaults(void);
 
 /* Local.  Learning rate for step `step` (0-based): warmup lr*(step+1)/W for

@@ -5,21 +5,29 @@ one-process reference run.
 usage: check_loop.py RUN_DIR REFERENCE_METRICS STEPS STRAGGLER_RANK
 
 Asserts: at least one re-plan happened; some new plan suspends the
-straggler or gives it less work than the uniform plan did; training reached
-STEPS; every step's loss equals the reference within 1e-4 relative.
+straggler or gives it less work than the uniform plan did (both skipped
+when STRAGGLER_RANK is -1: a run without a straggler); training reached
+STEPS; the metrics hold every step once (rows a resume superseded are
+marked so, or moved aside); every step's loss equals the reference within
+1e-4 relative.
 Prints one verdict line; exit 0 pass, 1 fail."""
 import json
 import os
 import sys
 
 
-def load(path):
+def load(path, dups=None):
+    """step -> row; a step written twice is counted in dups (a list)."""
     out = {}
     with open(path) as f:
         for line in f:
             line = line.strip()
             if line:
                 d = json.loads(line)
+                if d.get("superseded"):
+                    continue
+                if d["step"] in out and dups is not None:
+                    dups.append(d["step"])
                 out[d["step"]] = d
     return out
 
@@ -33,11 +41,7 @@ def work(plan, rank):
     return 0.0
 
 
-def main():
-    run, ref_path, steps, rank = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    problems = []
-    events = open(os.path.join(run, "events.log")).read()
-    n_replans = events.count("re-plan requested")
+def check_replans(run, rank, n_replans, problems):
     if n_replans < 1:
         problems.append("no re-plan happened")
     # Some plan made after a re-plan must relieve the straggler (an earlier
@@ -54,7 +58,19 @@ def main():
         problems.append("no new plan written")
     elif not relieved:
         problems.append("no new plan relieves rank %d" % rank)
-    got, ref = load(os.path.join(run, "metrics.jsonl")), load(ref_path)
+
+
+def main():
+    run, ref_path, steps, rank = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    problems = []
+    events = open(os.path.join(run, "events.log")).read()
+    n_replans = events.count("re-plan requested")
+    if rank >= 0:
+        check_replans(run, rank, n_replans, problems)
+    dups = []
+    got, ref = load(os.path.join(run, "metrics.jsonl"), dups), load(ref_path)
+    if dups:
+        problems.append("steps written twice in the metrics: %s" % sorted(set(dups))[:10])
     if max(got, default=0) != steps:
         problems.append("reached step %s, not %d" % (max(got, default=None), steps))
     worst = 0.0

@@ -31,6 +31,14 @@ TESTS += tests/test_online.sh
 # The adaptive restart loop, with and without Slurm.
 dist_check_SCRIPTS += tests/test_loop.sh tests/test_slurm.sh
 TESTS += tests/test_loop.sh tests/test_slurm.sh
+
+# A resumed run is its snapshot's run; stop requests by signal (mpiexec,
+# the loop); the job scripts with spaces and quotes in their paths, built
+# and installed; a time limit under Slurm: warned, stopped, requeued.
+dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh \
+	tests/test_slurm_preempt.sh
+TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
+EXTRA_DIST += tests/run_watch.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
 
 # An online plan change leaves the same state as malleus-reshard.

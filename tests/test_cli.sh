@@ -124,8 +124,8 @@ expect nz "$W/empty" -- --resume --snapshot-dir "$W/empty" --steps 5
 # Resume refusals must leave the metrics file and snapshots untouched.
 cp "$W/m.jsonl" "$W/m.before"
 ls -R "$W/snap" >"$W/snap.before"
-expect nz "another model" -- --model "$W/l3.json" --resume --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --steps 5
-expect nz "seed" -- --seed 99 --resume --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --steps 5
+expect nz "n_layers: snapshot 4, this run 3" -- --model "$W/l3.json" --resume --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --steps 5
+expect nz "seed: snapshot 1234, this run 99" -- --seed 99 --resume --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --steps 5
 cmp -s "$W/m.jsonl" "$W/m.before" || { echo "FAIL: metrics file changed by a refused run"; fails=$((fails + 1)); }
 ls -R "$W/snap" | cmp -s - "$W/snap.before" || { echo "FAIL: snapshot dir changed by a refused run"; fails=$((fails + 1)); }
 
@@ -134,10 +134,11 @@ latest="$W/snap/$(cat "$W/snap/latest")"
 rm -f "$latest/COMPLETE"
 expect nz "COMPLETE|incomplete" -- --resume --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap" --steps 5
 
-# Resuming the good run continues where it stopped and appends to the metrics.
+# Resuming the good run continues where it stopped and appends to the
+# metrics (more steps than its run's: --override steps keeps its schedule).
 cp -r "$W/snap" "$W/snap2"
 "$TRAIN" --steps 3 --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap3" --metrics "$W/r.jsonl" >/dev/null 2>&1
-"$TRAIN" --steps 5 --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap3" --metrics "$W/r.jsonl" --resume >"$W/out" 2>&1 ||
+"$TRAIN" --steps 5 --override steps --global-batch 4 --micro-batch 2 --snapshot-dir "$W/snap3" --metrics "$W/r.jsonl" --resume >"$W/out" 2>&1 ||
     { cat "$W/out"; echo "FAIL: resume"; fails=$((fails + 1)); }
 [ "$(wc -l <"$W/r.jsonl")" -eq 5 ] || { echo "FAIL: resumed metrics should hold 5 lines"; fails=$((fails + 1)); }
 

@@ -93,7 +93,8 @@ done
 compare "bf16 runs bit-identical" state "$W/det_a" "$W/det_b"
 
 step "4. resume on the GPU continues bit for bit"
-run res1 --model small --device cuda --precision bf16 --steps 10 --snapshot-dir "$W/res" &&
+# (one 20-step schedule in two halves: the first run says so with --decay-steps)
+run res1 --model small --device cuda --precision bf16 --steps 10 --decay-steps 20 --snapshot-dir "$W/res" &&
     run res2 --model small --device cuda --precision bf16 --steps 20 --snapshot-dir "$W/res" --resume &&
     compare "10 + resume + 10 = 20 straight" state "$W/res" "$W/det_a"
 
@@ -103,7 +104,8 @@ run x_cuda20 --model tiny --device cuda --precision fp32 --steps 20 --metrics "$
 # cross A B: 10 steps on device A, a snapshot, 10 more on device B; steps
 # 11-20 must be B's own 20-step curve
 cross() {
-    run x_$1_$2_a --model tiny --device $1 --precision fp32 --steps 10 --snapshot-dir "$W/$1$2" &&
+    run x_$1_$2_a --model tiny --device $1 --precision fp32 --steps 10 --decay-steps 20 \
+        --snapshot-dir "$W/$1$2" &&
         run x_$1_$2_b --model tiny --device $2 --precision fp32 --steps 20 \
             --snapshot-dir "$W/$1$2" --resume --metrics "$W/$1$2.jsonl" &&
         tail -n 10 "$W/x_${2}20.jsonl" >"$W/$2_tail.jsonl" &&
@@ -114,7 +116,7 @@ cross cuda cpu
 cross cpu cuda
 # a bf16 run's snapshot holds fp32 master weights: the CPU resumes it
 run x_b10 --model tiny --device cuda --precision bf16 --steps 10 --snapshot-dir "$W/b2c" &&
-    run x_b20 --model tiny --device cpu --steps 12 --snapshot-dir "$W/b2c" --resume &&
+    run x_b20 --model tiny --device cpu --steps 12 --override steps --snapshot-dir "$W/b2c" --resume &&
     echo "ok: bf16 GPU snapshot resumed on the CPU"
 
 step "6. PyTorch on the GPU, same weights and batches, bf16"

@@ -61,8 +61,8 @@ sh "$top_srcdir/tests/mpirun.sh" 8 240 "$B/malleus-train" $RUN --steps 6 \
     --plan "$top_srcdir/tests/plans/mixed_tp.json" --metrics "$W/eight.jsonl" >"$W/eight.log" 2>&1 ||
     { tail -20 "$W/eight.log"; fail "8 ranks"; }
 # shellcheck disable=SC2086
-"$B/malleus-train" $RUN --steps 3 --snapshot-dir "$W/snap" --metrics "$W/r1.jsonl" >"$W/r1.log" 2>&1 &&
-    "$B/malleus-train" $RUN --steps 6 --snapshot-dir "$W/snap" --resume --metrics "$W/r2.jsonl" \
+"$B/malleus-train" $RUN --steps 3 --decay-steps 6 --snapshot-dir "$W/snap" --metrics "$W/r1.jsonl" >"$W/r1.log" 2>&1 &&
+    "$B/malleus-train" $RUN --steps 6 --decay-steps 6 --snapshot-dir "$W/snap" --resume --metrics "$W/r2.jsonl" \
         >"$W/r2.log" 2>&1 || { cat "$W/r1.log" "$W/r2.log"; fail "restart"; }
 cat "$W/r1.jsonl" "$W/r2.jsonl" >"$W/restart.jsonl"
 # every step's loss and the validation losses: 8 ranks within 1e-6
@@ -103,8 +103,11 @@ expect 2 "nothing\*.*matches no file" $TRAIN --data "$W/nothing*"
 expect 2 "give one" $TRAIN --data "$W/m16" --val-data "$W/m32" --val-fraction 0.1 --eval-every 1
 expect 2 "for token files" $TRAIN --val-fraction 0.1
 # shellcheck disable=SC2086
-expect 2 "written with --data-sampling epochs and --val-fraction 0.1" "$B/malleus-train" $RUN \
+expect 2 "val-fraction: snapshot 0.1, this run 0.2" "$B/malleus-train" $RUN \
     --steps 7 --snapshot-dir "$W/snap" --resume --val-fraction 0.2
+# shellcheck disable=SC2086
+expect 2 "data-sampling: snapshot epochs, this run random" "$B/malleus-train" $RUN \
+    --steps 6 --decay-steps 6 --snapshot-dir "$W/snap" --resume --data-sampling random
 expect 2 "holds out [0-9]* tokens of .*m16.bin" $TRAIN --data "$W/m16" --val-fraction 0.0001 \
     --eval-every 1
 

@@ -139,7 +139,8 @@ int main(int argc, char **argv)
     od.plan = &next;
     od.snapshot_dir = c_dir;
     od.resume = 1;
-    od.steps = 4;
+    od.steps = 4; /* one more than the snapshot's run, on its schedule */
+    od.overrides = "steps";
     mal_trainer *td;
     mal_step_stats after_d;
     CHECK_OK(mal_trainer_create(&td, &od));

@@ -35,7 +35,7 @@ grep -Eq '^\| kernels / comm +\| cpu-opaque \(fp32\) +/ mpi' "$W/out" ||
     { cat "$W/out"; echo "FAIL: the start-up table does not show cpu-opaque / mpi"; exit 1; }
 grep -q 'written in the background: .*step_00000001' "$W/out" ||
     { cat "$W/out"; echo "FAIL: no background snapshot on cpu-opaque"; exit 1; }
-run "$T" --device cpu-opaque --model tiny --steps 3 --global-batch 16 --micro-batch 2 \
+run "$T" --device cpu-opaque --model tiny --steps 3 --override steps --global-batch 16 --micro-batch 2 \
     --dp 2 --tp 2 --pp 2 --snapshot-dir "$W/snap" --metrics "$W/m.jsonl" --resume >"$W/out" 2>&1
 grep -q 'resumed from' "$W/out" && grep -q 'step 3/3' "$W/out" ||
     { cat "$W/out"; echo "FAIL: malleus-train --device cpu-opaque did not resume"; exit 1; }

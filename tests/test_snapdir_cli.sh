@@ -66,7 +66,7 @@ echo "-- resume: latest lags, --resume-from, --steps"
 $T --steps 4 --snapshot-every 1 --snapshot-dir "$W/lag" >/dev/null 2>&1 || fail "lag run"
 echo step_00000002 >"$W/lag/latest"
 expect 0 "resumed from .*step_00000004" "$B/malleus-train" --global-batch 4 --micro-batch 2 \
-    --steps 6 --snapshot-dir "$W/lag" --resume
+    --steps 6 --override steps --snapshot-dir "$W/lag" --resume
 # at the snapshot's step the run is complete: said, status 0, nothing
 # written (a restart loop re-run after the final snapshot ends); below
 # it, refused

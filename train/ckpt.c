@@ -10,8 +10,6 @@
  * locally; any other one still loads, with more of it read per rank).
  * Each restored shard is copied in from the host through the kernel
  * table. */
-#include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,67 +43,14 @@ int mal_train_ckpt_save(struct mal_trainer *tr, const char *dir)
     return rc;
 }
 
-/* Checks every rank can make alike: model, seed, batch, progress. */
-static int check_meta(const struct mal_trainer *tr, const mal_snap_meta *meta, const char *path)
-{
-    mal_model_config saved;
-    json_t *tj = NULL;
-    int rc;
-    if (!meta->config_json || (rc = mal_config_from_json(&saved, meta->config_json, path)))
-        return MAL_ERR(MAL_EFORMAT, "snapshot %s has no valid model config", path);
-    const mal_model_config *c = &tr->o.model;
-    if (!mal_config_equal(&saved, c))
-        return MAL_ERR(MAL_EMISMATCH,
-                       "snapshot %s was written for another model (%s: d_model %d, %d layers, "
-                       "vocab %d) than the one requested (%s: d_model %d, %d layers, vocab %d)",
-                       path, saved.name, saved.d_model, saved.n_layers, saved.vocab, c->name,
-                       c->d_model, c->n_layers, c->vocab);
-    json_error_t jerr;
-    tj = meta->train_json ? json_loads(meta->train_json, 0, &jerr) : NULL;
-    if (!tj)
-        return MAL_ERR(MAL_EFORMAT, "snapshot %s: missing or malformed training settings", path);
-    json_int_t gb = json_integer_value(json_object_get(tj, "global_batch"));
-    /* how token files were sampled and what was held out (absent: the
-     * built-in corpus, or a snapshot from before they were stored) */
-    const char *was_sampling = json_string_value(json_object_get(tj, "data_sampling"));
-    json_t *vf = json_object_get(tj, "val_fraction");
-    const char *sampling = !tr->o.data_path ? NULL
-                           : mal_data_sampling(tr->data) == MAL_DATA_SAMPLE_EPOCHS ? "epochs"
-                                                                                 : "random";
-    if ((was_sampling && (!sampling || strcmp(was_sampling, sampling) != 0)) ||
-        (vf && fabs(json_real_value(vf) - tr->o.val_fraction) > 1e-8)) {
-        rc = MAL_ERR(MAL_EMISMATCH,
-                     "snapshot %s was written with --data-sampling %s and --val-fraction %g; "
-                     "this run asks for %s and %g (they define the data order: pass the "
-                     "snapshot's values)",
-                     path, was_sampling ? was_sampling : "(built-in corpus)",
-                     vf ? json_real_value(vf) : 0.0, sampling ? sampling : "(built-in corpus)",
-                     tr->o.val_fraction);
-        json_decref(tj);
-        return rc;
-    }
-    json_decref(tj);
-    if (meta->seed != tr->o.seed || gb != tr->o.global_batch)
-        return MAL_ERR(MAL_EMISMATCH,
-                       "snapshot %s was written with seed %llu and global batch %lld; this run "
-                       "asks for seed %llu and global batch %d (they define the data order: pass "
-                       "the snapshot's values)",
-                       path, (unsigned long long)meta->seed, (long long)gb,
-                       (unsigned long long)tr->o.seed, tr->o.global_batch);
-    if (meta->consumed_samples != meta->step * (int64_t)tr->o.global_batch)
-        return MAL_ERR(MAL_EFORMAT,
-                       "snapshot %s: consumed samples %lld inconsistent with step %lld", path,
-                       (long long)meta->consumed_samples, (long long)meta->step);
-    return 0;
-}
-
 /* Restore the state from step directory `path` (mal_ckpt_start's).
  * Collective; every rank returns the same code. */
 static int restore(struct mal_trainer *tr, const char *path)
 {
     mal_snapshot *s = NULL;
     int rc = mal_snapshot_open(&s, path);
-    if (!rc) rc = check_meta(tr, mal_snapshot_meta(s), path);
+    /* the run is the snapshot's run, unless told otherwise (resume.c) */
+    if (!rc) rc = mal_train_resume_check(tr, mal_snapshot_meta(s), path);
     if (!rc && tr->part.model) rc = mal_load_state(s, tr->part.model, MAL_STATE_N_SAVED);
     /* A rank that failed (a corrupt block only it reads) must stop all:
      * every rank returns the first failure, so nothing trains on a

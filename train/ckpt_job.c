@@ -15,7 +15,6 @@
  * replicas that hold them: mal_reshard_rank_blocks), so the snapshot holds
  * the state once, not once per replica, and replicas share the writing;
  * suspended ranks write nothing but take part in the commit. */
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,41 +25,6 @@
 #include "src/layout.h"
 #include "src/piece.h"
 #include "train_internal.h"
-
-/* Training settings that define the loss curve; stored in snapshots.
- * With token files, how they are sampled and what part is held out define
- * the data order too (data.h), so a resume checks them (ckpt.c). */
-static char *train_json(const struct mal_trainer *tr)
-{
-    const mal_train_options *o = &tr->o;
-    json_t *j = json_pack(
-        "{s:I, s:i, s:i, s:f, s:f, s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "seed", (json_int_t)o->seed,
-        "global_batch", o->global_batch, "micro_batch", o->micro_batch, "lr", (double)o->optim.lr,
-        "min_lr_ratio", (double)o->optim.min_lr_ratio, "warmup_steps", o->optim.warmup_steps,
-        "total_steps", o->optim.total_steps, "beta1", (double)o->optim.beta1, "beta2",
-        (double)o->optim.beta2, "eps", (double)o->optim.eps, "weight_decay",
-        (double)o->optim.weight_decay, "grad_clip", (double)o->optim.grad_clip);
-    if (!j) return NULL;
-    if (o->data_path &&
-        (json_object_set_new(j, "data_sampling",
-                             json_string(mal_data_sampling(tr->data) == MAL_DATA_SAMPLE_EPOCHS
-                                             ? "epochs"
-                                             : "random")) ||
-         json_object_set_new(j, "val_fraction", json_real(o->val_fraction)))) {
-        json_decref(j);
-        return NULL;
-    }
-    /* the tokenizer the data was made with, for malleus-export and
-     * malleus-sample (src/tokenizer.h) */
-    const char *tok = mal_data_tokenizer(tr->data);
-    if (tok && json_object_set_new(j, "tokenizer", json_loads(tok, 0, NULL))) {
-        json_decref(j);
-        return NULL;
-    }
-    char *s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
-    json_decref(j);
-    return s;
-}
 
 /* The snapshot tensor groups of the model: parameters and both Adam
  * moments (mal_model_state_name gives their names). */
@@ -160,7 +124,7 @@ void mal_ckpt_job_prepare(const struct mal_trainer *tr, const char *dir, mal_ckp
                                 .consumed_samples = tr->step * (int64_t)tr->o.global_batch,
                                 .seed = tr->o.seed,
                                 .config_json = mal_config_to_json(&tr->o.model),
-                                .train_json = train_json(tr)};
+                                .train_json = mal_train_settings_json(tr)};
     int rc = mal_plan_to_string(&tr->plan, &job->meta.plan_json);
     if (!rc && (!(job->dir = strdup(dir)) || !job->meta.config_json || !job->meta.train_json))
         rc = MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");

@@ -1,7 +1,8 @@
 # train/: the trainer layer -- the step loop and its parts, the 1F1B
 # pipeline schedule, the straggler monitor, the online plan change,
 # snapshot glue (synchronous and background), evaluation, the memory
-# check, profile measurement and the command line of malleus-train.
+# check, profile measurement, resume checks, stop requests by signal and
+# the command line of malleus-train.
 
 libmalleus_a_SOURCES += train/train.h train/train_internal.h train/train.c \
 	train/part.h train/part.c train/pipeline.h train/pipeline.c \
@@ -9,4 +10,5 @@ libmalleus_a_SOURCES += train/train.h train/train_internal.h train/train.c \
 	train/ckpt.h train/ckpt.c train/ckpt_start.h train/ckpt_start.c \
 	train/ckpt_async.h train/ckpt_async.c \
 	train/ckpt_job.h train/ckpt_job.c train/eval.h train/eval.c train/train_memory.c \
-	train/profile_measure.c train/train_cli.h train/train_cli.c
+	train/profile_measure.c train/train_cli.h train/train_cli.c \
+	train/resume.h train/resume.c train/preempt.h train/preempt.c

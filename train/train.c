@@ -7,12 +7,16 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/mal.h"
 #include "ckpt/snapshot.h"
 #include "kernels/kernels.h"
+#include "preempt.h"
 #include "src/data.h"
 #include "src/layout.h"
 #include "src/model.h"
@@ -156,6 +160,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
+    if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 
     mal_trainer *tr = calloc(1, sizeof *tr);
@@ -165,13 +170,16 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     tr->world_rank = o->world ? o->world->rank : 0;
     tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
-    if (tr->o.optim.total_steps <= 0) tr->o.optim.total_steps = (int)o->steps;
+    /* the schedule's length: the run's steps, or on resume the snapshot's
+     * run's (resume.c: a resumed run keeps its schedule) */
+    if (tr->o.optim.total_steps <= 0 && !o->resume) tr->o.optim.total_steps = (int)o->steps;
 
     /* Everything up to the first collective is local, and a rank may fail
      * in it alone (a data file missing on its node): agree first, so that
      * no rank runs on into a collective that a failed one never joins;
      * every rank returns the first failing rank's error. */
     rc = load_inputs(tr);
+    if (!rc) rc = mal_train_resume_init(tr); /* the data's identity */
     if (o->world && tr->world_size > 1) rc = mal_snapshot_agree(o->world, rc);
     /* The trainer's traffic goes over its own communicator, whose data
      * plane is the chosen backend (collective; every rank got here). */
@@ -203,6 +211,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_comm_destroy(tr->world);
     mal_data_destroy(tr->data);
     mal_eval_fini(tr);
+    mal_train_resume_fini(tr);
     mal_plan_fini(&tr->plan);
     free(tr->tally.rank_times);
     /* last: every device buffer above was the instance's */
@@ -249,6 +258,33 @@ static int test_fail_hook(int rank, int64_t step)
     return e && sscanf(e, "%d:%lld", &r, &s) == 2 && r == rank && s == step;
 }
 
+/* Test hook: MALLEUS_TEST_STEP_STALL=RANK:STEP makes that rank hang at the
+ * start of step STEP (1-based), as a rank stuck in a device call would;
+ * tests/test_preempt.sh checks that a stop request still ends the job
+ * within the stop timeout. */
+static void test_stall_hook(int rank, int64_t step)
+{
+    const char *e = getenv("MALLEUS_TEST_STEP_STALL");
+    int r;
+    long long s;
+    if (e && sscanf(e, "%d:%lld", &r, &s) == 2 && r == rank && s == step)
+        for (;;)
+            pause();
+}
+
+/* Test hook: MALLEUS_TEST_STEP_SLEEP=MS:TO makes every rank sleep MS
+ * milliseconds at the start of each step before step TO (1-based): a run
+ * whose pace does not depend on the machine's load, for the tests that
+ * must catch it in the middle (tests/test_slurm_preempt.sh). */
+static void test_sleep_hook(int64_t step)
+{
+    const char *e = getenv("MALLEUS_TEST_STEP_SLEEP");
+    long ms;
+    long long to;
+    if (e && sscanf(e, "%ld:%lld", &ms, &to) == 2 && ms > 0 && step < to)
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL);
+}
+
 int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
 {
     mal_model *m = tr->part.model;
@@ -265,6 +301,8 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     if (test_fail_hook(tr->world_rank, step + 1))
         return MAL_ERR(MAL_EIO, "test hook MALLEUS_TEST_STEP_FAIL: step %lld fails on rank %d",
                        (long long)step + 1, tr->world_rank);
+    test_stall_hook(tr->world_rank, step + 1);
+    test_sleep_hook(step + 1);
     memset(&tally->times, 0, sizeof tally->times);
     tally->loss_local = 0;
     if ((rc = mal_inject_begin_step(tr, step))) return rc;
@@ -286,14 +324,17 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     }
     /* Global loss and gradient norm: each loss is counted by TP rank 0 of
      * its pipeline's last stage, each gradient element by one holder;
-     * suspended ranks add zeros. */
+     * suspended ranks add zeros.  The same sum carries the stop requests
+     * (preempt.h): the ranks that have one, and those whose is SIGUSR1, so
+     * every rank learns of any rank's in this step at no extra cost. */
     double c0 = mal_now();
-    double red[2] = {m && m->part.has_head && tr->part.loc.tp_rank == 0 ? tally->loss_local : 0.0,
-                     0.0};
+    const int sig = mal_preempt_signal();
+    double red[4] = {m && m->part.has_head && tr->part.loc.tp_rank == 0 ? tally->loss_local : 0.0,
+                     0.0, sig != 0, sig == SIGUSR1};
     if (m && (rc = mal_gradsync_norm_sumsq(gs, &red[1]))) return rc;
     tally->times.compute += mal_now() - c0;
     double d0 = mal_now();
-    if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, red, 2))) return rc;
+    if (tr->world && (rc = mal_comm_allreduce_f64(tr->world, red, 4))) return rc;
     tally->times.dp += mal_now() - d0;
     double norm = sqrt(red[1]);
     float lr = mal_optim_lr(&tr->o.optim, step);
@@ -332,6 +373,7 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
         st->step_s = step_s;
         st->compute_s = tally->times.compute;
         st->tokens_per_s = tokens / step_s;
+        st->stop_signal = red[2] == 0 ? 0 : sig ? sig : red[3] > 0 ? SIGUSR1 : -1;
         if (tr->world_rank == 0) {
             st->ranks = tally->rank_times;
             for (int r = 1; r < tr->world_size; r++)
@@ -482,27 +524,45 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
     }
     if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
     if (st->has_val) fprintf(f, ", \"val_loss\": %.7g", st->val_loss);
+    mal_train_resume_metrics(tr, f);
     fprintf(f, "}\n");
     if (fflush(f) != 0)
         return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
     return 0;
 }
 
+/* Every rank agreed in this step to stop (a signal: preempt.h): the
+ * snapshot of this step (after the one in flight), then MAL_TRAIN_STOPPED
+ * on every rank; nothing trained is lost.  Collective. */
+static int stop_on_request(mal_trainer *tr, int sig)
+{
+    /* a signal sent to every rank may have reached this one just after
+     * it read its flag for the step: by now it has */
+    if (sig < 0 && mal_preempt_signal()) sig = mal_preempt_signal();
+    const char *why = sig > 0 ? mal_preempt_signal_name(sig) : "a signal to another rank";
+    double t0 = mal_now();
+    int rc = 0;
+    if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step) rc = mal_trainer_save(tr);
+    if (!rc) rc = mal_trainer_snapshot_wait(tr);
+    if (rc) return rc;
+    if (tr->o.snapshot_dir)
+        mal_train_event(tr, MAL_LOG_WARN,
+                        "stopped by %s after step %lld of %lld: its snapshot is committed in %s "
+                        "(%.1f s); --resume continues",
+                        why, (long long)tr->step, (long long)tr->o.steps, tr->o.snapshot_dir,
+                        mal_now() - t0);
+    else
+        mal_train_event(tr, MAL_LOG_WARN,
+                        "stopped by %s after step %lld of %lld: no --snapshot-dir, nothing saved",
+                        why, (long long)tr->step, (long long)tr->o.steps);
+    return MAL_TRAIN_STOPPED;
+}
+
 int mal_trainer_run(mal_trainer *tr)
 {
     int rc = 0;
     const int lead = tr->world_rank == 0;
-    if (lead && tr->o.metrics_path && !tr->metrics) {
-        /* A resumed run appends so the file holds the whole curve. */
-        tr->metrics = fopen(tr->o.metrics_path, tr->o.resume ? "a" : "w");
-        /* a path the user can fix (missing directory, a directory, no
-         * permission) is bad input; anything else a failure of the run */
-        int e = errno;
-        if (!tr->metrics)
-            rc = MAL_ERR(e == ENOENT || e == ENOTDIR || e == EISDIR || e == EACCES ? MAL_EINVAL
-                                                                                  : MAL_EIO,
-                         "cannot open metrics file %s: %s", tr->o.metrics_path, strerror(e));
-    }
+    if (lead && tr->o.metrics_path && !tr->metrics) rc = mal_train_metrics_open(tr, &tr->metrics);
     /* Every rank must learn about a failure on rank 0 before the first
      * collective, or the others would wait for it forever; all return its
      * code, so all exit with the same status. */
@@ -547,6 +607,8 @@ int mal_trainer_run(mal_trainer *tr)
          * rank's writer is done; its failure, agreed, ends the run. */
         int busy;
         if ((rc = mal_trainer_snapshot_poll(tr, &busy))) return rc;
+        /* a stop request on the last step changes nothing: the run ends */
+        if (st.stop_signal && tr->step < tr->o.steps) return stop_on_request(tr, st.stop_signal);
         if ((rc = mal_sample_after_step(tr, &st))) return rc;
         if (st.replan && tr->step < tr->o.steps) {
             if (lead)

@@ -50,9 +50,12 @@ static inline mal_dtype mal_precision_dtype(int precision)
                                              : MAL_DTYPE_AUTO;
 }
 
-/* mal_trainer_run's positive return: stopped with a snapshot because the
- * monitor advised a re-plan (--adapt restart). */
+/* mal_trainer_run's positive returns: stopped with a snapshot because the
+ * monitor advised a re-plan (--adapt restart); stopped at a step boundary
+ * because a signal asked for it (train/preempt.h), with a snapshot of that
+ * step when there is a snapshot_dir. */
 #define MAL_TRAIN_REPLAN 1
+#define MAL_TRAIN_STOPPED 2
 
 typedef struct {
     mal_model_config model;
@@ -81,6 +84,11 @@ typedef struct {
     int overwrite_snapshots; /* snapshots in snapshot_dir that the run would bury or write
                               * again (another run's; with resume_from, those after it) are
                               * removed at start instead of refusing the run */
+    const char *overrides;  /* KEY[,KEY]: settings a resume may change from the
+                             * snapshot's (train/resume.h); NULL: none */
+    int decay_steps_given;  /* optim.total_steps was asked for: with resume, more steps
+                             * than the snapshot's keep that schedule */
+    const char *events_path; /* rank 0 appends resumes, overrides and stops (NULL: none) */
     const char *metrics_path;  /* JSON lines, one per step; NULL: none */
     int threads;            /* BLAS threads (0: leave the default) */
     const char *device;     /* kernel backend by name (kernels.h registry; NULL: the
@@ -154,6 +162,9 @@ typedef struct {
     int trigger_rank;      /* the rank that triggered it (-1: none) */
     int has_val;           /* val_loss was measured after this step (mal_trainer_run) */
     double val_loss;       /* validation loss of the parameters after this step */
+    int stop_signal;       /* a stop request reached every rank in this step (all ranks):
+                            * the signal of this rank's request, else SIGUSR1 when some
+                            * rank's was SIGUSR1, else -1; 0: none (train/preempt.h) */
 } mal_step_stats;
 
 /* Collective over opts->world.  Validate options and the plan, load data,

@@ -14,7 +14,9 @@
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "kernels/kernels.h"
+#include "preempt.h"
 #include "replan/replan.h"
+#include "resume.h"
 #include "src/plan.h"
 
 void mal_train_cli_init(mal_train_cli *cli)
@@ -22,6 +24,7 @@ void mal_train_cli_init(mal_train_cli *cli)
     memset(cli, 0, sizeof *cli);
     cli->o = mal_train_defaults();
     cli->model = "tiny";
+    cli->stop_timeout = MAL_TRAIN_STOP_TIMEOUT_DEFAULT;
 }
 
 int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg)
@@ -140,7 +143,8 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     mal_train_options *o = &cli->o;
     const int lead = world->rank == 0;
     int rc;
-    if ((rc = mal_config_load(&o->model, cli->model)) || (rc = check_outputs(cli))) {
+    if ((!cli->model_from_snapshot && (rc = mal_config_load(&o->model, cli->model))) ||
+        (rc = check_outputs(cli))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -232,6 +236,36 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     return 0;
 }
 
+static int flag_given(void *spec, const char *flag)
+{
+    const mal_opts_spec *sp = spec;
+    /* a caller that does not say which flags it was given gave them all */
+    return sp->given ? mal_opts_given(sp, flag) : 1;
+}
+
+/* --resume: the flags the command line left out take the values of the
+ * snapshot's run (resume.h), which the trainer then checks the run
+ * against.  0, or an exit status (rank 0 printed why). */
+static int resume_defaults(mal_train_cli *cli, const mal_opts_spec *spec, mal_comm *world,
+                           mal_resume_source *rs)
+{
+    mal_train_options *o = &cli->o;
+    char taken[512];
+    if (!o->resume || !o->snapshot_dir) return 0; /* the trainer says what is missing */
+    int rc = mal_resume_source_read(rs, o->snapshot_dir, o->resume_from, world);
+    if (!rc) rc = mal_resume_apply_defaults(rs, o, flag_given, (void *)spec, taken, sizeof taken);
+    if (rc) {
+        if (world->rank == 0) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return mal_exit_status(rc);
+    }
+    cli->model_from_snapshot = !flag_given((void *)spec, "model");
+    o->decay_steps_given = flag_given((void *)spec, "decay-steps");
+    if (world->rank == 0 && taken[0] && cli->quiet <= 0)
+        mal_log(MAL_LOG_INFO, "resuming the run of %s (step %lld); from its settings: %s", rs->path,
+                (long long)rs->step, taken);
+    return 0;
+}
+
 void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t comm_len)
 {
     char names[256];
@@ -266,6 +300,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     mal_comm *world = NULL;
     mal_trainer *tr = NULL;
     mal_plan plan;
+    mal_resume_source rs = {.settings = NULL};
     mal_plan_init(&plan);
     /* a background snapshot writer communicates while the step loop does */
     if ((rc = mal_comm_init_threads(argc, argv,
@@ -276,8 +311,16 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         goto out;
     }
     const int lead = world->rank == 0;
+    /* After MPI_Init, which installs a SIGUSR1 handler of its own (and UCX
+     * one for SIGHUP): from here a stop signal is a request to stop at a
+     * step boundary with a snapshot. */
+    if ((rc = mal_preempt_install((unsigned)cli->stop_timeout))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        goto out;
+    }
     /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
     if (!lead) mal_log_level = MAL_LOG_ERROR;
+    if ((status = resume_defaults(cli, spec, world, &rs))) goto out;
     if ((status = check_inputs(cli, world, &plan))) goto out;
     status = 1;
     o->world = world;
@@ -298,6 +341,11 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         status = MAL_TRAIN_EXIT_REPLAN;
         goto out;
     }
+    if (rc == MAL_TRAIN_STOPPED) {
+        /* the trainer said why and where; without snapshots the run is lost */
+        status = o->snapshot_dir ? MAL_TRAIN_EXIT_STOPPED : 1;
+        goto out;
+    }
     if (rc) {
         /* Only errors every rank agrees on come back here (the others took
          * the library's fatal path): rank 0 speaks for all. */
@@ -316,6 +364,7 @@ out:
     free((void *)o->plan_rates);
     o->plan_rates = NULL;
     mal_plan_fini(&plan);
+    mal_resume_source_fini(&rs);
     mal_comm_finalize(world);
     return status;
 }

@@ -2,7 +2,7 @@
  * and the plan, start the communication layer, check what needs the whole
  * job to check, build the trainer, run it, and turn the outcome into an
  * exit status (0 done, 1 failure, 2 bad usage or input, 3 stopped with a
- * snapshot for a re-plan).  cmd/train_main.c holds the option table that
+ * snapshot for a re-plan, 4 stopped with a snapshot by a signal).  cmd/train_main.c holds the option table that
  * fills a mal_train_cli and calls mal_train_cli_run; a new flag is a field
  * here or in mal_train_options and a line there. */
 #ifndef MAL_TRAIN_CLI_H
@@ -11,7 +11,11 @@
 #include "base/opts.h"
 #include "train.h"
 
-enum { MAL_TRAIN_CLI_MAX_INJECT = 64, MAL_TRAIN_EXIT_REPLAN = 3 };
+enum { MAL_TRAIN_CLI_MAX_INJECT = 64, MAL_TRAIN_EXIT_REPLAN = 3, MAL_TRAIN_EXIT_STOPPED = 4 };
+
+/* --stop-timeout's default, seconds (preempt.h): room for the step in
+ * progress and a snapshot of a large model on a busy file system. */
+enum { MAL_TRAIN_STOP_TIMEOUT_DEFAULT = 300 };
 
 /* Everything the command line sets.  Caller-owned; strings point into argv. */
 typedef struct {
@@ -22,6 +26,8 @@ typedef struct {
     const char *measure_path;   /* --profile FILE: measure a planner profile and exit */
     int quiet;                  /* 1: --quiet, -1: --verbose */
     int micro_given;            /* --micro-batch was given */
+    int model_from_snapshot;    /* --resume without --model: the snapshot's */
+    int stop_timeout;           /* --stop-timeout seconds (preempt.h) */
     int resume_from_given;      /* --resume-from was given (it implies --resume) */
     mal_inject injects[MAL_TRAIN_CLI_MAX_INJECT];
 } mal_train_cli;
@@ -42,7 +48,10 @@ void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t c
 /* Collective over all processes of the job (it initialises and finalises
  * the communication layer; argc/argv go to it).  Run what cli describes and
  * return the exit status; messages go to stdout/stderr (rank 0 speaks for
- * mistakes every rank detects alike). */
+ * mistakes every rank detects alike).  With --resume, the flags the
+ * command line left out (spec->given says which; without it, none) take
+ * the snapshot's values.  Installs the stop-request handlers
+ * (train/preempt.h) once the communication layer is up. */
 int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, char ***argv);
 
 #endif /* MAL_TRAIN_CLI_H */

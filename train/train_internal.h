@@ -12,6 +12,8 @@
  *   ckpt.h        snapshots: the last one taken, save, resume (ckpt.c),
  *   ckpt_async.h    over the background writer (ckpt_async.c),
  *   ckpt_job.h      both over one snapshot described and written (ckpt_job.c)
+ *   resume.h      what a snapshot says about its run, the check of a resumed run
+ *                 against it, the metrics and events files of a run (resume.c)
  *
  * What is left here is train.c's: options, data, kernels, plan, world,
  * progress, the metrics file and the step's tally, which the files that
@@ -27,6 +29,8 @@
  *   train -> ckpt -> ckpt_async -> ckpt_job;  ckpt -> ckpt_job
  *   train, online -> ckpt_async (waiting for a background write, and its
  *   staging re-sized after a plan change);  train_memory -> ckpt_job
+ *   train, ckpt -> resume;  ckpt_job -> resume (the settings a snapshot
+ *   stores);  train -> preempt (the stop requests, process-wide)
  * Not installed. */
 #ifndef MAL_TRAIN_INTERNAL_H
 #define MAL_TRAIN_INTERNAL_H
@@ -42,6 +46,7 @@
 #include "online.h"
 #include "part.h"
 #include "pipeline.h"
+#include "resume.h"
 #include "src/data.h"
 #include "src/plan.h"
 #include "train.h"
@@ -90,6 +95,7 @@ struct mal_trainer {
     mal_online online;
     mal_train_ckpt ckpt;
     mal_eval eval;
+    mal_train_resume resume;
 };
 
 /* train_memory.c: collective over the world: MAL_EINVAL, with the

@@ -5,6 +5,9 @@
 #                                    # prints SLURM_CONF=... for the caller
 #   sh cluster.sh down DIR           # stop what `up` started, by pid
 #
+# MALLEUS_SLURM_CONF_EXTRA: more slurm.conf lines (a test's own settings,
+# e.g. a short requeue delay).
+#
 # Everything lives under DIR (config, state, spool, logs, pid files); the
 # daemons listen on loopback ports of their own so a system Slurm is not
 # disturbed.  Needs root (slurmd and munged run as root / munge).  Facts
@@ -49,6 +52,7 @@ SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
+${MALLEUS_SLURM_CONF_EXTRA:-}
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
