@@ -9,12 +9,12 @@
 #include "train_internal.h"
 
 /* The model's TP all-reduce: the data plane over the stage's group, on
- * activations in the compute dtype. */
-static int tp_allreduce(void *ctx, void *x, size_t n)
+ * activations in the compute dtype or fp32 statistics. */
+static int tp_allreduce(void *ctx, void *x, size_t n, mal_dtype dt)
 {
     mal_trainer *tr = ctx;
     double t0 = mal_now();
-    int rc = mal_comm_dp_allreduce(tr->part.tp, tr->k, x, n, tr->k->compute);
+    int rc = mal_comm_dp_allreduce(tr->part.tp, tr->k, x, n, dt);
     tr->tally.times.tp += mal_now() - t0;
     return rc;
 }
