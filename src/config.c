@@ -29,12 +29,15 @@ const char *const mal_config_presets[] = {"tiny",      "tiny-llama3", "small", "
      .ffn_hidden = F, .seq_len = T, .rope = {10000.0f, 0, 1.0f, 1.0f, 1.0f, 0}, .norm_eps = 1e-5f}
 /* LLaMA 3's rotary scaling (rope_type "llama3"): factor, low and high
  * frequency factors, original context length. */
-#define LLAMA3_ROPE(factor) {500000.0f, 1, factor, 1.0f, 4.0f, 8192}
+#define LLAMA3_ROPE(factor, orig) {500000.0f, 1, factor, 1.0f, 4.0f, orig}
 /* The LLaMA 3 family's shapes: grouped-query attention, rope_theta 500000
  * with the llama3 scaling, tied embeddings at these sizes.  `tiny-llama3`
  * is `tiny` in that shape for tests: 2 key/value heads for 8 query heads
- * (TP 2 splits them, TP 4 and 8 replicate them) and a vocabulary of 259,
- * which no TP size divides (the vocabulary-parallel layers' uneven split).
+ * (TP 2 splits them, TP 4 and 8 replicate them), a vocabulary of 259,
+ * which no TP size divides (the vocabulary-parallel layers' uneven split),
+ * and an original context of 256, so that within its 32 positions every
+ * band of the scaling turns its pairs visibly (kept, interpolated,
+ * divided: a reference that ignored the scaling would not agree).
  * `llama3-1b` is Llama 3.2 1B's (sequences of 2048 for training; its
  * frequencies are those of its 131072-token context).  `llama2-7b` is
  * Llama 2 7B's (multi-head: its 32 key/value heads are its 32 heads). */
@@ -42,13 +45,13 @@ static const mal_model_config presets[] = {
     MHA("tiny", 256, 64, 4, 8, 128, 32),
     {.name = "tiny-llama3", .vocab = 259, .d_model = 64, .n_layers = 4, .n_heads = 8,
      .n_kv_heads = 2, .ffn_hidden = 128, .seq_len = 32, .tie_embeddings = 1,
-     .rope = LLAMA3_ROPE(8.0f), .norm_eps = 1e-5f},
+     .rope = LLAMA3_ROPE(8.0f, 256), .norm_eps = 1e-5f},
     MHA("small", 256, 512, 8, 8, 1408, 256),
     MHA("124m", 32000, 768, 12, 12, 2048, 1024),
     MHA("1b", 32000, 2048, 16, 16, 5632, 2048),
     {.name = "llama3-1b", .vocab = 128256, .d_model = 2048, .n_layers = 16, .n_heads = 32,
      .n_kv_heads = 8, .ffn_hidden = 8192, .seq_len = 2048, .tie_embeddings = 1,
-     .rope = LLAMA3_ROPE(32.0f), .norm_eps = 1e-5f},
+     .rope = LLAMA3_ROPE(32.0f, 8192), .norm_eps = 1e-5f},
     MHA("llama2-7b", 32000, 4096, 32, 32, 11008, 4096),
     MHA("32b", 32000, 6656, 60, 64, 17920, 4096),
     MHA("70b", 32000, 8192, 80, 64, 28672, 4096),
