@@ -764,11 +764,23 @@ static void cpu_embedding_bwd(float *dwte, const float *dout, const int *tokens,
 /* ------------------------------------------------------------------------ */
 /* Loss                                                                       */
 
+/* A target outside [0, V) at row n: a NaN loss, a zero gradient row (of
+ * `width` columns) and an error from sync(). */
+static void bad_target(cpu_state *st, float *losses, float *d, int n, int tgt, int V, int width)
+{
+    cpu_fail(st, MAL_ERR(MAL_EINVAL,
+                         "cross-entropy: target %d at position %d is outside "
+                         "the vocabulary [0, %d); check the data file and "
+                         "the model's vocab size",
+                         tgt, n, V));
+    if (losses) losses[n] = NAN;
+    if (d) cpu_zero(d, (size_t)width);
+}
+
 /* Per row: max (pass 1), e^(x - max) and its sum (pass 2, written straight
  * into dlogits when wanted), then dlogits *= dscale / sum and the one-hot
  * term (pass 3).  The target logit is read before pass 2 because dlogits may
- * be logits.  A target outside [0, V) gives a NaN loss, a zero gradient row
- * and an error from sync(). */
+ * be logits.  A target outside [0, V): bad_target. */
 static void cpu_xent_fwd_bwd(cpu_state *st, float *losses, float *dlogits, const float *logits,
                              const int *targets, int N, int V, float dscale)
 {
@@ -778,13 +790,7 @@ static void cpu_xent_fwd_bwd(cpu_state *st, float *losses, float *dlogits, const
         float *d = dlogits ? dlogits + (size_t)n * V : NULL;
         int tgt = targets[n];
         if (tgt < 0 || tgt >= V) {
-            cpu_fail(st, MAL_ERR(MAL_EINVAL,
-                             "cross-entropy: target %d at position %d is outside "
-                             "the vocabulary [0, %d); check the data file and "
-                             "the model's vocab size",
-                             tgt, n, V));
-            if (losses) losses[n] = NAN;
-            if (d) cpu_zero(d, (size_t)V);
+            bad_target(st, losses, d, n, tgt, V, V);
             continue;
         }
         float xt = x[tgt];
@@ -828,13 +834,7 @@ static void cpu_xent_combine(cpu_state *st, float *losses, float *dlogits, const
         const int tgt = targets[n];
         float *d = dlogits ? dlogits + (size_t)n * Vl : NULL;
         if (tgt < 0 || tgt >= V) {
-            cpu_fail(st, MAL_ERR(MAL_EINVAL,
-                             "cross-entropy: target %d at position %d is outside "
-                             "the vocabulary [0, %d); check the data file and "
-                             "the model's vocab size",
-                             tgt, n, V));
-            if (losses) losses[n] = NAN;
-            if (d) cpu_zero(d, (size_t)Vl);
+            bad_target(st, losses, d, n, tgt, V, Vl);
             continue;
         }
         float M = all[n], xt = 0.0f;

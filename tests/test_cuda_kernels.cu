@@ -372,6 +372,22 @@ static void test_embedding(int bf, int N, int C, int V, int v0, int Vl)
 
 /* ---- cross-entropy ----------------------------------------------------- */
 
+/* float64 softmax cross-entropy of logits L (N,V): losses rl (N) and
+ * gradients rd (N,V) scaled by dscale. */
+static void xent_ref(const dvec &L, const mvec<int> &tgt, int N, int V, double dscale, dvec &rl,
+                     dvec &rd)
+{
+    rl.assign(N, 0), rd.assign((size_t)N * V, 0);
+    for (int n = 0; n < N; n++) {
+        double m = -1e300, s = 0;
+        for (int i = 0; i < V; i++) m = fmax(m, L[(size_t)n * V + i]);
+        for (int i = 0; i < V; i++) s += exp(L[(size_t)n * V + i] - m);
+        rl[n] = log(s) + m - L[(size_t)n * V + tgt[n]];
+        for (int i = 0; i < V; i++)
+            rd[(size_t)n * V + i] = (exp(L[(size_t)n * V + i] - m) / s - (i == tgt[n])) * dscale;
+    }
+}
+
 static void test_xent(int bf, int N, int V, int alias)
 {
     buf lg((size_t)N * V, bf), dl((size_t)N * V, bf);
@@ -385,15 +401,8 @@ static void test_xent(int bf, int N, int V, int alias)
     mvec<int> err(1, 0);
     mal_cu_xent(0, bf, loss.data(), alias ? lg.p() : dl.p(), lg.p(), tgt.data(), N, V, dscale,
                 err.data());
-    dvec rl(N), rd((size_t)N * V);
-    for (int n = 0; n < N; n++) {
-        double m = -1e300, s = 0;
-        for (int i = 0; i < V; i++) m = fmax(m, L[(size_t)n * V + i]);
-        for (int i = 0; i < V; i++) s += exp(L[(size_t)n * V + i] - m);
-        rl[n] = log(s) + m - L[(size_t)n * V + tgt[n]];
-        for (int i = 0; i < V; i++)
-            rd[(size_t)n * V + i] = (exp(L[(size_t)n * V + i] - m) / s - (i == tgt[n])) * dscale;
-    }
+    dvec rl, rd;
+    xent_ref(L, tgt, N, V, dscale, rl, rd);
     char what[96];
     snprintf(what, sizeof what, "xent losses %s N=%d V=%d%s", dt(bf), N, V, alias ? " aliased" : "");
     check(what, tod(loss), rl, 1e-6);
@@ -429,15 +438,8 @@ static void test_xent_vp(int bf, int N, int V, int P)
         mal_cu_xent_stats(0, bf, all.data() + p * slot, sh[p].p(), tgt.data(), N, Vl, v0);
     }
     settle();
-    dvec rl(N), rd((size_t)N * V), got((size_t)N * V);
-    for (int n = 0; n < N; n++) {
-        double m = -1e300, s = 0;
-        for (int i = 0; i < V; i++) m = fmax(m, L[(size_t)n * V + i]);
-        for (int i = 0; i < V; i++) s += exp(L[(size_t)n * V + i] - m);
-        rl[n] = log(s) + m - L[(size_t)n * V + tgt[n]];
-        for (int i = 0; i < V; i++)
-            rd[(size_t)n * V + i] = (exp(L[(size_t)n * V + i] - m) / s - (i == tgt[n])) * dscale;
-    }
+    dvec rl, rd, got((size_t)N * V);
+    xent_ref(L, tgt, N, V, dscale, rl, rd);
     mvec<float> loss0(N, NAN);
     int same = 1;
     for (int p = 0; p < P; p++) {

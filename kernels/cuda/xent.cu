@@ -1,7 +1,9 @@
 /* Cross-entropy of the CUDA backend fused with its gradient (mal_cu_xent;
  * contracts: kernels.h and cuda_ops.h): one block per row, online max and
- * sum.  The output projection before it is a matrix product (cuda.c).
- * Conventions of every kernel family: common.cuh. */
+ * sum; and the vocabulary-parallel cross-entropy's two parts
+ * (mal_cu_xent_stats, mal_cu_xent_combine) from the same pieces.  The
+ * output projection before it is a matrix product (cuda.c).  Conventions
+ * of every kernel family: common.cuh. */
 #include "common.cuh"
 #include "cuda_ops.h"
 
@@ -25,19 +27,12 @@ MAL_DEV void online_add(float &m, float &sum, float x)
     }
 }
 
+/* Pass 1 over row x (V elements) by the whole block: rm[0], rs[0] (shared,
+ * blockDim.x floats each) end as the row's max and sum of e^(x - max);
+ * every thread may read them on return. */
 template <typename T, int VN>
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_k(float *__restrict__ losses, T *dlogits, const T *logits, const int *__restrict__ targets,
-           int V, float dscale, int *err)
+MAL_DEV void row_max_sum(const T *x, int V, float *rm, float *rs)
 {
-    MAL_SMEM(smem);
-    float *rm = (float *)smem, *rs = rm + XENT_THREADS, *xt_s = rs + XENT_THREADS;
-    const int n = blockIdx.x;
-    const T *x = logits + (size_t)n * V;
-    T *d = dlogits ? dlogits + (size_t)n * V : (T *)0;
-    const int tgt = targets[n];
-    const bool bad = tgt < 0 || tgt >= V;
-    if (threadIdx.x == 0) xt_s[0] = bad ? 0.0f : ldf(x + tgt); /* before pass 2 overwrites it */
     float m = -INFINITY, sum = 0.0f;
     for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
         if (VN > 1) {
@@ -64,6 +59,42 @@ __global__ void __launch_bounds__(XENT_THREADS)
         }
         __syncthreads();
     }
+}
+
+/* Pass 2: d[i] = e^(x[i] - M) * f, less dscale at column t (none when t
+ * is outside [0, V)); d may be x. */
+template <typename T, int VN>
+MAL_DEV void write_grad(T *d, const T *x, int V, float M, float f, int t, float dscale)
+{
+    for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
+        if (VN > 1) {
+            float a[VN];
+            load16(a, x + i);
+#pragma unroll
+            for (int j = 0; j < VN; j++) a[j] = expf(a[j] - M) * f - (i + j == t ? dscale : 0.0f);
+            store16(d + i, a);
+        } else {
+            float g = expf(ldf(x + i) - M) * f;
+            if (i == t) g -= dscale;
+            stf(d + i, g);
+        }
+    }
+}
+
+template <typename T, int VN>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_k(float *__restrict__ losses, T *dlogits, const T *logits, const int *__restrict__ targets,
+           int V, float dscale, int *err)
+{
+    MAL_SMEM(smem);
+    float *rm = (float *)smem, *rs = rm + XENT_THREADS, *xt_s = rs + XENT_THREADS;
+    const int n = blockIdx.x;
+    const T *x = logits + (size_t)n * V;
+    T *d = dlogits ? dlogits + (size_t)n * V : (T *)0;
+    const int tgt = targets[n];
+    const bool bad = tgt < 0 || tgt >= V;
+    if (threadIdx.x == 0) xt_s[0] = bad ? 0.0f : ldf(x + tgt); /* before pass 2 overwrites it */
+    row_max_sum<T, VN>(x, V, rm, rs);
     const float M = rm[0], S = rs[0], xt = xt_s[0];
     if (bad) {
         if (threadIdx.x == 0) {
@@ -75,21 +106,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
         return;
     }
     if (threadIdx.x == 0 && losses) losses[n] = logf(S) + (M - xt);
-    if (!d) return;
-    const float f = dscale / S;
-    for (int i = threadIdx.x * VN; i < V; i += blockDim.x * VN) {
-        if (VN > 1) {
-            float a[VN];
-            load16(a, x + i);
-#pragma unroll
-            for (int j = 0; j < VN; j++) a[j] = expf(a[j] - M) * f - (i + j == tgt ? dscale : 0.0f);
-            store16(d + i, a);
-        } else {
-            float g = expf(ldf(x + i) - M) * f;
-            if (i == tgt) g -= dscale;
-            stf(d + i, g);
-        }
-    }
+    if (d) write_grad<T, VN>(d, x, V, M, dscale / S, tgt, dscale);
 }
 
 template <typename T>
@@ -131,31 +148,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
     float *rm = (float *)smem, *rs = rm + XENT_THREADS;
     const int n = blockIdx.x;
     const T *x = logits + (size_t)n * Vl;
-    float m = -INFINITY, sum = 0.0f;
-    for (int i = threadIdx.x * VN; i < Vl; i += blockDim.x * VN) {
-        if (VN > 1) {
-            float a[VN];
-            load16(a, x + i);
-#pragma unroll
-            for (int j = 0; j < VN; j++) online_add(m, sum, a[j]);
-        } else {
-            online_add(m, sum, ldf(x + i));
-        }
-    }
-    rm[threadIdx.x] = m;
-    rs[threadIdx.x] = sum;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) {
-            const float m1 = rm[threadIdx.x], m2 = rm[threadIdx.x + o];
-            const float s1 = rs[threadIdx.x], s2 = rs[threadIdx.x + o];
-            const float mm = fmaxf(m1, m2);
-            rs[threadIdx.x] = (s1 > 0.0f ? s1 * expf(m1 - mm) : 0.0f) +
-                              (s2 > 0.0f ? s2 * expf(m2 - mm) : 0.0f);
-            rm[threadIdx.x] = mm;
-        }
-        __syncthreads();
-    }
+    row_max_sum<T, VN>(x, Vl, rm, rs);
     if (threadIdx.x == 0) {
         const int t = targets[n] - v0;
         stats[n] = rm[0];
@@ -199,21 +192,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
         for (int i = threadIdx.x; i < Vl; i += blockDim.x) stf(d + i, 0.0f);
         return;
     }
-    const float M = ms[0], f = dscale / ms[1];
-    const int t = tgt - v0;
-    for (int i = threadIdx.x * VN; i < Vl; i += blockDim.x * VN) {
-        if (VN > 1) {
-            float a[VN];
-            load16(a, x + i);
-#pragma unroll
-            for (int j = 0; j < VN; j++) a[j] = expf(a[j] - M) * f - (i + j == t ? dscale : 0.0f);
-            store16(d + i, a);
-        } else {
-            float g = expf(ldf(x + i) - M) * f;
-            if (i == t) g -= dscale;
-            stf(d + i, g);
-        }
-    }
+    write_grad<T, VN>(d, x, Vl, ms[0], dscale / ms[1], tgt - v0, dscale);
 }
 
 extern "C" void mal_cu_xent_stats(mal_cu_stream s, int use_bf16, float *stats, const void *logits,
