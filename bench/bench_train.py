@@ -181,9 +181,11 @@ def main():
     import torch_model as tm
 
     cfg = tm.model_config(a.model)
-    print("model %s: d_model %d, %d layers, %d heads, ffn %d, seq %d, vocab %d"
-          % (a.model, cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["ffn_hidden"],
-             cfg["seq_len"], cfg["vocab"]))
+    print("model %s: d_model %d, %d layers, %d heads (%d key/value), ffn %d, seq %d, vocab %d%s%s"
+          % (a.model, cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"],
+             cfg["ffn_hidden"], cfg["seq_len"], cfg["vocab"],
+             ", tied embeddings" if cfg["tie_embeddings"] else "",
+             ", llama3 rope scaling" if cfg["rope_scaling"] else ""))
     fp = tm.footprint_bytes(cfg, a.micro_batch)
     footprint = fp["state"] + fp["acts"]
 

@@ -2,7 +2,8 @@
 # single-process training benchmark (bench/bench_train.py, run by hand, not
 # part of `make check`) and the test that checks malleus-train against it.
 
-EXTRA_DIST += bench/README.md bench/torch_model.py bench/bench_train.py tests/torch_ref.py
+EXTRA_DIST += bench/README.md bench/torch_model.py bench/bench_train.py tests/torch_ref.py \
+	bench/models/small-gqa.json
 
 dist_check_SCRIPTS += tests/test_torch_ref.sh
 TESTS += tests/test_torch_ref.sh

@@ -8,11 +8,17 @@
 # code; everything is plain torch/numpy.
 #
 # The model: x = tok_embedding[tokens]; per layer
-#   h = rmsnorm(x) * attn_norm;  q, k, v = h Wq^T, h Wk^T, h Wv^T  (B,T,H,hd)
-#   rope on q, k (interleaved pairs (2i, 2i+1), angle t * theta^(-2i/hd))
+#   h = rmsnorm(x) * attn_norm;  q = h Wq^T (B,T,H,hd);  k, v = h Wk^T, h Wv^T
+#   (B,T,Hkv,hd): grouped-query attention, each key/value head serving
+#   H/Hkv consecutive query heads (repeated to H heads, as Hugging Face's
+#   repeat_kv does)
+#   rope on q, k (interleaved pairs (2i, 2i+1), angle t * inv_freq(i),
+#   inv_freq(i) = theta^(-2i/hd), rescaled by the llama3 rope_scaling when
+#   the config has one)
 #   x = x + causal_softmax(q k^T / sqrt(hd)) v Wo^T
 #   h2 = rmsnorm(x) * mlp_norm;  x = x + (silu(h2 W1^T) * (h2 W3^T)) W2^T
-# then rmsnorm(x) * final_norm, logits = h lm_head^T, cross-entropy.
+# then rmsnorm(x) * final_norm, logits = h lm_head^T (tok_embedding^T with
+# tied embeddings: one parameter, both uses' gradients), cross-entropy.
 
 import math
 import os
@@ -34,6 +40,12 @@ def model_config(spec):
     cfg = presets.config(spec)
     cfg["rope_theta"] = float(F32(cfg["rope_theta"]))
     cfg["norm_eps"] = float(F32(cfg["norm_eps"]))
+    sc = cfg.get("rope_scaling")
+    if sc:
+        sc = dict(sc)
+        for key in ("factor", "low_freq_factor", "high_freq_factor"):
+            sc[key] = float(F32(sc[key]))
+        cfg["rope_scaling"] = sc
     return cfg
 
 
@@ -94,6 +106,7 @@ def tensor_layout(cfg):
     """[(name, shape, decay, init_std)] in the order model.c lays them out.
     init_std 0 means "ones" (norm weights); decay is set for matrices."""
     C, F_, V, L = cfg["d_model"], cfg["ffn_hidden"], cfg["vocab"], cfg["n_layers"]
+    KV = cfg.get("n_kv_heads", cfg["n_heads"]) * (C // cfg["n_heads"])
     std = float(F32(0.02))
     std_out = float(F32(0.02) / np.sqrt(F32(2.0) * F32(L)))
     out = [("tok_embedding", (V, C), True, std)]
@@ -102,15 +115,17 @@ def tensor_layout(cfg):
         out += [
             (p + "attn_norm", (C,), False, 0.0),
             (p + "wq", (C, C), True, std),
-            (p + "wk", (C, C), True, std),
-            (p + "wv", (C, C), True, std),
+            (p + "wk", (KV, C), True, std),
+            (p + "wv", (KV, C), True, std),
             (p + "wo", (C, C), True, std_out),
             (p + "mlp_norm", (C,), False, 0.0),
             (p + "w1", (F_, C), True, std),
             (p + "w3", (F_, C), True, std),
             (p + "w2", (C, F_), True, std_out),
         ]
-    out += [("final_norm", (C,), False, 0.0), ("lm_head", (V, C), True, std)]
+    out += [("final_norm", (C,), False, 0.0)]
+    if not cfg.get("tie_embeddings"):
+        out += [("lm_head", (V, C), True, std)]
     return out
 
 
@@ -211,10 +226,36 @@ def lr_at(step, lr, warmup, total, min_ratio):
 # ---- the model ---------------------------------------------------------------
 
 
-def rope_tables(T, hd, theta, dtype):
-    """cos, sin (T, hd/2): angle t * theta^(-2i/hd), computed in float64."""
+def inv_freq(hd, theta, scaling=None):
+    """The rotary frequencies (hd/2,) in float64: theta^(-2i/hd), and with a
+    llama3 rope_scaling Meta's apply_scaling (llama3 reference code): a
+    wavelength below original/high_freq_factor keeps its frequency, one above
+    original/low_freq_factor is divided by factor, one between is
+    interpolated with smooth = (original/wavelength - low) / (high - low)."""
     i = torch.arange(hd // 2, dtype=torch.float64)
     inv = theta ** (-2.0 * i / hd)
+    if not scaling:
+        return inv
+    if scaling.get("rope_type", scaling.get("type")) != "llama3":
+        raise ValueError("rope_scaling %r: only llama3 is known" % (scaling,))
+    f, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    orig = scaling["original_max_position_embeddings"]
+    out = []
+    for x in inv.tolist():
+        wavelen = 2 * math.pi / x
+        if wavelen < orig / hi:
+            out.append(x)
+        elif wavelen > orig / lo:
+            out.append(x / f)
+        else:
+            smooth = (orig / wavelen - lo) / (hi - lo)
+            out.append((1 - smooth) * x / f + smooth * x)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def rope_tables(T, hd, theta, dtype, scaling=None):
+    """cos, sin (T, hd/2): angle t * inv_freq(i), computed in float64."""
+    inv = inv_freq(hd, theta, scaling)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
 
@@ -243,10 +284,15 @@ class Model:
     """Parameters in a dict keyed by Malleus's tensor names (leaf tensors
     with requires_grad), and the forward pass."""
 
-    def __init__(self, cfg, params, dtype=torch.float32, rope_convention="interleaved"):
+    def __init__(self, cfg, params, dtype=torch.float32, rope_convention="interleaved",
+                 kv_map="grouped"):
         self.cfg = cfg
         self.dtype = dtype
         self.rope_convention = rope_convention
+        # "grouped": query head h reads key/value head h // (H / Hkv) (the
+        # only right one; "cyclic", h % Hkv, exists to show the reference
+        # test notices a wrong grouping)
+        self.kv_map = kv_map
         self.names = [n for n, _, _, _ in tensor_layout(cfg)]
         self.decay = {n: d for n, _, d, _ in tensor_layout(cfg)}
         self.p = {}
@@ -254,7 +300,8 @@ class Model:
             t = torch.as_tensor(np.asarray(params[n])).to(dtype).clone()
             self.p[n] = t.requires_grad_(True)
         hd = cfg["d_model"] // cfg["n_heads"]
-        self.cos, self.sin = rope_tables(cfg["seq_len"], hd, cfg["rope_theta"], dtype)
+        self.cos, self.sin = rope_tables(cfg["seq_len"], hd, cfg["rope_theta"], dtype,
+                                         cfg.get("rope_scaling"))
         T = cfg["seq_len"]
         self.mask = torch.ones(T, T, dtype=torch.bool).triu(1)
 
@@ -266,16 +313,22 @@ class Model:
         c, p = self.cfg, self.p
         B, T = tokens.shape
         C, H = c["d_model"], c["n_heads"]
+        Hkv = c.get("n_kv_heads", H)
         hd, eps = C // H, c["norm_eps"]
         x = F.embedding(tokens, p["tok_embedding"])
         for l in range(c["n_layers"]):
             w = lambda s: p["layers.%d.%s" % (l, s)]  # noqa: E731
             h = rmsnorm(x, w("attn_norm"), eps)
             q = F.linear(h, w("wq")).view(B, T, H, hd)
-            k = F.linear(h, w("wk")).view(B, T, H, hd)
-            v = F.linear(h, w("wv")).view(B, T, H, hd)
+            k = F.linear(h, w("wk")).view(B, T, Hkv, hd)
+            v = F.linear(h, w("wv")).view(B, T, Hkv, hd)
             q = apply_rope(q, self.cos[:T], self.sin[:T], self.rope_convention)
             k = apply_rope(k, self.cos[:T], self.sin[:T], self.rope_convention)
+            if Hkv != H:  # each key/value head serves H/Hkv query heads
+                if self.kv_map == "grouped":
+                    k, v = (t.repeat_interleave(H // Hkv, dim=2) for t in (k, v))
+                else:
+                    k, v = (t.repeat(1, 1, H // Hkv, 1) for t in (k, v))
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B,H,T,hd)
             # scale q (N*C values) rather than the scores (B*H*T*T values)
             att = torch.matmul(q * (1.0 / math.sqrt(hd)), k.transpose(-1, -2))
@@ -285,7 +338,7 @@ class Model:
             h2 = rmsnorm(x, w("mlp_norm"), eps)
             x = x + F.linear(F.silu(F.linear(h2, w("w1"))) * F.linear(h2, w("w3")), w("w2"))
         h = rmsnorm(x, p["final_norm"], eps)
-        return F.linear(h, p["lm_head"])
+        return F.linear(h, p["tok_embedding"] if c.get("tie_embeddings") else p["lm_head"])
 
     def token_losses(self, tokens, targets):
         """Per-token cross-entropy (B*T,)."""
@@ -353,7 +406,8 @@ def acts_bytes(cfg, B):
     T, C, V, L = cfg["seq_len"], cfg["d_model"], cfg["vocab"], cfg["n_layers"]
     H, Fh = cfg["n_heads"], cfg["ffn_hidden"]
     N, A = B * T, C
-    per_layer = [N * C, N, N * A, N * A, N * A, B * H * T * T, N * A, N * C, N * C, N,
+    K = cfg.get("n_kv_heads", H) * (C // H)
+    per_layer = [N * C, N, N * A, N * K, N * K, B * H * T * T, N * A, N * C, N * C, N,
                  N * Fh, N * Fh, N * Fh]
     total = sum(_pad16(s) for s in per_layer) * L
     total += _pad16(N * C) * (L + 1)
@@ -365,7 +419,8 @@ def backward_scratch_bytes(cfg, B):
     """The model's backward scratch (d_res0 .. d_s in mal_model_create)."""
     T, C, H, Fh = cfg["seq_len"], cfg["d_model"], cfg["n_heads"], cfg["ffn_hidden"]
     N = B * T
-    return 4 * (3 * N * C + 4 * N * C + B * H * T * T + 3 * N * Fh)
+    K = cfg.get("n_kv_heads", H) * (C // H)
+    return 4 * (3 * N * C + 2 * N * C + 2 * N * K + B * H * T * T + 3 * N * Fh)
 
 
 def footprint_bytes(cfg, B):

@@ -107,11 +107,21 @@ static void float_text(char *out, size_t len, float x)
 
 static int write_config(const char *dir, const mal_model_config *c, int dtype)
 {
-    char path[4096], eps[32], theta[32];
+    char path[4096], eps[32], theta[32], scaling[512] = "null";
     if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
         return MAL_ERR(MAL_EINVAL, "export: output path %s too long", dir);
     float_text(eps, sizeof eps, c->norm_eps);
-    float_text(theta, sizeof theta, c->rope_theta);
+    float_text(theta, sizeof theta, c->rope.theta);
+    if (c->rope.llama3) {
+        char f[32], lo[32], hi[32];
+        float_text(f, sizeof f, c->rope.factor);
+        float_text(lo, sizeof lo, c->rope.low_freq_factor);
+        float_text(hi, sizeof hi, c->rope.high_freq_factor);
+        snprintf(scaling, sizeof scaling,
+                 "{\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, "
+                 "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d}",
+                 f, lo, hi, c->rope.original_max_pos);
+    }
     char *text = NULL;
     size_t n = 0;
     FILE *m = open_memstream(&text, &n);
@@ -130,12 +140,12 @@ static int write_config(const char *dir, const mal_model_config *c, int dtype)
             "  \"max_position_embeddings\": %d,\n"
             "  \"rms_norm_eps\": %s,\n"
             "  \"rope_theta\": %s,\n"
-            "  \"rope_scaling\": null,\n"
+            "  \"rope_scaling\": %s,\n"
             "  \"hidden_act\": \"silu\",\n"
             "  \"attention_bias\": false,\n"
             "  \"attention_dropout\": 0.0,\n"
             "  \"mlp_bias\": false,\n"
-            "  \"tie_word_embeddings\": false,\n"
+            "  \"tie_word_embeddings\": %s,\n"
             "  \"initializer_range\": 0.02,\n"
             "  \"bos_token_id\": null,\n"
             "  \"eos_token_id\": null,\n"
@@ -143,9 +153,9 @@ static int write_config(const char *dir, const mal_model_config *c, int dtype)
             "  \"use_cache\": true,\n"
             "  \"torch_dtype\": \"%s\"\n"
             "}\n",
-            c->vocab, c->d_model, c->ffn_hidden, c->n_layers, c->n_heads, c->n_heads,
-            c->d_model / c->n_heads, c->seq_len, eps, theta,
-            dtype == MAL_EXPORT_BF16 ? "bfloat16" : "float32");
+            c->vocab, c->d_model, c->ffn_hidden, c->n_layers, c->n_heads, c->n_kv_heads,
+            c->d_model / c->n_heads, c->seq_len, eps, theta, scaling,
+            c->tie_embeddings ? "true" : "false", dtype == MAL_EXPORT_BF16 ? "bfloat16" : "float32");
     if (fclose(m) != 0) {
         free(text);
         return MAL_ERR(MAL_ENOMEM, "export: out of memory");

@@ -52,7 +52,7 @@ int mal_reshard_rank_blocks(const mal_plan *plan, const mal_model_config *cfg, i
     }
     for (int ti = 0; ti < *n_tensors; ti++) {
         const mal_tensor_info *t = &(*tensors)[ti];
-        int nh = mal_layout_holdings(plan, t, h);
+        int nh = mal_layout_holdings(plan, cfg, t, h);
         int64_t other = t->ndim == 2 ? t->shape[1 - t->axis] : 1;
         if ((rc = mal_slices_partition(h, nh, t->shape[t->axis], &map))) goto fail;
         for (int pi = 0; pi < map.n_pieces; pi++) {

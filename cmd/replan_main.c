@@ -28,7 +28,9 @@ int main(int argc, char **argv)
         {MAL_OPT_STRING, "profile", 'p', "FILE", .target = &o.profile_path,
          .help = "model profile JSON (may start from {\"preset\": ...})"},
         {MAL_OPT_STRING, "model", 'm', "NAME", .target = &o.model,
-         .help = "preset profile: tiny, small, 32b, 70b, 110b"},
+         .help = "preset profile, every model preset of malleus-train:\n"
+                 "tiny, tiny-llama3, small, 124m, 1b, llama3-1b, llama2-7b,\n"
+                 "32b, 70b, 110b"},
         {MAL_OPT_SECTION, .help = "Rates:"},
         {MAL_OPT_STRING, "rates", 'r', "FILE", .target = &o.rates_path,
          .help = "{\"rank\": rate} map, or malleus-train metrics (JSON lines with\n"

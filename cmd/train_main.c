@@ -35,10 +35,11 @@ int main(int argc, char **argv)
     const mal_opt opts[] = {
         {MAL_OPT_SECTION, .help = "Model and data:"},
         {MAL_OPT_STRING, "model", .metavar = "PRESET|FILE", .target = &cli.model,
-         .help = "model config: tiny, small, 124m, 1b, 32b, 70b, 110b, or a\n"
-                 "JSON file with vocab, d_model, n_layers, n_heads, ffn_hidden,\n"
-                 "seq_len [, rope_theta, norm_eps]   (default: tiny; with\n"
-                 "--resume: the snapshot's)"},
+         .help = "model config: tiny, tiny-llama3, small, 124m, 1b, llama3-1b,\n"
+                 "llama2-7b, 32b, 70b, 110b, or a JSON file with vocab, d_model,\n"
+                 "n_layers, n_heads, ffn_hidden, seq_len [, n_kv_heads,\n"
+                 "tie_embeddings, rope_theta, rope_scaling, norm_eps]\n"
+                 "(default: tiny; with --resume: the snapshot's)"},
         {MAL_OPT_STRING, "data", .metavar = "SPEC", .target = &o->data_path,
          .help = "token files: FILE, or several separated by commas, each\n"
                  "a path or a glob ('data/*.bin'), read as one; or a blend,\n"

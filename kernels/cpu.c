@@ -406,14 +406,14 @@ CPU_SIMD static void cpu_rmsnorm_bwd(float *restrict dinp, float *restrict dweig
 /* ------------------------------------------------------------------------ */
 /* Rotary position embedding                                                  */
 
-/* cos/sin of t * theta^(-2i/hd) for t < T, i < hd/2: table[t][i] in `cs`
- * (cos) and `cs + T*hd/2` (sin).  Rows do not depend on T, so a table built
- * for a longer sequence serves shorter ones.  Tables are immutable once
- * published and live until the process exits (a handful of KiB each), so a
- * reader never races with a writer freeing one. */
+/* cos/sin of t * inv_freq(i) (mal_rope_inv_freq) for t < T, i < hd/2:
+ * table[t][i] in `cs` (cos) and `cs + T*hd/2` (sin).  Rows do not depend on
+ * T, so a table built for a longer sequence serves shorter ones.  Tables
+ * are immutable once published and live until the process exits (a handful
+ * of KiB each), so a reader never races with a writer freeing one. */
 typedef struct {
     int T, hd;
-    float theta;
+    mal_rope rope;
     const float *cs;
 } rope_table;
 
@@ -422,14 +422,14 @@ static rope_table rope_cache[ROPE_CACHE];
 static int rope_cache_n;
 static pthread_mutex_t rope_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static float *rope_build(int T, int hd, float theta)
+static float *rope_build(int T, int hd, const mal_rope *rope)
 {
     int h2 = hd / 2;
     float *cs = malloc((size_t)2 * T * h2 * sizeof *cs);
     if (!cs) return NULL;
     for (int i = 0; i < h2; i++) {
         /* double, so the angle of late positions keeps full float accuracy */
-        double freq = pow((double)theta, -2.0 * i / hd);
+        double freq = mal_rope_inv_freq(rope, hd, i);
         for (int t = 0; t < T; t++) {
             double a = t * freq;
             cs[(size_t)t * h2 + i] = (float)cos(a);
@@ -439,26 +439,26 @@ static float *rope_build(int T, int hd, float theta)
     return cs;
 }
 
-/* Table with at least T rows for (hd, theta): *rows receives its row count
+/* Table with at least T rows for (hd, rope): *rows receives its row count
  * (the sin part starts at rows*hd/2).  *owned is set when the cache is full
  * and the caller must free the result.  NULL: out of memory. */
-static const float *rope_get(int T, int hd, float theta, int *rows, int *owned)
+static const float *rope_get(int T, int hd, const mal_rope *rope, int *rows, int *owned)
 {
     const float *cs = NULL;
     *owned = 0;
     pthread_mutex_lock(&rope_lock);
     for (int i = 0; i < rope_cache_n; i++) {
         rope_table *e = &rope_cache[i];
-        if (e->hd == hd && e->theta == theta && e->T >= T) {
+        if (e->hd == hd && mal_rope_same(&e->rope, rope) && e->T >= T) {
             cs = e->cs;
             *rows = e->T;
             break;
         }
     }
     if (!cs) {
-        float *built = rope_build(T, hd, theta);
+        float *built = rope_build(T, hd, rope);
         if (built && rope_cache_n < ROPE_CACHE) {
-            rope_cache[rope_cache_n++] = (rope_table){T, hd, theta, built};
+            rope_cache[rope_cache_n++] = (rope_table){T, hd, *rope, built};
         } else if (built) {
             *owned = 1;
         }
@@ -482,7 +482,7 @@ CPU_SIMD static void rope_rotate(float *restrict v, const float *restrict c,
 }
 
 /* Rotate pairs (2i, 2i+1) of every head by +angle (dir = 1) or -angle. */
-static void rope_apply(cpu_state *st, float *x, int B, int T, int H, int hd, float theta,
+static void rope_apply(cpu_state *st, float *x, int B, int T, int H, int hd, const mal_rope *rope,
                        float dir)
 {
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
@@ -494,7 +494,7 @@ static void rope_apply(cpu_state *st, float *x, int B, int T, int H, int hd, flo
         return;
     }
     int rows, owned, h2 = hd / 2;
-    const float *cs = rope_get(T, hd, theta, &rows, &owned);
+    const float *cs = rope_get(T, hd, rope, &rows, &owned);
     if (!cs) {
         cpu_fail(st, MAL_ERR(MAL_ENOMEM, "rope: no memory for a %d x %d cos/sin table", T, h2));
         return;
@@ -509,15 +509,17 @@ static void rope_apply(cpu_state *st, float *x, int B, int T, int H, int hd, flo
     if (owned) free((void *)cs);
 }
 
-static void cpu_rope_fwd(cpu_state *st, float *x, int B, int T, int H, int hd, float theta)
+static void cpu_rope_fwd(cpu_state *st, float *x, int B, int T, int H, int hd,
+                         const mal_rope *rope)
 {
-    rope_apply(st, x, B, T, H, hd, theta, 1.0f);
+    rope_apply(st, x, B, T, H, hd, rope, 1.0f);
 }
 
 /* The rotation is orthogonal, so its transpose is the inverse rotation. */
-static void cpu_rope_bwd(cpu_state *st, float *dx, int B, int T, int H, int hd, float theta)
+static void cpu_rope_bwd(cpu_state *st, float *dx, int B, int T, int H, int hd,
+                         const mal_rope *rope)
 {
-    rope_apply(st, dx, B, T, H, hd, theta, -1.0f);
+    rope_apply(st, dx, B, T, H, hd, rope, -1.0f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -529,26 +531,30 @@ static void cpu_rope_bwd(cpu_state *st, float *dx, int B, int T, int H, int hd, 
 #define ATT_BLOCK 64
 #endif
 
-/* q, k, v, out (B,T,H,hd); per (b,h) the (T,hd) slices have leading
- * dimension H*hd.  P = att[b,h] (T,T): S = Q K^T / sqrt(hd) by sgemm, then a
- * max-subtracted softmax over s <= t, zeros above the diagonal; O = P V. */
+/* q, out (B,T,H,hd), k, v (B,T,Hkv,hd); per (b,h) the (T,hd) slices have
+ * leading dimension H*hd (queries) and Hkv*hd (keys, values: the head
+ * j = mal_attn_kv_head(h)).  P = att[b,h] (T,T): S = Q K^T / sqrt(hd) by
+ * sgemm, then a max-subtracted softmax over s <= t, zeros above the
+ * diagonal; O = P V. */
 static void cpu_attention_fwd(float *out, float *att, const float *q, const float *k,
-                              const float *v, int B, int T, int H, int hd)
+                              const float *v, int B, int T, mal_attn_heads hs, int hd)
 {
+    const int H = hs.H;
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
-    const int ld = H * hd;
+    const int ld = H * hd, ldk = hs.Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             size_t off = (size_t)b * T * ld + (size_t)h * hd;
-            const float *qh = q + off, *kh = k + off, *vh = v + off;
+            size_t koff = (size_t)b * T * ldk + (size_t)mal_attn_kv_head(&hs, h) * hd;
+            const float *qh = q + off, *kh = k + koff, *vh = v + koff;
             float *oh = out + off;
             float *P = att + ((size_t)b * H + h) * T * T;
             for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
                 int t1 = MAL_MIN(t0 + ATT_BLOCK, T), rows = t1 - t0;
                 float *Pb = P + (size_t)t0 * T;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hd, scale,
-                            qh + (size_t)t0 * ld, ld, kh, ld, 0.0f, Pb, T);
+                            qh + (size_t)t0 * ld, ld, kh, ldk, 0.0f, Pb, T);
                 for (int t = t0; t < t1; t++) {
                     float *restrict row = P + (size_t)t * T;
                     float m = vec_max(row, (size_t)t + 1);
@@ -557,7 +563,7 @@ static void cpu_attention_fwd(float *out, float *att, const float *q, const floa
                     cpu_zero(row + t + 1, (size_t)(T - t - 1));
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, t1, 1.0f, Pb, T,
-                            vh, ld, 0.0f, oh + (size_t)t0 * ld, ld);
+                            vh, ldk, 0.0f, oh + (size_t)t0 * ld, ld);
             }
         }
 }
@@ -586,19 +592,22 @@ CPU_SIMD static void softmax_bwd_row(float *restrict d, const float *restrict p,
 /* dP = dO V^T; dS = P * (dP - rowsum(dP * P)); dQ += dS K / sqrt(hd);
  * dK += dS^T Q / sqrt(hd); dV += P^T dO.  dP/dS live in the first T*T
  * floats of scratch (reused for every head, so they stay in cache).  A NULL
- * dq, dk or dv is skipped. */
+ * dq, dk or dv is skipped.  A key/value head shared by several query heads
+ * gathers their gradients in query-head order (a fixed summation order). */
 static void cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                               const float *q, const float *k, const float *v, const float *att,
-                              int B, int T, int H, int hd)
+                              int B, int T, mal_attn_heads hs, int hd)
 {
+    const int H = hs.H;
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
-    const int ld = H * hd;
+    const int ld = H * hd, ldk = hs.Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *S = scratch;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             size_t off = (size_t)b * T * ld + (size_t)h * hd;
-            const float *qh = q + off, *kh = k + off, *vh = v + off, *doh = dout + off;
+            size_t koff = (size_t)b * T * ldk + (size_t)mal_attn_kv_head(&hs, h) * hd;
+            const float *qh = q + off, *kh = k + koff, *vh = v + koff, *doh = dout + off;
             const float *P = att + ((size_t)b * H + h) * T * T;
             for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
                 int t1 = MAL_MIN(t0 + ATT_BLOCK, T), rows = t1 - t0;
@@ -606,10 +615,10 @@ static void cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, c
                 float *Sb = S + (size_t)t0 * T;
                 if (dv)
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hd, rows, 1.0f, Pb, T,
-                                doh + (size_t)t0 * ld, ld, 1.0f, dv + off, ld);
+                                doh + (size_t)t0 * ld, ld, 1.0f, dv + koff, ldk);
                 if (!dq && !dk) continue;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hd, 1.0f,
-                            doh + (size_t)t0 * ld, ld, vh, ld, 0.0f, Sb, T);
+                            doh + (size_t)t0 * ld, ld, vh, ldk, 0.0f, Sb, T);
                 for (int t = t0; t < t1; t++) {
                     softmax_bwd_row(S + (size_t)t * T, P + (size_t)t * T, (size_t)t + 1);
                     /* columns t+1 .. t1-1 of this block enter the products */
@@ -617,10 +626,10 @@ static void cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, c
                 }
                 if (dq)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, t1, scale, Sb,
-                                T, kh, ld, 1.0f, dq + off + (size_t)t0 * ld, ld);
+                                T, kh, ldk, 1.0f, dq + off + (size_t)t0 * ld, ld);
                 if (dk)
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hd, rows, scale, Sb, T,
-                                qh + (size_t)t0 * ld, ld, 1.0f, dk + off, ld);
+                                qh + (size_t)t0 * ld, ld, 1.0f, dk + koff, ldk);
             }
         }
 }
@@ -717,42 +726,61 @@ CPU_SIMD static double sumsq_run(const float *restrict x, size_t n)
 /* ------------------------------------------------------------------------ */
 /* Embedding                                                                  */
 
-/* out (N,C) = wte[tokens[n]].  The table size is not passed, so only
- * negative ids can be caught here; a negative id gives a zero row. */
+/* out (N,C) = wte[tokens[n] - v0] for the tokens of rows [v0, v0 + Vl);
+ * zero rows for the others (another shard's, or outside [0, V): an
+ * error). */
 static void cpu_embedding_fwd(cpu_state *st, float *out, const int *tokens, const float *wte,
-                              int N, int C)
+                              int N, int C, int V, int v0, int Vl)
 {
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
-        if (tokens[n] < 0) {
+        const int tok = tokens[n];
+        if (tok < 0 || tok >= V) {
             cpu_fail(st, MAL_ERR(MAL_EINVAL,
-                             "embedding: token %d at position %d is negative; "
-                             "check the data file and the vocabulary size",
-                             tokens[n], n));
+                             "embedding: token %d at position %d is outside the vocabulary "
+                             "[0, %d); check the data file and the vocabulary size",
+                             tok, n, V));
             cpu_zero(o, (size_t)C);
             continue;
         }
-        memcpy(o, wte + (size_t)tokens[n] * C, (size_t)C * sizeof *o);
+        if (tok < v0 || tok >= v0 + Vl)
+            cpu_zero(o, (size_t)C);
+        else
+            memcpy(o, wte + (size_t)(tok - v0) * C, (size_t)C * sizeof *o);
     }
 }
 
-/* dwte[tokens[n]] += dout[n]; repeated tokens add up. */
-static void cpu_embedding_bwd(float *dwte, const float *dout, const int *tokens, int N, int C)
+/* dwte[tokens[n] - v0] += dout[n] for the tokens of rows [v0, v0 + Vl);
+ * repeated tokens add up. */
+static void cpu_embedding_bwd(float *dwte, const float *dout, const int *tokens, int N, int C,
+                              int v0, int Vl)
 {
     for (int n = 0; n < N; n++) {
-        if (tokens[n] < 0) continue; /* reported by the forward pass */
-        vec_acc(dwte + (size_t)tokens[n] * C, dout + (size_t)n * C, (size_t)C);
+        if (tokens[n] < v0 || tokens[n] >= v0 + Vl) continue; /* not this shard's row */
+        vec_acc(dwte + (size_t)(tokens[n] - v0) * C, dout + (size_t)n * C, (size_t)C);
     }
 }
 
 /* ------------------------------------------------------------------------ */
 /* Loss                                                                       */
 
+/* A target outside [0, V) at row n: a NaN loss, a zero gradient row (of
+ * `width` columns) and an error from sync(). */
+static void bad_target(cpu_state *st, float *losses, float *d, int n, int tgt, int V, int width)
+{
+    cpu_fail(st, MAL_ERR(MAL_EINVAL,
+                         "cross-entropy: target %d at position %d is outside "
+                         "the vocabulary [0, %d); check the data file and "
+                         "the model's vocab size",
+                         tgt, n, V));
+    if (losses) losses[n] = NAN;
+    if (d) cpu_zero(d, (size_t)width);
+}
+
 /* Per row: max (pass 1), e^(x - max) and its sum (pass 2, written straight
  * into dlogits when wanted), then dlogits *= dscale / sum and the one-hot
  * term (pass 3).  The target logit is read before pass 2 because dlogits may
- * be logits.  A target outside [0, V) gives a NaN loss, a zero gradient row
- * and an error from sync(). */
+ * be logits.  A target outside [0, V): bad_target. */
 static void cpu_xent_fwd_bwd(cpu_state *st, float *losses, float *dlogits, const float *logits,
                              const int *targets, int N, int V, float dscale)
 {
@@ -762,13 +790,7 @@ static void cpu_xent_fwd_bwd(cpu_state *st, float *losses, float *dlogits, const
         float *d = dlogits ? dlogits + (size_t)n * V : NULL;
         int tgt = targets[n];
         if (tgt < 0 || tgt >= V) {
-            cpu_fail(st, MAL_ERR(MAL_EINVAL,
-                             "cross-entropy: target %d at position %d is outside "
-                             "the vocabulary [0, %d); check the data file and "
-                             "the model's vocab size",
-                             tgt, n, V));
-            if (losses) losses[n] = NAN;
-            if (d) cpu_zero(d, (size_t)V);
+            bad_target(st, losses, d, n, tgt, V, V);
             continue;
         }
         float xt = x[tgt];
@@ -779,6 +801,60 @@ static void cpu_xent_fwd_bwd(cpu_state *st, float *losses, float *dlogits, const
         if (d) {
             vec_scale(d, (size_t)V, dscale / sum);
             d[tgt] -= dscale;
+        }
+    }
+}
+
+/* Per row of this shard's logits (N,Vl): max, sum e^(x - max), and the
+ * target's logit where the target is one of columns [v0, v0 + Vl). */
+static void cpu_xent_stats(float *stats, const float *logits, const int *targets, int N, int Vl,
+                           int v0)
+{
+    if (Vl <= 0) return;
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vl;
+        const int t = targets[n] - v0;
+        const float m = vec_max(x, (size_t)Vl);
+        stats[n] = m;
+        stats[N + n] = vec_exp_sum(NULL, x, (size_t)Vl, m);
+        stats[2 * N + n] = t >= 0 && t < Vl ? x[t] : 0.0f;
+    }
+}
+
+/* The shards' statistics `all` (P,3,N) combined in shard order (the sum
+ * in double), then the loss and this shard's gradient columns.  With one
+ * shard, M is the row max, S its sum (times e^0 = 1) and the gradient
+ * e^(x - M) * (dscale / S): xent_fwd_bwd's operations, the same bits. */
+static void cpu_xent_combine(cpu_state *st, float *losses, float *dlogits, const float *logits,
+                             const float *all, int P, const int *targets, int N, int Vl, int v0,
+                             int V, float dscale)
+{
+    const size_t stride = 3 * (size_t)N;
+    for (int n = 0; n < N; n++) {
+        const int tgt = targets[n];
+        float *d = dlogits ? dlogits + (size_t)n * Vl : NULL;
+        if (tgt < 0 || tgt >= V) {
+            bad_target(st, losses, d, n, tgt, V, Vl);
+            continue;
+        }
+        float M = all[n], xt = 0.0f;
+        for (int p = 1; p < P; p++)
+            M = all[p * stride + n] > M ? all[p * stride + n] : M;
+        double Sd = 0.0;
+        for (int p = 0; p < P; p++) {
+            Sd += (double)all[p * stride + N + n] * (double)cpu_expf(all[p * stride + n] - M);
+            xt += all[p * stride + 2 * (size_t)N + n];
+        }
+        const float S = (float)Sd;
+        if (losses) losses[n] = logf(S) + (M - xt);
+        if (d) {
+            const float *x = logits + (size_t)n * Vl;
+            if (d == x)
+                vec_exp_sum_inplace(d, (size_t)Vl, M);
+            else
+                vec_exp_sum(d, x, (size_t)Vl, M);
+            vec_scale(d, (size_t)Vl, dscale / S);
+            if (tgt >= v0 && tgt < v0 + Vl) d[tgt - v0] -= dscale;
         }
     }
 }
@@ -960,14 +1036,14 @@ static void op_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *d
     cpu_rmsnorm_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), CF(rstd), N, C);
 }
 
-static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, float theta)
+static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, const mal_rope *rope)
 {
-    cpu_rope_fwd(st_of(k), F(x), B, T, H, hd, theta);
+    cpu_rope_fwd(st_of(k), F(x), B, T, H, hd, rope);
 }
 
-static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, float theta)
+static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, const mal_rope *rope)
 {
-    cpu_rope_bwd(st_of(k), F(dx), B, T, H, hd, theta);
+    cpu_rope_bwd(st_of(k), F(dx), B, T, H, hd, rope);
 }
 
 /* The probabilities (B,H,T,T) are kept; the backward reuses T*T floats of
@@ -985,18 +1061,19 @@ static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *
 }
 
 static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, const void *kk,
-                             const void *v, int B, int T, int H, int hd)
+                             const void *v, int B, int T, mal_attn_heads hs, int hd)
 {
-    cpu_attention_fwd(F(out), F(saved), CF(q), CF(kk), CF(v), B, T, H, hd);
+    cpu_attention_fwd(F(out), F(saved), CF(q), CF(kk), CF(v), B, T, hs, hd);
 }
 
 static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
                              const void *dout, const void *out, const void *q, const void *kk,
-                             const void *v, const void *saved, int B, int T, int H, int hd)
+                             const void *v, const void *saved, int B, int T, mal_attn_heads hs,
+                             int hd)
 {
     (void)out; /* P is kept: the CPU backward needs no rowsum(dout * out) */
     cpu_attention_bwd(F(dq), F(dk), F(dv), F(scratch), CF(dout), CF(q), CF(kk), CF(v), CF(saved), B,
-                      T, H, hd);
+                      T, hs, hd);
 }
 
 static void op_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up, size_t n)
@@ -1037,21 +1114,35 @@ static void op_sumsq(mal_kern k, double *acc, const float *x, size_t rows, size_
 }
 
 static void op_embedding_fwd(mal_kern k, void *out, const int *tokens, const void *wte, int N,
-                             int C)
+                             int C, int V, int v0, int Vl)
 {
-    cpu_embedding_fwd(st_of(k), F(out), dev(k, tokens), CF(wte), N, C);
+    cpu_embedding_fwd(st_of(k), F(out), dev(k, tokens), CF(wte), N, C, V, v0, Vl);
 }
 
 static void op_embedding_bwd(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
-                             int C)
+                             int C, int v0, int Vl)
 {
-    cpu_embedding_bwd(F(dwte), CF(dout), dev(k, tokens), N, C);
+    cpu_embedding_bwd(F(dwte), CF(dout), dev(k, tokens), N, C, v0, Vl);
 }
 
 static void op_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits, const void *logits,
                             const int *targets, int N, int V, float dscale)
 {
     cpu_xent_fwd_bwd(st_of(k), F(losses), F(dlogits), CF(logits), dev(k, targets), N, V, dscale);
+}
+
+static void op_xent_stats(mal_kern k, float *stats, const void *logits, const int *targets, int N,
+                          int Vl, int v0)
+{
+    cpu_xent_stats(F(stats), CF(logits), dev(k, targets), N, Vl, v0);
+}
+
+static void op_xent_combine(mal_kern k, float *losses, void *dlogits, const void *logits,
+                            const float *all, int P, const int *targets, int N, int Vl, int v0,
+                            int V, float dscale)
+{
+    cpu_xent_combine(st_of(k), F(losses), F(dlogits), CF(logits), CF(all), P, dev(k, targets), N,
+                     Vl, v0, V, dscale);
 }
 
 /* The CPU backends compute in fp32, so a working copy is the master itself
@@ -1105,6 +1196,8 @@ static const mal_kernels_ops cpu_ops = {
     .embedding_fwd = op_embedding_fwd,
     .embedding_bwd = op_embedding_bwd,
     .xent_fwd_bwd = op_xent_fwd_bwd,
+    .xent_stats = op_xent_stats,
+    .xent_combine = op_xent_combine,
     .adamw = op_adamw,
     .cast_working = op_cast_working,
 };

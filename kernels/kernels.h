@@ -59,6 +59,7 @@
 #ifndef MAL_KERNELS_H
 #define MAL_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -98,6 +99,80 @@ static inline float mal_f32_from_bf16(uint16_t b)
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* Rotary position embedding: pair i of a head of dimension hd turns by
+ * angle t * inv_freq(i) at position t, inv_freq(i) = theta^(-2i/hd), or
+ * with `llama3` set rescaled as Hugging Face's LlamaForCausalLM does for
+ * rope_type "llama3" (transformers 4.44, _compute_llama3_parameters):
+ * with wavelength w = 2 pi / inv_freq and the thresholds
+ * original_max_pos / high_freq_factor < original_max_pos / low_freq_factor,
+ * a short wavelength (w < the first) keeps its frequency, a long one
+ * (w > the second) is divided by `factor`, and one between is
+ * interpolated: (1 - s) inv_freq / factor + s inv_freq with
+ * s = (original_max_pos / w - low_freq_factor) / (high_freq_factor -
+ * low_freq_factor). */
+typedef struct {
+    float theta;           /* base (rope_theta) */
+    int llama3;            /* 1: the llama3 frequency scaling below */
+    float factor;          /* long wavelengths are divided by it (>= 1) */
+    float low_freq_factor; /* thresholds, 0 < low < high */
+    float high_freq_factor;
+    int original_max_pos; /* context length the frequencies were trained for */
+} mal_rope;
+
+/* Local, pure.  The unscaled rotary parameters of base theta. */
+static inline mal_rope mal_rope_plain(float theta)
+{
+    mal_rope r = {theta, 0, 1.0f, 1.0f, 1.0f, 0};
+    return r;
+}
+
+/* Local, pure.  inv_freq(i) of pair i < hd/2, in double (every backend
+ * builds its cos/sin tables from it). */
+static inline double mal_rope_inv_freq(const mal_rope *r, int hd, int i)
+{
+    double inv = pow((double)r->theta, -2.0 * i / hd);
+    if (!r->llama3) return inv;
+    const double pi = 3.14159265358979323846, orig = r->original_max_pos;
+    const double low = r->low_freq_factor, high = r->high_freq_factor, f = r->factor;
+    const double wavelen = 2.0 * pi / inv;
+    if (wavelen < orig / high) return inv;    /* high frequency: kept */
+    if (wavelen > orig / low) return inv / f; /* low frequency: divided */
+    const double s = (orig / wavelen - low) / (high - low);
+    return (1.0 - s) * inv / f + s * inv;
+}
+
+/* Local, pure.  1 when a and b rotate alike. */
+static inline int mal_rope_same(const mal_rope *a, const mal_rope *b)
+{
+    return a->theta == b->theta && a->llama3 == b->llama3 &&
+           (!a->llama3 || (a->factor == b->factor && a->low_freq_factor == b->low_freq_factor &&
+                           a->high_freq_factor == b->high_freq_factor &&
+                           a->original_max_pos == b->original_max_pos));
+}
+
+/* Heads of one attention call (grouped-query attention).  H query heads
+ * read Hkv key/value heads: query head h (0 <= h < H) reads key/value head
+ * (h + q_off) / group.  Multi-head attention is {H, H, 1, 0}.  A TP rank
+ * holding query heads [h0, h0 + H) of a model whose key/value heads each
+ * serve `group` query heads holds the key/value heads h0 / group ..
+ * (h0 + H - 1) / group, and q_off = h0 mod group (src/model.c). */
+typedef struct {
+    int H, Hkv, group, q_off;
+} mal_attn_heads;
+
+/* Local, pure.  Multi-head attention over H heads. */
+static inline mal_attn_heads mal_attn_mha(int H)
+{
+    mal_attn_heads a = {H, H, 1, 0};
+    return a;
+}
+
+/* Local, pure.  The key/value head query head h reads. */
+static inline int mal_attn_kv_head(const mal_attn_heads *a, int h)
+{
+    return (h + a->q_off) / a->group;
 }
 
 /* Directions of memcpy2d (cudaMemcpy2DAsync's, without host to host). */
@@ -201,32 +276,39 @@ struct mal_kernels_ops {
 
     /* --- rotary position embedding ------------------------------------ */
     /* In place on x (B,T,H,hd), hd even.  Pairs (2i, 2i+1) of each head are
-     * rotated by angle t * theta^(-2i/hd), t = position 0..T-1 (the
-     * interleaved convention of the original LLaMA code). */
-    void (*rope_fwd)(mal_kern k, void *x, int B, int T, int H, int hd, float theta);
+     * rotated by angle t * mal_rope_inv_freq(rope, hd, i), t = position
+     * 0..T-1 (the interleaved convention of the original LLaMA code). */
+    void (*rope_fwd)(mal_kern k, void *x, int B, int T, int H, int hd, const mal_rope *rope);
     /* In place on dx (B,T,H,hd): the transpose (inverse rotation). */
-    void (*rope_bwd)(mal_kern k, void *dx, int B, int T, int H, int hd, float theta);
+    void (*rope_bwd)(mal_kern k, void *dx, int B, int T, int H, int hd, const mal_rope *rope);
 
     /* --- causal self-attention ---------------------------------------- */
     /* Bytes the forward pass keeps for the backward (`saved`) and the
-     * backward's scratch needs, for one call of shape (B, T, H, hd).  The
-     * CPU backend keeps the probabilities (B,H,T,T) in both; a fused
-     * (flash) backend keeps a row statistic per query instead.  SIZE_MAX
-     * when a size does not fit a size_t. */
+     * backward's scratch needs, for one call of shape (B, T, H, hd), H
+     * query heads.  The CPU backend keeps the probabilities (B,H,T,T) in
+     * both; a fused (flash) backend keeps a row statistic per query
+     * instead.  SIZE_MAX when a size does not fit a size_t. */
     void (*attention_bytes)(mal_kern k, int B, int T, int H, int hd, size_t *saved,
                             size_t *scratch);
-    /* q, k, v, out: (B,T,H,hd).  out[b,t,h] = sum_{s<=t} P[b,h,t,s] v[b,s,h]
-     * with P = softmax_s<=t(q_t . k_s / sqrt(hd)); `saved` (attention_bytes)
-     * receives what the backward needs (CPU: P, zero for s > t). */
+    /* Grouped-query attention with the heads `hs` (mal_attn_heads): q, out
+     * (B,T,H,hd); k, v (B,T,Hkv,hd).  For query head h reading key/value
+     * head j = mal_attn_kv_head(&hs, h):
+     * out[b,t,h] = sum_{s<=t} P[b,h,t,s] v[b,s,j] with
+     * P = softmax_s<=t(q[b,t,h] . k[b,s,j] / sqrt(hd)); `saved`
+     * (attention_bytes) receives what the backward needs (CPU: P, zero
+     * for s > t). */
     void (*attention_fwd)(mal_kern k, void *out, void *saved, const void *q, const void *kk,
-                          const void *v, int B, int T, int H, int hd);
-    /* dq, dk, dv (B,T,H,hd) +=; scratch: attention_bytes' scratch, contents
-     * undefined on return.  A NULL dq, dk or dv is skipped.  `out` is the
-     * forward's output (a fused backward needs rowsum(dout * out) per
-     * query; the CPU backend, which keeps P, does not read it). */
+                          const void *v, int B, int T, mal_attn_heads hs, int hd);
+    /* dq (B,T,H,hd) +=, dk, dv (B,T,Hkv,hd) += (a key/value head gathers
+     * the gradients of every query head that reads it); scratch:
+     * attention_bytes' scratch, contents undefined on return.  A NULL dq,
+     * dk or dv is skipped.  `out` is the forward's output (a fused
+     * backward needs rowsum(dout * out) per query; the CPU backend, which
+     * keeps P, does not read it). */
     void (*attention_bwd)(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
                           const void *dout, const void *out, const void *q, const void *kk,
-                          const void *v, const void *saved, int B, int T, int H, int hd);
+                          const void *v, const void *saved, int B, int T, mal_attn_heads hs,
+                          int hd);
 
     /* --- elementwise ---------------------------------------------------- */
     /* SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) */
@@ -247,11 +329,19 @@ struct mal_kernels_ops {
                   size_t pitch);
 
     /* --- embedding ------------------------------------------------------ */
-    /* out (N,C) = wte[tokens[n]] ; wte (V,C) working weights; tokens (N) */
-    void (*embedding_fwd)(mal_kern k, void *out, const int *tokens, const void *wte, int N, int C);
-    /* dwte (V,C, fp32) += scatter of dout (N,C) by tokens */
+    /* The table holds rows [v0, v0 + Vl) of a vocabulary of V tokens (all
+     * of it: v0 = 0, Vl = V; a vocabulary-parallel shard otherwise).
+     * out (N,C) = wte[tokens[n] - v0] for a token in [v0, v0 + Vl), a zero
+     * row for another token of [0, V) (its row is another shard's); a
+     * token outside [0, V) gives a zero row and an error from sync().
+     * wte (Vl,C) working weights; tokens (N). */
+    void (*embedding_fwd)(mal_kern k, void *out, const int *tokens, const void *wte, int N, int C,
+                          int V, int v0, int Vl);
+    /* dwte (Vl,C, fp32) += scatter of dout (N,C) by tokens, the rows of
+     * tokens in [v0, v0 + Vl) only; repeated tokens add up in position
+     * order. */
     void (*embedding_bwd)(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
-                          int C);
+                          int C, int v0, int Vl);
 
     /* --- loss ----------------------------------------------------------- */
     /* Softmax cross-entropy over V classes, fused with its gradient.
@@ -260,6 +350,25 @@ struct mal_kernels_ops {
      * dscale  (written, not accumulated; dlogits may alias logits). */
     void (*xent_fwd_bwd)(mal_kern k, float *losses, void *dlogits, const void *logits,
                          const int *targets, int N, int V, float dscale);
+    /* Vocabulary-parallel cross-entropy (Megatron's), in two parts around
+     * an exchange of row statistics: the logits (N,Vl) are this shard's
+     * columns [v0, v0 + Vl) of a vocabulary of V classes, split over P
+     * shards.  xent_stats writes stats (3,N, fp32): per row the max m of
+     * its logits, s = sum e^(x - m), and the target's logit where the
+     * target is in this shard's range (else 0).  After every shard's stats
+     * are gathered into all (P,3,N) in shard order (the caller's
+     * exchange), xent_combine computes M = max_p m_p,
+     * S = sum_p s_p e^(m_p - M) (p in order, so every shard gets the same
+     * bits), losses (N) = log S + M - sum_p target_p, and when dlogits !=
+     * NULL dlogits (N,Vl) = (e^(x - M) / S - onehot) * dscale (written;
+     * may alias logits).  A target outside [0, V) gives a NaN loss, a zero
+     * gradient row and an error from sync().  With P = 1 the losses and
+     * gradients are xent_fwd_bwd's. */
+    void (*xent_stats)(mal_kern k, float *stats, const void *logits, const int *targets, int N,
+                       int Vl, int v0);
+    void (*xent_combine)(mal_kern k, float *losses, void *dlogits, const void *logits,
+                         const float *all, int P, const int *targets, int N, int Vl, int v0,
+                         int V, float dscale);
 
     /* --- optimizer ------------------------------------------------------ */
     /* AdamW with decoupled weight decay over n fp32 elements, step t >= 1:
@@ -439,14 +548,14 @@ static inline void mal_kern_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, 
     k->ops->rmsnorm_bwd(k, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 static inline void mal_kern_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd,
-                                     float theta)
+                                     const mal_rope *rope)
 {
-    k->ops->rope_fwd(k, x, B, T, H, hd, theta);
+    k->ops->rope_fwd(k, x, B, T, H, hd, rope);
 }
 static inline void mal_kern_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd,
-                                     float theta)
+                                     const mal_rope *rope)
 {
-    k->ops->rope_bwd(k, dx, B, T, H, hd, theta);
+    k->ops->rope_bwd(k, dx, B, T, H, hd, rope);
 }
 static inline void mal_kern_attention_bytes(mal_kern k, int B, int T, int H, int hd,
                                             size_t *saved, size_t *scratch)
@@ -454,17 +563,17 @@ static inline void mal_kern_attention_bytes(mal_kern k, int B, int T, int H, int
     k->ops->attention_bytes(k, B, T, H, hd, saved, scratch);
 }
 static inline void mal_kern_attention_fwd(mal_kern k, void *out, void *saved, const void *q,
-                                          const void *kk, const void *v, int B, int T, int H,
-                                          int hd)
+                                          const void *kk, const void *v, int B, int T,
+                                          mal_attn_heads hs, int hd)
 {
-    k->ops->attention_fwd(k, out, saved, q, kk, v, B, T, H, hd);
+    k->ops->attention_fwd(k, out, saved, q, kk, v, B, T, hs, hd);
 }
 static inline void mal_kern_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
                                           const void *dout, const void *out, const void *q,
                                           const void *kk, const void *v, const void *saved, int B,
-                                          int T, int H, int hd)
+                                          int T, mal_attn_heads hs, int hd)
 {
-    k->ops->attention_bwd(k, dq, dk, dv, scratch, dout, out, q, kk, v, saved, B, T, H, hd);
+    k->ops->attention_bwd(k, dq, dk, dv, scratch, dout, out, q, kk, v, saved, B, T, hs, hd);
 }
 static inline void mal_kern_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up,
                                        size_t n)
@@ -494,20 +603,32 @@ static inline void mal_kern_sumsq(mal_kern k, double *acc, const float *x, size_
     k->ops->sumsq(k, acc, x, rows, width, pitch);
 }
 static inline void mal_kern_embedding_fwd(mal_kern k, void *out, const int *tokens,
-                                          const void *wte, int N, int C)
+                                          const void *wte, int N, int C, int V, int v0, int Vl)
 {
-    k->ops->embedding_fwd(k, out, tokens, wte, N, C);
+    k->ops->embedding_fwd(k, out, tokens, wte, N, C, V, v0, Vl);
 }
 static inline void mal_kern_embedding_bwd(mal_kern k, float *dwte, const void *dout,
-                                          const int *tokens, int N, int C)
+                                          const int *tokens, int N, int C, int v0, int Vl)
 {
-    k->ops->embedding_bwd(k, dwte, dout, tokens, N, C);
+    k->ops->embedding_bwd(k, dwte, dout, tokens, N, C, v0, Vl);
 }
 static inline void mal_kern_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits,
                                          const void *logits, const int *targets, int N, int V,
                                          float dscale)
 {
     k->ops->xent_fwd_bwd(k, losses, dlogits, logits, targets, N, V, dscale);
+}
+static inline void mal_kern_xent_stats(mal_kern k, float *stats, const void *logits,
+                                       const int *targets, int N, int Vl, int v0)
+{
+    k->ops->xent_stats(k, stats, logits, targets, N, Vl, v0);
+}
+static inline void mal_kern_xent_combine(mal_kern k, float *losses, void *dlogits,
+                                         const void *logits, const float *all, int P,
+                                         const int *targets, int N, int Vl, int v0, int V,
+                                         float dscale)
+{
+    k->ops->xent_combine(k, losses, dlogits, logits, all, P, targets, N, Vl, v0, V, dscale);
 }
 static inline void mal_kern_adamw(mal_kern k, float *param, void *work, const float *grad,
                                   float *m, float *v, size_t n, float lr, float beta1, float beta2,

@@ -56,13 +56,27 @@ typedef struct preset_shape {
     double overhead_mb; /* X */
 } preset_shape;
 
+/* Every preset of src/config.c (tests/test_replan_cli.sh checks the two
+ * lists agree).  The single-GPU shapes (124m, 1b, llama3-1b) plan with
+ * TP 1 as their full group: data and pipeline parallelism only. */
 static const preset_shape shapes[] = {
-    {"tiny", 2, 2e9, 16},
-    {"small", 2, 2e10, 64},
-    {"32b", 8, 4e14, 3072},
-    {"70b", 8, 4e14, 3072},
+    {"tiny", 2, 2e9, 16},          {"tiny-llama3", 2, 2e9, 16}, {"small", 2, 2e10, 64},
+    {"124m", 1, 4e14, 1024},       {"1b", 1, 4e14, 2048},       {"llama3-1b", 1, 4e14, 2048},
+    {"llama2-7b", 8, 4e14, 3072},  {"32b", 8, 4e14, 3072},      {"70b", 8, 4e14, 3072},
     {"110b", 8, 4e14, 3072},
 };
+
+/* The most key/value heads a rank of a TP group of t holds: the heads its
+ * query heads read (src/model.c's MAL_TP_KV rule) -- n_kv/t where t
+ * divides n_kv, 1 where n_kv divides t, 2 where a rank's query heads
+ * straddle two. */
+static int kv_heads_per_rank(const mal_model_config *c, int t)
+{
+    int hl = c->n_heads / t, group = c->n_heads / c->n_kv_heads, most = 0;
+    for (int r = 0; r < t; r++)
+        most = MAL_MAX(most, ((r + 1) * hl - 1) / group + 1 - r * hl / group);
+    return most;
+}
 
 #define PRESET_NK 128
 
@@ -77,31 +91,46 @@ int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size
     const preset_shape *s = NULL;
     for (size_t i = 0; i < MAL_ARRAY_SIZE(shapes); i++)
         if (!strcmp(shapes[i].name, name)) s = &shapes[i];
-    if (!s)
-        return MAL_ERR(
-            MAL_EINVAL,
-            "model profile: unknown preset \"%s\" (presets: tiny, small, 32b, 70b, 110b)", name);
+    if (!s) {
+        char names[256] = "";
+        for (size_t i = 0; i < MAL_ARRAY_SIZE(shapes); i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     shapes[i].name);
+        return MAL_ERR(MAL_EINVAL, "model profile: unknown preset \"%s\" (presets: %s)", name,
+                       names);
+    }
     mal_model_config cfg;
     int rc = mal_config_load(&cfg, s->name);
     if (rc) return rc;
     if (micro_batch_size < 1) micro_batch_size = 1;
-    const double MB = 1048576.0, b = micro_batch_size;
-    const double C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab, T = cfg.seq_len;
-    /* LLaMA-style layer: attention 4C^2, SwiGLU MLP 3CF, two norms 2C */
-    const double params = 4 * C * C + 3 * C * F + 2 * C;
-    /* bf16 mixed precision: bf16 weights (2) + bf16 grads (2) + fp32 master
-     * weights (4) + Adam m and v (4 + 4) = 16 bytes per parameter */
-    const double state = 16 * params;
-    /* activations kept per layer per in-flight micro-batch with selective
-     * recomputation: 34 * T * b * C bytes (Korthikanti et al. 2022) */
-    const double act = 34 * T * b * C;
     int nominal = tp > 0 ? tp : s->tp;
     if (log2i(nominal) < 0 || nominal > 8 || cfg.n_heads % nominal || cfg.ffn_hidden % nominal)
         return MAL_ERR(MAL_EINVAL,
                        "model profile: preset \"%s\" at tp %d: the nominal TP size must be a "
                        "power of two up to 8 that divides n_heads (%d) and ffn_hidden (%d)",
                        name, nominal, cfg.n_heads, cfg.ffn_hidden);
-    const double t = nominal;
+    const double MB = 1048576.0, b = micro_batch_size, t = nominal;
+    const double C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab, T = cfg.seq_len;
+    /* LLaMA-style layer: query and output projections 2C^2, key and value
+     * projections 2C KV (KV = n_kv_heads * head_dim: grouped-query
+     * attention), SwiGLU MLP 3CF, two norms 2C */
+    const double hd = C / cfg.n_heads, KV = cfg.n_kv_heads * hd;
+    const double params = 2 * C * C + 2 * C * KV + 3 * C * F + 2 * C;
+    /* One rank of the nominal group: everything split t ways but the
+     * key/value heads, of which it holds those its query heads read
+     * (replicated once t exceeds n_kv_heads).  Multi-head: exactly
+     * params / t. */
+    const double kv_rank = kv_heads_per_rank(&cfg, nominal) * hd;
+    const double params_rank = (2 * C * C + 3 * C * F + 2 * C) / t + 2 * C * kv_rank;
+    /* bf16 mixed precision: bf16 weights (2) + bf16 grads (2) + fp32 master
+     * weights (4) + Adam m and v (4 + 4) = 16 bytes per parameter */
+    const double state = 16 * params, state_rank = 16 * params_rank;
+    /* activations kept per layer per in-flight micro-batch with selective
+     * recomputation: 34 * T * b * C bytes (Korthikanti et al. 2022), of
+     * which keys and values are 2 * T * b * C each; with grouped-query
+     * attention those are 2 * T * b * KV, the rank's own key/value heads'
+     * (a multi-head rank: 34 * T * b * C / t) */
+    const double act_rank = 30 * T * b * C / t + 4 * T * b * kv_rank;
     snprintf(p->name, sizeof p->name, "%s", s->name);
     p->n_layers = cfg.n_layers;
     p->tp = nominal;
@@ -119,15 +148,19 @@ int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size
     p->k = malloc(PRESET_NK * sizeof *p->k);
     if (!p->k) return MAL_ERR(MAL_ENOMEM, "model profile: out of memory");
     /* stage d positions before the last holds d + 1 micro-batches in flight
-     * under 1F1B; state and activations are split over the nominal TP group */
+     * under 1F1B */
     for (int d = 0; d < PRESET_NK; d++)
-        p->k[d] = (state + act * (d + 1)) / t / MB;
-    /* embedding (or LM head) state plus fp32 logits and their gradient */
+        p->k[d] = (state_rank + act_rank * (d + 1)) / MB;
+    /* embedding (or LM head) state plus fp32 logits and their gradient,
+     * vocabulary-parallel over the group (with tied embeddings the first
+     * and the last stage each hold a copy: the same E on both) */
     p->embed_mb = (16 * V * C + 8 * T * b * V) / t / MB;
     p->overhead_mb = s->overhead_mb;
-    /* forward + backward = 6 FLOPs per parameter per token, plus attention
-     * scores 12 * T^2 * C per sequence, spread over the TP group */
-    p->layer_time = (6 * params * T * b + 12 * T * T * C * b) / (t * s->flops);
+    /* forward + backward = 6 FLOPs per parameter per token of the rank's
+     * share (replicated key/value heads computed on every rank that holds
+     * them), plus attention scores 12 * T^2 * C per sequence, split over
+     * the group's query heads */
+    p->layer_time = (6 * params_rank * T * b + 12 * T * T * C * b / t) / s->flops;
     p->layer_state_mb = state / MB;
     p->embed_state_mb = 16 * V * C / MB;
     p->sync_time = 0.0;

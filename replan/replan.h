@@ -71,8 +71,9 @@ typedef struct mal_profile {
     double sync_time;      /* seconds added to every step for gradient sync */
 } mal_profile;
 
-/* Presets "tiny", "small", "32b", "70b", "110b" (shapes as src/config.c);
- * `p` initialised here.  MAL_EINVAL for an unknown name.  Local. */
+/* Every preset of src/config.c (mal_config_presets: the shapes are its),
+ * with device assumptions per preset; `p` initialised here.  MAL_EINVAL for
+ * an unknown name.  Local. */
 int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size);
 /* The same at nominal TP size `tp` (0: the preset's own): memory per layer,
  * embedding memory and layer time are those of a group of tp ranks, alpha

@@ -7,20 +7,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
+
 typedef struct {
     char name[64];   /* preset name or file name, informational */
     int vocab;       /* vocabulary size V */
     int d_model;     /* hidden size C */
     int n_layers;    /* transformer layers L */
-    int n_heads;     /* attention heads H (head dim = d_model / n_heads) */
+    int n_heads;     /* attention (query) heads H (head dim = d_model / n_heads) */
+    int n_kv_heads;  /* key/value heads (grouped-query attention): divides
+                      * n_heads; = n_heads is multi-head attention */
     int ffn_hidden;  /* SwiGLU hidden size F */
     int seq_len;     /* sequence length T */
-    float rope_theta;
+    int tie_embeddings; /* 1: the output layer is the token embedding (one
+                         * parameter, "tok_embedding"; no "lm_head") */
+    mal_rope rope;   /* rope_theta and the optional llama3 rope_scaling */
     float norm_eps;
 } mal_model_config;
 
-/* Local.  Fill `cfg` from a preset name ("tiny", "small", "124m", "1b",
- * "32b", "70b", "110b") or, if `spec` names no preset, from a JSON file at that path.
+/* Local.  Fill `cfg` from a preset name (mal_config_presets) or, if `spec`
+ * names no preset, from a JSON file at that path.
  * Validates the result (mal_config_validate).  Errors: MAL_ENOENT (neither a
  * preset nor a readable file), MAL_EFORMAT (bad JSON, missing or mistyped
  * field, unknown field), MAL_EINVAL (inconsistent values). */
@@ -40,20 +46,21 @@ int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, 
 #define MAL_CONFIG_MAX_FILE_BYTES (1 << 20)
 
 /* Upper bounds of the sizes.  Far above any model trained today (LLaMA 3
- * 405B: d_model 16384, ffn_hidden 53248, 126 layers), and small enough that
- * no size the model derives from them can overflow 64 bits: the largest
- * tensor (d_model x ffn_hidden) has 2^37 elements, a whole model under
- * 2^56 bytes.  Whether a model that passes them fits a machine is a separate
- * check (mal_model_bytes, and malleus-train's memory check). */
-#define MAL_CONFIG_MAX_VOCAB 65536        /* tokens are uint16 */
+ * 405B: d_model 16384, ffn_hidden 53248, 126 layers, 128256 tokens), and
+ * small enough that no size the model derives from them can overflow 64
+ * bits: the largest tensors (d_model x ffn_hidden, vocab x d_model) have
+ * 2^37 elements, a whole model under 2^56 bytes.  Whether a model that
+ * passes them fits a machine is a separate check (mal_model_bytes, and
+ * malleus-train's memory check). */
+#define MAL_CONFIG_MAX_VOCAB 1048576      /* 2^20 */
 #define MAL_CONFIG_MAX_D_MODEL 131072     /* 2^17 */
 #define MAL_CONFIG_MAX_LAYERS 65536       /* 2^16 */
 #define MAL_CONFIG_MAX_FFN 1048576        /* 2^20 */
 #define MAL_CONFIG_MAX_SEQ_LEN 1048576    /* 2^20 */
 
 /* Local.  Check the values make a model (sizes in [1, the bounds above],
- * d_model divisible by n_heads, even head dim, ...).  The message names the
- * field. */
+ * d_model divisible by n_heads, n_heads by n_kv_heads, even head dim,
+ * rope_scaling's factors ordered, ...).  The message names the field. */
 int mal_config_validate(const mal_model_config *cfg);
 
 /* Local.  JSON text of the config; caller frees with free().  NULL on OOM. */
@@ -62,7 +69,8 @@ char *mal_config_to_json(const mal_model_config *cfg);
 /* Local.  1 if the two configs describe the same model (name ignored). */
 int mal_config_equal(const mal_model_config *a, const mal_model_config *b);
 
-/* Local.  Parameter count of the full model. */
+/* Local.  Parameter count of the full model (a tied embedding counted
+ * once). */
 int64_t mal_config_n_params(const mal_model_config *cfg);
 
 /* Names of the presets, NULL-terminated (for --help). */

@@ -120,18 +120,28 @@ static int plan_pieces(mal_gradsync *g, const mal_plan *plan, int rank)
     }
     for (int ti = 0; ti < m->n_tensors && !rc; ti++) {
         const mal_tensor_info *t = &m->tensors[ti];
-        int nh = mal_layout_holdings(plan, t, h);
+        int nh = mal_layout_holdings(plan, &m->cfg, t, h);
         if ((rc = mal_slices_partition(h, nh, t->shape[t->axis], &map))) break;
         for (int pi = 0; pi < map.n_pieces && !rc; pi++) {
             const mal_slice_piece *pc = &map.pieces[pi];
             const int *hi = map.holders + pc->first;
-            int me = -1, n_groups = 0, contribute = 0;
+            /* One contribution per distinct gradient: the first holder of
+             * each (pipeline, sub) -- sub tells the copies of one gradient
+             * (a norm weight on every rank of a TP group) from the parts
+             * of one (a key/value head that TP ranks share, a tied
+             * embedding on two stages), slices.h.  Holders come sorted by
+             * pipeline, so a pipeline's holders are adjacent. */
+            int me = -1, n_contrib = 0, contribute = 0, group_start = 0;
             for (int j = 0; j < pc->n_holders; j++) {
-                int first_of_group = j == 0 || h[hi[j]].group != h[hi[j - 1]].group;
-                n_groups += first_of_group;
-                if (h[hi[j]].rank == rank) {
+                const mal_slice_holding *x = &h[hi[j]];
+                if (j > 0 && x->group != h[hi[j - 1]].group) group_start = j;
+                int first = 1;
+                for (int i = group_start; i < j && first; i++)
+                    first = h[hi[i]].sub != x->sub;
+                n_contrib += first;
+                if (x->rank == rank) {
                     me = j;
-                    contribute = first_of_group;
+                    contribute = first;
                 }
             }
             if (me < 0) continue;
@@ -142,7 +152,7 @@ static int plan_pieces(mal_gradsync *g, const mal_plan *plan, int rank)
                 }
                 g->norm[g->n_norm++] = (norm_range){ti, pc->begin, pc->end};
             }
-            if (n_groups < 2) continue; /* a single replica: nothing to sum */
+            if (n_contrib < 2) continue; /* copies of one gradient: nothing to sum */
             for (int j = 0; j < pc->n_holders; j++)
                 rk[j] = h[hi[j]].rank;
             qsort(rk, (size_t)pc->n_holders, sizeof *rk, cmp_int);

@@ -4,10 +4,16 @@
  *
  * For every tensor this rank holds, the holdings of all pipelines are
  * computed from the plan (no communication), cut into the finest common
- * partition (slices.h), and every piece held by two or more pipelines is
- * summed over its holders: the first holder of each pipeline contributes its
- * gradient (its pipeline's share), other TP ranks of the same pipeline that
- * hold a replica of it contribute zeros, and every holder receives the sum.
+ * partition (slices.h), and every piece with two or more distinct
+ * gradients among its holders is summed over its holders: per pipeline,
+ * the first holder of each `sub` (slices.h) contributes its gradient --
+ * one for a norm weight that every rank of a TP group holds a copy of
+ * (the other copies contribute zeros), one per rank for a key/value head
+ * that several TP ranks share (each has the gradient of its own query
+ * heads: Megatron-LM's sum over the replicas), one per stage for a tied
+ * embedding (the first stage's input gradient and the last stage's output
+ * layer gradient: Megatron's embedding group) -- and every holder
+ * receives the sum, its pipeline's share of the global batch.
  * Pieces with the same holder set travel together: packed (tensor pieces,
  * piece.h) into one device buffer and reduced by the comm data plane over
  * the member list (mal_comm_dp_allreduce_list: no communicator of their

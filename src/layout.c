@@ -23,29 +23,33 @@ int mal_layout_part(const mal_plan *plan, const mal_model_config *cfg, int rank,
     return 0;
 }
 
-/* The stage of pipeline pl that holds tensor t. */
-static const mal_plan_stage *holding_stage(const mal_plan_pipeline *pl, const mal_tensor_info *t)
+/* The index of the stage of pipeline pl that holds tensor t (the first
+ * one, for a tied embedding). */
+static int holding_stage(const mal_plan_pipeline *pl, const mal_tensor_info *t)
 {
-    if (t->layer < 0) return &pl->stages[0];
+    if (t->layer < 0) return 0;
     for (int s = 0; s < pl->n_stages; s++)
-        if (t->layer >= pl->stages[s].layer_begin && t->layer < pl->stages[s].layer_end)
-            return &pl->stages[s];
-    return &pl->stages[pl->n_stages - 1]; /* head tensors: layer == n_layers */
+        if (t->layer >= pl->stages[s].layer_begin && t->layer < pl->stages[s].layer_end) return s;
+    return pl->n_stages - 1; /* head tensors: layer == n_layers */
 }
 
-int mal_layout_holdings(const mal_plan *plan, const mal_tensor_info *t, mal_slice_holding *h)
+int mal_layout_holdings(const mal_plan *plan, const mal_model_config *cfg, const mal_tensor_info *t,
+                        mal_slice_holding *h)
 {
-    int64_t len = t->shape[t->axis];
     int nh = 0;
     for (int p = 0; p < plan->n_pipelines; p++) {
-        const mal_plan_stage *st = holding_stage(&plan->pipelines[p], t);
-        for (int r = 0; r < st->n_ranks; r++) {
-            int64_t b = 0, e = len;
-            if (t->tp_splittable && st->n_ranks > 1) {
-                b = len / st->n_ranks * r;
-                e = b + len / st->n_ranks;
+        const mal_plan_pipeline *pl = &plan->pipelines[p];
+        const int first = holding_stage(pl, t);
+        /* a tied embedding is the last stage's output layer too */
+        const int last = t->tied ? pl->n_stages - 1 : first;
+        for (int j = first; j <= last; j += MAL_MAX(1, last - first)) {
+            const mal_plan_stage *st = &pl->stages[j];
+            for (int r = 0; r < st->n_ranks; r++) {
+                int64_t b, e;
+                mal_model_tp_range(cfg, t, st->n_ranks, r, &b, &e);
+                h[nh++] = (mal_slice_holding){st->ranks[r], p, b, e,
+                                              t->tp_rule == MAL_TP_KV ? st->ranks[r] : j};
             }
-            h[nh++] = (mal_slice_holding){st->ranks[r], p, b, e};
         }
     }
     return nh;

@@ -41,7 +41,8 @@ typedef struct {
 /* The transfers of global tensor `gt` from the old to the new plan's holders.
  * Every rank computes the same list. */
 static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
-                          const mal_tensor_info *gt, const int *node_of, transfer **out, int *n_out)
+                          const mal_model_config *cfg, const mal_tensor_info *gt,
+                          const int *node_of, transfer **out, int *n_out)
 {
     int n_old = mal_plan_n_active(old_plan), n_new = mal_plan_n_active(new_plan), rc, n = 0;
     mal_slice_holding *h = malloc(sizeof *h * (size_t)(n_old + n_new));
@@ -53,10 +54,10 @@ static int plan_transfers(const mal_plan *old_plan, const mal_plan *new_plan,
         rc = MAL_ERR(MAL_ENOMEM, "migration: out of memory");
         goto fail;
     }
-    int nh = mal_layout_holdings(old_plan, gt, h);
+    int nh = mal_layout_holdings(old_plan, cfg, gt, h);
     for (int i = 0; i < nh; i++)
         h[i].group = 0;
-    int nh2 = mal_layout_holdings(new_plan, gt, h + nh);
+    int nh2 = mal_layout_holdings(new_plan, cfg, gt, h + nh);
     for (int i = nh; i < nh + nh2; i++)
         h[i].group = 1;
     if ((rc = mal_slices_partition(h, nh + nh2, gt->shape[gt->axis], &map))) goto fail;
@@ -261,15 +262,16 @@ typedef struct {
 /* The transfers of every tensor (in the global order) that involve `rank`,
  * and the whole job's totals.  Every rank computes the same lists. */
 static int collect_transfers(int rank, const mal_plan *old_plan, const mal_plan *new_plan,
-                             const mal_tensor_info *all, int n_all, const int *node_of,
-                             mal_migrate_stats *ms, my_transfer **out, int *n_out)
+                             const mal_model_config *cfg, const mal_tensor_info *all, int n_all,
+                             const int *node_of, mal_migrate_stats *ms, my_transfer **out,
+                             int *n_out)
 {
     my_transfer *mine = NULL;
     int n_mine = 0, cap = 0, rc = 0;
     for (int i = 0; i < n_all && !rc; i++) {
         transfer *t;
         int n;
-        if ((rc = plan_transfers(old_plan, new_plan, &all[i], node_of, &t, &n))) break;
+        if ((rc = plan_transfers(old_plan, new_plan, cfg, &all[i], node_of, &t, &n))) break;
         tally(&all[i], t, n, &ms->moved, &ms->kept);
         for (int j = 0; j < n && !rc; j++) {
             if (t[j].src != rank && t[j].dst != rank) continue;
@@ -327,7 +329,7 @@ int mal_migration_bytes(const mal_plan *from, const mal_plan *to, const mal_mode
     for (int i = 0; i < n_all && !rc; i++) {
         transfer *t;
         int n;
-        if ((rc = plan_transfers(from, to, &all[i], node_of, &t, &n))) break;
+        if ((rc = plan_transfers(from, to, cfg, &all[i], node_of, &t, &n))) break;
         tally(&all[i], t, n, moved, kept);
         free(t);
     }
@@ -378,7 +380,7 @@ int mal_migrate_state(mal_comm *comm, mal_kern k, const mal_model_config *cfg,
     int rpn = ranks_per_node > 0 ? ranks_per_node : world;
     for (int r = 0; r < world; r++)
         node_of[r] = r / rpn;
-    if ((rc = collect_transfers(rank, old_plan, new_plan, all, n_all, node_of, ms, &mine,
+    if ((rc = collect_transfers(rank, old_plan, new_plan, cfg, all, n_all, node_of, ms, &mine,
                                 &n_mine)))
         goto out;
     /* A part that begins with the old one took over its state buffers:

@@ -27,8 +27,38 @@ static uint64_t name_hash(const char *s)
     return h;
 }
 
+void mal_model_tp_range(const mal_model_config *cfg, const mal_tensor_info *t, int size, int r,
+                        int64_t *begin, int64_t *end)
+{
+    const int64_t len = t->shape[t->axis];
+    *begin = 0;
+    *end = len;
+    if (size <= 1) return;
+    switch (t->tp_rule) {
+    case MAL_TP_EVEN:
+        *begin = len / size * r;
+        *end = *begin + len / size;
+        break;
+    case MAL_TP_KV: {
+        /* the key/value heads read by query heads [r Hl, (r+1) Hl) */
+        const int64_t hd = cfg->d_model / cfg->n_heads, Hl = cfg->n_heads / size;
+        const int64_t group = cfg->n_heads / cfg->n_kv_heads;
+        *begin = r * Hl / group * hd;
+        *end = (((r + 1) * Hl - 1) / group + 1) * hd;
+        break;
+    }
+    case MAL_TP_VOCAB:
+        *begin = len * r / size;
+        *end = len * (r + 1) / size;
+        break;
+    default: break; /* replicated */
+    }
+}
+
+/* split_dim: the axis TP splits it along (0 rows, 1 columns; -1 for a
+ * replicated tensor), rule: how (MAL_TP_*). */
 static int add_tensor(mal_model *m, int *cap, int layer, const char *name, int64_t rows,
-                      int64_t cols, int split_dim, int decay, float std)
+                      int64_t cols, int split_dim, int rule, int decay, float std)
 {
     if (mal_grow(&m->tensors, cap, m->n_tensors, sizeof *m->tensors, 32))
         return MAL_ERR(MAL_ENOMEM, "model: out of memory for tensor table");
@@ -40,19 +70,16 @@ static int add_tensor(mal_model *m, int *cap, int layer, const char *name, int64
     t->shape[1] = cols;
     t->split_dim = m->part.tp_size > 1 ? split_dim : -1;
     t->axis = split_dim >= 0 ? split_dim : 0;
-    t->tp_splittable = split_dim >= 0;
+    t->tp_rule = rule;
+    t->tied = !strcmp(name, "tok_embedding") && m->cfg.tie_embeddings;
     t->layer = layer;
     t->local_shape[0] = rows;
     t->local_shape[1] = cols;
-    if (t->split_dim >= 0) {
-        int64_t len = t->shape[t->split_dim] / m->part.tp_size;
-        t->split_off = len * m->part.tp_rank;
-        t->split_len = len;
-        t->local_shape[t->split_dim] = len;
-    } else {
-        t->split_off = 0;
-        t->split_len = t->shape[split_dim >= 0 ? split_dim : 0];
-    }
+    int64_t b, e;
+    mal_model_tp_range(&m->cfg, t, m->part.tp_size, m->part.tp_rank, &b, &e);
+    t->split_off = b;
+    t->split_len = e - b;
+    if (t->split_dim >= 0) t->local_shape[t->split_dim] = e - b;
     /* Checked: a config's sizes must never wrap into a small buffer. */
     int ovf = 0;
     t->n = mal_size_mul((size_t)t->local_shape[0], (size_t)(cols ? t->local_shape[1] : 1), &ovf);
@@ -67,38 +94,52 @@ static int add_tensor(mal_model *m, int *cap, int layer, const char *name, int64
     return 0;
 }
 
-/* Build the tensor table of the part.  Order is the order of use. */
+/* 1 when the part holds the token embedding: the first stage, and with
+ * tied embeddings the last (its output projection). */
+static int holds_embedding(const mal_model *m)
+{
+    return m->part.has_embed || (m->part.has_head && m->cfg.tie_embeddings);
+}
+
+/* Build the tensor table of the part.  Order is the order of use, and
+ * every part's table is in one global order (the embedding first, also
+ * where a last stage holds it as its tied output layer), which the
+ * gradient sum relies on (gradsync.c). */
 static int build_layout(mal_model *m)
 {
     const mal_model_config *c = &m->cfg;
     int cap = 0, rc;
     char nm[48];
     const float std = 0.02f;
+    const int64_t kv = (int64_t)c->n_kv_heads * (c->d_model / c->n_heads);
     /* Residual-output projections scaled down with depth (GPT-2 / LLaMA
      * practice) so the residual stream's variance does not grow with L. */
     const float std_out = 0.02f / sqrtf(2.0f * (float)c->n_layers);
-    if (m->part.has_embed &&
-        (rc = add_tensor(m, &cap, -1, "tok_embedding", c->vocab, c->d_model, -1, 1, std)))
+    if (holds_embedding(m) &&
+        (rc = add_tensor(m, &cap, -1, "tok_embedding", c->vocab, c->d_model, 0, MAL_TP_VOCAB, 1,
+                         std)))
         return rc;
     for (int l = m->part.layer_begin; l < m->part.layer_end; l++) {
-#define T(suffix, r, cc, split, decay, s)                                                          \
+#define T(suffix, r, cc, split, rule, decay, s)                                                    \
     snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                            \
-    if ((rc = add_tensor(m, &cap, l, nm, r, cc, split, decay, s))) return rc;
-        T("attn_norm", c->d_model, 0, -1, 0, 0.0f);
-        T("wq", c->d_model, c->d_model, 0, 1, std);
-        T("wk", c->d_model, c->d_model, 0, 1, std);
-        T("wv", c->d_model, c->d_model, 0, 1, std);
-        T("wo", c->d_model, c->d_model, 1, 1, std_out);
-        T("mlp_norm", c->d_model, 0, -1, 0, 0.0f);
-        T("w1", c->ffn_hidden, c->d_model, 0, 1, std);
-        T("w3", c->ffn_hidden, c->d_model, 0, 1, std);
-        T("w2", c->d_model, c->ffn_hidden, 1, 1, std_out);
+    if ((rc = add_tensor(m, &cap, l, nm, r, cc, split, rule, decay, s))) return rc;
+        T("attn_norm", c->d_model, 0, -1, MAL_TP_REPLICATE, 0, 0.0f);
+        T("wq", c->d_model, c->d_model, 0, MAL_TP_EVEN, 1, std);
+        T("wk", kv, c->d_model, 0, MAL_TP_KV, 1, std);
+        T("wv", kv, c->d_model, 0, MAL_TP_KV, 1, std);
+        T("wo", c->d_model, c->d_model, 1, MAL_TP_EVEN, 1, std_out);
+        T("mlp_norm", c->d_model, 0, -1, MAL_TP_REPLICATE, 0, 0.0f);
+        T("w1", c->ffn_hidden, c->d_model, 0, MAL_TP_EVEN, 1, std);
+        T("w3", c->ffn_hidden, c->d_model, 0, MAL_TP_EVEN, 1, std);
+        T("w2", c->d_model, c->ffn_hidden, 1, MAL_TP_EVEN, 1, std_out);
 #undef T
     }
     if (m->part.has_head) {
-        if ((rc = add_tensor(m, &cap, c->n_layers, "final_norm", c->d_model, 0, -1, 0, 0.0f)))
+        if ((rc = add_tensor(m, &cap, c->n_layers, "final_norm", c->d_model, 0, -1,
+                             MAL_TP_REPLICATE, 0, 0.0f)))
             return rc;
-        if ((rc = add_tensor(m, &cap, c->n_layers, "lm_head", c->vocab, c->d_model, -1, 1, std)))
+        if (!c->tie_embeddings && (rc = add_tensor(m, &cap, c->n_layers, "lm_head", c->vocab,
+                                                   c->d_model, 0, MAL_TP_VOCAB, 1, std)))
             return rc;
     }
     return 0;
@@ -128,7 +169,7 @@ static void make_views(mal_model *m, void *base, size_t esz, mal_model_views *v)
 {
     int i = 0;
 #define AT() ((char *)base + m->tensors[i++].offset * esz)
-    v->tok_embedding = m->part.has_embed ? AT() : NULL;
+    v->tok_embedding = holds_embedding(m) ? AT() : NULL;
     for (int l = 0; l < m->n_local_layers; l++) {
         mal_layer_views *lv = &v->layer[l];
         lv->attn_norm = AT();
@@ -142,7 +183,7 @@ static void make_views(mal_model *m, void *base, size_t esz, mal_model_views *v)
         lv->w2 = AT();
     }
     v->final_norm = m->part.has_head ? AT() : NULL;
-    v->lm_head = m->part.has_head ? AT() : NULL;
+    v->lm_head = !m->part.has_head ? NULL : m->cfg.tie_embeddings ? v->tok_embedding : AT();
 #undef AT
 }
 
@@ -240,6 +281,11 @@ static int shape_part(mal_model *m, const mal_model_config *cfg, const mal_model
                        "model part: TP size %d must be a power of two dividing n_heads %d and "
                        "ffn_hidden %d",
                        part->tp_size, cfg->n_heads, cfg->ffn_hidden);
+    if ((part->has_embed || part->has_head) && cfg->vocab < part->tp_size)
+        return MAL_ERR(MAL_EINVAL,
+                       "model part: TP size %d splits a vocabulary of only %d tokens (each rank "
+                       "holds at least one row)",
+                       part->tp_size, cfg->vocab);
     if (part->tp_rank < 0 || part->tp_rank >= part->tp_size)
         return MAL_ERR(MAL_EINVAL, "model part: TP rank %d outside [0, %d)", part->tp_rank,
                        part->tp_size);
@@ -258,12 +304,32 @@ static int shape_part(mal_model *m, const mal_model_config *cfg, const mal_model
     m->n_heads_local = cfg->n_heads / part->tp_size;
     m->head_dim = cfg->d_model / cfg->n_heads;
     m->ffn_local = cfg->ffn_hidden / part->tp_size;
+    /* the key/value heads read by query heads [h0, h0 + Hl):
+     * mal_model_tp_range's MAL_TP_KV rule in heads */
+    const int group = cfg->n_heads / cfg->n_kv_heads, h0 = part->tp_rank * m->n_heads_local;
+    m->kv_first = h0 / group;
+    m->heads = (mal_attn_heads){m->n_heads_local,
+                                (h0 + m->n_heads_local - 1) / group + 1 - m->kv_first, group,
+                                h0 % group};
+    m->vocab_first = (int)((int64_t)cfg->vocab * part->tp_rank / part->tp_size);
+    m->vocab_local =
+        (int)((int64_t)cfg->vocab * (part->tp_rank + 1) / part->tp_size) - m->vocab_first;
+    m->rope = cfg->rope;
     return 0;
 }
 
 /* The backward scratch buffers, in the order mal_model_create allocates
- * them (model.h: d_res0 ... d_s). */
-enum { N_SCRATCH = 11 };
+ * them (model.h: d_res0 ... d_s, then the cross-entropy's exchange). */
+enum { N_SCRATCH = 12 };
+
+/* Where each scratch buffer's pointer lives, in that order. */
+static void scratch_slots(mal_model *m, void **slots[N_SCRATCH])
+{
+    void **s[N_SCRATCH] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
+                           &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s,
+                           (void **)&m->xent_stats};
+    memcpy(slots, s, sizeof s);
+}
 
 /* Bytes of each of the part's buffers, checked: the fp32 state (one of the
  * four), the working weights (0 when compute is fp32: the parameters
@@ -276,13 +342,18 @@ static int part_bytes(const mal_model *m, size_t *state, size_t *work, size_t sc
     *work = m->k->compute == MAL_F32 ? 0 : mal_size_mul(np + 1, m->esz, &ovf);
     size_t N = (size_t)m->max_B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local, att;
+    size_t K = (size_t)m->heads.Hkv * (size_t)m->head_dim;
     mal_kern_attention_bytes(m->k, m->max_B, m->cfg.seq_len, m->n_heads_local, m->head_dim, NULL,
                              &att);
     if (att == SIZE_MAX) ovf = 1;
     size_t NCe = mal_size_mul(mal_size_mul(N, C, &ovf), m->esz, &ovf);
     size_t NAe = mal_size_mul(mal_size_mul(N, A, &ovf), m->esz, &ovf);
+    size_t NKe = mal_size_mul(mal_size_mul(N, K, &ovf), m->esz, &ovf);
     size_t NFe = mal_size_mul(mal_size_mul(N, F, &ovf), m->esz, &ovf);
-    size_t sizes[N_SCRATCH] = {NCe, NCe, NCe, NAe, NAe, NAe, NAe, att, NFe, NFe, NFe};
+    size_t xs = m->part.has_head && m->part.tp_size > 1
+                    ? mal_size_mul(3 * (size_t)m->part.tp_size * N, sizeof(float), &ovf)
+                    : 0;
+    size_t sizes[N_SCRATCH] = {NCe, NCe, NCe, NAe, NKe, NKe, NAe, att, NFe, NFe, NFe, xs};
     memcpy(scratch, sizes, sizeof sizes);
     if (ovf)
         return MAL_ERR(MAL_EINVAL,
@@ -357,9 +428,10 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     make_views(m, m->work, m->esz, &m->w);
     make_views(m, m->grads, sizeof(float), &m->g);
 
-    void **bufs[N_SCRATCH] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
-                              &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
+    void **bufs[N_SCRATCH];
+    scratch_slots(m, bufs);
     for (size_t i = 0; i < N_SCRATCH; i++) {
+        if (!sizes[i]) continue; /* not needed by this part */
         *bufs[i] = mal_kern_alloc(k, sizes[i]);
         if (!*bufs[i]) {
             rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate backward scratch");
@@ -377,24 +449,14 @@ fail:
 void mal_model_destroy(mal_model *m)
 {
     if (!m) return;
-    void *bufs[] = {m->work != m->params ? m->work : NULL,
-                    m->params,
-                    m->grads,
-                    m->adam_m,
-                    m->adam_v,
-                    m->d_res0,
-                    m->d_res1,
-                    m->d_h,
-                    m->d_q,
-                    m->d_k,
-                    m->d_v,
-                    m->d_ao,
-                    m->d_att,
-                    m->d_g,
-                    m->d_u,
-                    m->d_s};
+    void *bufs[] = {m->work != m->params ? m->work : NULL, m->params, m->grads, m->adam_m,
+                    m->adam_v};
     for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
         if (bufs[i]) mal_kern_free(m->k, bufs[i]);
+    void **scr[N_SCRATCH];
+    scratch_slots(m, scr);
+    for (size_t i = 0; i < N_SCRATCH; i++)
+        if (*scr[i]) mal_kern_free(m->k, *scr[i]);
     free(m->w.layer);
     free(m->g.layer);
     free(m->tensors);
@@ -409,9 +471,9 @@ void mal_model_release_work(mal_model *m)
     m->work = NULL;
     if (m->grads) mal_kern_free(m->k, m->grads);
     m->grads = NULL;
-    void **bufs[] = {&m->d_res0, &m->d_res1, &m->d_h, &m->d_q, &m->d_k, &m->d_v,
-                     &m->d_ao,   &m->d_att,  &m->d_g, &m->d_u, &m->d_s};
-    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++) {
+    void **bufs[N_SCRATCH];
+    scratch_slots(m, bufs);
+    for (size_t i = 0; i < N_SCRATCH; i++) {
         if (*bufs[i]) mal_kern_free(m->k, *bufs[i]);
         *bufs[i] = NULL;
     }
@@ -515,18 +577,20 @@ static void layer_bytes(const mal_model *m, int B, size_t sz[A_NARR], int *ovf)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local;
+    size_t K = (size_t)m->heads.Hkv * (size_t)m->head_dim;
     size_t e = m->esz, f = sizeof(float), att;
     mal_kern_attention_bytes(m->k, B, m->cfg.seq_len, m->n_heads_local, m->head_dim, &att, NULL);
     if (att == SIZE_MAX) *ovf = 1;
     size_t NCe = mul3(N, C, e, ovf), NAe = mul3(N, A, e, ovf), NFe = mul3(N, F, e, ovf);
-    size_t s[A_NARR] = {NCe, N * f, NAe, NAe, NAe, att, NAe, NCe, NCe, N * f, NFe, NFe, NFe};
+    size_t NKe = mul3(N, K, e, ovf);
+    size_t s[A_NARR] = {NCe, N * f, NAe, NKe, NKe, att, NAe, NCe, NCe, N * f, NFe, NFe, NFe};
     memcpy(sz, s, sizeof s);
 }
 
 size_t mal_acts_bytes(const mal_model *m, int B)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
-    size_t V = (size_t)m->cfg.vocab, sz[A_NARR], total = 0, e = m->esz, f = sizeof(float);
+    size_t V = (size_t)m->vocab_local, sz[A_NARR], total = 0, e = m->esz, f = sizeof(float);
     size_t L = (size_t)m->n_local_layers;
     int ovf = 0;
     layer_bytes(m, B, sz, &ovf);
@@ -586,7 +650,7 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     if (m->part.has_head) {
         a->hf = p, p += pad64(N * C * e, &ovf);
         a->rstdf = (float *)p, p += pad64(N * sizeof(float), &ovf);
-        a->logits = p, p += pad64(N * (size_t)m->cfg.vocab * e, &ovf);
+        a->logits = p, p += pad64(N * (size_t)m->vocab_local * e, &ovf);
         a->losses = (float *)p, p += pad64(N * sizeof(float), &ovf);
     }
     a->tokens = (int *)p;
@@ -633,13 +697,47 @@ double mal_acts_loss_sum(const mal_model *m, const mal_acts *a)
 
 /* ---- forward / backward ---------------------------------------------- */
 
-static int tp_reduce(mal_model *m, void *x, size_t n)
+/* Sum n elements of type dt over the TP group (nothing with TP 1). */
+static int tp_reduce_dt(mal_model *m, void *x, size_t n, mal_dtype dt)
 {
     if (m->part.tp_size == 1) return 0;
     if (!m->tp_allreduce)
         return MAL_ERR(MAL_EINVAL, "model: TP size %d but no TP all-reduce installed",
                        m->part.tp_size);
-    return m->tp_allreduce(m->tp_ctx, x, n);
+    return m->tp_allreduce(m->tp_ctx, x, n, dt);
+}
+
+/* The same on activations (compute dtype). */
+static int tp_reduce(mal_model *m, void *x, size_t n)
+{
+    return tp_reduce_dt(m, x, n, m->k->compute);
+}
+
+/* The loss of the head's logits (N,Vl) and, when dloss_scale != 0, their
+ * gradient in place.  One rank: the fused kernel.  A TP group: each rank's
+ * row statistics go into its slot of the (P,3,N) exchange buffer, zero
+ * elsewhere, and one sum over the group gives every rank all P slots
+ * (Megatron's vocabulary-parallel cross-entropy: the max, the sum of
+ * exponentials and the target's logit, never the logits themselves). */
+static int head_loss(mal_model *m, mal_acts *a, float dloss_scale)
+{
+    mal_kern k = m->k;
+    const int N = a->B * a->T, P = m->part.tp_size, Vl = m->vocab_local, v0 = m->vocab_first;
+    void *dlogits = dloss_scale != 0.0f ? a->logits : NULL;
+    if (P == 1) {
+        mal_kern_xent_fwd_bwd(k, a->losses, dlogits, a->logits, a->targets, N, m->cfg.vocab,
+                              dloss_scale);
+        return 0;
+    }
+    const size_t slot = 3 * (size_t)N;
+    mal_kern_zero(k, m->xent_stats, (size_t)P * slot * sizeof(float));
+    mal_kern_xent_stats(k, m->xent_stats + (size_t)m->part.tp_rank * slot, a->logits, a->targets,
+                        N, Vl, v0);
+    int rc = tp_reduce_dt(m, m->xent_stats, (size_t)P * slot, MAL_F32);
+    if (rc) return rc;
+    mal_kern_xent_combine(k, a->losses, dlogits, a->logits, m->xent_stats, P, a->targets, N, Vl, v0,
+                          m->cfg.vocab, dloss_scale);
+    return 0;
 }
 
 static int grad_ready(mal_model *m, int layer)
@@ -651,25 +749,33 @@ int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_sc
 {
     mal_kern k = m->k;
     const mal_model_config *c = &m->cfg;
-    const int B = a->B, T = a->T, N = B * T, C = c->d_model, V = c->vocab;
+    const int B = a->B, T = a->T, N = B * T, C = c->d_model, Vl = m->vocab_local;
     const int Hl = m->n_heads_local, hd = m->head_dim, A = Hl * hd, F = m->ffn_local;
+    const int Kl = m->heads.Hkv, AK = Kl * hd;
     int rc;
 
-    if (m->part.has_embed)
-        mal_kern_embedding_fwd(k, a->res[0], a->tokens, m->w.tok_embedding, N, C);
-    else if (inp != a->res[0])
+    if (m->part.has_embed) {
+        /* Vocabulary-parallel: each rank looks up the tokens of its rows,
+         * zeros for the others, and the sum over the group is the
+         * embedding (one rank's row plus exact zeros). */
+        mal_kern_embedding_fwd(k, a->res[0], a->tokens, m->w.tok_embedding, N, C, c->vocab,
+                               m->vocab_first, Vl);
+        if ((rc = tp_reduce(m, a->res[0], (size_t)N * C))) return rc;
+    } else if (inp != a->res[0]) {
         mal_kern_copy(k, a->res[0], inp, (size_t)N * C * m->esz);
+    }
 
     for (int l = 0; l < m->n_local_layers; l++) {
         const mal_layer_views *w = &m->w.layer[l];
         void *x = a->res[l];
         mal_kern_rmsnorm_fwd(k, a->h1[l], a->rstd1[l], x, w->attn_norm, N, C, c->norm_eps);
         mal_kern_matmul_fwd(k, a->q[l], a->h1[l], w->wq, N, C, A, 0);
-        mal_kern_matmul_fwd(k, a->k[l], a->h1[l], w->wk, N, C, A, 0);
-        mal_kern_matmul_fwd(k, a->v[l], a->h1[l], w->wv, N, C, A, 0);
-        mal_kern_rope_fwd(k, a->q[l], B, T, Hl, hd, c->rope_theta);
-        mal_kern_rope_fwd(k, a->k[l], B, T, Hl, hd, c->rope_theta);
-        mal_kern_attention_fwd(k, a->ao[l], a->att[l], a->q[l], a->k[l], a->v[l], B, T, Hl, hd);
+        mal_kern_matmul_fwd(k, a->k[l], a->h1[l], w->wk, N, C, AK, 0);
+        mal_kern_matmul_fwd(k, a->v[l], a->h1[l], w->wv, N, C, AK, 0);
+        mal_kern_rope_fwd(k, a->q[l], B, T, Hl, hd, &m->rope);
+        mal_kern_rope_fwd(k, a->k[l], B, T, Kl, hd, &m->rope);
+        mal_kern_attention_fwd(k, a->ao[l], a->att[l], a->q[l], a->k[l], a->v[l], B, T, m->heads,
+                               hd);
         /* Row-parallel output projection: partial sums over the TP group are
          * reduced before the residual is added, so it is added once. */
         mal_kern_matmul_fwd(k, a->mid[l], a->ao[l], w->wo, N, A, C, 0);
@@ -689,9 +795,8 @@ int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_sc
     if (m->part.has_head) {
         void *x = a->res[m->n_local_layers];
         mal_kern_rmsnorm_fwd(k, a->hf, a->rstdf, x, m->w.final_norm, N, C, c->norm_eps);
-        mal_kern_matmul_fwd(k, a->logits, a->hf, m->w.lm_head, N, C, V, 0);
-        mal_kern_xent_fwd_bwd(k, a->losses, dloss_scale != 0.0f ? a->logits : NULL, a->logits,
-                              a->targets, N, V, dloss_scale);
+        mal_kern_matmul_fwd(k, a->logits, a->hf, m->w.lm_head, N, C, Vl, 0);
+        if ((rc = head_loss(m, a, dloss_scale))) return rc;
     }
     return 0;
 }
@@ -700,8 +805,9 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
 {
     mal_kern k = m->k;
     const mal_model_config *c = &m->cfg;
-    const int B = a->B, T = a->T, N = B * T, C = c->d_model, V = c->vocab;
+    const int B = a->B, T = a->T, N = B * T, C = c->d_model, Vl = m->vocab_local;
     const int Hl = m->n_heads_local, hd = m->head_dim, A = Hl * hd, F = m->ffn_local;
+    const int Kl = m->heads.Hkv, AK = Kl * hd;
     const size_t NC = (size_t)N * C;
     int rc;
     /* d0: gradient of the residual stream leaving the current layer;
@@ -712,7 +818,10 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
     if (m->part.has_head) {
         void *x = a->res[m->n_local_layers];
         mal_kern_zero(k, m->d_h, NC * e);
-        mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->w.lm_head, N, C, V);
+        mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->w.lm_head, N, C, Vl);
+        /* each rank's vocabulary rows gave part of the final norm's
+         * output gradient */
+        if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
         mal_kern_zero(k, d0, NC * e);
         mal_kern_rmsnorm_bwd(k, d0, m->g.final_norm, m->d_h, x, m->w.final_norm, a->rstdf, N, C);
         if ((rc = grad_ready(m, c->n_layers))) return rc;
@@ -742,16 +851,20 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         mal_kern_zero(k, m->d_ao, (size_t)N * A * e);
         mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, a->ao[l], w->wo, N, A, C);
         mal_kern_zero(k, m->d_q, (size_t)N * A * e);
-        mal_kern_zero(k, m->d_k, (size_t)N * A * e);
-        mal_kern_zero(k, m->d_v, (size_t)N * A * e);
+        mal_kern_zero(k, m->d_k, (size_t)N * AK * e);
+        mal_kern_zero(k, m->d_v, (size_t)N * AK * e);
         mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->ao[l], a->q[l],
-                               a->k[l], a->v[l], a->att[l], B, T, Hl, hd);
-        mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, c->rope_theta);
-        mal_kern_rope_bwd(k, m->d_k, B, T, Hl, hd, c->rope_theta);
+                               a->k[l], a->v[l], a->att[l], B, T, m->heads, hd);
+        mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, &m->rope);
+        mal_kern_rope_bwd(k, m->d_k, B, T, Kl, hd, &m->rope);
         mal_kern_zero(k, m->d_h, NC * e);
+        /* A key/value head replicated over TP ranks gets here only the
+         * gradient from this rank's query heads (d_k, d_v partial): the
+         * sum over the replicas is the gradient sync's (gradsync.c); its
+         * input gradient is summed with the rest just below. */
         mal_kern_matmul_bwd(k, m->d_h, gw->wq, m->d_q, a->h1[l], w->wq, N, C, A);
-        mal_kern_matmul_bwd(k, m->d_h, gw->wk, m->d_k, a->h1[l], w->wk, N, C, A);
-        mal_kern_matmul_bwd(k, m->d_h, gw->wv, m->d_v, a->h1[l], w->wv, N, C, A);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wk, m->d_k, a->h1[l], w->wk, N, C, AK);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wv, m->d_v, a->h1[l], w->wv, N, C, AK);
         if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
         mal_kern_copy(k, d0, d1, NC * e);
         mal_kern_rmsnorm_bwd(k, d0, gw->attn_norm, m->d_h, a->res[l], w->attn_norm, a->rstd1[l], N,
@@ -760,11 +873,43 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
     }
 
     if (m->part.has_embed) {
-        mal_kern_embedding_bwd(k, m->g.tok_embedding, d0, a->tokens, N, C);
+        /* with tied embeddings, onto the output layer's gradient */
+        mal_kern_embedding_bwd(k, m->g.tok_embedding, d0, a->tokens, N, C, m->vocab_first, Vl);
         if ((rc = grad_ready(m, -1))) return rc;
         if (dinp) *dinp = NULL;
     } else if (dinp) {
         *dinp = d0;
     }
     return 0;
+}
+
+int mal_model_logits_row(mal_model *m, const mal_acts *a, int row, float *host)
+{
+    const size_t V = (size_t)m->cfg.vocab, Vl = (size_t)m->vocab_local, e = m->esz;
+    const char *src = (const char *)a->logits + (size_t)row * Vl * e;
+    void *full = NULL;
+    int rc = 0;
+    if (m->part.tp_size > 1) {
+        /* the shards' columns into a zeroed row, summed over the group:
+         * each element is one shard's value plus exact zeros */
+        if (!(full = mal_kern_alloc(m->k, V * e)))
+            return MAL_ERR(MAL_ENOMEM, "model: no memory for a row of %zu logits", V);
+        mal_kern_copy(m->k, (char *)full + (size_t)m->vocab_first * e, src, Vl * e);
+        if ((rc = tp_reduce(m, full, V))) goto out;
+        src = full;
+    }
+    mal_kern_to_host(m->k, host, src, V * e);
+    if ((rc = mal_kern_sync(m->k)) || e == sizeof(float)) goto out;
+    /* bf16 compute: the row arrived as V halves at the front of `host`;
+     * widen in place from the end (element i's bits are the upper half of
+     * float i, so its source at byte 2i is read before byte 4i is
+     * written). */
+    const uint16_t *h = (const uint16_t *)(void *)host;
+    for (size_t i = V; i-- > 0;) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(host + i, &u, sizeof u);
+    }
+out:
+    if (full) mal_kern_free(m->k, full);
+    return rc;
 }

@@ -4,9 +4,18 @@
  * A rank holds a *part*: a contiguous range of transformer layers, plus the
  * token embedding if it is a pipeline's first stage and the final norm,
  * output projection and loss if it is the last, with every matrix split
- * Megatron-style over the ranks of its tensor-parallel group (wq, wk, wv, w1,
- * w3 by rows = heads / FFN columns; wo, w2 by columns).  One process holding
- * everything is the part {0, n_layers, embed, head, tp 1}.
+ * Megatron-style over the ranks of its tensor-parallel group (wq, w1, w3 by
+ * rows = heads / FFN columns; wo, w2 by columns; wk, wv by rows = the
+ * key/value heads the rank's query heads read: split when the group size
+ * divides n_kv_heads, else shared by several ranks, each holding a replica
+ * whose gradient is partial until the replicas' are summed, Megatron-LM's
+ * rule; the embedding and the output projection by vocabulary rows,
+ * vocabulary-parallel, the cross-entropy computed across the group from
+ * per-row statistics without gathering the logits).  With tied
+ * embeddings the output projection is the token embedding: a pipeline's
+ * last stage holds "tok_embedding" too (both stages' gradients are summed).
+ * One process holding everything is the part {0, n_layers, embed, head,
+ * tp 1}.
  *
  * Buffers and element types (kernels.h, DESIGN.md "Precision"):
  *  - the *state*: master parameters, gradients and both Adam moments, fp32
@@ -27,7 +36,8 @@
  * model's kernel instance: only kernel operations touch their contents.
  *
  * Shapes in comments: B micro-batch, T sequence, N = B*T, C d_model,
- * Hl local heads, hd head dim, Fl local FFN hidden, V vocab.
+ * Hl local heads, Kl local key/value heads, hd head dim, Fl local FFN
+ * hidden, V vocab, Vl local vocabulary rows.
  */
 #ifndef MAL_MODEL_H
 #define MAL_MODEL_H
@@ -48,6 +58,19 @@ typedef struct {
 /* The part that holds the whole model in one process. */
 mal_model_part mal_model_part_full(const mal_model_config *cfg);
 
+/* How the ranks of a TP group hold a tensor along its axis
+ * (mal_model_tp_range). */
+enum {
+    MAL_TP_REPLICATE = 0, /* every rank all of it (norm weights) */
+    MAL_TP_EVEN = 1,      /* equal blocks (query heads, FFN columns) */
+    MAL_TP_KV = 2,        /* key/value heads: rank r the heads its query heads
+                           * read; ranges overlap when the group size does not
+                           * divide n_kv_heads (replicas, partial gradients) */
+    MAL_TP_VOCAB = 3,     /* vocabulary rows, balanced when the group size does
+                           * not divide the vocabulary: rank r of P holds
+                           * [V r / P, V (r+1) / P) (no padding) */
+};
+
 /* One tensor of the part: its global identity and where its local shard
  * lives in the flat buffers. */
 typedef struct {
@@ -58,7 +81,9 @@ typedef struct {
     int axis;            /* the axis TP splits this tensor along when it does
                           * (0 rows, 1 columns; 0 for tensors never split):
                           * shards of different plans are compared along it */
-    int tp_splittable;   /* 1 if TP groups split it, 0 if every TP rank holds all */
+    int tp_rule;         /* MAL_TP_*: how any TP group holds it */
+    int tied;            /* 1: the tied embedding, held by a pipeline's first
+                          * and last stage */
     int layer;           /* transformer layer, -1 for the embedding, n_layers
                           * for the final norm and output projection */
     int64_t split_off;   /* first global row/column held (along split_dim) */
@@ -70,10 +95,16 @@ typedef struct {
     float init_std;      /* normal(0, init_std); 0 means "ones" (norm weights) */
 } mal_tensor_info;
 
-/* Tensor-parallel all-reduce (sum, in place) of n elements of the compute
- * dtype over the part's TP group; the runtime supplies it when
- * tp_size > 1. */
-typedef int (*mal_tp_allreduce_fn)(void *ctx, void *x, size_t n);
+/* Local, pure.  The range [*begin, *end) along t->axis that TP rank r of a
+ * group of `size` ranks holds of tensor t of a model of config cfg (the
+ * whole axis when size is 1 or t is replicated). */
+void mal_model_tp_range(const mal_model_config *cfg, const mal_tensor_info *t, int size, int r,
+                        int64_t *begin, int64_t *end);
+
+/* Tensor-parallel all-reduce (sum, in place) of n elements of type dt (the
+ * compute dtype for activations, fp32 for the cross-entropy's statistics)
+ * over the part's TP group; the runtime supplies it when tp_size > 1. */
+typedef int (*mal_tp_allreduce_fn)(void *ctx, void *x, size_t n, mal_dtype dt);
 
 /* Gradient hook: the gradients of model layer `layer` (mal_tensor_info.layer:
  * -1 the embedding, n_layers the final norm and output projection) have
@@ -84,7 +115,8 @@ typedef int (*mal_grad_ready_fn)(void *ctx, int layer);
  * weights (compute dtype) or into the gradients (fp32). */
 typedef struct mal_layer_views {
     void *attn_norm; /* (C) */
-    void *wq, *wk, *wv; /* (Hl*hd, C) each */
+    void *wq;        /* (Hl*hd, C) */
+    void *wk, *wv;   /* (Kl*hd, C) each */
     void *wo;        /* (C, Hl*hd) */
     void *mlp_norm;  /* (C) */
     void *w1, *w3;   /* (Fl, C) gate, up */
@@ -92,10 +124,10 @@ typedef struct mal_layer_views {
 } mal_layer_views;
 
 typedef struct mal_model_views {
-    void *tok_embedding;  /* (V, C) or NULL */
+    void *tok_embedding;  /* (Vl, C) or NULL */
     mal_layer_views *layer; /* [n_local_layers] */
     void *final_norm;     /* (C) or NULL */
-    void *lm_head;        /* (V, C) or NULL */
+    void *lm_head;        /* (Vl, C) or NULL; == tok_embedding when tied */
 } mal_model_views;
 
 /* The groups of the fp32 state, each one buffer of n_params floats with the
@@ -116,6 +148,10 @@ typedef struct mal_model {
     mal_kern k;
     int n_local_layers;
     int n_heads_local, head_dim, ffn_local;
+    mal_attn_heads heads; /* this part's query and key/value heads (kernels.h) */
+    int kv_first;         /* its first key/value head (global) */
+    int vocab_first, vocab_local; /* its vocabulary rows [v0, v0 + Vl) */
+    mal_rope rope;
 
     int n_tensors;
     mal_tensor_info *tensors;
@@ -130,9 +166,13 @@ typedef struct mal_model {
 
     /* backward scratch shared by all micro-batches (device, compute dtype) */
     void *d_res0, *d_res1, *d_h;          /* (N,C) */
-    void *d_q, *d_k, *d_v, *d_ao;         /* (N,Hl*hd) */
+    void *d_q, *d_ao;                     /* (N,Hl*hd) */
+    void *d_k, *d_v;                      /* (N,Kl*hd) */
     void *d_att;                          /* attention backward scratch (kernels.h) */
     void *d_g, *d_u, *d_s;                /* (N,Fl) */
+    float *xent_stats; /* (tp_size,3,N) fp32: the vocabulary-parallel
+                        * cross-entropy's exchange (head parts with
+                        * tp_size > 1; else NULL) */
     int max_B;
 
     mal_tp_allreduce_fn tp_allreduce;
@@ -227,12 +267,12 @@ typedef struct mal_acts {
     int B, T;
     int *tokens, *targets; /* (N) */
     void **res;            /* [n_local_layers+1] (N,C): residual stream entering each layer; last = output */
-    void **h1, **q, **k, **v, **ao, **mid, **h2, **g, **u, **s;
+    void **h1, **q, **k, **v, **ao, **mid, **h2, **g, **u, **s; /* k, v: (N,Kl*hd) */
     void **att;            /* what attention keeps for its backward (kernels.h) */
     float **rstd1, **rstd2; /* (N) */
     void *hf;              /* final norm (N,C) */
     float *rstdf;          /* (N) */
-    void *logits;          /* (N,V); overwritten by dlogits when training */
+    void *logits;          /* (N,Vl); overwritten by dlogits when training */
     float *losses;         /* (N) */
     void *block;           /* the single allocation behind all of the above */
 } mal_acts;
@@ -264,6 +304,12 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
 
 /* Local.  Sum of a->losses (double, synchronises). */
 double mal_acts_loss_sum(const mal_model *m, const mal_acts *a);
+
+/* Local (collective over the TP group when tp_size > 1).  Row `row` of the
+ * logits of the last forward pass of a head part, all V of them (gathered
+ * from the group's vocabulary shards), as fp32 into host memory `host`
+ * (V floats); synchronises. */
+int mal_model_logits_row(mal_model *m, const mal_acts *a, int row, float *host);
 
 /* Local.  Zero all gradients. */
 void mal_model_zero_grad(mal_model *m);

@@ -53,24 +53,6 @@ int mal_sample_pick(const float *logits, int V, const mal_sample_options *o, uin
     return pick;
 }
 
-int mal_sample_logits_row(const mal_model *m, const mal_acts *a, int row, float *host)
-{
-    const size_t V = (size_t)m->cfg.vocab, esz = m->esz;
-    mal_kern_to_host(m->k, host, (const char *)a->logits + (size_t)row * V * esz, V * esz);
-    int rc = mal_kern_sync(m->k);
-    if (rc || esz == sizeof(float)) return rc;
-    /* bf16 compute: the row arrived as V halves at the front of `host`;
-     * widen in place from the end (element i's bits are the upper half of
-     * float i, so its source at byte 2i is read before byte 4i is
-     * written). */
-    const uint16_t *h = (const uint16_t *)(void *)host;
-    for (size_t i = V; i-- > 0;) {
-        uint32_t u = (uint32_t)h[i] << 16;
-        memcpy(host + i, &u, sizeof u);
-    }
-    return 0;
-}
-
 int mal_sample_generate(mal_model *m, mal_acts *a, const int *prompt, int n_prompt, int n_new,
                         const mal_sample_options *o, int *out,
                         void (*on_token)(void *ctx, int token), void *ctx)
@@ -96,7 +78,7 @@ int mal_sample_generate(mal_model *m, mal_acts *a, const int *prompt, int n_prom
         memcpy(inputs, out + start, (size_t)len * sizeof *inputs);
         mal_acts_set_batch(m, a, inputs, targets);
         if ((rc = mal_model_forward(m, a, NULL, 0.0f))) goto out;
-        if ((rc = mal_sample_logits_row(m, a, len - 1, row))) goto out;
+        if ((rc = mal_model_logits_row(m, a, len - 1, row))) goto out;
         int next = mal_sample_pick(row, V, o, (uint64_t)n);
         if (next < 0) {
             rc = next;

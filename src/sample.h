@@ -36,11 +36,6 @@ typedef struct mal_sample_options {
  * MAL_E* code (MAL_ENOMEM, MAL_EINVAL for V < 1). */
 int mal_sample_pick(const float *logits, int V, const mal_sample_options *o, uint64_t draw);
 
-/* Local.  Row `row` of a's logits (the last stage's, after a forward) as
- * fp32 in host memory (V floats, caller's), whatever the compute dtype;
- * waits for the copy. */
-int mal_sample_logits_row(const mal_model *m, const mal_acts *a, int row, float *host);
-
 /* Local.  Generate n_new tokens after prompt[0..n_prompt) (n_prompt >= 1)
  * with model m (a whole model: embedding and head, TP 1) in activations a
  * (any micro-batch size; its first sequence is used), into out (caller's,

@@ -18,6 +18,13 @@ typedef struct {
     int rank;            /* world rank */
     int group;           /* pipeline index (replica), or layout id (0 old, 1 new) */
     int64_t begin, end;  /* [begin, end) along the split axis */
+    int sub;             /* within a group: holders with the same sub hold
+                          * copies of the same gradient (a TP group's
+                          * replicas of a norm weight); holders with
+                          * different subs each hold a part of it (the
+                          * replicas of a key/value head that TP ranks
+                          * share, the two stages that hold a tied
+                          * embedding), summed by the gradient sync */
 } mal_slice_holding;
 
 typedef struct {

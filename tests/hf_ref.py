@@ -11,14 +11,16 @@
 #       key of the checkpoint and of the model matched (none missing,
 #       unexpected or of another shape);
 #   --impl torch: an independent PyTorch implementation of Hugging Face's
-#       LLaMA (rotate_half rotary embedding, written from the modelling code's
-#       conventions, not from Malleus) that reads model.safetensors with its
-#       own parser of the format (8-byte little-endian header length, JSON
-#       header, raw little-endian tensors), checking the header's offsets
-#       tile the data exactly.
+#       LLaMA (rotate_half rotary embedding, grouped-query attention by
+#       repeat_kv, tied embeddings, the llama3 rope_scaling, all written from
+#       the modelling code's conventions, not from Malleus) that reads
+#       model.safetensors with its own parser of the format (8-byte
+#       little-endian header length, JSON header, raw little-endian
+#       tensors), checking the header's offsets tile the data exactly.
 # --perturb no-permute undoes the q/k row permutation after loading (what an
-# exporter that forgot it would have written): the losses must then differ,
-# which shows the comparison can fail.  --bf16 DIR (torch only) also checks
+# exporter that forgot it would have written), --perturb unscaled-rope drops
+# the config's rope_scaling: the losses must then differ, which shows the
+# comparison can fail.  --bf16 DIR (torch only) also checks
 # a bf16 export of the same snapshot holds exactly torch's round-to-nearest-
 # even bf16 of the fp32 export.
 # Exit status: 0 match, 1 mismatch, 77 a module is missing, 99 error.
@@ -86,8 +88,10 @@ def read_safetensors(path):
 # ---- an independent Hugging Face LLaMA forward ----------------------------
 
 
-def hf_names(L):
-    names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+def hf_names(L, tied):
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not tied:
+        names.append("lm_head.weight")
     for l in range(L):
         p = "model.layers.%d." % l
         names += [p + s + ".weight" for s in (
@@ -106,12 +110,34 @@ def rms(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def inv_freq(cfg, hd):
+    """The rotary frequencies as transformers computes them in float32:
+    1 / theta^(2i/hd), and for rope_scaling {"rope_type": "llama3"} the
+    frequencies whose wavelength exceeds original/low_freq_factor divided by
+    factor, those between original/high_freq_factor and it interpolated."""
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    sc = cfg.get("rope_scaling")
+    if not sc:
+        return inv
+    if sc.get("rope_type", sc.get("type")) != "llama3":
+        raise RuntimeError("rope_scaling %r is not llama3" % (sc,))
+    f, lo, hi = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+    orig = sc["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > orig / lo, inv / f, inv)
+    smooth = (orig / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / f + smooth * scaled
+    medium = ~(wavelen < orig / hi) * ~(wavelen > orig / lo)
+    return torch.where(medium, smoothed, scaled)
+
+
 def torch_logits(cfg, W, tokens):
     """LlamaForCausalLM's forward, float32: tokens (B,T) -> logits (B,T,V)."""
     B, T = tokens.shape
     C, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    Hkv = cfg.get("num_key_value_heads") or H
     hd, eps = C // H, cfg["rms_norm_eps"]
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    inv = inv_freq(cfg, hd)
     ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
     emb = torch.cat((ang, ang), dim=-1)
     cos, sin = emb.cos()[None, None], emb.sin()[None, None]  # (1,1,T,hd)
@@ -121,17 +147,20 @@ def torch_logits(cfg, W, tokens):
         w = lambda s: W["model.layers.%d.%s.weight" % (l, s)]  # noqa: E731
         h = rms(x, w("input_layernorm"), eps)
         q = F.linear(h, w("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
-        k = F.linear(h, w("self_attn.k_proj")).view(B, T, H, hd).transpose(1, 2)
-        v = F.linear(h, w("self_attn.v_proj")).view(B, T, H, hd).transpose(1, 2)
+        k = F.linear(h, w("self_attn.k_proj")).view(B, T, Hkv, hd).transpose(1, 2)
+        v = F.linear(h, w("self_attn.v_proj")).view(B, T, Hkv, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        # repeat_kv: key/value head j serves query heads j*g .. j*g+g-1
+        k, v = (x.repeat_interleave(H // Hkv, dim=1) for x in (k, v))
         att = (torch.matmul(q, k.transpose(2, 3)) / math.sqrt(hd) + mask).softmax(dim=-1)
         o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, C)
         x = x + F.linear(o, w("self_attn.o_proj"))
         h = rms(x, w("post_attention_layernorm"), eps)
         x = x + F.linear(F.silu(F.linear(h, w("mlp.gate_proj"))) * F.linear(h, w("mlp.up_proj")),
                          w("mlp.down_proj"))
-    return F.linear(rms(x, W["model.norm.weight"], eps), W["lm_head.weight"])
+    head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
+    return F.linear(rms(x, W["model.norm.weight"], eps), head)
 
 
 def unpermute(w, H):
@@ -152,7 +181,9 @@ def main():
     ap.add_argument("--loss", type=float, required=True,
                     help="malleus-train's loss for step K's batch with these parameters")
     ap.add_argument("--rtol", type=float, default=1e-5)
-    ap.add_argument("--perturb", choices=["none", "no-permute"], default="none")
+    ap.add_argument("--perturb", choices=["none", "no-permute", "unscaled-rope"], default="none",
+                    help="no-permute: q/k rows left interleaved; unscaled-rope: the export's "
+                         "rope_scaling dropped")
     ap.add_argument("--bf16", help="(torch) a bf16 export of the same snapshot to check")
     ap.add_argument("--greedy", nargs=3, metavar=("PROMPT", "N", "FILE"),
                     help="also continue PROMPT greedily by N tokens and compare with FILE "
@@ -161,10 +192,12 @@ def main():
     torch.set_num_threads(1)
 
     cfg = json.load(open(os.path.join(a.export, "config.json")))
-    if cfg.get("architectures") != ["LlamaForCausalLM"] or cfg.get("tie_word_embeddings"):
-        print("hf_ref: MISMATCH: config.json is not an untied LlamaForCausalLM: %s" % cfg)
+    if cfg.get("architectures") != ["LlamaForCausalLM"]:
+        print("hf_ref: MISMATCH: config.json is not a LlamaForCausalLM: %s" % cfg)
         return 1
     T, H = cfg["max_position_embeddings"], cfg["num_attention_heads"]
+    Hkv = cfg.get("num_key_value_heads") or H
+    tied = bool(cfg.get("tie_word_embeddings"))
     tokens = tm.load_tokens(a.data)
     x, y = tm.sample_batch(tokens, a.seed, a.step, 0, a.global_batch, T, a.global_batch)
 
@@ -174,19 +207,25 @@ def main():
         except ImportError as e:
             print("hf_ref: skipped: %s" % e)
             return 77
+        extra = {"rope_scaling": None} if a.perturb == "unscaled-rope" else {}
         model, info = LlamaForCausalLM.from_pretrained(
             a.export, output_loading_info=True, torch_dtype=torch.float32,
-            attn_implementation="eager")
+            attn_implementation="eager", **extra)
         bad = {k: v for k, v in info.items() if v}
         if bad:
             print("hf_ref: MISMATCH: keys not matched strictly: %s" % bad)
             return 1
         model.eval()
+        # tied: one tensor for both (Hugging Face ties lm_head to the
+        # embedding when the config says so, and the export has no lm_head)
+        if tied and model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+            print("hf_ref: MISMATCH: tie_word_embeddings set but lm_head is not the embedding")
+            return 1
         with torch.no_grad():
             if a.perturb == "no-permute":
                 for layer in model.model.layers:
-                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
-                        proj.weight.copy_(unpermute(proj.weight, H))
+                    for proj, n in ((layer.self_attn.q_proj, H), (layer.self_attn.k_proj, Hkv)):
+                        proj.weight.copy_(unpermute(proj.weight, n))
             logits = model(input_ids=x).logits
 
         def continue_greedily(ids, n):
@@ -196,11 +235,13 @@ def main():
             return out[0].tolist()
         what = "transformers %s LlamaForCausalLM" % __import__("transformers").__version__
     else:
+        if a.perturb == "unscaled-rope":
+            cfg = dict(cfg, rope_scaling=None)
         W, meta = read_safetensors(os.path.join(a.export, "model.safetensors"))
         if meta.get("format") != "pt":
             print("hf_ref: MISMATCH: __metadata__ lacks format 'pt': %s" % meta)
             return 1
-        want = set(hf_names(cfg["num_hidden_layers"]))
+        want = set(hf_names(cfg["num_hidden_layers"], tied))
         if set(W) != want:
             print("hf_ref: MISMATCH: tensors %s missing, %s unexpected"
                   % (sorted(want - set(W)), sorted(set(W) - want)))
@@ -221,8 +262,10 @@ def main():
         Wt = {n: torch.from_numpy(w.copy()) for n, w in W.items()}
         if a.perturb == "no-permute":
             for n in Wt:
-                if n.endswith(("q_proj.weight", "k_proj.weight")):
+                if n.endswith("q_proj.weight"):
                     Wt[n] = unpermute(Wt[n], H)
+                elif n.endswith("k_proj.weight"):
+                    Wt[n] = unpermute(Wt[n], Hkv)
         with torch.no_grad():
             logits = torch_logits(cfg, Wt, x)
 

@@ -21,7 +21,7 @@ dist_check_SCRIPTS += tests/test_parallel.sh
 TESTS += tests/test_parallel.sh
 EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json \
 	tests/plans/mixed_tp.json tests/plans/uneven_stages.json tests/plans/suspended.json \
-	tests/plans/keep_extend.json
+	tests/plans/keep_extend.json tests/models/gqa_straddle.json
 
 # Online fast path: straggler appears and recovers, state migrates in-job.
 check_PROGRAMS += tests/test_online

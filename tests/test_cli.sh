@@ -43,6 +43,16 @@ printf '{"vocab": 256, "d_model": 60, "n_layers": 4, "n_heads": 8, "ffn_hidden":
 printf '{"vocab": 100, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/v100.json"
 printf '{"vocab": 256, "d_model": 64, "n_layers": 3, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32}' >"$W/l3.json"
 printf 'not a token file at all, just some text.....' >"$W/bad.bin"
+# grouped-query attention, tied embeddings, rotary scaling: fields checked
+base='"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32'
+printf '{%s, "n_kv_heads": 3}' "$base" >"$W/kv3.json"
+printf '{%s, "n_kv_heads": 16}' "$base" >"$W/kv16.json"
+printf '{%s, "tie_embeddings": 1}' "$base" >"$W/tie1.json"
+printf '{%s, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}' "$base" >"$W/yarn.json"
+printf '{%s, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}}' "$base" >"$W/lohi.json"
+printf '{%s, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}' "$base" >"$W/noorig.json"
+printf '{%s, "rope_scaling": {"rope_type": "llama3", "factr": 8.0}}' "$base" >"$W/typo.json"
+printf '{%s, "n_kv_heads": 2, "tie_embeddings": true, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}' "$base" >"$W/gqa.json"
 
 expect 2 "unknown option '--frobnicate'" -- --frobnicate
 expect 2 "--steps expects an integer" -- --steps abc
@@ -52,6 +62,16 @@ expect 2 "neither a preset" -- --model nosuch
 expect 2 "invalid JSON" -- --model "$W/badjson.json"
 expect 2 'unknown field "dmodel"' -- --model "$W/unknown.json"
 expect 2 "not divisible by n_heads" -- --model "$W/indiv.json"
+expect 2 "n_heads 8 is not divisible by n_kv_heads 3" -- --model "$W/kv3.json"
+expect 2 "n_kv_heads must be in \[1, 8\]" -- --model "$W/kv16.json"
+expect 2 '"tie_embeddings" must be true or false' -- --model "$W/tie1.json"
+expect 2 'rope_type must be "llama3"' -- --model "$W/yarn.json"
+expect 2 "0 < low_freq_factor < high_freq_factor" -- --model "$W/lohi.json"
+expect 2 'missing field "original_max_position_embeddings"' -- --model "$W/noorig.json"
+expect 2 'unknown field "rope_scaling.factr"' -- --model "$W/typo.json"
+"$TRAIN" --model "$W/gqa.json" --steps 1 --global-batch 2 --micro-batch 2 >"$W/out" 2>&1 &&
+    grep -q 'kv heads / tied emb. |    2 / yes' "$W/out" && grep -q 'llama3: factor 8' "$W/out" ||
+    { cat "$W/out"; echo "FAIL: a grouped-query, tied, scaled config"; fails=$((fails + 1)); }
 expect nz "$W/missing.bin" -- --data "$W/missing.bin" --steps 1
 expect nz "$W/bad.bin" -- --data "$W/bad.bin" --data-format llmc --steps 1
 expect 2 "not a multiple of --micro-batch" -- --global-batch 6 --micro-batch 4

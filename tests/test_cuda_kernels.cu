@@ -315,31 +315,38 @@ static void test_fp32_vec(size_t n, int offset)
 
 /* ---- embedding --------------------------------------------------------- */
 
-static void test_embedding(int bf, int N, int C, int V)
+/* The table of rows [v0, v0 + Vl) of a vocabulary of V (all of it, or a
+ * vocabulary-parallel shard: other shards' tokens give zero rows and no
+ * gradient). */
+static void test_embedding(int bf, int N, int C, int V, int v0, int Vl)
 {
-    buf wte((size_t)V * C, bf), out((size_t)N * C, bf), dout((size_t)N * C, bf);
+    buf wte((size_t)Vl * C, bf), out((size_t)N * C, bf), dout((size_t)N * C, bf);
     wte.randn(1), dout.randn(1);
     out.poison();
     mvec<int> tok(N);
     /* few distinct tokens, so rows repeat many times */
     for (int n = 0; n < N; n++) tok[n] = (int)(urand() * (V < 13 ? V : 13));
     tok[N - 1] = V - 1;
-    mvec<float> dw = frand((size_t)V * C, 0.5);
+    tok[N - 2] = v0;
+    mvec<float> dw = frand((size_t)Vl * C, 0.5);
     const dvec WTE = wte.d(), DO = dout.d();
     dvec rdw = tod(dw);
     mvec<int> err(1, 0);
-    mal_cu_embedding_fwd(0, bf, out.p(), tok.data(), wte.p(), N, C, V, err.data());
-    mvec<char> scratch(mal_cu_embedding_bwd_scratch_bytes(N, V));
+    mal_cu_embedding_fwd(0, bf, out.p(), tok.data(), wte.p(), N, C, V, v0, Vl, err.data());
+    mvec<char> scratch(mal_cu_embedding_bwd_scratch_bytes(N, Vl));
     memset(scratch.data(), 0x5a, scratch.size());
-    mal_cu_embedding_bwd(0, bf, dw.data(), dout.p(), tok.data(), N, C, V, scratch.data());
+    mal_cu_embedding_bwd(0, bf, dw.data(), dout.p(), tok.data(), N, C, v0, Vl, scratch.data());
     dvec ro((size_t)N * C);
-    for (int n = 0; n < N; n++)
+    for (int n = 0; n < N; n++) {
+        const int r = tok[n] - v0, own = r >= 0 && r < Vl;
         for (int c = 0; c < C; c++) {
-            ro[(size_t)n * C + c] = WTE[(size_t)tok[n] * C + c];
-            rdw[(size_t)tok[n] * C + c] += DO[(size_t)n * C + c];
+            ro[(size_t)n * C + c] = own ? WTE[(size_t)r * C + c] : 0.0;
+            if (own) rdw[(size_t)r * C + c] += DO[(size_t)n * C + c];
         }
+    }
     char what[96];
-    snprintf(what, sizeof what, "embedding fwd %s N=%d C=%d V=%d", dt(bf), N, C, V);
+    snprintf(what, sizeof what, "embedding fwd %s N=%d C=%d V=%d rows [%d, %d)", dt(bf), N, C, V,
+             v0, v0 + Vl);
     check(what, out.d(), ro, 0);
     snprintf(what, sizeof what, "embedding bwd %s", dt(bf));
     check(what, tod(dw), rdw, 1e-6);
@@ -347,21 +354,39 @@ static void test_embedding(int bf, int N, int C, int V)
     if (err[0]) printf("embedding: error flag %d on valid tokens   <-- FAIL\n", err[0]), failures++;
     /* the CPU backend's order: dwte[v] += dout[n] for n ascending, in
      * float: the result must be exactly that */
-    mvec<float> seq = frand((size_t)V * C, 0.5), par = seq;
+    mvec<float> seq = frand((size_t)Vl * C, 0.5), par = seq;
     for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) seq[(size_t)tok[n] * C + c] += (float)DO[(size_t)n * C + c];
-    mal_cu_embedding_bwd(0, bf, par.data(), dout.p(), tok.data(), N, C, V, scratch.data());
+        if (tok[n] >= v0 && tok[n] < v0 + Vl)
+            for (int c = 0; c < C; c++)
+                seq[(size_t)(tok[n] - v0) * C + c] += (float)DO[(size_t)n * C + c];
+    mal_cu_embedding_bwd(0, bf, par.data(), dout.p(), tok.data(), N, C, v0, Vl, scratch.data());
     settle();
     if (memcmp(seq.data(), par.data(), seq.size() * sizeof(float)))
         printf("embedding bwd: not the CPU backend's summation order   <-- FAIL\n"), failures++;
     tok[3] = V; /* out of range */
-    mal_cu_embedding_fwd(0, bf, out.p(), tok.data(), wte.p(), N, C, V, err.data());
+    mal_cu_embedding_fwd(0, bf, out.p(), tok.data(), wte.p(), N, C, V, v0, Vl, err.data());
     settle();
     if (!(err[0] & MAL_CU_ERR_TOKEN))
         printf("embedding: token out of range not flagged   <-- FAIL\n"), failures++;
 }
 
 /* ---- cross-entropy ----------------------------------------------------- */
+
+/* float64 softmax cross-entropy of logits L (N,V): losses rl (N) and
+ * gradients rd (N,V) scaled by dscale. */
+static void xent_ref(const dvec &L, const mvec<int> &tgt, int N, int V, double dscale, dvec &rl,
+                     dvec &rd)
+{
+    rl.assign(N, 0), rd.assign((size_t)N * V, 0);
+    for (int n = 0; n < N; n++) {
+        double m = -1e300, s = 0;
+        for (int i = 0; i < V; i++) m = fmax(m, L[(size_t)n * V + i]);
+        for (int i = 0; i < V; i++) s += exp(L[(size_t)n * V + i] - m);
+        rl[n] = log(s) + m - L[(size_t)n * V + tgt[n]];
+        for (int i = 0; i < V; i++)
+            rd[(size_t)n * V + i] = (exp(L[(size_t)n * V + i] - m) / s - (i == tgt[n])) * dscale;
+    }
+}
 
 static void test_xent(int bf, int N, int V, int alias)
 {
@@ -376,15 +401,8 @@ static void test_xent(int bf, int N, int V, int alias)
     mvec<int> err(1, 0);
     mal_cu_xent(0, bf, loss.data(), alias ? lg.p() : dl.p(), lg.p(), tgt.data(), N, V, dscale,
                 err.data());
-    dvec rl(N), rd((size_t)N * V);
-    for (int n = 0; n < N; n++) {
-        double m = -1e300, s = 0;
-        for (int i = 0; i < V; i++) m = fmax(m, L[(size_t)n * V + i]);
-        for (int i = 0; i < V; i++) s += exp(L[(size_t)n * V + i] - m);
-        rl[n] = log(s) + m - L[(size_t)n * V + tgt[n]];
-        for (int i = 0; i < V; i++)
-            rd[(size_t)n * V + i] = (exp(L[(size_t)n * V + i] - m) / s - (i == tgt[n])) * dscale;
-    }
+    dvec rl, rd;
+    xent_ref(L, tgt, N, V, dscale, rl, rd);
     char what[96];
     snprintf(what, sizeof what, "xent losses %s N=%d V=%d%s", dt(bf), N, V, alias ? " aliased" : "");
     check(what, tod(loss), rl, 1e-6);
@@ -392,6 +410,57 @@ static void test_xent(int bf, int N, int V, int alias)
     check(what, alias ? lg.d() : dl.d(), rd, tol_of(bf, 1e-6));
     settle();
     if (err[0]) printf("xent: error flag on valid targets   <-- FAIL\n"), failures++;
+}
+
+/* The vocabulary-parallel cross-entropy: P uneven column shards of the
+ * logits, each shard's statistics into its slot of the exchange, then the
+ * combination on every shard against the float64 softmax of whole rows;
+ * every shard must write the same loss bits. */
+static void test_xent_vp(int bf, int N, int V, int P)
+{
+    buf lg((size_t)N * V, bf);
+    lg.randn(3);
+    mvec<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = (int)(urand() * V);
+    tgt[0] = V - 1;
+    const dvec L = lg.d();
+    const float dscale = 1.0f / 37;
+    const size_t slot = 3 * (size_t)N;
+    mvec<float> all((size_t)P * slot, 0.0f);
+    mvec<int> err(1, 0);
+    std::vector<buf> sh;
+    sh.reserve((size_t)P);
+    for (int p = 0; p < P; p++) {
+        const int v0 = (int)((long)V * p / P), Vl = (int)((long)V * (p + 1) / P) - v0;
+        sh.emplace_back((size_t)N * Vl, bf);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < Vl; i++) sh[p].set((size_t)n * Vl + i, L[(size_t)n * V + v0 + i]);
+        mal_cu_xent_stats(0, bf, all.data() + p * slot, sh[p].p(), tgt.data(), N, Vl, v0);
+    }
+    settle();
+    dvec rl, rd, got((size_t)N * V);
+    xent_ref(L, tgt, N, V, dscale, rl, rd);
+    mvec<float> loss0(N, NAN);
+    int same = 1;
+    for (int p = 0; p < P; p++) {
+        const int v0 = (int)((long)V * p / P), Vl = (int)((long)V * (p + 1) / P) - v0;
+        mvec<float> loss(N, NAN);
+        mal_cu_xent_combine(0, bf, loss.data(), sh[p].p(), sh[p].p(), all.data(), P, tgt.data(), N,
+                            Vl, v0, V, dscale, err.data());
+        settle();
+        if (p == 0) loss0 = loss;
+        same &= !memcmp(loss.data(), loss0.data(), (size_t)N * sizeof(float));
+        const dvec D = sh[p].d();
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < Vl; i++) got[(size_t)n * V + v0 + i] = D[(size_t)n * Vl + i];
+    }
+    char what[96];
+    snprintf(what, sizeof what, "xent vp losses %s N=%d V=%d P=%d", dt(bf), N, V, P);
+    check(what, tod(loss0), rl, 1e-6);
+    snprintf(what, sizeof what, "xent vp dlogits %s", dt(bf));
+    check(what, got, rd, tol_of(bf, 1e-6));
+    if (!same) printf("xent vp: shards disagree on the loss bits   <-- FAIL\n"), failures++;
+    if (err[0]) printf("xent vp: error flag on valid targets   <-- FAIL\n"), failures++;
 }
 
 /* ---- AdamW ------------------------------------------------------------- */
@@ -430,24 +499,29 @@ struct att_ref {
     dvec out, lse, dq, dk, dv;
 };
 
+/* Grouped-query: query head h reads key/value head (h + q_off) / group. */
 static att_ref attention_ref(const dvec &Q, const dvec &K, const dvec &Vv, const dvec &DO, int B,
-                             int T, int H, int hd)
+                             int T, mal_cu_heads hs, int hd)
 {
     att_ref r;
+    const int H = hs.H;
     size_t n = (size_t)B * T * H * hd, ld = (size_t)H * hd;
-    r.out.assign(n, 0), r.dq.assign(n, 0), r.dk.assign(n, 0), r.dv.assign(n, 0);
+    size_t nk = (size_t)B * T * hs.Hkv * hd, ldk = (size_t)hs.Hkv * hd;
+    r.out.assign(n, 0), r.dq.assign(n, 0), r.dk.assign(nk, 0), r.dv.assign(nk, 0);
     r.lse.assign((size_t)B * H * T, 0);
     const double sc = 1.0 / sqrt((double)hd);
     dvec P((size_t)T * T), dP((size_t)T * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             size_t base = (size_t)b * T * ld + (size_t)h * hd;
+            size_t kbase = (size_t)b * T * ldk + (size_t)((h + hs.q_off) / hs.group) * hd;
 #define AT(X, t, d) X[base + (size_t)(t) * ld + (d)]
+#define KV(X, t, d) X[kbase + (size_t)(t) * ldk + (d)]
             for (int t = 0; t < T; t++) {
                 double m = -1e300;
                 for (int s = 0; s <= t; s++) {
                     double dot = 0;
-                    for (int d = 0; d < hd; d++) dot += AT(Q, t, d) * AT(K, s, d);
+                    for (int d = 0; d < hd; d++) dot += AT(Q, t, d) * KV(K, s, d);
                     P[(size_t)t * T + s] = dot * sc;
                     m = fmax(m, dot * sc);
                 }
@@ -457,7 +531,7 @@ static att_ref attention_ref(const dvec &Q, const dvec &K, const dvec &Vv, const
                 for (int s = 0; s <= t; s++) P[(size_t)t * T + s] = exp(P[(size_t)t * T + s] - m) / sum;
                 for (int d = 0; d < hd; d++) {
                     double o = 0;
-                    for (int s = 0; s <= t; s++) o += P[(size_t)t * T + s] * AT(Vv, s, d);
+                    for (int s = 0; s <= t; s++) o += P[(size_t)t * T + s] * KV(Vv, s, d);
                     AT(r.out, t, d) = o;
                 }
             }
@@ -465,47 +539,58 @@ static att_ref attention_ref(const dvec &Q, const dvec &K, const dvec &Vv, const
                 double Dt = 0;
                 for (int s = 0; s <= t; s++) {
                     double dp = 0;
-                    for (int d = 0; d < hd; d++) dp += AT(DO, t, d) * AT(Vv, s, d);
+                    for (int d = 0; d < hd; d++) dp += AT(DO, t, d) * KV(Vv, s, d);
                     dP[(size_t)t * T + s] = dp;
                     Dt += P[(size_t)t * T + s] * dp;
                 }
                 for (int s = 0; s <= t; s++) {
                     double p = P[(size_t)t * T + s], ds = p * (dP[(size_t)t * T + s] - Dt);
                     for (int d = 0; d < hd; d++) {
-                        AT(r.dv, s, d) += p * AT(DO, t, d);
-                        AT(r.dq, t, d) += sc * ds * AT(K, s, d);
-                        AT(r.dk, s, d) += sc * ds * AT(Q, t, d);
+                        KV(r.dv, s, d) += p * AT(DO, t, d);
+                        AT(r.dq, t, d) += sc * ds * KV(K, s, d);
+                        KV(r.dk, s, d) += sc * ds * AT(Q, t, d);
                     }
                 }
             }
 #undef AT
+#undef KV
         }
     return r;
 }
 
-static void test_attention(int bf, int impl, int B, int T, int H, int hd)
+/* Multi-head attention over H heads. */
+static mal_cu_heads mha(int H)
 {
-    size_t n = (size_t)B * T * H * hd;
-    buf q(n, bf), k(n, bf), v(n, bf), out(n, bf), dout(n, bf), dq(n, bf), dk(n, bf), dv(n, bf);
+    mal_cu_heads h = {H, H, 1, 0};
+    return h;
+}
+
+static void test_attention(int bf, int impl, int B, int T, mal_cu_heads hs, int hd)
+{
+    const int H = hs.H;
+    size_t n = (size_t)B * T * H * hd, nk = (size_t)B * T * hs.Hkv * hd;
+    buf q(n, bf), k(nk, bf), v(nk, bf), out(n, bf), dout(n, bf), dq(n, bf), dk(nk, bf), dv(nk, bf);
     q.randn(1), k.randn(1), v.randn(1), dout.randn(1);
     dq.randn(0.1), dk.randn(0.1), dv.randn(0.1);
     out.poison();
     const dvec DQ0 = dq.d(), DK0 = dk.d(), DV0 = dv.d();
     mvec<float> lse((size_t)B * H * T, NAN);
     mvec<char> scratch(mal_cu_attention_bwd_scratch_bytes(B, T, H));
-    mal_cu_attention_fwd(0, bf, impl, out.p(), lse.data(), q.p(), k.p(), v.p(), B, T, H, hd);
+    mal_cu_attention_fwd(0, bf, impl, out.p(), lse.data(), q.p(), k.p(), v.p(), B, T, hs, hd);
     mal_cu_attention_bwd(0, bf, impl, dq.p(), dk.p(), dv.p(), dout.p(), out.p(), q.p(), k.p(),
-                         v.p(), lse.data(), B, T, H, hd, scratch.data());
+                         v.p(), lse.data(), B, T, hs, hd, scratch.data());
     /* the reference backward uses the kernel's own (rounded) output only
      * through D; recompute everything from the inputs */
-    att_ref r = attention_ref(q.d(), k.d(), v.d(), dout.d(), B, T, H, hd);
-    for (size_t i = 0; i < n; i++) r.dq[i] += DQ0[i], r.dk[i] += DK0[i], r.dv[i] += DV0[i];
+    att_ref r = attention_ref(q.d(), k.d(), v.d(), dout.d(), B, T, hs, hd);
+    for (size_t i = 0; i < n; i++) r.dq[i] += DQ0[i];
+    for (size_t i = 0; i < nk; i++) r.dk[i] += DK0[i], r.dv[i] += DV0[i];
     const char *kind = use_mma(bf, impl, hd, q.p()) ? "mma" : "generic";
     char what[128];
     /* bf16 on tensor cores: P and dS are rounded to bf16 before their
      * products (FlashAttention's practice), so the backward is looser */
     double tf = bf ? 1e-2 : 2e-6, tb = bf ? 2e-2 : 1e-5;
-    snprintf(what, sizeof what, "attention %s %s out B%d T%d H%d hd%d", kind, dt(bf), B, T, H, hd);
+    snprintf(what, sizeof what, "attention %s %s out B%d T%d H%d/%d g%d+%d hd%d", kind, dt(bf), B,
+             T, H, hs.Hkv, hs.group, hs.q_off, hd);
     check(what, out.d(), r.out, tf);
     check("   lse", tod(lse), r.lse, bf ? 1e-3 : 1e-6);
     check("   dq", dq.d(), r.dq, tb);
@@ -515,18 +600,19 @@ static void test_attention(int bf, int impl, int B, int T, int H, int hd)
     /* the same inputs in two other thread orders: the same bits */
     for (int order = 1; order <= 2; order++) {
         set_order(order == 1 ? 1 : 7);
-        buf out2(n, bf), dq2(n, bf), dk2(n, bf), dv2(n, bf);
+        buf out2(n, bf), dq2(n, bf), dk2(nk, bf), dv2(nk, bf);
         out2.poison();
-        for (size_t i = 0; i < n; i++) dq2.set(i, DQ0[i]), dk2.set(i, DK0[i]), dv2.set(i, DV0[i]);
+        for (size_t i = 0; i < n; i++) dq2.set(i, DQ0[i]);
+        for (size_t i = 0; i < nk; i++) dk2.set(i, DK0[i]), dv2.set(i, DV0[i]);
         mvec<float> lse2(lse.size(), NAN);
-        mal_cu_attention_fwd(0, bf, impl, out2.p(), lse2.data(), q.p(), k.p(), v.p(), B, T, H, hd);
+        mal_cu_attention_fwd(0, bf, impl, out2.p(), lse2.data(), q.p(), k.p(), v.p(), B, T, hs, hd);
         mal_cu_attention_bwd(0, bf, impl, dq2.p(), dk2.p(), dv2.p(), dout.p(), out2.p(), q.p(),
-                             k.p(), v.p(), lse2.data(), B, T, H, hd, scratch.data());
+                             k.p(), v.p(), lse2.data(), B, T, hs, hd, scratch.data());
         set_order(0);
         settle();
         size_t es = bf ? 2 : 4;
         if (memcmp(out.p(), out2.p(), n * es) || memcmp(dq.p(), dq2.p(), n * es) ||
-            memcmp(dk.p(), dk2.p(), n * es) || memcmp(dv.p(), dv2.p(), n * es) ||
+            memcmp(dk.p(), dk2.p(), nk * es) || memcmp(dv.p(), dv2.p(), nk * es) ||
             memcmp(lse.data(), lse2.data(), lse.size() * 4)) {
             printf("   results depend on the thread order (%s): a race   <-- FAIL\n",
                    order == 1 ? "reversed" : "shuffled");
@@ -562,21 +648,34 @@ int main(void)
         test_rope(bf, 1, 4, 2, 6); /* hd not a multiple of the vector: the pair path */
         test_elementwise(bf, 1000, 0);
         test_elementwise(bf, 997, 1);
-        test_embedding(bf, 300, 48, 20);
+        test_embedding(bf, 300, 48, 20, 0, 20);
+        test_embedding(bf, 300, 48, 20, 5, 8); /* a vocabulary-parallel shard */
         test_xent(bf, 5, 1000, 0);
         test_xent(bf, 4, 77, 1);
+        test_xent_vp(bf, 5, 1000, 1);
+        test_xent_vp(bf, 4, 259, 8); /* uneven shards */
         test_adamw(bf, 1001);
     }
     test_fp32_vec(4099, 0);
     test_fp32_vec(1000, 3);
     /* generic attention (the fp32 mode's kernels), then the tensor-core
      * kernels at both head sizes with ragged tiles */
-    test_attention(0, 0, 2, 21, 3, 8);
-    test_attention(0, 0, 1, 37, 2, 64);
-    test_attention(1, 1, 1, 19, 2, 16);
-    test_attention(1, 0, 1, 70, 2, 64);
-    test_attention(1, 0, 2, 130, 1, 128);
-    test_attention(1, 0, 1, 64, 1, 64);
+    test_attention(0, 0, 2, 21, mha(3), 8);
+    test_attention(0, 0, 1, 37, mha(2), 64);
+    test_attention(1, 1, 1, 19, mha(2), 16);
+    test_attention(1, 0, 1, 70, mha(2), 64);
+    test_attention(1, 0, 2, 130, mha(1), 128);
+    test_attention(1, 0, 1, 64, mha(1), 64);
+    /* grouped-query attention, generic and tensor-core kernels: 3 query
+     * heads per key/value head; a TP rank's 2 of a head's 4 (q_off 2);
+     * 3 query heads straddling two key/value heads (q_off 1) */
+    const mal_cu_heads gqa = {6, 2, 3, 0}, repl = {2, 1, 4, 2}, straddle = {3, 2, 2, 1};
+    test_attention(0, 0, 2, 21, gqa, 8);
+    test_attention(0, 0, 1, 23, straddle, 8);
+    test_attention(1, 1, 1, 19, repl, 16);
+    test_attention(1, 0, 1, 70, gqa, 64);
+    test_attention(1, 0, 2, 40, straddle, 64);
+    test_attention(1, 0, 1, 66, repl, 128);
     printf("%s: %s (%d failure%s)\n", PROG, failures ? "FAIL" : "ok", failures,
            failures == 1 ? "" : "s");
     return failures ? 1 : 0;

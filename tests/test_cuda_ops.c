@@ -231,12 +231,17 @@ static void test_norm_rope_swiglu(void)
     size_t n = (size_t)B * T * H * hd;
     float *q = rnd(n, 1);
     arg Q = A(q, n, 1);
-    mal_kern_rope_fwd(G, Q.g, B, T, H, hd, 10000.0f);
-    mal_kern_rope_fwd(C, Q.c, B, T, H, hd, 10000.0f);
+    const mal_rope r1 = mal_rope_plain(10000.0f), r2 = mal_rope_plain(500.0f);
+    const mal_rope l3 = {500000.0f, 1, 8.0f, 1.0f, 4.0f, 64}; /* llama3, every band */
+    mal_kern_rope_fwd(G, Q.g, B, T, H, hd, &r1);
+    mal_kern_rope_fwd(C, Q.c, B, T, H, hd, &r1);
     cmp_arg("rope fwd", &Q, 1e-5, 8e-3);
-    mal_kern_rope_bwd(G, Q.g, B, T, H, hd, 500.0f);
-    mal_kern_rope_bwd(C, Q.c, B, T, H, hd, 500.0f);
+    mal_kern_rope_bwd(G, Q.g, B, T, H, hd, &r2);
+    mal_kern_rope_bwd(C, Q.c, B, T, H, hd, &r2);
     cmp_arg("rope bwd (another theta)", &Q, 1e-5, 8e-3);
+    mal_kern_rope_fwd(G, Q.g, B, T, H, hd, &l3);
+    mal_kern_rope_fwd(C, Q.c, B, T, H, hd, &l3);
+    cmp_arg("rope fwd (llama3 scaling)", &Q, 1e-5, 8e-3);
     drop(&Q);
 
     size_t m = 5003;
@@ -301,12 +306,19 @@ static void test_embedding_xent(void)
     mal_kern_from_host(C, tc, tok, sizeof tok);
     arg Wt = A(wte, (size_t)V * Cc, 1), O = A(pn, (size_t)N * Cc, 1),
         DY = A(dy, (size_t)N * Cc, 1), DW = A(dw0, (size_t)V * Cc, 0);
-    mal_kern_embedding_fwd(G, O.g, tg, Wt.g, N, Cc);
-    mal_kern_embedding_fwd(C, O.c, tc, Wt.c, N, Cc);
+    mal_kern_embedding_fwd(G, O.g, tg, Wt.g, N, Cc, V, 0, V);
+    mal_kern_embedding_fwd(C, O.c, tc, Wt.c, N, Cc, V, 0, V);
     cmp_arg("embedding fwd", &O, 0, 0);
-    mal_kern_embedding_bwd(G, DW.g, DY.g, tg, N, Cc);
-    mal_kern_embedding_bwd(C, DW.c, DY.c, tc, N, Cc);
+    mal_kern_embedding_bwd(G, DW.g, DY.g, tg, N, Cc, 0, V);
+    mal_kern_embedding_bwd(C, DW.c, DY.c, tc, N, Cc, 0, V);
     cmp_arg("embedding bwd (CPU's order: exact)", &DW, 0, 0);
+    /* a vocabulary-parallel shard: rows [20, 37) of the 50 */
+    mal_kern_embedding_fwd(G, O.g, tg, Wt.g, N, Cc, V, 20, 17);
+    mal_kern_embedding_fwd(C, O.c, tc, Wt.c, N, Cc, V, 20, 17);
+    cmp_arg("embedding fwd (shard)", &O, 0, 0);
+    mal_kern_embedding_bwd(G, DW.g, DY.g, tg, N, Cc, 20, 17);
+    mal_kern_embedding_bwd(C, DW.c, DY.c, tc, N, Cc, 20, 17);
+    cmp_arg("embedding bwd (shard)", &DW, 0, 0);
 
     const int Nx = 9, Vx = 32000;
     float *lg = rnd((size_t)Nx * Vx, 3), *pl = nans(Nx);
@@ -320,6 +332,24 @@ static void test_embedding_xent(void)
     mal_kern_xent_fwd_bwd(C, LS.c, L.c, L.c, xc, Nx, Vx, 0.125f);
     cmp_arg("cross-entropy losses (V 32000)", &LS, 1e-5, 1e-5);
     cmp_arg("cross-entropy dlogits (in place)", &L, 1e-5, 8e-3);
+    /* vocabulary-parallel: the columns [16000, 32000) of fresh logits,
+     * their statistics put beside made-up ones of another shard */
+    {
+        const int Vl = 16000;
+        float *sl = rnd((size_t)Nx * Vl, 3), *sn = nans(Nx), *st = rnd((size_t)6 * Nx, 1);
+        for (int i = 0; i < Nx; i++) /* shard 0: a positive sum, no target logit */
+            st[Nx + i] = fabsf(st[Nx + i]) + 1.0f, st[2 * Nx + i] = 0.0f;
+        arg SL = A(sl, (size_t)Nx * Vl, 1), SN = A(sn, Nx, 0), ST = A(st, (size_t)6 * Nx, 0);
+        mal_kern_xent_stats(G, (float *)ST.g + 3 * Nx, SL.g, xg, Nx, Vl, Vl);
+        mal_kern_xent_stats(C, (float *)ST.c + 3 * Nx, SL.c, xc, Nx, Vl, Vl);
+        cmp_arg("cross-entropy statistics (shard)", &ST, 1e-5, 1e-2);
+        mal_kern_xent_combine(G, SN.g, SL.g, SL.g, ST.g, 2, xg, Nx, Vl, Vl, Vx, 0.125f);
+        mal_kern_xent_combine(C, SN.c, SL.c, SL.c, ST.c, 2, xc, Nx, Vl, Vl, Vx, 0.125f);
+        cmp_arg("cross-entropy combined losses", &SN, 1e-4, 1e-2);
+        cmp_arg("cross-entropy combined dlogits", &SL, 1e-5, 8e-3);
+        drop(&SL), drop(&SN), drop(&ST);
+        free(sl), free(sn), free(st);
+    }
     /* a target outside the vocabulary: an error from the next sync */
     tgt[4] = Vx + 3;
     mal_kern_from_host(G, xg, tgt, sizeof tgt);
@@ -335,24 +365,25 @@ static void test_embedding_xent(void)
     free(wte), free(dy), free(dw0), free(pn), free(lg), free(pl);
 }
 
-static void test_attention(int B, int T, int H, int hd)
+static void test_attention(int B, int T, mal_attn_heads hs, int hd)
 {
-    size_t n = (size_t)B * T * H * hd, sg, xg, sc, xc;
+    const int H = hs.H;
+    size_t n = (size_t)B * T * H * hd, nk = (size_t)B * T * hs.Hkv * hd, sg, xg, sc, xc;
     mal_kern_attention_bytes(G, B, T, H, hd, &sg, &xg);
     mal_kern_attention_bytes(C, B, T, H, hd, &sc, &xc);
-    float *q = rnd(n, 1), *k = rnd(n, 1), *v = rnd(n, 1), *dy = rnd(n, 1), *pn = nans(n);
+    float *q = rnd(n, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *dy = rnd(n, 1), *pn = nans(n);
     float *d0 = rnd(n, 0.1f);
-    arg Q = A(q, n, 1), K = A(k, n, 1), Vv = A(v, n, 1), O = A(pn, n, 1), DY = A(dy, n, 1);
-    arg DQ = A(d0, n, 1), DK = A(d0, n, 1), DV = A(d0, n, 1);
+    arg Q = A(q, n, 1), K = A(k, nk, 1), Vv = A(v, nk, 1), O = A(pn, n, 1), DY = A(dy, n, 1);
+    arg DQ = A(d0, n, 1), DK = A(d0, nk, 1), DV = A(d0, nk, 1);
     void *svg = mal_kern_alloc(G, sg), *scg = mal_kern_alloc(G, xg);
     void *svc = mal_kern_alloc(C, sc), *scc = mal_kern_alloc(C, xc);
-    mal_kern_attention_fwd(G, O.g, svg, Q.g, K.g, Vv.g, B, T, H, hd);
-    mal_kern_attention_fwd(C, O.c, svc, Q.c, K.c, Vv.c, B, T, H, hd);
+    mal_kern_attention_fwd(G, O.g, svg, Q.g, K.g, Vv.g, B, T, hs, hd);
+    mal_kern_attention_fwd(C, O.c, svc, Q.c, K.c, Vv.c, B, T, hs, hd);
     char what[80];
-    snprintf(what, sizeof what, "attention fwd B%d T%d H%d hd%d", B, T, H, hd);
+    snprintf(what, sizeof what, "attention fwd B%d T%d H%d/%d hd%d", B, T, H, hs.Hkv, hd);
     cmp_arg(what, &O, 1e-5, 1e-2);
-    mal_kern_attention_bwd(G, DQ.g, DK.g, DV.g, scg, DY.g, O.g, Q.g, K.g, Vv.g, svg, B, T, H, hd);
-    mal_kern_attention_bwd(C, DQ.c, DK.c, DV.c, scc, DY.c, O.c, Q.c, K.c, Vv.c, svc, B, T, H, hd);
+    mal_kern_attention_bwd(G, DQ.g, DK.g, DV.g, scg, DY.g, O.g, Q.g, K.g, Vv.g, svg, B, T, hs, hd);
+    mal_kern_attention_bwd(C, DQ.c, DK.c, DV.c, scc, DY.c, O.c, Q.c, K.c, Vv.c, svc, B, T, hs, hd);
     cmp_arg("attention bwd dq (+=)", &DQ, 1e-5, 2e-2);
     cmp_arg("attention bwd dk (+=)", &DK, 1e-5, 2e-2);
     cmp_arg("attention bwd dv (+=)", &DV, 1e-5, 2e-2);
@@ -414,7 +445,8 @@ static void test_fresh_stream(mal_kern_config cfg)
     CHECK_OK(mal_kern_sync(G));
     CHECK(cudaLaunchHostFunc((cudaStream_t)mal_kern_native_queue(G), stall_200ms, NULL) ==
           cudaSuccess);
-    mal_kern_rope_fwd(G, X.g, B, T, H, hd, 7777.0f); /* a theta no table has yet */
+    const mal_rope fresh = mal_rope_plain(7777.0f); /* a theta no table has yet */
+    mal_kern_rope_fwd(G, X.g, B, T, H, hd, &fresh);
     mal_kern_xent_fwd_bwd(G, ls, NULL, L, xg, Nx, Vx, 1.0f);
     mal_clearerr();
     int rc = mal_kern_sync(G);
@@ -422,7 +454,7 @@ static void test_fresh_stream(mal_kern_config cfg)
     printf("%-5s %-40s %s\n", bf ? "bf16" : "fp32", "fresh instance: error flag in order",
            flagged ? "ok" : "   <-- FAIL");
     if (!flagged) failures++;
-    mal_kern_rope_fwd(C, X.c, B, T, H, hd, 7777.0f);
+    mal_kern_rope_fwd(C, X.c, B, T, H, hd, &fresh);
     cmp_arg("fresh instance: rope table in order", &X, 1e-5, 8e-3);
     mal_kern_free(G, xg), mal_kern_free(G, L), mal_kern_free(G, ls);
     drop(&X);
@@ -503,9 +535,13 @@ int main(void)
         test_norm_rope_swiglu();
         test_fp32_ops();
         test_embedding_xent();
-        test_attention(2, 37, 3, 8);    /* generic kernels (tiny's head size) */
-        test_attention(1, 200, 2, 64);  /* tensor cores in bf16 (small's head size) */
-        test_attention(1, 130, 2, 128); /* tensor cores, the 1b head size */
+        test_attention(2, 37, mal_attn_mha(3), 8);    /* generic kernels (tiny's head size) */
+        test_attention(1, 200, mal_attn_mha(2), 64);  /* tensor cores in bf16 (small's) */
+        test_attention(1, 130, mal_attn_mha(2), 128); /* tensor cores, the 1b head size */
+        /* grouped-query: llama3-1b's 4 query heads per key/value head, and
+         * a TP rank's 3 query heads straddling two key/value heads */
+        test_attention(1, 130, (mal_attn_heads){8, 2, 4, 0}, 64);
+        test_attention(2, 37, (mal_attn_heads){3, 2, 2, 1}, 8);
         test_adamw();
         CHECK_OK(mal_kern_sync(G));
         mal_kern_destroy(G);

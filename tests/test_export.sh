@@ -5,7 +5,10 @@
 # the exported parameters; the losses must agree within 1e-5 (fp32), the bf16
 # export must be exactly torch's round-to-nearest-even of the fp32 one, and
 # with the q/k permutation undone the comparison must fail; and its greedy
-# continuation of a prompt must be malleus-sample --temperature 0's.  Then: a
+# continuation of a prompt must be malleus-sample --temperature 0's.  The
+# same for tiny-llama3 (grouped-query attention, tied embeddings: no
+# lm_head, rope_theta 500000 with the llama3 scaling), where dropping the
+# rotary scaling must fail the comparison too.  Then: a
 # snapshot resharded onto an 8-rank plan exports to the same bytes; an
 # uncommitted or corrupt snapshot is refused (exit 2, nothing written); a
 # target that is a link to /dev/null is written through; usage errors.
@@ -20,7 +23,6 @@ REF=$top_srcdir/tests/hf_ref.py
 W=$(mktemp -d "${TMPDIR:-/tmp}/test_export.XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT
 . "$top_srcdir/tests/export_setup.sh"
-SNAP=$W/snap/step_000000$K
 fail() { echo "$TAG: FAIL: $*"; exit 1; }
 
 "$EXPORT" "$SNAP" "$W/hf" >"$W/e.log" 2>&1 || { cat "$W/e.log"; fail "export failed"; }
@@ -42,6 +44,29 @@ if "$PYTHON3" -c 'import torch, numpy' 2>/dev/null; then
         fail "the comparison did not notice q/k rows left interleaved (exit $rc)"
     echo "negative control (q/k permutation undone): mismatch detected, as it must"
     PY_DONE=1
+    # grouped-query attention, tied embeddings, llama3 rotary scaling
+    TINY_SNAP=$SNAP TINY_LOSS=$LOSS
+    MODEL=tiny-llama3 SUFFIX=-gqa
+    . "$top_srcdir/tests/export_setup.sh"
+    "$EXPORT" --quiet "$SNAP" "$W/hf-gqa" || fail "export of tiny-llama3 failed"
+    for want in '"num_key_value_heads": 2' '"tie_word_embeddings": true' '"rope_theta": 500000.0' \
+        '"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256}'; do
+        grep -qF "$want" "$W/hf-gqa/config.json" || fail "tiny-llama3's config.json lacks $want"
+    done
+    "$PYTHON3" "$REF" --impl torch --export "$W/hf-gqa" --data "$W/tokens.bin" --seed $SEED \
+        --step $K --global-batch $GB --loss "$LOSS"
+    rc=$?
+    [ $rc -eq 0 ] || fail "reference check of tiny-llama3 exit $rc"
+    for perturb in no-permute unscaled-rope; do
+        "$PYTHON3" "$REF" --impl torch --export "$W/hf-gqa" --data "$W/tokens.bin" --seed $SEED \
+            --step $K --global-batch $GB --loss "$LOSS" --perturb $perturb >"$W/neg" 2>&1
+        rc=$?
+        cat "$W/neg"
+        [ $rc -eq 1 ] && grep -q MISMATCH "$W/neg" ||
+            fail "the comparison did not notice $perturb on tiny-llama3 (exit $rc)"
+        echo "negative control ($perturb, tiny-llama3): mismatch detected, as it must"
+    done
+    SNAP=$TINY_SNAP LOSS=$TINY_LOSS
 else
     echo "$TAG: $PYTHON3 cannot import torch: the loss comparison is skipped"
     PY_DONE=0

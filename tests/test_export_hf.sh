@@ -4,16 +4,23 @@
 # loss on the batch whose loss malleus-train reported for the exported
 # parameters agrees within 1e-5 (fp32), and its generate() continues a
 # prompt greedily as malleus-sample --temperature 0 does; with the q/k
-# permutation undone the loss must not agree.
+# permutation undone the loss must not agree.  Then the same loss check
+# for tiny-llama3: grouped-query attention (num_key_value_heads 2 of 8),
+# tied embeddings (no lm_head in the file; Hugging Face ties it), rope_theta
+# 500000 with rope_scaling {"rope_type": "llama3", ...}, which transformers
+# computes itself (_compute_llama3_parameters); with the scaling dropped
+# from the loaded config, or the q/k permutation undone, the loss must not
+# agree.
 #
 # transformers is not packaged by Debian.  The test uses, in this order: a
-# $PYTHON3 that imports it; $MALLEUS_HF_SITE (default
-# ${XDG_CACHE_HOME:-~/.cache}/malleus/hf-site-4.40), a directory of packages
+# $PYTHON3 that imports transformers 4.44 or newer (the first with the
+# llama3 scaling); $MALLEUS_HF_SITE (default
+# ${XDG_CACHE_HOME:-~/.cache}/malleus/hf-site-4.44), a directory of packages
 # put on PYTHONPATH; or, unless MALLEUS_HF_INSTALL=0, installs there with
-#   python3 -m pip install --no-deps --target DIR transformers==4.40.* \
+#   python3 -m pip install --no-deps --target DIR transformers==4.44.* \
 #       tokenizers==0.19.* safetensors==0.4.* huggingface-hub==0.23.* \
 #       tqdm filelock regex fsspec
-# (the only way found to run transformers 4.40 on Debian's torch 1.13:
+# (the only way found to run transformers 4.44 on Debian's torch 1.13:
 # without --no-deps pip would pull a newer torch).  Where that fails (no
 # pip, no package index: CI) it skips with 77.
 set -u
@@ -26,10 +33,12 @@ REF=$top_srcdir/tests/hf_ref.py
 
 "$PYTHON3" -c 'import torch, numpy' 2>/dev/null ||
     { echo "$TAG: skipped: $PYTHON3 cannot import torch and numpy"; exit 77; }
-SITE=${MALLEUS_HF_SITE:-${XDG_CACHE_HOME:-$HOME/.cache}/malleus/hf-site-4.40}
-has_hf() { # [DIR on PYTHONPATH]
+SITE=${MALLEUS_HF_SITE:-${XDG_CACHE_HOME:-$HOME/.cache}/malleus/hf-site-4.44}
+has_hf() { # [DIR on PYTHONPATH]: transformers with the llama3 rotary scaling
     PYTHONPATH=${1:-}${1:+${PYTHONPATH:+:}}${PYTHONPATH:-} "$PYTHON3" -c \
-        'from transformers import LlamaForCausalLM' >/dev/null 2>&1
+        'from transformers import LlamaForCausalLM
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+assert "llama3" in ROPE_INIT_FUNCTIONS' >/dev/null 2>&1
 }
 if has_hf ""; then
     SITE=
@@ -43,9 +52,9 @@ elif ! has_hf "$SITE"; then
     # Installed beside the target and renamed, so a concurrent run or an
     # interrupted install never leaves a half-filled directory in use.
     TMPSITE=$(mktemp -d "$SITE.tmp.XXXXXX") || exit 77
-    echo "$TAG: installing transformers 4.40 into $SITE (pip --target, --no-deps)"
+    echo "$TAG: installing transformers 4.44 into $SITE (pip --target, --no-deps)"
     timeout 300 "$PYTHON3" -m pip install -q --disable-pip-version-check --no-deps \
-        --timeout 15 --retries 1 --target "$TMPSITE" 'transformers==4.40.*' \
+        --timeout 15 --retries 1 --target "$TMPSITE" 'transformers==4.44.*' \
         'tokenizers==0.19.*' 'safetensors==0.4.*' 'huggingface-hub==0.23.*' tqdm filelock \
         regex fsspec >"$TMPSITE.log" 2>&1
     rc=$?
@@ -64,20 +73,35 @@ fi
 W=$(mktemp -d "${TMPDIR:-/tmp}/test_export_hf.XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT
 . "$top_srcdir/tests/export_setup.sh"
-"$EXPORT" --quiet "$W/snap/step_000000$K" "$W/hf" || { echo "$TAG: FAIL: export failed"; exit 1; }
+"$EXPORT" --quiet "$SNAP" "$W/hf" || { echo "$TAG: FAIL: export failed"; exit 1; }
 
 "$PYTHON3" "$REF" --impl transformers --export "$W/hf" --data "$W/tokens.bin" --seed $SEED \
     --step $K --global-batch $GB --loss "$LOSS" --greedy "$PROMPT" $NGREEDY "$W/greedy"
 rc=$?
 [ $rc -eq 0 ] || { echo "$TAG: FAIL (exit $rc)"; exit $rc; }
-"$PYTHON3" "$REF" --impl transformers --export "$W/hf" --data "$W/tokens.bin" --seed $SEED \
-    --step $K --global-batch $GB --loss "$LOSS" --perturb no-permute >"$W/neg" 2>&1
+# negative EXPORT_DIR PERTURBATION: the loss must then disagree
+negative() {
+    "$PYTHON3" "$REF" --impl transformers --export "$1" --data "$W/tokens.bin" --seed $SEED \
+        --step $K --global-batch $GB --loss "$LOSS" --perturb "$2" >"$W/neg" 2>&1
+    rc=$?
+    cat "$W/neg"
+    if [ $rc -ne 1 ] || ! grep -q MISMATCH "$W/neg"; then
+        echo "$TAG: FAIL: the comparison did not notice $2 on $1 (exit $rc)"
+        exit 1
+    fi
+    echo "negative control ($2, $1): mismatch detected, as it must"
+}
+negative "$W/hf" no-permute
+
+# grouped-query attention, tied embeddings, llama3 rotary scaling
+MODEL=tiny-llama3 SUFFIX=-gqa
+. "$top_srcdir/tests/export_setup.sh"
+"$EXPORT" --quiet "$SNAP" "$W/hf-gqa" || { echo "$TAG: FAIL: export of tiny-llama3 failed"; exit 1; }
+"$PYTHON3" "$REF" --impl transformers --export "$W/hf-gqa" --data "$W/tokens.bin" --seed $SEED \
+    --step $K --global-batch $GB --loss "$LOSS"
 rc=$?
-cat "$W/neg"
-if [ $rc -ne 1 ] || ! grep -q MISMATCH "$W/neg"; then
-    echo "$TAG: FAIL: the comparison did not notice q/k rows left interleaved (exit $rc)"
-    exit 1
-fi
-echo "negative control (q/k permutation undone): mismatch detected, as it must"
+[ $rc -eq 0 ] || { echo "$TAG: FAIL on tiny-llama3 (exit $rc)"; exit $rc; }
+negative "$W/hf-gqa" unscaled-rope
+negative "$W/hf-gqa" no-permute
 echo "$TAG: ok"
 exit 0

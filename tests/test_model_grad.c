@@ -1,9 +1,12 @@
-/* Whole-model gradient check on the `tiny` preset: for every parameter
- * tensor, the analytic directional derivative g . d (backward pass) must
- * match the central finite difference (L(p + e d) - L(p - e d)) / 2e of the
- * loss along a random direction d supported on that tensor.  A missing term
- * in any layer's backward (norm, rope, attention, SwiGLU, residual) shows up
- * as a mismatch in the tensors upstream of it. */
+/* Whole-model gradient check on the `tiny` preset and on `tiny-llama3`
+ * (grouped-query attention with 4 query heads per key/value head, tied
+ * input and output embeddings, rope_theta 500000 with the llama3 scaling):
+ * for every parameter tensor, the analytic directional derivative g . d
+ * (backward pass) must match the central finite difference
+ * (L(p + e d) - L(p - e d)) / 2e of the loss along a random direction d
+ * supported on that tensor.  A missing term in any layer's backward (norm,
+ * rope, attention, SwiGLU, residual, the tied embedding's two uses) shows
+ * up as a mismatch in the tensors upstream of it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +21,13 @@ static double loss_at(mal_model *m, mal_acts *a, double scale)
     return mal_acts_loss_sum(m, a) * scale;
 }
 
-int main(void)
+static double check_model(const char *preset)
 {
     mal_model_config cfg;
-    CHECK_OK(mal_config_load(&cfg, "tiny"));
+    CHECK_OK(mal_config_load(&cfg, preset));
+    printf("%s: %d heads, %d key/value heads, %s embeddings, rope_theta %g%s\n", preset,
+           cfg.n_heads, cfg.n_kv_heads, cfg.tie_embeddings ? "tied" : "untied",
+           (double)cfg.rope.theta, cfg.rope.llama3 ? " (llama3 scaling)" : "");
     const int B = 2, T = cfg.seq_len, N = B * T;
     mal_model_part part = mal_model_part_full(&cfg);
     mal_model *m;
@@ -79,25 +85,32 @@ int main(void)
                 d[j] /= dn;
                 gd += d[j] * grad[ti->offset + j];
             }
-            /* Step along the unit direction; fp32 forward noise (~1e-7 of
-             * the loss) bounds the usable step from below. */
-            const double eps = 2e-2;
-            double lp, lm;
-            for (size_t j = 0; j < ti->n; j++)
-                m->params[ti->offset + j] = (float)(p0[ti->offset + j] + eps * d[j]);
-            lp = loss_at(m, a, scale);
-            for (size_t j = 0; j < ti->n; j++)
-                m->params[ti->offset + j] = (float)(p0[ti->offset + j] - eps * d[j]);
-            lm = loss_at(m, a, scale);
-            memcpy(m->params + ti->offset, p0 + ti->offset, ti->n * sizeof(float));
-            double fd = (lp - lm) / (2 * eps);
+            /* Central differences at steps e and e/2 along the unit
+             * direction, extrapolated (Richardson: (4 fd(e/2) - fd(e)) / 3
+             * cancels the e^2 term of the truncation error, which is what
+             * the large weights of the first layers leave at e alone);
+             * fp32 forward noise (~1e-7 of the loss) bounds the usable step
+             * from below. */
+            double fds[2];
+            for (int r = 0; r < 2; r++) {
+                const double eps = r ? 1e-2 : 2e-2;
+                for (size_t j = 0; j < ti->n; j++)
+                    m->params[ti->offset + j] = (float)(p0[ti->offset + j] + eps * d[j]);
+                double lp = loss_at(m, a, scale);
+                for (size_t j = 0; j < ti->n; j++)
+                    m->params[ti->offset + j] = (float)(p0[ti->offset + j] - eps * d[j]);
+                double lm = loss_at(m, a, scale);
+                memcpy(m->params + ti->offset, p0 + ti->offset, ti->n * sizeof(float));
+                fds[r] = (lp - lm) / (2 * eps);
+            }
+            double fd = (4 * fds[1] - fds[0]) / 3;
             double err = fabs(fd - gd) / fabs(gd);
             printf("%-20s %-8s g.d %+.6e  fd %+.6e  rel err %.2e\n", ti->name,
                    kind ? "grad dir" : "random", gd, fd, err);
             if (kind == 1) {
                 /* the gradient direction must carry signal well above noise */
                 CHECK(gd > 1e-4);
-                CHECK_CLOSE(fd, gd, 1e-2, 0);
+                CHECK_CLOSE(fd, gd, 1e-3, 0);
                 if (err > worst) worst = err;
             } else {
                 CHECK_CLOSE(fd, gd, 2e-2, 1e-5);
@@ -105,7 +118,7 @@ int main(void)
         }
         free(d);
     }
-    printf("worst relative error %.2e over %d tensors\n", worst, m->n_tensors);
+    printf("%s: worst relative error %.2e over %d tensors\n", preset, worst, m->n_tensors);
     free(grad);
     free(p0);
     free(in);
@@ -113,5 +126,12 @@ int main(void)
     mal_acts_destroy(m, a);
     mal_model_destroy(m);
     mal_kern_destroy(k);
+    return worst;
+}
+
+int main(void)
+{
+    check_model("tiny");
+    check_model("tiny-llama3");
     return 0;
 }

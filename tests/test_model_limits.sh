@@ -44,7 +44,7 @@ cfg dmodel 256 1000000000 4 8 128 32     # refused with a wrapped count
 cfg ffn 256 64 4 8 2000000 32
 cfg seq 256 64 4 8 128 2000000
 cfg heads 256 64 4 128 128 32
-cfg vocab 70000 64 4 8 128 32
+cfg vocab 2000000 64 4 8 128 32
 cfg huge 256 65536 64 64 262144 32       # within the bounds: 64 TiB of state
 cfg attn 256 131072 1 65536 128 1048576  # attention scores overflow 64 bits
 TRAIN="$B/malleus-train --steps 1 --global-batch 1 --micro-batch 1 --quiet"
@@ -55,7 +55,7 @@ expect 2 'd_model must be in \[1, 131072\] \(got 1000000000\)' $TRAIN --model "$
 expect 2 'ffn_hidden must be in \[1, 1048576\]' $TRAIN --model "$W/ffn.json"
 expect 2 'seq_len must be in \[1, 1048576\]' $TRAIN --model "$W/seq.json"
 expect 2 'n_heads must be in \[1, 64\]' $TRAIN --model "$W/heads.json"
-expect 2 'vocab must be in \[1, 65536\]' $TRAIN --model "$W/vocab.json"
+expect 2 'vocab must be in \[1, 1048576\]' $TRAIN --model "$W/vocab.json"
 expect 2 'does not fit in memory: .* needs [0-9]+ bytes .* but a rank has [0-9]+ bytes' \
     $TRAIN --model "$W/huge.json"
 expect 2 'overflow' "$B/malleus-train" --steps 1 --global-batch 64 --micro-batch 64 --model "$W/attn.json"

@@ -6,7 +6,10 @@
  * parameters, Adam m and v - must be bitwise identical.
  * Then one more step both ways - the online trainer, and a trainer resumed
  * from C on the same plan (D) - must give bitwise the same loss and norm.
- *   test_online_reshard PLAN.json WORKDIR */
+ *   test_online_reshard [--model NAME] PLAN.json WORKDIR
+ * (NAME: tiny by default; tiny-llama3 moves key/value heads between split,
+ * replicated and single-rank holders, a tied embedding held by two stages
+ * and vocabulary shards of uneven sizes.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,9 +66,16 @@ int main(int argc, char **argv)
     mal_comm *world;
     CHECK_OK(mal_comm_init(&argc, &argv, &world));
     mal_log_level = MAL_LOG_WARN;
+    const char *model = "tiny";
+    if (argc == 5 && !strcmp(argv[1], "--model")) {
+        model = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
     if (argc != 3 || world->size != 8) {
         if (world->rank == 0)
-            fprintf(stderr, "usage: mpiexec -n 8 %s PLAN.json WORKDIR\n", argv[0]);
+            fprintf(stderr, "usage: mpiexec -n 8 %s [--model NAME] PLAN.json WORKDIR\n",
+                    argv[0]);
         mal_comm_abort(world, MAL_TEST_ERROR);
     }
     char a_dir[4096], b_dir[4096], c_dir[4096];
@@ -74,6 +84,7 @@ int main(int argc, char **argv)
     snprintf(c_dir, sizeof c_dir, "%s/c", argv[2]);
 
     mal_train_options o = mal_test_tiny_options(3, 2);
+    CHECK_OK(mal_config_load(&o.model, model));
     o.dp = o.tp = o.pp = 2;
     o.world = world;
     o.snapshot_dir = a_dir;
@@ -92,7 +103,9 @@ int main(int argc, char **argv)
     const mal_plan *before = mal_trainer_plan(tr);
     /* Does this rank's new part begin with its old one?  Same TP position
      * and first layer, and the same layers or more of them where the old
-     * part did not end with the final norm and LM head. */
+     * part did not end with the final norm and LM head; with tied
+     * embeddings also the embedding held by both or neither (a last stage
+     * holds it first in its table). */
     int keeps = 0;
     {
         mal_plan_loc a, b;
@@ -103,10 +116,12 @@ int main(int argc, char **argv)
                                     *pb = &next.pipelines[b.pipeline];
             const mal_plan_stage *sa = &pa->stages[a.stage], *sb = &pb->stages[b.stage];
             int last_a = a.stage == pa->n_stages - 1, last_b = b.stage == pb->n_stages - 1;
+            const int tied = o.model.tie_embeddings;
             keeps = a.tp_size == b.tp_size && a.tp_rank == b.tp_rank &&
                     sa->layer_begin == sb->layer_begin &&
                     ((sa->layer_end == sb->layer_end && last_a == last_b) ||
-                     (sa->layer_end < sb->layer_end && !last_a));
+                     (sa->layer_end < sb->layer_end && !last_a)) &&
+                    (sa->layer_begin == 0 || !tied || last_a == last_b);
         }
     }
     CHECK_OK(mal_trainer_change_plan(tr, &next));

@@ -8,7 +8,9 @@
 #  - two plans of test_parallel (mixed TP sizes in one pipeline; unequal
 #    micro-batches with suspended ranks, its gradient sum in a bucket per
 #    layer: many staged non-blocking reductions in flight) against the
-#    one-process run;
+#    one-process run, and tiny-llama3 on the mixed plan (the
+#    vocabulary-parallel embedding and cross-entropy's exchange, replicated
+#    key/value heads, the tied embedding's stage sum);
 #  - test_reshard: snapshot, exact resume, reshard uniform -> mixed TP and
 #    resume on it (every loaded shard checked bit for bit);
 #  - malleus-train --device cpu-opaque on 8 ranks: a background snapshot
@@ -23,7 +25,8 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/malleus-opaque-a.XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT INT TERM
 run() { sh "$top_srcdir/tests/mpirun.sh" 8 120 "$@" || exit $?; }
 
-run "$top_builddir/tests/test_parallel" "$P/mixed_tp.json" --dp-bucket-mb 0 "$P/suspended.json"
+run "$top_builddir/tests/test_parallel" "$P/mixed_tp.json" --dp-bucket-mb 0 "$P/suspended.json" \
+    --dp-bucket-mb 25 --model tiny-llama3 "$P/mixed_tp.json"
 mkdir -p "$W/reshard"
 run "$top_builddir/tests/test_reshard" "$W/reshard" "$P/pp4dp2.json" "$P/mixed_tp.json"
 

@@ -330,7 +330,7 @@ static void test_rmsnorm(int N, int C)
 
 static struct {
     int B, T, H, hd;
-    float theta;
+    mal_rope rope;
     float *x, *work, *R;
 } rp;
 
@@ -338,12 +338,33 @@ static double rp_loss(void)
 {
     size_t n = (size_t)rp.B * rp.T * rp.H * rp.hd;
     memcpy(rp.work, rp.x, n * sizeof *rp.work);
-    mal_kern_rope_fwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    mal_kern_rope_fwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, &rp.rope);
     return dot_d(rp.work, rp.R, n);
 }
 
+/* The rotary frequency of pair i: theta^(-2i/hd), and with the llama3
+ * scaling Hugging Face's _compute_llama3_parameters (transformers 4.44)
+ * spelled out as it is written there: the low-frequency rule first
+ * (wavelen > low_freq_wavelen: divided by factor), then the smoothed
+ * value for the band that is neither shorter than high_freq_wavelen nor
+ * longer than low_freq_wavelen. */
+static double ref_inv_freq(const mal_rope *r, int hd, int i)
+{
+    double inv = 1.0 / pow(r->theta, 2.0 * i / hd);
+    if (!r->llama3) return inv;
+    double low_wl = r->original_max_pos / (double)r->low_freq_factor;
+    double high_wl = r->original_max_pos / (double)r->high_freq_factor;
+    double wl = 2 * M_PI / inv;
+    double llama = wl > low_wl ? inv / r->factor : inv;
+    double smooth = (r->original_max_pos / wl - r->low_freq_factor) /
+                    (r->high_freq_factor - r->low_freq_factor);
+    double smoothed = (1 - smooth) * llama / r->factor + smooth * llama;
+    int medium = !(wl < high_wl) && !(wl > low_wl);
+    return medium ? smoothed : llama;
+}
+
 /* rope_fwd against explicit cos/sin; returns the max relative error */
-static double rope_fwd_err(int B, int T, int H, int hd, float theta, uint64_t stream)
+static double rope_fwd_err(int B, int T, int H, int hd, mal_rope rope, uint64_t stream)
 {
     size_t n = (size_t)B * T * H * hd;
     float *x = fbuf(n);
@@ -354,49 +375,84 @@ static double rope_fwd_err(int B, int T, int H, int hd, float theta, uint64_t st
             for (int h = 0; h < H; h++)
                 for (int i = 0; i < hd / 2; i++) {
                     size_t o = (((size_t)b * T + t) * H + h) * hd + 2 * i;
-                    double ang = t * pow(theta, -2.0 * i / hd);
+                    double ang = t * ref_inv_freq(&rope, hd, i);
                     ref[o] = x[o] * cos(ang) - x[o + 1] * sin(ang);
                     ref[o + 1] = x[o] * sin(ang) + x[o + 1] * cos(ang);
                 }
-    mal_kern_rope_fwd(K, x, B, T, H, hd, theta);
+    mal_kern_rope_fwd(K, x, B, T, H, hd, &rope);
     double e = max_rel(x, ref, n);
     free(ref);
     mal_kern_free(K, x);
     return e;
 }
 
+/* LLaMA 3's scaling with a short original context, so that the pairs of
+ * head dimension 16 at theta 500000 fall in all three bands: kept (pairs
+ * 0-1), interpolated (2-3), divided (4-7). */
+static mal_rope llama3_rope(void)
+{
+    mal_rope r = {500000.0f, 1, 8.0f, 1.0f, 4.0f, 64};
+    return r;
+}
+
 static void test_rope(void)
 {
-    rp.B = 2, rp.T = 5, rp.H = 3, rp.hd = 4, rp.theta = 10000.0f;
+    rp.B = 2, rp.T = 5, rp.H = 3, rp.hd = 4, rp.rope = mal_rope_plain(10000.0f);
     size_t n = (size_t)rp.B * rp.T * rp.H * rp.hd;
-    report("rope", "fwd B=2 T=5 H=3 hd=4", rope_fwd_err(2, 5, 3, 4, 10000.0f, 30), 1e-6);
+    report("rope", "fwd B=2 T=5 H=3 hd=4",
+           rope_fwd_err(2, 5, 3, 4, mal_rope_plain(10000.0f), 30), 1e-6);
     /* the table cache: longer T, other hd, other theta, shorter T again,
      * then more distinct keys than the cache holds */
     double e = 0.0;
-    e = fmax(e, rope_fwd_err(1, 40, 2, 4, 10000.0f, 31));
-    e = fmax(e, rope_fwd_err(2, 7, 1, 6, 10000.0f, 32));
-    e = fmax(e, rope_fwd_err(1, 9, 2, 4, 500.0f, 33));
-    e = fmax(e, rope_fwd_err(2, 3, 2, 4, 10000.0f, 34));
+    e = fmax(e, rope_fwd_err(1, 40, 2, 4, mal_rope_plain(10000.0f), 31));
+    e = fmax(e, rope_fwd_err(2, 7, 1, 6, mal_rope_plain(10000.0f), 32));
+    e = fmax(e, rope_fwd_err(1, 9, 2, 4, mal_rope_plain(500.0f), 33));
+    e = fmax(e, rope_fwd_err(2, 3, 2, 4, mal_rope_plain(10000.0f), 34));
     for (int i = 0; i < 12; i++)
-        e = fmax(e, rope_fwd_err(1, 6 + i, 1, 2 * (1 + i % 4), 100.0f + i, 35 + i));
+        e = fmax(e, rope_fwd_err(1, 6 + i, 1, 2 * (1 + i % 4), mal_rope_plain(100.0f + i), 35 + i));
     report("rope", "fwd, 16 shape/theta changes", e, 1e-5);
+
+    /* llama3 scaling: every band, and a table of the same theta but
+     * unscaled must not be served for it from the cache (nor the other
+     * way round) */
+    mal_rope l3 = llama3_rope(), plain = mal_rope_plain(500000.0f);
+    int bands[3] = {0, 0, 0};
+    for (int i = 0; i < 8; i++) {
+        double wl = 2 * M_PI / ref_inv_freq(&plain, 16, i);
+        bands[wl < 64 / 4.0 ? 0 : wl > 64 ? 2 : 1]++;
+    }
+    CHECK(bands[0] > 0 && bands[1] > 0 && bands[2] > 0);
+    e = rope_fwd_err(1, 33, 2, 16, mal_rope_plain(500000.0f), 36);
+    e = fmax(e, rope_fwd_err(1, 33, 2, 16, l3, 37));
+    e = fmax(e, rope_fwd_err(1, 33, 2, 16, mal_rope_plain(500000.0f), 38));
+    report("rope", "fwd llama3 scaling (3 bands), cache", e, 1e-5);
+    double fe = 0.0;
+    for (int i = 0; i < 8; i++)
+        fe = fmax(fe, fabs(mal_rope_inv_freq(&l3, 16, i) / ref_inv_freq(&l3, 16, i) - 1.0));
+    report("rope", "llama3 inv_freq vs HF formula", fe, 1e-12);
 
     rp.x = fbuf(n), rp.work = fbuf(n), rp.R = fbuf(n);
     fill(rp.x, n, 50, 1.0);
     fill(rp.R, n, 51, 1.0);
     float *g = fbuf(n);
     memcpy(g, rp.R, n * sizeof *g);
-    mal_kern_rope_bwd(K, g, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    mal_kern_rope_bwd(K, g, rp.B, rp.T, rp.H, rp.hd, &rp.rope);
     report("rope", "bwd vs FD", fd_check(rp_loss, rp.x, n, g), FD_TOL);
 
     /* bwd(fwd(x)) == x */
     memcpy(rp.work, rp.x, n * sizeof *rp.work);
-    mal_kern_rope_fwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, rp.theta);
-    mal_kern_rope_bwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, rp.theta);
+    mal_kern_rope_fwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, &rp.rope);
+    mal_kern_rope_bwd(K, rp.work, rp.B, rp.T, rp.H, rp.hd, &rp.rope);
     report("rope", "bwd(fwd(x)) == x", max_rel_f(rp.work, rp.x, n), 1e-6);
 
+    /* the scaled backward against finite differences */
+    rp.rope = l3;
+    memcpy(g, rp.R, n * sizeof *g);
+    mal_kern_rope_bwd(K, g, rp.B, rp.T, rp.H, rp.hd, &rp.rope);
+    report("rope", "bwd llama3 vs FD", fd_check(rp_loss, rp.x, n, g), FD_TOL);
+
     /* an odd head dimension is an error reported by sync */
-    mal_kern_rope_fwd(K, rp.work, 1, 1, 1, 3, 10000.0f);
+    mal_kern_rope_fwd(K, rp.work, 1, 1, 1, 3, &rp.rope);
     CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
     CHECK_EQ_INT(mal_kern_sync(K), 0);
 
@@ -409,38 +465,55 @@ static void test_rope(void)
 /* attention */
 
 static struct {
-    int B, T, H, hd;
+    int B, T, hd;
+    mal_attn_heads hs;
     float *q, *k, *v, *out, *att, *R;
 } at;
 
 static double at_loss(void)
 {
-    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, at.B, at.T, at.H, at.hd);
-    return dot_d(at.out, at.R, (size_t)at.B * at.T * at.H * at.hd);
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, at.B, at.T, at.hs, at.hd);
+    return dot_d(at.out, at.R, (size_t)at.B * at.T * at.hs.H * at.hd);
 }
 
-static void test_attention(int B, int T, int H, int hd)
+/* Grouped-query attention with heads hs (H query heads; k and v with Hkv
+ * heads, query head h reading (h + q_off) / group).  {H, H, 1, 0} is
+ * multi-head attention. */
+static void test_attention(int B, int T, mal_attn_heads hs, int hd)
 {
-    char what[64];
-    at.B = B, at.T = T, at.H = H, at.hd = hd;
-    size_t n = (size_t)B * T * H * hd, na = (size_t)B * H * T * T;
-    at.q = fbuf(n), at.k = fbuf(n), at.v = fbuf(n), at.out = fbuf(n), at.att = fbuf(na);
+    char what[80];
+    const int H = hs.H, Hk = hs.Hkv;
+    at.B = B, at.T = T, at.hs = hs, at.hd = hd;
+    size_t n = (size_t)B * T * H * hd, nk = (size_t)B * T * Hk * hd, na = (size_t)B * H * T * T;
+    at.q = fbuf(n), at.k = fbuf(nk), at.v = fbuf(nk), at.out = fbuf(n), at.att = fbuf(na);
     at.R = fbuf(n);
     fill(at.q, n, 60, 1.0);
-    fill(at.k, n, 61, 1.0);
-    fill(at.v, n, 62, 1.0);
+    fill(at.k, nk, 61, 1.0);
+    fill(at.v, nk, 62, 1.0);
     fill(at.R, n, 63, 1.0);
+    /* every key/value head is read by some query head */
+    int *read = calloc((size_t)Hk, sizeof *read);
+    for (int h = 0; h < H; h++) {
+        int j = (h + hs.q_off) / hs.group;
+        CHECK(j >= 0 && j < Hk);
+        read[j] = 1;
+    }
+    for (int j = 0; j < Hk; j++)
+        CHECK(read[j]);
+    free(read);
 
-    /* naive reference */
+    /* naive reference: query head h reads key/value head (h + q_off) /
+     * group, written out here */
     double *ref = malloc(n * sizeof *ref), *pref = calloc(na, sizeof *pref);
     double *srow = malloc(T * sizeof *srow);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
+        for (int h = 0; h < H; h++) {
+            const int j = (h + hs.q_off) / hs.group;
             for (int t = 0; t < T; t++) {
                 const float *qt = at.q + (((size_t)b * T + t) * H + h) * hd;
                 double mx = -INFINITY, sum = 0.0;
                 for (int s = 0; s <= t; s++) {
-                    const float *ks = at.k + (((size_t)b * T + s) * H + h) * hd;
+                    const float *ks = at.k + (((size_t)b * T + s) * Hk + j) * hd;
                     double d = 0.0;
                     for (int i = 0; i < hd; i++)
                         d += (double)qt[i] * ks[i];
@@ -455,12 +528,14 @@ static void test_attention(int B, int T, int H, int hd)
                 for (int i = 0; i < hd; i++) {
                     double o = 0.0;
                     for (int s = 0; s <= t; s++)
-                        o += P[s] * at.v[(((size_t)b * T + s) * H + h) * hd + i];
+                        o += P[s] * at.v[(((size_t)b * T + s) * Hk + j) * hd + i];
                     ref[(((size_t)b * T + t) * H + h) * hd + i] = o;
                 }
             }
-    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
-    snprintf(what, sizeof what, "fwd out B=%d T=%d H=%d hd=%d", B, T, H, hd);
+        }
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, hs, hd);
+    snprintf(what, sizeof what, "fwd out B=%d T=%d H=%d/%d g%d+%d hd=%d", B, T, H, Hk, hs.group,
+             hs.q_off, hd);
     report("attention", what, max_rel(at.out, ref, n), 1e-5);
     report("attention", "fwd att probabilities", max_rel(at.att, pref, na), 1e-6);
 
@@ -484,13 +559,13 @@ static void test_attention(int B, int T, int H, int hd)
     float *out0 = fbuf(n);
     memcpy(out0, at.out, n * sizeof *out0);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
+        for (int j = 0; j < Hk; j++)
             for (int i = 0; i < hd; i++) {
-                size_t o = (((size_t)b * T + T - 1) * H + h) * hd + i;
+                size_t o = (((size_t)b * T + T - 1) * Hk + j) * hd + i;
                 at.k[o] += 1.0f;
                 at.v[o] -= 2.0f;
             }
-    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, hs, hd);
     double past = 0.0, last = 0.0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -504,35 +579,36 @@ static void test_attention(int B, int T, int H, int hd)
             }
     report("attention", "causal: future k,v leave past alone", past, 0.0);
     CHECK(last > 1e-3);
-    fill(at.k, n, 61, 1.0);
-    fill(at.v, n, 62, 1.0);
+    fill(at.k, nk, 61, 1.0);
+    fill(at.v, nk, 62, 1.0);
 
-    /* backward: scratch is documented as undefined, so poison it */
-    float *dq = fbuf(n), *dk = fbuf(n), *dv = fbuf(n), *scratch = fbuf(na);
+    /* backward: scratch is documented as undefined, so poison it; a
+     * key/value head shared by query heads gets all their gradients */
+    float *dq = fbuf(n), *dk = fbuf(nk), *dv = fbuf(nk), *scratch = fbuf(na);
     for (size_t i = 0; i < na; i++)
         scratch[i] = NAN;
-    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, H, hd);
+    mal_kern_attention_fwd(K, at.out, at.att, at.q, at.k, at.v, B, T, hs, hd);
     float *att0 = fbuf(na);
     memcpy(att0, at.att, na * sizeof *att0);
-    mal_kern_attention_bwd(K, dq, dk, dv, scratch, at.R, at.out, at.q, at.k, at.v, at.att, B, T, H,
+    mal_kern_attention_bwd(K, dq, dk, dv, scratch, at.R, at.out, at.q, at.k, at.v, at.att, B, T, hs,
                            hd);
     report("attention", "bwd dq vs FD", fd_check(at_loss, at.q, n, dq), FD_TOL);
-    report("attention", "bwd dk vs FD", fd_check(at_loss, at.k, n, dk), FD_TOL);
-    report("attention", "bwd dv vs FD", fd_check(at_loss, at.v, n, dv), FD_TOL);
+    report("attention", "bwd dk vs FD", fd_check(at_loss, at.k, nk, dk), FD_TOL);
+    report("attention", "bwd dv vs FD", fd_check(at_loss, at.v, nk, dv), FD_TOL);
 
-    float *pq = fbuf(n), *pk = fbuf(n), *pv = fbuf(n), *gq = fbuf(n), *gk = fbuf(n);
-    float *gv = fbuf(n);
+    float *pq = fbuf(n), *pk = fbuf(nk), *pv = fbuf(nk), *gq = fbuf(n), *gk = fbuf(nk);
+    float *gv = fbuf(nk);
     fill(pq, n, 64, 1.0);
-    fill(pk, n, 65, 1.0);
-    fill(pv, n, 66, 1.0);
+    fill(pk, nk, 65, 1.0);
+    fill(pv, nk, 66, 1.0);
     memcpy(gq, pq, n * sizeof *gq);
-    memcpy(gk, pk, n * sizeof *gk);
-    memcpy(gv, pv, n * sizeof *gv);
+    memcpy(gk, pk, nk * sizeof *gk);
+    memcpy(gv, pv, nk * sizeof *gv);
     for (size_t i = 0; i < na; i++)
         scratch[i] = NAN;
-    mal_kern_attention_bwd(K, gq, gk, gv, scratch, at.R, at.out, at.q, at.k, at.v, att0, B, T, H,
+    mal_kern_attention_bwd(K, gq, gk, gv, scratch, at.R, at.out, at.q, at.k, at.v, att0, B, T, hs,
                            hd);
-    double e = fmax(acc_err(gq, pq, dq, n), fmax(acc_err(gk, pk, dk, n), acc_err(gv, pv, dv, n)));
+    double e = fmax(acc_err(gq, pq, dq, n), fmax(acc_err(gk, pk, dk, nk), acc_err(gv, pv, dv, nk)));
     report("attention", "bwd accumulates (dq, dk, dv)", e, 1e-6);
 
     free(ref);
@@ -671,51 +747,65 @@ static void test_elementwise(size_t n)
 /* embedding */
 
 static struct {
-    int N, C;
+    int N, C, V, v0, Vl;
     int *tok;
     float *wte, *out, *R;
 } em;
 
 static double em_loss(void)
 {
-    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, em.N, em.C);
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, em.N, em.C, em.V, em.v0, em.Vl);
     return dot_d(em.out, em.R, (size_t)em.N * em.C);
 }
 
-static void test_embedding(int N, int C, int V)
+/* The table of rows [v0, v0 + Vl) of a vocabulary of V (all of it: v0 0,
+ * Vl V; a vocabulary-parallel shard otherwise). */
+static void test_embedding(int N, int C, int V, int v0, int Vl)
 {
-    em.N = N, em.C = C;
+    char what[64];
+    em.N = N, em.C = C, em.V = V, em.v0 = v0, em.Vl = Vl;
     em.tok = mal_kern_alloc(K, N * sizeof(int));
-    em.wte = fbuf((size_t)V * C), em.out = fbuf((size_t)N * C), em.R = fbuf((size_t)N * C);
+    em.wte = fbuf((size_t)Vl * C), em.out = fbuf((size_t)N * C), em.R = fbuf((size_t)N * C);
     CHECK(em.tok != NULL);
-    /* duplicates on purpose: token 3 appears several times, V-1 once */
+    /* duplicates on purpose: token v0 + 3 appears several times, V-1 and
+     * 0 once (outside a shard's rows unless it holds them) */
     for (int n = 0; n < N; n++)
-        em.tok[n] = n % 3 == 0 ? 3 : (int)(mal_rng_below(42, 90, n, V));
+        em.tok[n] = n % 3 == 0 ? v0 + 3 % Vl : (int)(mal_rng_below(42, 90, n, V));
     em.tok[N - 1] = V - 1;
-    fill(em.wte, (size_t)V * C, 91, 1.0);
+    em.tok[N - 2] = 0;
+    fill(em.wte, (size_t)Vl * C, 91, 1.0);
     fill(em.R, (size_t)N * C, 92, 1.0);
 
-    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C);
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C, V, v0, Vl);
     double e = 0.0;
-    for (int n = 0; n < N; n++)
+    for (int n = 0; n < N; n++) {
+        int own = em.tok[n] >= v0 && em.tok[n] < v0 + Vl;
         for (int c = 0; c < C; c++)
-            e = fmax(e, fabs(em.out[n * C + c] - em.wte[(size_t)em.tok[n] * C + c]));
-    report("embedding", "fwd gather", e, 0.0);
+            e = fmax(e, fabs(em.out[n * C + c] -
+                             (own ? em.wte[(size_t)(em.tok[n] - v0) * C + c] : 0.0f)));
+    }
+    snprintf(what, sizeof what, "fwd gather V=%d rows [%d, %d)", V, v0, v0 + Vl);
+    report("embedding", what, e, 0.0);
+    CHECK_EQ_INT(mal_kern_sync(K), 0); /* other shards' tokens are no error */
 
-    float *dw = fbuf((size_t)V * C);
-    mal_kern_embedding_bwd(K, dw, em.R, em.tok, N, C);
+    float *dw = fbuf((size_t)Vl * C);
+    mal_kern_embedding_bwd(K, dw, em.R, em.tok, N, C, v0, Vl);
     report("embedding", "bwd vs FD (duplicate tokens)",
-           fd_check(em_loss, em.wte, (size_t)V * C, dw), FD_TOL);
+           fd_check(em_loss, em.wte, (size_t)Vl * C, dw), FD_TOL);
 
-    float *pw = fbuf((size_t)V * C), *gw = fbuf((size_t)V * C);
-    fill(pw, (size_t)V * C, 93, 1.0);
-    memcpy(gw, pw, (size_t)V * C * sizeof *gw);
-    mal_kern_embedding_bwd(K, gw, em.R, em.tok, N, C);
-    report("embedding", "bwd accumulates", acc_err(gw, pw, dw, (size_t)V * C), 1e-6);
+    float *pw = fbuf((size_t)Vl * C), *gw = fbuf((size_t)Vl * C);
+    fill(pw, (size_t)Vl * C, 93, 1.0);
+    memcpy(gw, pw, (size_t)Vl * C * sizeof *gw);
+    mal_kern_embedding_bwd(K, gw, em.R, em.tok, N, C, v0, Vl);
+    report("embedding", "bwd accumulates", acc_err(gw, pw, dw, (size_t)Vl * C), 1e-6);
 
-    /* a negative token is reported by sync */
+    /* a token outside the vocabulary is reported by sync */
     em.tok[1] = -1;
-    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C);
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C, V, v0, Vl);
+    CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
+    CHECK_EQ_INT(mal_kern_sync(K), 0);
+    em.tok[1] = V;
+    mal_kern_embedding_fwd(K, em.out, em.tok, em.wte, N, C, V, v0, Vl);
     CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
     CHECK_EQ_INT(mal_kern_sync(K), 0);
 
@@ -808,6 +898,68 @@ static void test_xent(int N, int V, float offset)
     free(dref);
     mal_kern_free(K, xe.tgt);
     float *bufs[] = {xe.logits, xe.losses, d, inpl, l2};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
+        mal_kern_free(K, bufs[i]);
+}
+
+/* The vocabulary-parallel cross-entropy: the logits (N,V) cut into P
+ * column shards of uneven widths ([V p / P, V (p+1) / P)); each shard's
+ * xent_stats into its slot of the exchange, then xent_combine on every
+ * shard must give xent_fwd_bwd's losses and, side by side, its gradient
+ * (to float rounding: the sum of exponentials is split), every shard the
+ * same loss bits, and with P = 1 exactly xent_fwd_bwd's bits. */
+static void test_xent_vp(int N, int V, int P)
+{
+    char what[80];
+    size_t nl = (size_t)N * V, slot = 3 * (size_t)N;
+    int *tgt = mal_kern_alloc(K, N * sizeof(int));
+    float *logits = fbuf(nl), *loss = fbuf(N), *d = fbuf(nl), *all = fbuf((size_t)P * slot);
+    CHECK(tgt != NULL);
+    fill(logits, nl, 110, 3.0);
+    logits[(size_t)2 * V - 1] += 200.0f; /* the row's max in the last shard */
+    for (int n = 0; n < N; n++)
+        tgt[n] = (int)mal_rng_below(42, 111, n, V);
+    tgt[0] = 0, tgt[N - 1] = V - 1;
+    mal_kern_xent_fwd_bwd(K, loss, d, logits, tgt, N, V, 0.7f);
+
+    float **sh = malloc((size_t)P * sizeof *sh), *sl = fbuf((size_t)P * N);
+    mal_kern_zero(K, all, (size_t)P * slot * sizeof(float));
+    for (int p = 0; p < P; p++) {
+        int v0 = (int)((int64_t)V * p / P), Vl = (int)((int64_t)V * (p + 1) / P) - v0;
+        sh[p] = fbuf((size_t)N * Vl);
+        for (int n = 0; n < N; n++)
+            memcpy(sh[p] + (size_t)n * Vl, logits + (size_t)n * V + v0, Vl * sizeof(float));
+        mal_kern_xent_stats(K, all + (size_t)p * slot, sh[p], tgt, N, Vl, v0);
+    }
+    double le = 0.0, de = 0.0, same = 0.0;
+    for (int p = 0; p < P; p++) {
+        int v0 = (int)((int64_t)V * p / P), Vl = (int)((int64_t)V * (p + 1) / P) - v0;
+        /* in place, as the model calls it */
+        mal_kern_xent_combine(K, sl + (size_t)p * N, sh[p], sh[p], all, P, tgt, N, Vl, v0, V,
+                              0.7f);
+        le = fmax(le, max_rel_f(sl + (size_t)p * N, loss, N));
+        same = fmax(same, max_rel_f(sl + (size_t)p * N, sl, N));
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < Vl; i++)
+                de = fmax(de, fabs(sh[p][(size_t)n * Vl + i] - d[(size_t)n * V + v0 + i]));
+    }
+    snprintf(what, sizeof what, "vp losses N=%d V=%d P=%d", N, V, P);
+    report("xent", what, le, P == 1 ? 0.0 : 1e-6);
+    report("xent", "vp dlogits vs fused", de, P == 1 ? 0.0 : 1e-6);
+    report("xent", "vp: every shard the same loss bits", same, 0.0);
+
+    /* a target outside the vocabulary: NaN loss, zero gradient, an error */
+    tgt[1] = V;
+    mal_kern_xent_combine(K, sl, sh[0], sh[0], all, P, tgt, N, (int)((int64_t)V / P), 0, V, 0.7f);
+    CHECK(isnan(sl[1]));
+    CHECK_EQ_INT(mal_kern_sync(K), MAL_EINVAL);
+    CHECK_EQ_INT(mal_kern_sync(K), 0);
+
+    for (int p = 0; p < P; p++)
+        mal_kern_free(K, sh[p]);
+    free(sh);
+    mal_kern_free(K, tgt);
+    float *bufs[] = {logits, loss, d, all, sl};
     for (size_t i = 0; i < MAL_ARRAY_SIZE(bufs); i++)
         mal_kern_free(K, bufs[i]);
 }
@@ -1098,15 +1250,27 @@ int main(void)
     test_rmsnorm(10, 6);
     test_rmsnorm(4, 37);
     test_rope();
-    test_attention(2, 5, 3, 4);
-    test_attention(1, 70, 2, 6); /* more rows than one attention block */
+    test_attention(2, 5, mal_attn_mha(3), 4);
+    test_attention(1, 70, mal_attn_mha(2), 6); /* more rows than one attention block */
+    /* grouped-query attention: 3 query heads per key/value head; a TP
+     * rank's share where the group size divides n_kv_heads; one holding
+     * 2 query heads of a key/value head's 4 (q_off 2: replicated); one
+     * whose 3 query heads straddle two key/value heads (q_off 1) */
+    test_attention(2, 5, (mal_attn_heads){6, 2, 3, 0}, 4);
+    test_attention(1, 70, (mal_attn_heads){4, 1, 4, 0}, 6);
+    test_attention(2, 7, (mal_attn_heads){2, 1, 4, 2}, 4);
+    test_attention(2, 6, (mal_attn_heads){3, 2, 2, 1}, 4);
     test_swiglu(53);
     test_elementwise(53);
-    test_embedding(10, 6, 11);
-    test_embedding(7, 37, 5);
+    test_embedding(10, 6, 11, 0, 11);
+    test_embedding(7, 37, 5, 0, 5);
+    test_embedding(12, 6, 11, 4, 4); /* a vocabulary-parallel shard */
     test_xent(10, 11, 0.0f);
     test_xent(6, 37, 0.0f);
     test_xent(3, 37, 1000.0f); /* stability: large logits */
+    test_xent_vp(6, 37, 1);
+    test_xent_vp(6, 37, 3);  /* uneven shards: 12, 12, 13 */
+    test_xent_vp(5, 259, 8); /* tiny-llama3's vocabulary over TP 8 */
     test_adamw(53);
     test_opaque();
     mal_kern_destroy(K);

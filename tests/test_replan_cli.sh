@@ -29,6 +29,22 @@ for o in --cluster --world-size --ranks-per-node --memory-mb --profile --model -
 done
 "$BIN" --version | grep -q "malleus-replan" || fail "--version"
 
+# Every model preset the trainer accepts is a planner preset too (the list
+# is malleus-train --help's), and the README's GPU job plans 1b on 4 nodes
+# of 8 GPUs.
+TRAIN_BIN="$(dirname "$BIN")/malleus-train"
+presets=$("$TRAIN_BIN" --help | sed -n '/--model PRESET/,/JSON file/p' |
+    sed 's/.*model config://; s/or a JSON file.*//' | tr -d ' \n' | tr ',' ' ')
+[ -n "$presets" ] || fail "no presets in malleus-train --help"
+for p in $presets; do
+    "$BIN" --model "$p" --print-profile >"$T/prof" 2>"$T/err" ||
+        fail "malleus-replan --model $p: $(cat "$T/err")"
+    grep -q '"layer_memory_mb"' "$T/prof" || fail "--model $p: no profile printed"
+done
+echo "planner presets: $presets"
+"$BIN" --world-size 32 --ranks-per-node 8 --memory-mb 81920 --model 1b -M 64 -o "$T/1b.json" ||
+    fail "1b on 4 nodes of 8 GPUs"
+
 C_NOMODEL="--world-size 8 --ranks-per-node 4 --memory-mb 100"
 C="$C_NOMODEL --model tiny"
 echo '{"3": 2.5, "6": 1.6}' >"$T/rates.json"

@@ -139,6 +139,39 @@ static void test_plan_batch_overflow(void)
     mal_plan_fini(&plan);
 }
 
+/* Grouped-query attention in the preset profiles: tiny-llama3 is tiny with
+ * 2 key/value heads for 8 query heads (and vocabulary 259), so per layer
+ * it keeps the same query, output and MLP state and activations but only
+ * its own key/value heads' -- one head (8 rows of 64) per rank at TP 2,
+ * and still one at TP 8, where they are replicated (as many rows as a
+ * rank of tiny holds there: no saving left): its memory per layer and its
+ * layer time are tiny's less exactly the key/value difference, written
+ * out here from the shapes (micro-batch 2, T 32, C 64). */
+static void test_profile_gqa(void)
+{
+    const double MB = 1048576.0, C = 64, T = 32, b = 2, hd = 8;
+    for (int tp = 2; tp <= 8; tp *= 4) {
+        mal_profile mha, gqa;
+        CHECK_OK(mal_profile_preset_tp(&mha, "tiny", 2, tp));
+        CHECK_OK(mal_profile_preset_tp(&gqa, "tiny-llama3", 2, tp));
+        /* key/value width per rank: tiny's C / tp, tiny-llama3's one head */
+        const double kv_mha = C / tp, kv_gqa = hd;
+        for (int d = 0; d < 3; d++) {
+            double want = mal_profile_k(&mha, d) -
+                          (16 * 2 * C * (kv_mha - kv_gqa) + 4 * T * b * (kv_mha - kv_gqa) * (d + 1)) /
+                              MB;
+            CHECK_CLOSE(mal_profile_k(&gqa, d), want, 1e-12, 0);
+        }
+        CHECK_CLOSE(gqa.layer_time, mha.layer_time - 6 * 2 * C * (kv_mha - kv_gqa) * T * b / 2e9,
+                    1e-12, 0);
+        /* 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64 parameters for tiny, the
+         * key/value projections 2 * 64 * 16 instead of 2 * 64 * 64 */
+        CHECK_CLOSE(mha.layer_state_mb - gqa.layer_state_mb, 16.0 * 2 * 64 * 48 / MB, 1e-12, 0);
+        mal_profile_fini(&mha);
+        mal_profile_fini(&gqa);
+    }
+}
+
 /* Every case, or only the one named on the command line. */
 int main(int argc, char **argv)
 {
@@ -150,6 +183,7 @@ int main(int argc, char **argv)
         {"world_too_large", test_world_too_large},
         {"cluster_both_forms", test_cluster_both_forms},
         {"profile_heads", test_profile_heads},
+        {"profile_gqa", test_profile_gqa},
         {"huge_rate", test_huge_rate},
         {"plan_batch_overflow", test_plan_batch_overflow},
     };

@@ -3,9 +3,11 @@
  *
  * Run under mpiexec with 8 ranks (plans for fewer ranks use the first ones):
  *
- *   test_reshard DIR SRC.json DST.json [DST.json ...]
+ *   test_reshard [--model NAME] DIR SRC.json DST.json [DST.json ...]
  *     (Blocks of at least 2 KiB: replicas share the writing even for tiny.)
- *     Train `tiny` 6 steps on SRC with a sharded snapshot after step 3 (the
+ *     Train `tiny` (or NAME: tiny-llama3 has key/value heads replicated
+ *     and split, a tied embedding on two stages and a vocabulary the TP
+ *     sizes do not divide) 6 steps on SRC with a sharded snapshot after step 3 (the
  *     uninterrupted reference).  Resume that snapshot on SRC: steps 4-6
  *     must repeat the reference bit for bit.  For each DST: reshard the
  *     snapshot (all 8 processes share the work), compare every tensor of
@@ -48,10 +50,12 @@
 enum { STEPS = 6, SNAP_AT = 3 };
 
 static mal_comm *world;
+static const char *model = "tiny";
 
 static mal_train_options options(void)
 {
     mal_train_options o = mal_test_tiny_options(STEPS, 2);
+    CHECK_OK(mal_config_load(&o.model, model));
     o.optim.total_steps = STEPS; /* the same schedule in every run */
     return o;
 }
@@ -426,6 +430,11 @@ int main(int argc, char **argv)
      * trainer's snapshots and in resharded ones */
     mal_reshard_min_block_bytes = 2048;
     int failed;
+    if (argc >= 3 && !strcmp(argv[1], "--model")) {
+        model = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
     if (argc == 4 && !strcmp(argv[1], "--corrupt"))
         failed = run_corrupt(argv[2], argv[3]);
     else if (argc == 4 && !strcmp(argv[1], "--h5py-demo"))

@@ -107,6 +107,12 @@ printf '{"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden":
 refused "n_heads alone" "n_heads: snapshot 8, this run 4" "cannot change" -- --model "$W/heads.json"
 refused "seq_len alone" "seq_len: snapshot 32, this run 16" -- --model "$W/seq.json"
 refused "rope_theta alone" "rope_theta: snapshot 10000, this run 500000" -- --model "$W/rope.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "ffn_hidden": 128, "seq_len": 32}' >"$W/gqa.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32, "tie_embeddings": true}' >"$W/tied.json"
+printf '{"vocab": 256, "d_model": 64, "n_layers": 4, "n_heads": 8, "ffn_hidden": 128, "seq_len": 32, "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 16}}' >"$W/scaled.json"
+refused "n_kv_heads alone" "n_kv_heads: snapshot 8, this run 2" "cannot change" -- --model "$W/gqa.json"
+refused "tie_embeddings alone" "tie_embeddings: snapshot 0, this run 1" "cannot change" -- --model "$W/tied.json"
+refused "rope_scaling alone" "rope_scaling: snapshot none, this run llama3 (factor 8" -- --model "$W/scaled.json"
 refused "an unknown --override key" "unknown setting 'learning-rate'" -- --override learning-rate
 cp "$W/a.bin" "$W/a.orig"
 printf 'X' | dd of="$W/a.bin" bs=1 seek=2000 conv=notrunc 2>/dev/null

@@ -57,8 +57,8 @@ int main(void)
 {
     /* A worked example: wq rows [0, 64) held by a TP-2 stage (ranks 0, 1) in
      * pipeline 0 and a TP-4 stage (ranks 2..5) in pipeline 1. */
-    mal_slice_holding ex[] = {{0, 0, 0, 32}, {1, 0, 32, 64}, {2, 1, 0, 16},
-                              {3, 1, 16, 32}, {4, 1, 32, 48}, {5, 1, 48, 64}};
+    mal_slice_holding ex[] = {{0, 0, 0, 32, 0},  {1, 0, 32, 64, 0}, {2, 1, 0, 16, 0},
+                              {3, 1, 16, 32, 0}, {4, 1, 32, 48, 0}, {5, 1, 48, 64, 0}};
     mal_slice_map m;
     CHECK_OK(mal_slices_partition(ex, 6, 64, &m));
     CHECK_EQ_INT(m.n_pieces, 4);
@@ -69,9 +69,9 @@ int main(void)
     mal_slices_fini(&m);
 
     /* Bad holdings are refused. */
-    mal_slice_holding bad[] = {{0, 0, 10, 5}};
+    mal_slice_holding bad[] = {{0, 0, 10, 5, 0}};
     CHECK(mal_slices_partition(bad, 1, 64, &m) == MAL_EINVAL);
-    mal_slice_holding out_of_range[] = {{0, 0, 0, 65}};
+    mal_slice_holding out_of_range[] = {{0, 0, 0, 65, 0}};
     CHECK(mal_slices_partition(out_of_range, 1, 64, &m) == MAL_EINVAL);
 
     /* Random cases, including replicas (whole axis), gaps and duplicates. */
@@ -84,7 +84,7 @@ int main(void)
             int64_t b = a + 1 + (int64_t)mal_rng_below(3, t, (uint64_t)i, (uint64_t)(len - a));
             if (mal_rng_below(4, t, (uint64_t)i, 4) == 0) a = 0, b = len;
             h[i] = (mal_slice_holding){(int)mal_rng_below(5, t, (uint64_t)i, 8),
-                                       (int)mal_rng_below(6, t, (uint64_t)i, 3), a, b};
+                                       (int)mal_rng_below(6, t, (uint64_t)i, 3), a, b, 0};
         }
         check_case(h, n, len);
     }

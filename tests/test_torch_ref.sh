@@ -3,9 +3,13 @@
 # forward/backward, loss scaling over micro-batches, clipping, LR schedule,
 # AdamW, snapshots) against an independent PyTorch re-implementation:
 # tests/torch_ref.py trains the same 8 steps from malleus-train's step-0
-# snapshot in float64 and compares every step's loss and the final state.
-# A negative control then runs the reference with the wrong RoPE convention
-# and must see a mismatch, so the comparison is shown able to fail.
+# snapshot in float64 and compares every step's loss and the final state,
+# for `tiny` and for `tiny-llama3` (grouped-query attention, tied
+# embeddings, rope_theta 500000 with the llama3 scaling).  Negative
+# controls then run the reference with the wrong RoPE convention, with the
+# key/value heads mapped to the query heads cyclically instead of in
+# groups, and without the rotary scaling: each must see a mismatch, so the
+# comparison is shown able to fail.
 set -u
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
@@ -50,32 +54,45 @@ STEPS=8
 HP="--seed 1234 --global-batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --decay-steps $STEPS \
  --min-lr-ratio 0.1 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-6 --clip 2.0"
 
-# shellcheck disable=SC2086
-"$TRAIN" --model tiny --data "$W/tokens.bin" $HP --threads 1 --quiet --steps 0 \
-    --snapshot-dir "$W/d0" >"$W/log0" 2>&1 ||
-    { cat "$W/log0"; echo "test_torch_ref: malleus-train --steps 0 failed"; exit 99; }
-# shellcheck disable=SC2086
-"$TRAIN" --model tiny --data "$W/tokens.bin" $HP --threads 1 --quiet --steps $STEPS \
-    --snapshot-dir "$W/d1" --metrics "$W/m.jsonl" >"$W/log1" 2>&1 ||
-    { cat "$W/log1"; echo "test_torch_ref: malleus-train --steps $STEPS failed"; exit 99; }
-
-ref() {
+for MODEL in tiny tiny-llama3; do
     # shellcheck disable=SC2086
-    "$PYTHON3" "$REF" --model tiny --data "$W/tokens.bin" --snap0 "$W/d0" --snap1 "$W/d1" \
-        --metrics "$W/m.jsonl" --steps $STEPS $HP "$@"
-}
-ref
-rc=$?
-[ $rc -eq 0 ] || { echo "test_torch_ref: FAIL (reference exit $rc)"; exit $rc; }
+    "$TRAIN" --model $MODEL --data "$W/tokens.bin" $HP --threads 1 --quiet --steps 0 \
+        --snapshot-dir "$W/$MODEL.d0" >"$W/log0" 2>&1 ||
+        { cat "$W/log0"; echo "test_torch_ref: malleus-train --steps 0 failed"; exit 99; }
+    # shellcheck disable=SC2086
+    "$TRAIN" --model $MODEL --data "$W/tokens.bin" $HP --threads 1 --quiet --steps $STEPS \
+        --snapshot-dir "$W/$MODEL.d1" --metrics "$W/$MODEL.m.jsonl" >"$W/log1" 2>&1 ||
+        { cat "$W/log1"; echo "test_torch_ref: malleus-train --steps $STEPS failed"; exit 99; }
+done
 
-# Negative control: a reference with the other RoPE pairing must disagree.
-ref --perturb rope-halves >"$W/neg" 2>&1
-rc=$?
-if [ $rc -ne 1 ] || ! grep -q MISMATCH "$W/neg"; then
-    cat "$W/neg"
-    echo "test_torch_ref: FAIL: the comparison did not notice a wrong RoPE convention (exit $rc)"
-    exit 1
-fi
-echo "negative control (RoPE pairs (i, i+hd/2) in the reference): mismatch detected, as it must"
+ref() { # MODEL [torch_ref.py flags]
+    m=$1
+    shift
+    # shellcheck disable=SC2086
+    "$PYTHON3" "$REF" --model $m --data "$W/tokens.bin" --snap0 "$W/$m.d0" --snap1 "$W/$m.d1" \
+        --metrics "$W/$m.m.jsonl" --steps $STEPS $HP "$@"
+}
+for MODEL in tiny tiny-llama3; do
+    echo "== $MODEL"
+    ref $MODEL
+    rc=$?
+    [ $rc -eq 0 ] || { echo "test_torch_ref: FAIL on $MODEL (reference exit $rc)"; exit $rc; }
+done
+
+# Negative controls: a reference with another RoPE pairing, another
+# key/value grouping, or unscaled rotary frequencies must disagree.
+negative() { # MODEL PERTURBATION WHAT
+    ref "$1" --perturb "$2" >"$W/neg" 2>&1
+    rc=$?
+    if [ $rc -ne 1 ] || ! grep -q MISMATCH "$W/neg"; then
+        cat "$W/neg"
+        echo "test_torch_ref: FAIL: the comparison did not notice $3 (exit $rc)"
+        exit 1
+    fi
+    echo "negative control ($3 in the reference, $1): mismatch detected, as it must"
+}
+negative tiny rope-halves "RoPE pairs (i, i+hd/2)"
+negative tiny-llama3 kv-cyclic "query head h reading key/value head h mod n_kv_heads"
+negative tiny-llama3 rope-unscaled "rotary frequencies without the llama3 scaling"
 echo "test_torch_ref: ok"
 exit 0

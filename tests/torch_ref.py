@@ -64,7 +64,8 @@ def main():
                     help="max |p_C - p_ref| allowed, relative to max |p_ref - p_0| of the tensor")
     ap.add_argument("--moment-rtol", type=float, default=3e-4,
                     help="max |m_C - m_ref| allowed, relative to max |m_ref| (same for v)")
-    ap.add_argument("--perturb", choices=["none", "rope-halves", "decay-norms", "sampler-shift"],
+    ap.add_argument("--perturb", choices=["none", "rope-halves", "decay-norms", "sampler-shift",
+                                          "kv-cyclic", "rope-unscaled"],
                     default="none", help="deliberately break the reference (negative control)")
     a = ap.parse_args()
 
@@ -98,8 +99,11 @@ def main():
         failures.append("initial weights differ from the seed's (max rel. %.3g)" % worst)
 
     # 2. train in float64 from the snapshot's weights
+    if a.perturb == "rope-unscaled":
+        cfg = dict(cfg, rope_scaling=None)
     model = tm.Model(cfg, p0, dtype=torch.float64,
-                     rope_convention="halves" if a.perturb == "rope-halves" else "interleaved")
+                     rope_convention="halves" if a.perturb == "rope-halves" else "interleaved",
+                     kv_map="cyclic" if a.perturb == "kv-cyclic" else "grouped")
     opt = tm.AdamW(model, a.beta1, a.beta2, a.adam_eps, a.weight_decay, a.clip)
     if a.perturb == "decay-norms":
         model.decay = {n: True for n in names}

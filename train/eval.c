@@ -169,20 +169,23 @@ int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_n
     const double keep = tr->tally.loss_local;
     float *row = NULL;
     int rc = 0;
+    const int on_last = tr->part.loc.pipeline == 0 && tr->part.loc.stage == p0->n_stages - 1;
     if (n_prompt < 1) return MAL_ERR(MAL_EINVAL, "sample: empty prompt");
-    if (tr->world_rank == root && !(row = malloc((size_t)V * sizeof *row)))
+    if (on_last && !(row = malloc((size_t)V * sizeof *row)))
         return MAL_ERR(MAL_ENOMEM, "sample: out of memory");
     memcpy(out, prompt, (size_t)n_prompt * sizeof *out);
     for (int n = n_prompt; n < n_prompt + n_new && !rc; n++) {
         const int start = mal_sample_window_start(n, T);
         const sample_ctx c = {out + start, n - start};
         const mal_pass pass = {load_window, 0, &c};
-        int next = 0;
+        int next = 0, lrc = 0;
         if (tr->part.loc.pipeline == 0) rc = mal_pipeline_forward_only(tr, &pass, 1);
-        if (!rc && tr->world_rank == root) {
-            rc = mal_sample_logits_row(tr->part.model, tr->pipe.acts[0], c.len - 1, row);
-            next = rc ? rc : mal_sample_pick(row, V, so, (uint64_t)n);
-        }
+        /* the row's logits, gathered over the last stage's TP group (its
+         * vocabulary shards): every rank of that group takes part */
+        if (!rc && on_last)
+            lrc = mal_model_logits_row(tr->part.model, tr->pipe.acts[0], c.len - 1, row);
+        if (!rc && tr->world_rank == root)
+            next = lrc ? lrc : mal_sample_pick(row, V, so, (uint64_t)n);
         /* The root's choice (or its failure, as a negative code) reaches
          * every rank, so all stop together. */
         if (!rc && tr->world) rc = mal_comm_broadcast(tr->world, &next, sizeof next, root);

@@ -9,13 +9,13 @@
 #include "train_internal.h"
 
 /* The model's TP all-reduce: the data plane over the stage's group, on
- * activations in the compute dtype.  Not timed here: on a GPU it returns
+ * activations in the compute dtype or fp32 statistics.  Not timed here: on a GPU it returns
  * once queued (comm.h), and its time is the data plane's to measure
  * (mal_comm_dp_elapsed, read by pipeline.c where the pass is synchronised). */
-static int tp_allreduce(void *ctx, void *x, size_t n)
+static int tp_allreduce(void *ctx, void *x, size_t n, mal_dtype dt)
 {
     mal_trainer *tr = ctx;
-    return mal_comm_dp_allreduce(tr->part.tp, tr->k, x, n, tr->k->compute);
+    return mal_comm_dp_allreduce(tr->part.tp, tr->k, x, n, dt);
 }
 
 int mal_trainer_part_init(mal_trainer *tr, int init_params)

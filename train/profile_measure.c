@@ -128,7 +128,10 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
     double esz = (double)m->esz;
     mal_model_destroy(m);
     double layer_state = per_param * (double)n_layer;
-    double logits = 2.0 * esz * (double)B * cfg->seq_len * cfg->vocab;
+    /* the logits and their gradient: the vocabulary-parallel head holds
+     * its rows' columns (the largest shard: V/tp rounded up) */
+    double logits = 2.0 * esz * (double)B * cfg->seq_len *
+                    (double)((cfg->vocab + nominal_tp - 1) / nominal_tp);
 
     fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n",
             cfg->name, cfg->n_layers, nominal_tp);

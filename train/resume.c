@@ -69,8 +69,10 @@ static const char *sampling_name(const mal_train_options *o)
 
 /* Model fields --override may change (none of them shapes a tensor: a
  * longer context, another RoPE base), and those it may not. */
-static const char *const model_free[] = {"seq_len", "rope_theta", "norm_eps"};
-static const char *const model_fixed[] = {"vocab", "d_model", "n_layers", "n_heads", "ffn_hidden"};
+static const char *const model_free[] = {"seq_len", "rope_theta", "norm_eps", "rope_scaling"};
+static const char *const model_fixed[] = {"vocab",      "d_model",    "n_layers",
+                                          "n_heads",    "ffn_hidden", "n_kv_heads",
+                                          "tie_embeddings"};
 
 char *mal_train_settings_json(const struct mal_trainer *tr)
 {
@@ -293,10 +295,12 @@ static void float_text(char *out, size_t len, float x)
 
 static void compare_model(const mal_model_config *a, const mal_model_config *b, diffs *ds)
 {
-    const int ia[] = {a->vocab, a->d_model, a->n_layers, a->n_heads, a->ffn_hidden},
-              ib[] = {b->vocab, b->d_model, b->n_layers, b->n_heads, b->ffn_hidden};
-    char x[32], y[32];
-    for (int i = 0; i < 5; i++)
+    const int ia[] = {a->vocab,      a->d_model,    a->n_layers,      a->n_heads,
+                      a->ffn_hidden, a->n_kv_heads, a->tie_embeddings},
+              ib[] = {b->vocab,      b->d_model,    b->n_layers,      b->n_heads,
+                      b->ffn_hidden, b->n_kv_heads, b->tie_embeddings};
+    char x[96], y[96];
+    for (int i = 0; i < (int)MAL_ARRAY_SIZE(ia); i++)
         if (ia[i] != ib[i]) {
             snprintf(x, sizeof x, "%d", ia[i]);
             snprintf(y, sizeof y, "%d", ib[i]);
@@ -307,13 +311,31 @@ static void compare_model(const mal_model_config *a, const mal_model_config *b, 
         snprintf(y, sizeof y, "%d", b->seq_len);
         add_text(ds, "seq_len", 0, NULL, x, y);
     }
-    const float fa[] = {a->rope_theta, a->norm_eps}, fb[] = {b->rope_theta, b->norm_eps};
+    const float fa[] = {a->rope.theta, a->norm_eps}, fb[] = {b->rope.theta, b->norm_eps};
     for (int i = 0; i < 2; i++)
         if (fa[i] != fb[i]) {
             float_text(x, sizeof x, fa[i]);
             float_text(y, sizeof y, fb[i]);
             add_text(ds, model_free[1 + i], 0, NULL, x, y);
         }
+    /* the llama3 frequency scaling, as one setting: another context
+     * extension, like another base, shapes no tensor */
+    const mal_rope *ra = &a->rope, *rb = &b->rope;
+    if (ra->llama3 != rb->llama3 ||
+        (ra->llama3 && (ra->factor != rb->factor || ra->low_freq_factor != rb->low_freq_factor ||
+                        ra->high_freq_factor != rb->high_freq_factor ||
+                        ra->original_max_pos != rb->original_max_pos))) {
+        const mal_rope *r[2] = {ra, rb};
+        char *out[2] = {x, y};
+        for (int i = 0; i < 2; i++)
+            if (r[i]->llama3)
+                snprintf(out[i], sizeof x, "llama3 (factor %g, low %g, high %g, original %d)",
+                         (double)r[i]->factor, (double)r[i]->low_freq_factor,
+                         (double)r[i]->high_freq_factor, r[i]->original_max_pos);
+            else
+                snprintf(out[i], sizeof x, "none");
+        add_text(ds, "rope_scaling", 0, NULL, x, y);
+    }
 }
 
 /* The stored value of s and this run's, as text; 1 when they are equal. */

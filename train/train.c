@@ -412,7 +412,17 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     fprintf(f, "| vocab / d_model      | %6d / %-31d |\n", c->vocab, c->d_model);
     fprintf(f, "| layers / heads / ffn | %4d / %4d / %-27d |\n", c->n_layers, c->n_heads,
             c->ffn_hidden);
-    fprintf(f, "| seq_len / rope theta | %6d / %-31g |\n", c->seq_len, (double)c->rope_theta);
+    if (c->n_kv_heads != c->n_heads || c->tie_embeddings)
+        fprintf(f, "| kv heads / tied emb. | %4d / %-33s |\n", c->n_kv_heads,
+                c->tie_embeddings ? "yes" : "no");
+    fprintf(f, "| seq_len / rope theta | %6d / %-31g |\n", c->seq_len, (double)c->rope.theta);
+    if (c->rope.llama3) {
+        char sc[64];
+        snprintf(sc, sizeof sc, "llama3: factor %g, %g..%g of %d", (double)c->rope.factor,
+                 (double)c->rope.low_freq_factor, (double)c->rope.high_freq_factor,
+                 c->rope.original_max_pos);
+        fprintf(f, "| rope scaling         | %-40.40s |\n", sc);
+    }
     fprintf(f, "| state (p+g+m+v)      | %-36.1f MiB |\n", state_mb);
     if (tr->part.model)
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",

@@ -520,8 +520,8 @@ static void bench_embedding(const shape &s)
     int *tok = (int *)mal_kern_alloc(K, (size_t)N * 4), *err = (int *)mal_kern_alloc(K, 4);
     tokens_kernel<<<256, 256, 0, S>>>(tok, N, 65, V);
     void *scr = mal_kern_alloc(K, mal_cu_embedding_bwd_scratch_bytes(N, V));
-    mal_cu_embedding_fwd(S, 1, out.d, tok, wte.d, N, C, V, err);
-    mal_cu_embedding_bwd(S, 1, (float *)dw.d, dy.d, tok, N, C, V, scr);
+    mal_cu_embedding_fwd(S, 1, out.d, tok, wte.d, N, C, V, 0, V, err);
+    mal_cu_embedding_bwd(S, 1, (float *)dw.d, dy.d, tok, N, C, 0, V, scr);
     errs ef, eb;
     for (int k = 0; k < SAMPLES; k++) {
         size_t n = pick(N);
@@ -540,10 +540,10 @@ static void bench_embedding(const shape &s)
         eb.add(get(dw, (size_t)t * C, C), want);
     }
     row("embedding fwd", s,
-        time_us([&] { mal_cu_embedding_fwd(S, 1, out.d, tok, wte.d, N, C, V, err); }), 0,
+        time_us([&] { mal_cu_embedding_fwd(S, 1, out.d, tok, wte.d, N, C, V, 0, V, err); }), 0,
         4.0 * N * C + 4.0 * N, ef, 0);
     row("embedding bwd", s,
-        time_us([&] { mal_cu_embedding_bwd(S, 1, (float *)dw.d, dy.d, tok, N, C, V, scr); }), 0,
+        time_us([&] { mal_cu_embedding_bwd(S, 1, (float *)dw.d, dy.d, tok, N, C, 0, V, scr); }), 0,
         2.0 * N * C + 8.0 * N * C + 4.0 * N, eb, 1e-6);
     mal_kern_free(K, tok), mal_kern_free(K, err), mal_kern_free(K, scr);
     drop(wte), drop(out), drop(dy), drop(dw);
@@ -593,13 +593,15 @@ static void bench_attention(const shape &s)
          out = make(n, 1, 84, 0), dout = make(n, 1, 85, 1.0f), dq = make(n, 1, 86, 0.1f),
          dk = make(n, 1, 87, 0.1f), dv = make(n, 1, 88, 0.1f),
          lse = make((size_t)B * H * T, 0, 89, 0);
+    /* every query head its own key/value head (the benchmark shapes' MHA) */
+    const mal_cu_heads hs = {H, H, 1, 0};
     void *scr = mal_kern_alloc(K, mal_cu_attention_bwd_scratch_bytes(B, T, H));
     auto fwd = [&] {
-        mal_cu_attention_fwd(S, 1, 0, out.d, (float *)lse.d, q.d, k.d, v.d, B, T, H, hd);
+        mal_cu_attention_fwd(S, 1, 0, out.d, (float *)lse.d, q.d, k.d, v.d, B, T, hs, hd);
     };
     auto bwd = [&] {
         mal_cu_attention_bwd(S, 1, 0, dq.d, dk.d, dv.d, dout.d, out.d, q.d, k.d, v.d,
-                             (const float *)lse.d, B, T, H, hd, scr);
+                             (const float *)lse.d, B, T, hs, hd, scr);
     };
     fwd();
     bwd();

@@ -4,10 +4,15 @@
  * YET; the kernels are checked on the CPU through the emulation
  * (tests/test_cuda_emu.cpp) against a float64 reference.
  *
- * Shapes (kernels.h): q, k, v, out, dq, dk, dv are (B,T,H,hd) row-major, so
- * the (T,hd) slice of head h of sequence b starts at (b*T*H + h)*hd with a
- * row stride of ld = H*hd.  lse is (B,H,T) floats, natural log:
+ * Shapes (kernels.h): q, out, dq are (B,T,H,hd) row-major, so the (T,hd)
+ * slice of query head h of sequence b starts at (b*T*H + h)*hd with a row
+ * stride of ld = H*hd; k, v, dk, dv are (B,T,Hkv,hd) (grouped-query
+ * attention: query head h reads key/value head j = (h + q_off) / group,
+ * whose slice starts at (b*T*Hkv + j)*hd, row stride ldk = Hkv*hd).  lse is
+ * (B,H,T) floats, natural log:
  *   lse[t] = log sum_{s<=t} exp(q_t . k_s / sqrt(hd)),  P[t][s] = exp(S - lse).
+ * dK, dV of a key/value head gather the contributions of its query heads
+ * in query-head order inside one block or warp (no atomics).
  *
  * Two implementations behind mal_cu_attention_fwd/bwd:
  *   generic - one warp per query (forward, dQ) or key (dK, dV) row, fp32
@@ -41,16 +46,33 @@ enum { GEN_MAXJ = 8 }; /* hd <= 32 * 8 */
 
 /* One warp per query row (b, h, t): online softmax over s <= t; lane owns
  * elements d = lane + 32 j. */
+/* Where query head h of sequence b and its key/value head start, and the
+ * row strides (queries, keys). */
+struct heads_at {
+    size_t ld, ldk, base, kbase;
+};
+MAL_DEV heads_at heads_of(const mal_cu_heads &hs, int b, int h, int T_, int hd)
+{
+    heads_at a;
+    a.ld = (size_t)hs.H * hd;
+    a.ldk = (size_t)hs.Hkv * hd;
+    a.base = (size_t)b * T_ * a.ld + (size_t)h * hd;
+    a.kbase = (size_t)b * T_ * a.ldk + (size_t)((h + hs.q_off) / hs.group) * hd;
+    return a;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(128)
     gen_fwd_k(T *__restrict__ out, float *__restrict__ lse, const T *__restrict__ q,
-              const T *__restrict__ k, const T *__restrict__ v, int B, int T_, int H, int hd)
+              const T *__restrict__ k, const T *__restrict__ v, int B, int T_, mal_cu_heads hs,
+              int hd)
 {
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, H = hs.H;
     const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= (long)B * H * T_) return;
     const int t = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
-    const size_t ld = (size_t)H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
+    const heads_at at = heads_of(hs, b, h, T_, hd);
+    const size_t ld = at.ld, ldk = at.ldk, base = at.base, kbase = at.kbase;
     const float scale = 1.0f / sqrtf((float)hd);
     float qr[GEN_MAXJ], o[GEN_MAXJ];
 #pragma unroll
@@ -61,7 +83,7 @@ __global__ void __launch_bounds__(128)
     }
     float m = -INFINITY, l = 0.0f;
     for (int s = 0; s <= t; s++) {
-        const T *kr = k + base + (size_t)s * ld, *vr = v + base + (size_t)s * ld;
+        const T *kr = k + kbase + (size_t)s * ldk, *vr = v + kbase + (size_t)s * ldk;
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < GEN_MAXJ; j++) {
@@ -112,13 +134,14 @@ template <typename T>
 __global__ void __launch_bounds__(128)
     gen_dq_k(T *__restrict__ dq, const T *__restrict__ dout, const T *__restrict__ q,
              const T *__restrict__ k, const T *__restrict__ v, const float *__restrict__ lse,
-             const float *__restrict__ D, int B, int T_, int H, int hd)
+             const float *__restrict__ D, int B, int T_, mal_cu_heads hs, int hd)
 {
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, H = hs.H;
     const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= (long)B * H * T_) return;
     const int t = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
-    const size_t ld = (size_t)H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
+    const heads_at at = heads_of(hs, b, h, T_, hd);
+    const size_t ld = at.ld, ldk = at.ldk, base = at.base, kbase = at.kbase;
     const size_t stat = ((size_t)b * H + h) * T_ + t;
     const float scale = 1.0f / sqrtf((float)hd), L = lse[stat], Dt = D[stat];
     float qr[GEN_MAXJ], dor[GEN_MAXJ], acc[GEN_MAXJ];
@@ -130,7 +153,7 @@ __global__ void __launch_bounds__(128)
         acc[j] = 0.0f;
     }
     for (int s = 0; s <= t; s++) {
-        const T *kr = k + base + (size_t)s * ld, *vr = v + base + (size_t)s * ld;
+        const T *kr = k + kbase + (size_t)s * ldk, *vr = v + kbase + (size_t)s * ldk;
         float a = 0.0f, c = 0.0f;
 #pragma unroll
         for (int j = 0; j < GEN_MAXJ; j++) {
@@ -153,44 +176,58 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-/* dK, dV: one warp per key row s; for t >= s: dv += P dO_t,
- * dk += scale dS q_t. */
+/* The query heads [*h0, *h1) that read key/value head j. */
+MAL_DEV void readers_of(const mal_cu_heads &hs, int j, int *h0, int *h1)
+{
+    *h0 = max(0, j * hs.group - hs.q_off);
+    *h1 = min(hs.H, (j + 1) * hs.group - hs.q_off);
+}
+
+/* dK, dV: one warp per key row s of key/value head j; for every query head
+ * h that reads j, in order, and t >= s: dv += P dO_t, dk += scale dS q_t. */
 template <typename T>
 __global__ void __launch_bounds__(128)
     gen_dkv_k(T *__restrict__ dk, T *__restrict__ dv, const T *__restrict__ dout,
               const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-              const float *__restrict__ lse, const float *__restrict__ D, int B, int T_, int H,
-              int hd)
+              const float *__restrict__ lse, const float *__restrict__ D, int B, int T_,
+              mal_cu_heads hs, int hd)
 {
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, H = hs.H, Hkv = hs.Hkv;
     const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= (long)B * H * T_) return;
-    const int s = (int)(row % T_), h = (int)((row / T_) % H), b = (int)(row / ((long)T_ * H));
-    const size_t ld = (size_t)H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
-    const size_t stat0 = ((size_t)b * H + h) * T_;
+    if (row >= (long)B * Hkv * T_) return;
+    const int s = (int)(row % T_), kh = (int)((row / T_) % Hkv),
+              b = (int)(row / ((long)T_ * Hkv));
+    const size_t ld = (size_t)H * hd, ldk = (size_t)Hkv * hd;
+    const size_t kbase = (size_t)b * T_ * ldk + (size_t)kh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float kr[GEN_MAXJ], vr[GEN_MAXJ], ak[GEN_MAXJ], av[GEN_MAXJ];
 #pragma unroll
     for (int j = 0; j < GEN_MAXJ; j++) {
         const int d = lane + 32 * j;
-        kr[j] = d < hd ? ldf(k + base + (size_t)s * ld + d) : 0.0f;
-        vr[j] = d < hd ? ldf(v + base + (size_t)s * ld + d) : 0.0f;
+        kr[j] = d < hd ? ldf(k + kbase + (size_t)s * ldk + d) : 0.0f;
+        vr[j] = d < hd ? ldf(v + kbase + (size_t)s * ldk + d) : 0.0f;
         ak[j] = av[j] = 0.0f;
     }
-    for (int t = s; t < T_; t++) {
-        const T *qr = q + base + (size_t)t * ld, *dor = dout + base + (size_t)t * ld;
-        float a = 0.0f, c = 0.0f;
+    int h0, h1;
+    readers_of(hs, kh, &h0, &h1);
+    for (int h = h0; h < h1; h++) {
+        const size_t base = (size_t)b * T_ * ld + (size_t)h * hd;
+        const size_t stat0 = ((size_t)b * H + h) * T_;
+        for (int t = s; t < T_; t++) {
+            const T *qr = q + base + (size_t)t * ld, *dor = dout + base + (size_t)t * ld;
+            float a = 0.0f, c = 0.0f;
 #pragma unroll
-        for (int j = 0; j < GEN_MAXJ; j++) {
-            const int d = lane + 32 * j;
-            if (d < hd) a += ldf(qr + d) * kr[j], c += ldf(dor + d) * vr[j];
-        }
-        const float p = expf(warp_sum(a) * scale - lse[stat0 + t]);
-        const float ds = p * (warp_sum(c) - D[stat0 + t]);
+            for (int j = 0; j < GEN_MAXJ; j++) {
+                const int d = lane + 32 * j;
+                if (d < hd) a += ldf(qr + d) * kr[j], c += ldf(dor + d) * vr[j];
+            }
+            const float p = expf(warp_sum(a) * scale - lse[stat0 + t]);
+            const float ds = p * (warp_sum(c) - D[stat0 + t]);
 #pragma unroll
-        for (int j = 0; j < GEN_MAXJ; j++) {
-            const int d = lane + 32 * j;
-            if (d < hd) av[j] += p * ldf(dor + d), ak[j] += ds * ldf(qr + d);
+            for (int j = 0; j < GEN_MAXJ; j++) {
+                const int d = lane + 32 * j;
+                if (d < hd) av[j] += p * ldf(dor + d), ak[j] += ds * ldf(qr + d);
+            }
         }
     }
 #pragma unroll
@@ -198,11 +235,11 @@ __global__ void __launch_bounds__(128)
         const int d = lane + 32 * j;
         if (d >= hd) continue;
         if (dk) {
-            T *p = dk + base + (size_t)s * ld + d;
+            T *p = dk + kbase + (size_t)s * ldk + d;
             stf(p, ldf(p) + scale * ak[j]);
         }
         if (dv) {
-            T *p = dv + base + (size_t)s * ld + d;
+            T *p = dv + kbase + (size_t)s * ldk + d;
             stf(p, ldf(p) + av[j]);
         }
     }
@@ -294,19 +331,29 @@ MAL_DEV void acc_product(float acc[HD / 8][4], float p[K / 8][4], const bf16 *Yt
 
 /* Where a tensor-core block works: its thread and lane numbers, its tile
  * (the last tiles, with the most work under the causal mask, start first)
- * and the head slice (b, h) of blockIdx.y. */
+ * and the head slice (b, h) of blockIdx.y: a query head (forward, dQ: bh
+ * = b*H + h, base its queries', kbase its key/value head's) or, for dK/dV,
+ * a key/value head (bh = b*Hkv + j, kbase its keys', base unused). */
 struct geom {
     int tid, lane, warp, g, c, tile, bh;
-    size_t ld, base;
+    size_t ld, ldk, base, kbase;
 };
-template <int HD> MAL_DEV geom geom_of(int T_, int H)
+template <int HD> MAL_DEV geom geom_of(int T_, const mal_cu_heads &hs, bool per_kv)
 {
     geom o;
     o.tid = threadIdx.x, o.lane = o.tid % 32, o.warp = o.tid / 32;
     o.g = o.lane / 4, o.c = o.lane % 4;
     o.tile = gridDim.x - 1 - blockIdx.x, o.bh = blockIdx.y;
-    o.ld = (size_t)H * HD;
-    o.base = (size_t)(o.bh / H) * T_ * o.ld + (size_t)(o.bh % H) * HD;
+    o.ld = (size_t)hs.H * HD;
+    o.ldk = (size_t)hs.Hkv * HD;
+    if (per_kv) {
+        o.base = 0;
+        o.kbase = (size_t)(o.bh / hs.Hkv) * T_ * o.ldk + (size_t)(o.bh % hs.Hkv) * HD;
+    } else {
+        const int b = o.bh / hs.H, h = o.bh % hs.H;
+        o.base = (size_t)b * T_ * o.ld + (size_t)h * HD;
+        o.kbase = (size_t)b * T_ * o.ldk + (size_t)((h + hs.q_off) / hs.group) * HD;
+    }
     return o;
 }
 
@@ -324,15 +371,15 @@ template <int HD> static size_t fwd_smem()
 template <int HD>
 __global__ void __launch_bounds__(FWD_THREADS)
     mma_fwd_k(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
-              const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T_, int H)
+              const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T_, mal_cu_heads hs)
 {
     MAL_SMEM(smem);
     bf16 *Qs = (bf16 *)smem;
     bf16 *Ks = Qs + FWD_BQ * (HD + PAD);
     bf16 *Vt = Ks + FWD_BK * (HD + PAD);
-    const geom G = geom_of<HD>(T_, H);
+    const geom G = geom_of<HD>(T_, hs, false);
     const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c, qt = G.tile, bh = G.bh;
-    const size_t ld = G.ld, base = G.base;
+    const size_t ld = G.ld, ldk = G.ldk, base = G.base, kbase = G.kbase;
     const int q0 = qt * FWD_BQ;
     const float sl2 = LOG2E / sqrtf((float)HD); /* scores in log2 units */
 
@@ -346,8 +393,10 @@ __global__ void __launch_bounds__(FWD_THREADS)
     for (int kt = 0; kt <= qt; kt++) {
         const int k0 = kt * FWD_BK;
         __syncthreads(); /* the previous tile's K, V are no longer read */
-        tile_load<HD, false>(Ks, k + base + (size_t)k0 * ld, ld, FWD_BK, T_ - k0, tid, FWD_THREADS);
-        tile_load<HD, true>(Vt, v + base + (size_t)k0 * ld, ld, FWD_BK, T_ - k0, tid, FWD_THREADS);
+        tile_load<HD, false>(Ks, k + kbase + (size_t)k0 * ldk, ldk, FWD_BK, T_ - k0, tid,
+                             FWD_THREADS);
+        tile_load<HD, true>(Vt, v + kbase + (size_t)k0 * ldk, ldk, FWD_BK, T_ - k0, tid,
+                            FWD_THREADS);
         __syncthreads();
         /* S (16 x 64) = Q_w K^T */
         float s[FWD_BK / 8][4];
@@ -474,15 +523,16 @@ template <int HD> static size_t dkv_smem()
            2 * DKV_BQ * sizeof(float);
 }
 
-/* dK, dV of 64 keys (4 warps x 16) of one (b, h); query tiles of 32 from
- * the diagonal on.  Per warp, transposed products (keys are the rows):
+/* dK, dV of 64 keys (4 warps x 16) of one (b, key/value head j); for
+ * every query head h that reads j, in order, query tiles of 32 from the
+ * diagonal on.  Per warp, transposed products (keys are the rows):
  *   S^T = K_w Q^T, P^T = exp(S^T - lse), dP^T = V_w dO^T,
  *   dS^T = P^T (dP^T - D), dV_w += P^T dO, dK_w += scale dS^T Q. */
 template <int HD>
 __global__ void __launch_bounds__(BWD_THREADS)
     mma_dkv_k(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
               const bf16 *__restrict__ q, const bf16 *__restrict__ k, const bf16 *__restrict__ v,
-              const float *__restrict__ lse, const float *__restrict__ D, int T_, int H)
+              const float *__restrict__ lse, const float *__restrict__ D, int T_, mal_cu_heads hs)
 {
     MAL_SMEM(smem);
     bf16 *Ks = (bf16 *)smem;
@@ -493,13 +543,16 @@ __global__ void __launch_bounds__(BWD_THREADS)
     bf16 *Ot = Qt + HD * (DKV_BQ + PAD); /* dO transposed */
     float *Ls = (float *)(Ot + HD * (DKV_BQ + PAD));
     float *Ds = Ls + DKV_BQ;
-    const geom G = geom_of<HD>(T_, H);
-    const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c, bh = G.bh;
-    const size_t ld = G.ld, base = G.base;
+    const geom G = geom_of<HD>(T_, hs, true);
+    const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c;
+    const size_t ld = G.ld, ldk = G.ldk, kbase = G.kbase;
+    const int b = G.bh / hs.Hkv, kvh = G.bh % hs.Hkv;
     const int k0 = G.tile * DKV_BK;
     const float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
-    tile_load<HD, false>(Ks, k + base + (size_t)k0 * ld, ld, DKV_BK, T_ - k0, tid, BWD_THREADS);
-    tile_load<HD, false>(Vs, v + base + (size_t)k0 * ld, ld, DKV_BK, T_ - k0, tid, BWD_THREADS);
+    tile_load<HD, false>(Ks, k + kbase + (size_t)k0 * ldk, ldk, DKV_BK, T_ - k0, tid,
+                         BWD_THREADS);
+    tile_load<HD, false>(Vs, v + kbase + (size_t)k0 * ldk, ldk, DKV_BK, T_ - k0, tid,
+                         BWD_THREADS);
     float adk[HD / 8][4], adv[HD / 8][4];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++)
@@ -507,36 +560,43 @@ __global__ void __launch_bounds__(BWD_THREADS)
         for (int j = 0; j < 4; j++) adk[i][j] = adv[i][j] = 0.0f;
     const int key0 = k0 + warp * 16 + g; /* this thread's first key (rows g, g + 8) */
 
-    for (int q0 = k0; q0 < T_; q0 += DKV_BQ) {
-        __syncthreads(); /* the previous query tile is no longer read */
-        const int nq = T_ - q0;
-        tile_load<HD, false>(Qs, q + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
-        tile_load<HD, false>(Os, dout + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
-        tile_load<HD, true>(Qt, q + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
-        tile_load<HD, true>(Ot, dout + base + (size_t)q0 * ld, ld, DKV_BQ, nq, tid, BWD_THREADS);
-        for (int i = tid; i < DKV_BQ; i += BWD_THREADS) {
-            const bool ok = i < nq;
-            Ls[i] = ok ? lse[(size_t)bh * T_ + q0 + i] * LOG2E : 0.0f;
-            Ds[i] = ok ? D[(size_t)bh * T_ + q0 + i] : 0.0f;
-        }
-        __syncthreads();
-        float st_[DKV_BQ / 8][4], dp[DKV_BQ / 8][4];
-        two_products<HD, DKV_BQ>(st_, dp, Ks, Vs, Qs, Os, warp * 16, lane);
-        /* P^T and dS^T in place; element (key row, query column) */
-#pragma unroll
-        for (int nt = 0; nt < DKV_BQ / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int qi = nt * 8 + 2 * c + (i & 1), key = key0 + (i >= 2 ? 8 : 0);
-                const int qry = q0 + qi;
-                float p = exp2f(st_[nt][i] * sl2 - Ls[qi]);
-                if (key > qry || qry >= T_ || key >= T_) p = 0.0f;
-                st_[nt][i] = p;
-                dp[nt][i] = p * (dp[nt][i] - Ds[qi]);
+    int h0, h1;
+    readers_of(hs, kvh, &h0, &h1);
+    for (int h = h0; h < h1; h++) {
+        for (int q0 = k0; q0 < T_; q0 += DKV_BQ) {
+            const int bh = b * hs.H + h;
+            const size_t base = (size_t)b * T_ * ld + (size_t)h * HD;
+            __syncthreads(); /* the previous query tile is no longer read */
+            const int nq = T_ - q0;
+            const bf16 *qs = q + base + (size_t)q0 * ld, *os = dout + base + (size_t)q0 * ld;
+            tile_load<HD, false>(Qs, qs, ld, DKV_BQ, nq, tid, BWD_THREADS);
+            tile_load<HD, false>(Os, os, ld, DKV_BQ, nq, tid, BWD_THREADS);
+            tile_load<HD, true>(Qt, qs, ld, DKV_BQ, nq, tid, BWD_THREADS);
+            tile_load<HD, true>(Ot, os, ld, DKV_BQ, nq, tid, BWD_THREADS);
+            for (int i = tid; i < DKV_BQ; i += BWD_THREADS) {
+                const bool ok = i < nq;
+                Ls[i] = ok ? lse[(size_t)bh * T_ + q0 + i] * LOG2E : 0.0f;
+                Ds[i] = ok ? D[(size_t)bh * T_ + q0 + i] : 0.0f;
             }
-        /* dV_w += P^T dO,  dK_w += dS^T Q  (k = the 32 queries) */
-        acc_product<HD, DKV_BQ>(adv, st_, Ot, lane);
-        acc_product<HD, DKV_BQ>(adk, dp, Qt, lane);
+            __syncthreads();
+            float st_[DKV_BQ / 8][4], dp[DKV_BQ / 8][4];
+            two_products<HD, DKV_BQ>(st_, dp, Ks, Vs, Qs, Os, warp * 16, lane);
+            /* P^T and dS^T in place; element (key row, query column) */
+#pragma unroll
+            for (int nt = 0; nt < DKV_BQ / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int qi = nt * 8 + 2 * c + (i & 1), key = key0 + (i >= 2 ? 8 : 0);
+                    const int qry = q0 + qi;
+                    float p = exp2f(st_[nt][i] * sl2 - Ls[qi]);
+                    if (key > qry || qry >= T_ || key >= T_) p = 0.0f;
+                    st_[nt][i] = p;
+                    dp[nt][i] = p * (dp[nt][i] - Ds[qi]);
+                }
+            /* dV_w += P^T dO,  dK_w += dS^T Q  (k = the 32 queries) */
+            acc_product<HD, DKV_BQ>(adv, st_, Ot, lane);
+            acc_product<HD, DKV_BQ>(adk, dp, Qt, lane);
+        }
     }
     /* accumulate into dk, dv (+=, as kernels.h says) */
 #pragma unroll
@@ -545,7 +605,7 @@ __global__ void __launch_bounds__(BWD_THREADS)
         if (key >= T_) continue;
 #pragma unroll
         for (int nt = 0; nt < HD / 8; nt++) {
-            const size_t off = base + (size_t)key * ld + nt * 8 + 2 * c;
+            const size_t off = kbase + (size_t)key * ldk + nt * 8 + 2 * c;
             if (dk) add_store2(dk + off, scale, adk[nt][2 * r], adk[nt][2 * r + 1]);
             if (dv) add_store2(dv + off, 1.0f, adv[nt][2 * r], adv[nt][2 * r + 1]);
         }
@@ -567,7 +627,7 @@ template <int HD>
 __global__ void __launch_bounds__(BWD_THREADS)
     mma_dq_k(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
              const bf16 *__restrict__ k, const bf16 *__restrict__ v, const float *__restrict__ lse,
-             const float *__restrict__ D, int T_, int H)
+             const float *__restrict__ D, int T_, mal_cu_heads hs)
 {
     MAL_SMEM(smem);
     bf16 *Qs = (bf16 *)smem;
@@ -575,9 +635,9 @@ __global__ void __launch_bounds__(BWD_THREADS)
     bf16 *Ks = Os + DQ_BQ * (HD + PAD);
     bf16 *Vs = Ks + DQ_BK * (HD + PAD);
     bf16 *Kt = Vs + DQ_BK * (HD + PAD);
-    const geom G = geom_of<HD>(T_, H);
+    const geom G = geom_of<HD>(T_, hs, false);
     const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c, bh = G.bh;
-    const size_t ld = G.ld, base = G.base;
+    const size_t ld = G.ld, ldk = G.ldk, base = G.base, kbase = G.kbase;
     const int q0 = G.tile * DQ_BQ;
     const float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
     tile_load<HD, false>(Qs, q + base + (size_t)q0 * ld, ld, DQ_BQ, T_ - q0, tid, BWD_THREADS);
@@ -597,9 +657,9 @@ __global__ void __launch_bounds__(BWD_THREADS)
     for (int k0 = 0; k0 < kend; k0 += DQ_BK) {
         __syncthreads();
         const int nk = T_ - k0;
-        tile_load<HD, false>(Ks, k + base + (size_t)k0 * ld, ld, DQ_BK, nk, tid, BWD_THREADS);
-        tile_load<HD, false>(Vs, v + base + (size_t)k0 * ld, ld, DQ_BK, nk, tid, BWD_THREADS);
-        tile_load<HD, true>(Kt, k + base + (size_t)k0 * ld, ld, DQ_BK, nk, tid, BWD_THREADS);
+        tile_load<HD, false>(Ks, k + kbase + (size_t)k0 * ldk, ldk, DQ_BK, nk, tid, BWD_THREADS);
+        tile_load<HD, false>(Vs, v + kbase + (size_t)k0 * ldk, ldk, DQ_BK, nk, tid, BWD_THREADS);
+        tile_load<HD, true>(Kt, k + kbase + (size_t)k0 * ldk, ldk, DQ_BK, nk, tid, BWD_THREADS);
         __syncthreads();
         float s[DQ_BK / 8][4], dp[DQ_BK / 8][4];
         two_products<HD, DQ_BK>(s, dp, Qs, Os, Ks, Vs, warp * 16, lane);
@@ -650,33 +710,34 @@ static bool use_mma(int use_bf16, int impl, int hd, const void *p)
 
 template <int HD>
 static void mma_fwd(mal_cu_stream s, void *out, float *lse, const void *q, const void *k,
-                    const void *v, int B, int T, int H)
+                    const void *v, int B, int T, mal_cu_heads hs)
 {
-    dim3 grid((unsigned)((T + FWD_BQ - 1) / FWD_BQ), (unsigned)(B * H));
+    dim3 grid((unsigned)((T + FWD_BQ - 1) / FWD_BQ), (unsigned)(B * hs.H));
     allow_smem(mma_fwd_k<HD>, fwd_smem<HD>());
     MAL_LAUNCH(mma_fwd_k<HD>, grid, FWD_THREADS, fwd_smem<HD>(), s)
-    ((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, T, H);
+    ((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, T, hs);
 }
 
 extern "C" void mal_cu_attention_fwd(mal_cu_stream s, int use_bf16, int impl, void *out, float *lse,
                                      const void *q, const void *k, const void *v, int B, int T,
-                                     int H, int hd)
+                                     mal_cu_heads hs, int hd)
 {
+    const int H = hs.H;
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
     if (use_mma(use_bf16, impl, hd, q)) {
         if (hd == 64)
-            mma_fwd<64>(s, out, lse, q, k, v, B, T, H);
+            mma_fwd<64>(s, out, lse, q, k, v, B, T, hs);
         else
-            mma_fwd<128>(s, out, lse, q, k, v, B, T, H);
+            mma_fwd<128>(s, out, lse, q, k, v, B, T, hs);
         return;
     }
     const unsigned blocks = mal_blocks((size_t)B * H * T, 4);
     if (use_bf16)
         MAL_LAUNCH(gen_fwd_k<bf16>, blocks, 128, 0, s)
-        ((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, B, T, H, hd);
+        ((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, B, T, hs, hd);
     else
         MAL_LAUNCH(gen_fwd_k<float>, blocks, 128, 0, s)
-        ((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, H, hd);
+        ((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, hs, hd);
 }
 
 extern "C" size_t mal_cu_attention_bwd_scratch_bytes(int B, int T, int H)
@@ -687,45 +748,45 @@ extern "C" size_t mal_cu_attention_bwd_scratch_bytes(int B, int T, int H)
 template <int HD>
 static void mma_bwd(mal_cu_stream s, void *dq, void *dk, void *dv, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse, const float *D,
-                    int B, int T, int H)
+                    int B, int T, mal_cu_heads hs)
 {
     if (dk || dv) {
-        dim3 grid((unsigned)((T + DKV_BK - 1) / DKV_BK), (unsigned)(B * H));
+        dim3 grid((unsigned)((T + DKV_BK - 1) / DKV_BK), (unsigned)(B * hs.Hkv));
         allow_smem(mma_dkv_k<HD>, dkv_smem<HD>());
         MAL_LAUNCH(mma_dkv_k<HD>, grid, BWD_THREADS, dkv_smem<HD>(), s)
         ((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
-         (const bf16 *)v, lse, D, T, H);
+         (const bf16 *)v, lse, D, T, hs);
     }
     if (dq) {
-        dim3 grid((unsigned)((T + DQ_BQ - 1) / DQ_BQ), (unsigned)(B * H));
+        dim3 grid((unsigned)((T + DQ_BQ - 1) / DQ_BQ), (unsigned)(B * hs.H));
         allow_smem(mma_dq_k<HD>, dq_smem<HD>());
         MAL_LAUNCH(mma_dq_k<HD>, grid, BWD_THREADS, dq_smem<HD>(), s)
         ((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D,
-         T, H);
+         T, hs);
     }
 }
 
 template <typename T_>
 static void gen_bwd(mal_cu_stream s, void *dq, void *dk, void *dv, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse, const float *D,
-                    int B, int T, int H, int hd)
+                    int B, int T, mal_cu_heads hs, int hd)
 {
-    const unsigned blocks = mal_blocks((size_t)B * H * T, 4);
     if (dq)
-        MAL_LAUNCH(gen_dq_k<T_>, blocks, 128, 0, s)
-        ((T_ *)dq, (const T_ *)dout, (const T_ *)q, (const T_ *)k, (const T_ *)v, lse, D, B, T, H,
+        MAL_LAUNCH(gen_dq_k<T_>, mal_blocks((size_t)B * hs.H * T, 4), 128, 0, s)
+        ((T_ *)dq, (const T_ *)dout, (const T_ *)q, (const T_ *)k, (const T_ *)v, lse, D, B, T, hs,
          hd);
     if (dk || dv)
-        MAL_LAUNCH(gen_dkv_k<T_>, blocks, 128, 0, s)
+        MAL_LAUNCH(gen_dkv_k<T_>, mal_blocks((size_t)B * hs.Hkv * T, 4), 128, 0, s)
         ((T_ *)dk, (T_ *)dv, (const T_ *)dout, (const T_ *)q, (const T_ *)k, (const T_ *)v, lse, D,
-         B, T, H, hd);
+         B, T, hs, hd);
 }
 
 extern "C" void mal_cu_attention_bwd(mal_cu_stream s, int use_bf16, int impl, void *dq, void *dk,
                                      void *dv, const void *dout, const void *out, const void *q,
                                      const void *k, const void *v, const float *lse, int B, int T,
-                                     int H, int hd, void *scratch)
+                                     mal_cu_heads hs, int hd, void *scratch)
 {
+    const int H = hs.H;
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0 || (!dq && !dk && !dv)) return;
     float *D = (float *)scratch;
     const unsigned rows = mal_blocks((size_t)B * H * T, 4);
@@ -737,13 +798,13 @@ extern "C" void mal_cu_attention_bwd(mal_cu_stream s, int use_bf16, int impl, vo
         (D, (const float *)dout, (const float *)out, B, T, H, hd);
     if (use_mma(use_bf16, impl, hd, q)) {
         if (hd == 64)
-            mma_bwd<64>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H);
+            mma_bwd<64>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs);
         else
-            mma_bwd<128>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H);
+            mma_bwd<128>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs);
         return;
     }
     if (use_bf16)
-        gen_bwd<bf16>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H, hd);
+        gen_bwd<bf16>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs, hd);
     else
-        gen_bwd<float>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, H, hd);
+        gen_bwd<float>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs, hd);
 }

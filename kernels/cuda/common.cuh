@@ -18,7 +18,8 @@
  *   elementwise.cu  add, accumulate, scale
  *   sumsq.cu        the sum of squares (global gradient norm), in double
  *   embedding.cu    embedding
- *   xent.cu         cross-entropy fused with its gradient
+ *   xent.cu         cross-entropy fused with its gradient, and its
+ *                   vocabulary-parallel form (statistics, combination)
  *   adamw.cu        AdamW and the working-copy cast
  *   attention.cu    causal attention, flash style (its own notes at its top)
  *   slow.cu         the straggler emulation's busy kernel (GPU only)

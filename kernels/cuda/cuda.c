@@ -60,7 +60,7 @@ typedef struct {
 
 typedef struct {
     int T, hd;
-    float theta;
+    mal_rope rope;
     float *cs;   /* device: T rows of hd/2 cosines, then T rows of sines */
     float *host; /* its pinned source, kept until the table goes (the copy
                   * is queued, so the host must not free it before) */
@@ -493,17 +493,17 @@ static void rope_free(rope_dev *r)
     r->cs = r->host = NULL;
 }
 
-/* The cos/sin table of (T, hd, theta) on the device, built on the host
+/* The cos/sin table of (T, hd, rope) on the device, built on the host
  * exactly as the CPU backend builds its own (double, then float), in
  * pinned memory, and copied in on the instance's stream, so that the
  * kernel queued after it reads it whole and the host does not wait.  One
  * per exact T (the kernel finds the sines T rows after the cosines); a
  * model has one or two shapes, made at its first step. */
-static const float *rope_table(cu_state *st, int T, int hd, float theta)
+static const float *rope_table(cu_state *st, int T, int hd, const mal_rope *rope)
 {
     for (int i = 0; i < st->n_ropes; i++) {
         rope_dev *r = &st->ropes[i];
-        if (r->hd == hd && r->theta == theta && r->T == T) return r->cs;
+        if (r->hd == hd && mal_rope_same(&r->rope, rope) && r->T == T) return r->cs;
     }
     if (st->n_ropes == ROPE_CACHE) { /* rare: keep the newest tables */
         if (!cu_ok(st, cudaStreamSynchronize(st->stream), "rope table eviction")) return NULL;
@@ -513,11 +513,11 @@ static const float *rope_table(cu_state *st, int T, int hd, float theta)
     }
     const int h2 = hd / 2;
     size_t bytes = (size_t)2 * T * h2 * sizeof(float);
-    rope_dev made = {T, hd, theta, NULL, NULL};
+    rope_dev made = {T, hd, *rope, NULL, NULL};
     if (!cu_ok(st, cudaMallocHost((void **)&made.host, bytes), "rope table (pinned)")) return NULL;
     float *h = made.host;
     for (int i = 0; i < h2; i++) {
-        double freq = pow((double)theta, -2.0 * i / hd);
+        double freq = mal_rope_inv_freq(rope, hd, i);
         for (int t = 0; t < T; t++) {
             double a = t * freq;
             h[(size_t)t * h2 + i] = (float)cos(a);
@@ -535,7 +535,7 @@ static const float *rope_table(cu_state *st, int T, int hd, float theta)
     return made.cs;
 }
 
-static void rope(mal_kern k, void *x, int B, int T, int H, int hd, float theta, float dir)
+static void rope(mal_kern k, void *x, int B, int T, int H, int hd, const mal_rope *r, float dir)
 {
     cu_state *st = st_of(k);
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
@@ -544,20 +544,20 @@ static void rope(mal_kern k, void *x, int B, int T, int H, int hd, float theta, 
              "rope: head dimension %d is odd; RoPE rotates pairs, use an even head dimension", hd);
         return;
     }
-    const float *cs = rope_table(st, T, hd, theta);
+    const float *cs = rope_table(st, T, hd, r);
     if (!cs) return;
     mal_cu_rope(st->stream, BF(k), x, cs, B, T, H, hd, dir);
     launched(st, "rope");
 }
 
-static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, float theta)
+static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, const mal_rope *r)
 {
-    rope(k, x, B, T, H, hd, theta, 1.0f);
+    rope(k, x, B, T, H, hd, r, 1.0f);
 }
 
-static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, float theta)
+static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, const mal_rope *r)
 {
-    rope(k, dx, B, T, H, hd, theta, -1.0f);
+    rope(k, dx, B, T, H, hd, r, -1.0f);
 }
 
 /* Flash attention keeps one float per query (the log-sum-exp) for the
@@ -571,21 +571,28 @@ static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *
     if (scratch_b) *scratch_b = b;
 }
 
+static mal_cu_heads cu_heads(mal_attn_heads hs)
+{
+    mal_cu_heads h = {hs.H, hs.Hkv, hs.group, hs.q_off};
+    return h;
+}
+
 static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, const void *kk,
-                             const void *v, int B, int T, int H, int hd)
+                             const void *v, int B, int T, mal_attn_heads hs, int hd)
 {
     cu_state *st = st_of(k);
-    mal_cu_attention_fwd(st->stream, BF(k), st->attn_impl, out, saved, q, kk, v, B, T, H, hd);
+    mal_cu_attention_fwd(st->stream, BF(k), st->attn_impl, out, saved, q, kk, v, B, T, cu_heads(hs),
+                         hd);
     launched(st, "attention forward");
 }
 
 static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr, const void *dout,
                              const void *out, const void *q, const void *kk, const void *v,
-                             const void *saved, int B, int T, int H, int hd)
+                             const void *saved, int B, int T, mal_attn_heads hs, int hd)
 {
     cu_state *st = st_of(k);
     mal_cu_attention_bwd(st->stream, BF(k), st->attn_impl, dq, dk, dv, dout, out, q, kk, v, saved,
-                         B, T, H, hd, scr);
+                         B, T, cu_heads(hs), hd, scr);
     launched(st, "attention backward");
 }
 
@@ -635,29 +642,22 @@ static void op_sumsq(mal_kern k, double *acc, const float *x, size_t rows, size_
     launched(st, "sum of squares");
 }
 
-/* The table passes no vocabulary size to the embedding; the model's is the
- * only one that fits the tokens, and the kernels need it only to range-check
- * (forward) and to size the sort (backward): INT32_MAX / C rows is what the
- * weight's size allows, and the check against the model's vocabulary is
- * made where the data is opened.  The backward sorts by token over the
- * largest id present instead. */
-#define EMB_V_UNKNOWN 65536 /* tokens are uint16 (data.h) */
-
 static void op_embedding_fwd(mal_kern k, void *out, const int *tokens, const void *wte, int N,
-                             int C)
+                             int C, int V, int v0, int Vl)
 {
     cu_state *st = st_of(k);
-    mal_cu_embedding_fwd(st->stream, BF(k), out, tokens, wte, N, C, EMB_V_UNKNOWN, st->dev_err);
+    mal_cu_embedding_fwd(st->stream, BF(k), out, tokens, wte, N, C, V, v0, Vl, st->dev_err);
     launched(st, "embedding forward");
 }
 
+/* The backward sorts the positions by token over this shard's Vl rows. */
 static void op_embedding_bwd(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
-                             int C)
+                             int C, int v0, int Vl)
 {
     cu_state *st = st_of(k);
-    void *s = scratch(st, mal_cu_embedding_bwd_scratch_bytes(N, EMB_V_UNKNOWN));
+    void *s = scratch(st, mal_cu_embedding_bwd_scratch_bytes(N, Vl));
     if (!s) return;
-    mal_cu_embedding_bwd(st->stream, BF(k), dwte, dout, tokens, N, C, EMB_V_UNKNOWN, s);
+    mal_cu_embedding_bwd(st->stream, BF(k), dwte, dout, tokens, N, C, v0, Vl, s);
     launched(st, "embedding backward");
 }
 
@@ -666,6 +666,24 @@ static void op_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits, const void
 {
     cu_state *st = st_of(k);
     mal_cu_xent(st->stream, BF(k), losses, dlogits, logits, targets, N, V, dscale, st->dev_err);
+    launched(st, "cross-entropy");
+}
+
+static void op_xent_stats(mal_kern k, float *stats, const void *logits, const int *targets, int N,
+                          int Vl, int v0)
+{
+    cu_state *st = st_of(k);
+    mal_cu_xent_stats(st->stream, BF(k), stats, logits, targets, N, Vl, v0);
+    launched(st, "cross-entropy statistics");
+}
+
+static void op_xent_combine(mal_kern k, float *losses, void *dlogits, const void *logits,
+                            const float *all, int P, const int *targets, int N, int Vl, int v0,
+                            int V, float dscale)
+{
+    cu_state *st = st_of(k);
+    mal_cu_xent_combine(st->stream, BF(k), losses, dlogits, logits, all, P, targets, N, Vl, v0, V,
+                        dscale, st->dev_err);
     launched(st, "cross-entropy");
 }
 
@@ -830,6 +848,8 @@ static const mal_kernels_ops cuda_ops = {
     .embedding_fwd = op_embedding_fwd,
     .embedding_bwd = op_embedding_bwd,
     .xent_fwd_bwd = op_xent_fwd_bwd,
+    .xent_stats = op_xent_stats,
+    .xent_combine = op_xent_combine,
     .adamw = op_adamw,
     .cast_working = op_cast_working,
     .slowdown = op_slowdown,

@@ -63,17 +63,25 @@ size_t mal_cu_sumsq_scratch_bytes(void);
 void mal_cu_sumsq(mal_cu_stream s, double *acc, const float *x, size_t rows, size_t width,
                   size_t pitch, void *scratch);
 
-/* Embedding; the backward sorts positions by token (stably) through
- * `scratch` (mal_cu_embedding_bwd_scratch_bytes(N, V)) and adds each
+/* Embedding of the table's rows [v0, v0 + Vl) of a vocabulary of V tokens
+ * (kernels.h); the backward sorts positions by token (stably) through
+ * `scratch` (mal_cu_embedding_bwd_scratch_bytes(N, Vl)) and adds each
  * vocabulary row's gradients in position order, as the CPU backend does. */
 void mal_cu_embedding_fwd(mal_cu_stream s, int bf16, void *out, const int *tokens, const void *wte,
-                          int N, int C, int V, int *err);
-size_t mal_cu_embedding_bwd_scratch_bytes(int N, int V);
+                          int N, int C, int V, int v0, int Vl, int *err);
+size_t mal_cu_embedding_bwd_scratch_bytes(int N, int Vl);
 void mal_cu_embedding_bwd(mal_cu_stream s, int bf16, float *dwte, const void *dout,
-                          const int *tokens, int N, int C, int V, void *scratch);
+                          const int *tokens, int N, int C, int v0, int Vl, void *scratch);
 
 void mal_cu_xent(mal_cu_stream s, int bf16, float *losses, void *dlogits, const void *logits,
                  const int *targets, int N, int V, float dscale, int *err);
+/* The vocabulary-parallel cross-entropy's two parts (kernels.h's
+ * xent_stats and xent_combine). */
+void mal_cu_xent_stats(mal_cu_stream s, int bf16, float *stats, const void *logits,
+                       const int *targets, int N, int Vl, int v0);
+void mal_cu_xent_combine(mal_cu_stream s, int bf16, float *losses, void *dlogits,
+                         const void *logits, const float *all, int P, const int *targets, int N,
+                         int Vl, int v0, int V, float dscale, int *err);
 
 /* AdamW over n elements; ibc1, ibc2 = 1 / (1 - beta^t) computed by the
  * caller in double, as the CPU backend does.  work (compute dtype) is
@@ -82,6 +90,13 @@ void mal_cu_adamw(mal_cu_stream s, int bf16, float *param, void *work, const flo
                   float *v, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float grad_scale, float ibc1, float ibc2);
 void mal_cu_cast(mal_cu_stream s, int bf16, void *work, const float *master, size_t n);
+
+/* The heads of an attention call: kernels.h's mal_attn_heads (query head
+ * h reads key/value head (h + q_off) / group), repeated here so that the
+ * .cu files need no C header of the library. */
+typedef struct {
+    int H, Hkv, group, q_off;
+} mal_cu_heads;
 
 /* Causal attention (kernels.h), flash style: never a T x T matrix in
  * memory.  `lse` (B,H,T floats) is what the forward keeps for the
@@ -92,11 +107,11 @@ void mal_cu_cast(mal_cu_stream s, int bf16, void *work, const float *master, siz
  * generic kernels (any hd, fp32 arithmetic; fp32 mode always uses them). */
 size_t mal_cu_attention_bwd_scratch_bytes(int B, int T, int H);
 void mal_cu_attention_fwd(mal_cu_stream s, int bf16, int impl, void *out, float *lse,
-                          const void *q, const void *k, const void *v, int B, int T, int H,
-                          int hd);
+                          const void *q, const void *k, const void *v, int B, int T,
+                          mal_cu_heads hs, int hd);
 void mal_cu_attention_bwd(mal_cu_stream s, int bf16, int impl, void *dq, void *dk, void *dv,
                           const void *dout, const void *out, const void *q, const void *k,
-                          const void *v, const float *lse, int B, int T, int H, int hd,
+                          const void *v, const float *lse, int B, int T, mal_cu_heads hs, int hd,
                           void *scratch);
 
 /* Straggler emulation (kernels/cuda/slow.cu; cuda.c's slowdown).

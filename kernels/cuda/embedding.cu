@@ -7,26 +7,28 @@
 #include "common.cuh"
 #include "cuda_ops.h"
 
-/* One warp per token: out[n] = wte[tokens[n]] (16 bytes per access where
- * rows are whole vectors); a token outside [0, V) gives a zero row and
- * sets MAL_CU_ERR_TOKEN. */
+/* One warp per token: out[n] = wte[tokens[n] - v0] (16 bytes per access
+ * where rows are whole vectors) for a token of this table's rows
+ * [v0, v0 + Vl); a zero row for another token, and a token outside [0, V)
+ * also sets MAL_CU_ERR_TOKEN. */
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(256) embedding_fwd_k(T *__restrict__ out,
                                                        const int *__restrict__ tokens,
                                                        const T *__restrict__ wte, int N, int C,
-                                                       int V, int *err)
+                                                       int V, int v0, int Vl, int *err)
 {
     const int lane = threadIdx.x % 32;
     const int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (n >= N) return;
     const int tok = tokens[n];
     T *o = out + (size_t)n * C;
-    if (tok < 0 || tok >= V) {
-        if (lane == 0) *err |= MAL_CU_ERR_TOKEN; /* every writer stores a superset bit */
+    if (tok < 0 || tok >= V || tok < v0 || tok - v0 >= Vl) {
+        /* every writer stores a superset bit */
+        if (lane == 0 && (tok < 0 || tok >= V)) *err |= MAL_CU_ERR_TOKEN;
         for (int c = lane; c < C; c += 32) stf(o + c, 0.0f);
         return;
     }
-    const T *w = wte + (size_t)tok * C;
+    const T *w = wte + (size_t)(tok - v0) * C;
     if (VEC)
         for (int c = lane * vec<T>::n; c < C; c += 32 * vec<T>::n)
             *(uint4 *)(o + c) = *(const uint4 *)(w + c);
@@ -37,11 +39,12 @@ __global__ void __launch_bounds__(256) embedding_fwd_k(T *__restrict__ out,
 /* Stable counting sort of positions by token, then one warp per vocabulary
  * row adds that row's gradients in position order.  Integer atomics only
  * (a histogram: its result does not depend on their order). */
-__global__ void emb_hist_k(int *__restrict__ count, const int *__restrict__ tokens, int N, int V)
+__global__ void emb_hist_k(int *__restrict__ count, const int *__restrict__ tokens, int N, int v0,
+                           int V)
 {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const int t = tokens[n];
+    const int t = tokens[n] - v0;
     if (t >= 0 && t < V) atomicAdd(&count[t], 1);
 }
 
@@ -80,7 +83,7 @@ __global__ void __launch_bounds__(1024)
  * memory (N^2 / 2 integer compares: 0.13 G at N = 16 k, microseconds). */
 __global__ void __launch_bounds__(256)
     emb_place_k(int *__restrict__ order, const int *__restrict__ start,
-                const int *__restrict__ tokens, int N, int V)
+                const int *__restrict__ tokens, int N, int v0, int V)
 {
     MAL_SMEM(smem);
     int *tile = (int *)smem; /* [blockDim.x] */
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(256)
         const int lim = min((int)blockDim.x, n - base); /* m < n */
         for (int j = 0; j < lim; j++) rank += tile[j] == t;
     }
-    if (n < N && t >= 0 && t < V) order[start[t] + rank] = n;
+    if (n < N && t - v0 >= 0 && t - v0 < V) order[start[t - v0] + rank] = n;
 }
 
 /* One warp per vocabulary row v (skipped when no position has it):
@@ -123,24 +126,25 @@ __global__ void __launch_bounds__(256)
 
 template <typename T>
 static void embedding_fwd(mal_cu_stream s, void *out, const int *tokens, const void *wte, int N,
-                          int C, int V, int *err)
+                          int C, int V, int v0, int Vl, int *err)
 {
     if (vec_ok<T>(out, wte, out, C))
         MAL_LAUNCH((embedding_fwd_k<T, true>), mal_blocks((size_t)N, 8), 256, 0, s)
-        ((T *)out, tokens, (const T *)wte, N, C, V, err);
+        ((T *)out, tokens, (const T *)wte, N, C, V, v0, Vl, err);
     else
         MAL_LAUNCH((embedding_fwd_k<T, false>), mal_blocks((size_t)N, 8), 256, 0, s)
-        ((T *)out, tokens, (const T *)wte, N, C, V, err);
+        ((T *)out, tokens, (const T *)wte, N, C, V, v0, Vl, err);
 }
 
 extern "C" void mal_cu_embedding_fwd(mal_cu_stream s, int use_bf16, void *out, const int *tokens,
-                                     const void *wte, int N, int C, int V, int *err)
+                                     const void *wte, int N, int C, int V, int v0, int Vl,
+                                     int *err)
 {
     if (N <= 0 || C <= 0) return;
     if (use_bf16)
-        embedding_fwd<__nv_bfloat16>(s, out, tokens, wte, N, C, V, err);
+        embedding_fwd<__nv_bfloat16>(s, out, tokens, wte, N, C, V, v0, Vl, err);
     else
-        embedding_fwd<float>(s, out, tokens, wte, N, C, V, err);
+        embedding_fwd<float>(s, out, tokens, wte, N, C, V, v0, Vl, err);
 }
 
 static size_t up16(size_t b)
@@ -153,8 +157,10 @@ extern "C" size_t mal_cu_embedding_bwd_scratch_bytes(int N, int V)
     return 2 * up16((size_t)V * sizeof(int)) + up16((size_t)N * sizeof(int));
 }
 
+/* The sort runs over this table's rows: V below is Vl, token t's row
+ * t - v0. */
 extern "C" void mal_cu_embedding_bwd(mal_cu_stream s, int use_bf16, float *dwte, const void *dout,
-                                     const int *tokens, int N, int C, int V, void *scratch)
+                                     const int *tokens, int N, int C, int v0, int V, void *scratch)
 {
     if (N <= 0 || C <= 0 || V <= 0) return;
     char *p = (char *)scratch;
@@ -166,10 +172,10 @@ extern "C" void mal_cu_embedding_bwd(mal_cu_stream s, int use_bf16, float *dwte,
 #else
     cudaMemsetAsync(count, 0, (size_t)V * sizeof(int), s);
 #endif
-    MAL_LAUNCH(emb_hist_k, mal_blocks((size_t)N, 256), 256, 0, s)(count, tokens, N, V);
+    MAL_LAUNCH(emb_hist_k, mal_blocks((size_t)N, 256), 256, 0, s)(count, tokens, N, v0, V);
     MAL_LAUNCH(emb_scan_k, 1, 1024, 1024 * sizeof(int), s)(start, (const int *)count, V);
     MAL_LAUNCH(emb_place_k, mal_blocks((size_t)N, 256), 256, 256 * sizeof(int), s)
-    (order, (const int *)start, tokens, N, V);
+    (order, (const int *)start, tokens, N, v0, V);
     if (use_bf16)
         MAL_LAUNCH((emb_acc_k<__nv_bfloat16>), mal_blocks((size_t)V, 8), 256, 0, s)
         (dwte, (const __nv_bfloat16 *)dout, (const int *)order, (const int *)start,
