@@ -99,7 +99,7 @@ while :; do
     # shellcheck disable=SC2086
     $LAUNCH "$TRAIN" --model "$MODEL" --plan "$plan" --steps "$STEPS" \
         --global-batch "$GLOBAL_BATCH" --snapshot-dir "$snap" --snapshot-every "$SNAPSHOT_EVERY" \
-        --keep 2 --adapt restart --metrics "$METRICS" --log-every 1 --quiet \
+        --keep 2 --adapt restart --metrics "$METRICS" --log-every 1 \
         --ranks-per-node "$RANKS_PER_NODE" "${baseline[@]}" "${resume[@]}" $TRAIN_ARGS
     rc=$?
     case $rc in

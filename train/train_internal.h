@@ -12,6 +12,9 @@
  *   ckpt.h        snapshots: the last one taken, save, resume (ckpt.c),
  *   ckpt_async.h    over the background writer (ckpt_async.c),
  *   ckpt_job.h      both over one snapshot described and written (ckpt_job.c)
+ *   progress.h    the step line, the plan in force and its changes (progress.c)
+ *   change.h      whether a plan change pays, and acting on the monitor's
+ *                 advice (change.c)
  *
  * What is left here is train.c's: options, data, kernels, plan, world,
  * progress, the metrics file and the step's tally, which the files that
@@ -27,12 +30,14 @@
  *   train -> ckpt -> ckpt_async -> ckpt_job;  ckpt -> ckpt_job
  *   train, online -> ckpt_async (waiting for a background write, and its
  *   staging re-sized after a plan change);  train_memory -> ckpt_job
+ *   train -> change -> online;  train, change, online -> progress
  * Not installed. */
 #ifndef MAL_TRAIN_INTERNAL_H
 #define MAL_TRAIN_INTERNAL_H
 
 #include <stdio.h>
 
+#include "change.h"
 #include "ckpt.h"
 #include "ckpt_async.h"
 #include "ckpt_job.h"
@@ -42,6 +47,7 @@
 #include "online.h"
 #include "part.h"
 #include "pipeline.h"
+#include "progress.h"
 #include "src/data.h"
 #include "src/plan.h"
 #include "train.h"
@@ -89,6 +95,7 @@ struct mal_trainer {
     mal_online online;
     mal_train_ckpt ckpt;
     mal_eval eval;
+    mal_progress prog;
 };
 
 /* train_memory.c: collective over the world: MAL_EINVAL, with the
