@@ -298,29 +298,23 @@ int mal_trainer_replan_online(struct mal_trainer *tr)
     return rc ? rc : rebase(tr);
 }
 
-int mal_change_on_advice(struct mal_trainer *tr, const mal_step_stats *st)
+int mal_change_on_advice(struct mal_trainer *tr, const mal_step_stats *st, int *stop)
 {
     int rc;
+    *stop = 0;
     if (tr->world_rank == 0)
         mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
                 (long long)st->step, st->trigger_rank,
                 st->trigger_rank >= 0 ? tr->mon.rates[st->trigger_rank] : 0.0);
-    if (tr->o.adapt == MAL_ADAPT_ONLINE) {
-        if ((rc = mal_trainer_snapshot_wait(tr))) return rc; /* agreed */
-        if ((rc = mal_trainer_replan_online(tr))) return mal_trainer_fatal(tr, rc);
-        return 0;
-    }
+    if (tr->o.adapt == MAL_ADAPT_ONLINE) return mal_trainer_replan_online(tr);
     if (tr->o.adapt != MAL_ADAPT_RESTART) return 0;
     mal_plan next;
     int verdict = GO;
     mal_plan_init(&next);
     rc = agree(tr, (long)st->step, &next, &verdict);
     mal_plan_fini(&next);
-    if (rc) return mal_trainer_fatal(tr, rc);
-    if (verdict == STAY) return mal_trainer_fatal(tr, rebase(tr)); /* rank 0 alone may fail */
-    /* exit 3 promises a committed snapshot of this step */
-    if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step && (rc = mal_trainer_save(tr)))
-        return rc;
-    if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
-    return MAL_TRAIN_REPLAN;
+    if (rc) return rc;
+    if (verdict == STAY) return rebase(tr);
+    *stop = 1;
+    return 0;
 }

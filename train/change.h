@@ -19,11 +19,13 @@ struct mal_trainer;
  * unknown. */
 void mal_change_predict(struct mal_trainer *tr);
 
-/* Collective, at a step whose stats advise a re-plan (st->replan).  0: the
- * run goes on (on a new plan after an online change, or on the same one);
- * MAL_TRAIN_REPLAN: a snapshot of this step is committed and the run must
- * stop for a re-plan (--adapt restart); a negative MAL_E* error otherwise
- * (agreed by every rank, or through the fatal path). */
-int mal_change_on_advice(struct mal_trainer *tr, const mal_step_stats *st);
+/* Collective, at a step whose stats advise a re-plan (st->replan).  0
+ * with *stop = 0: the run goes on (on a new plan after an online change,
+ * or on the same one); 0 with *stop = 1: the run must stop for a re-plan
+ * (--adapt restart: the caller commits a snapshot of this step first).  A
+ * negative MAL_E* error may be this rank's alone (the caller takes the
+ * fatal path).  With --adapt online, the caller waits for a background
+ * snapshot first (one in flight never crosses a plan change). */
+int mal_change_on_advice(struct mal_trainer *tr, const mal_step_stats *st, int *stop);
 
 #endif /* MAL_TRAIN_CHANGE_H */

@@ -509,8 +509,18 @@ int mal_trainer_run(mal_trainer *tr)
         if ((rc = mal_trainer_snapshot_poll(tr, &busy))) return rc;
         if ((rc = mal_sample_after_step(tr, &st))) return rc;
         if (st.replan && tr->step < tr->o.steps) {
-            /* MAL_TRAIN_REPLAN: stopped with a snapshot for a re-plan */
-            if ((rc = mal_change_on_advice(tr, &st))) return rc;
+            int stop;
+            if (tr->o.adapt == MAL_ADAPT_ONLINE && (rc = mal_trainer_snapshot_wait(tr)))
+                return rc; /* agreed */
+            if ((rc = mal_change_on_advice(tr, &st, &stop))) return mal_trainer_fatal(tr, rc);
+            if (stop) {
+                /* exit 3 promises a committed snapshot of this step */
+                if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step &&
+                    (rc = mal_trainer_save(tr)))
+                    return rc;
+                if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
+                return MAL_TRAIN_REPLAN;
+            }
         }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&
             st.step != tr->o.steps && tr->ckpt.saved_step != tr->step &&
