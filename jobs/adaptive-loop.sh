@@ -46,7 +46,7 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
     # until the job's time limit; the loop then resumes from the snapshot.
     LAUNCH=${LAUNCH:-"srun --mpi=pmi2 --kill-on-bad-exit=1 -n $NPROCS"}
 else
-    LAUNCH=${LAUNCH:-"mpiexec -n $NPROCS"}
+    LAUNCH=${LAUNCH:-"${MPIEXEC:-mpiexec} -n $NPROCS"}
 fi
 MODEL=${MODEL:-tiny}
 PROFILE=${PROFILE:-$MODEL}

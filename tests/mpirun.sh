@@ -5,7 +5,9 @@
 # per rank (ranks share the cores).  Exit status: the program's (77 = skip
 # passes through); 99 (hard error) when the time limit hits or the launcher
 # cannot start.  MPIEXEC comes from the test environment (configure found
-# it); MPICH's hydra runs as root without any extra flag.
+# it); MPICH's hydra runs as root without any extra flag.  Open MPI's
+# launcher needs --oversubscribe for more ranks than cores (the tests run 8
+# ranks on any machine) and, as root, --allow-run-as-root.
 
 if [ $# -lt 3 ]; then
     echo "usage: $0 NPROCS TIMEOUT_S PROGRAM [ARGS...]" >&2
@@ -18,8 +20,16 @@ shift 2
 OPENBLAS_NUM_THREADS=1
 export OPENBLAS_NUM_THREADS
 
-echo "mpirun.sh: timeout -k 5 $limit $MPIEXEC -n $nprocs $*"
-timeout -k 5 "$limit" "$MPIEXEC" -n "$nprocs" "$@"
+flags=""
+case $("$MPIEXEC" --version 2>&1 | head -3) in
+*"Open MPI"* | *OpenRTE*)
+    flags="--oversubscribe"
+    [ "$(id -u)" = 0 ] && flags="$flags --allow-run-as-root"
+    ;;
+esac
+echo "mpirun.sh: timeout -k 5 $limit $MPIEXEC${flags:+ $flags} -n $nprocs $*"
+# shellcheck disable=SC2086
+timeout -k 5 "$limit" "$MPIEXEC" $flags -n "$nprocs" "$@"
 rc=$?
 case $rc in
 124 | 137)
