@@ -12,7 +12,7 @@
 #   until STEPS steps are done.
 #
 # jobs/malleus.sbatch runs it under Slurm (LAUNCH="srun --mpi=pmi2 ...");
-# on a workstation run it directly (LAUNCH defaults to mpiexec):
+# on a workstation run it directly (LAUNCH defaults to $MPIEXEC, else mpiexec):
 #
 #   NPROCS=8 STEPS=60 TRAIN_ARGS="--inject 3:4:10" jobs/adaptive-loop.sh
 #
@@ -21,7 +21,7 @@
 #   RUN_DIR         plans, snapshots, metrics and logs [./malleus-run]
 #   NPROCS          ranks [SLURM_NTASKS or 8]
 #   LAUNCH          MPI launcher prefix [srun --mpi=pmi2 --kill-on-bad-exit=1
-#                   -n NPROCS under Slurm, else mpiexec -n NPROCS]; a launcher
+#                   -n NPROCS under Slurm, else ${MPIEXEC:-mpiexec} -n NPROCS]; a launcher
 #                   given here must end every rank when one fails
 #   MODEL           model preset or config file [tiny]
 #   PROFILE         planner profile: preset or JSON [MODEL]
