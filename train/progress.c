@@ -58,8 +58,8 @@ void mal_progress_init(struct mal_trainer *tr)
     mal_kern_device_info di;
     if (mal_kern_query_device(tr->k, &di) != 0) {
         mal_clearerr();
-        snprintf(pg->peak_what, sizeof pg->peak_what,
-                 "none: %s has no peak (--peak-tflops)", tr->k->name);
+        snprintf(pg->peak_what, sizeof pg->peak_what, "none: %s has no peak (--peak-tflops)",
+                 tr->k->name);
         return;
     }
     int bf16 = tr->k->compute == MAL_BF16;
