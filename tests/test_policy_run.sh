@@ -6,7 +6,7 @@
 #      on either rank - makes no change (the rule before this one, the
 #      window's mean, re-planned on a single 1.61 sample);
 #   2. a real 4x straggler from step 8 is advised at step 9, the first
-#      check after it, as before; the change pays (gain over the 191
+#      check after it, as before; the change pays (gain over the 491
 #      remaining steps against the estimated restart) and the run stops
 #      for it (exit 3) with a snapshot;
 #   3. the same straggler 3 steps before the end: the change would gain
@@ -41,11 +41,11 @@ grep '"step": 8,' "$W/noise.jsonl" | grep -Eq '"rates": \[[0-9.]+, 1\.[3-9]' ||
     bad "step 8 does not show rank 1's injected 1.61"
 
 # 2. a 4x straggler from step 8 (0-based 7)
-train slow 200 --inject 1:4:7
+train slow 500 --inject 1:4:7
 [ $rc -eq 3 ] || bad "exit status $rc, want 3 (stopped for a re-plan)"
 grep -q 'monitor: re-plan advised at step 9 (rank 1' "$W/slow.out" ||
     bad "not advised at step 9, the first check after the onset"
-grep -Eq 're-plan at step 9: .* gain [0-9.]+ s over 191 steps, cost [0-9.]+ s \(estimated: .*stopping for a re-plan' \
+grep -Eq 're-plan at step 9: .* gain [0-9.]+ s over 491 steps, cost [0-9.]+ s \(estimated: .*stopping for a re-plan' \
     "$W/slow.out" || bad "no weighed decision to stop"
 [ "$(cat "$W/slow.snap/latest" 2>/dev/null)" = step_00000009 ] || bad "no snapshot of step 9"
 
@@ -63,5 +63,5 @@ grep -q 'cost 0.00 s (--change-cost)' "$W/free.out" || bad "--change-cost not us
 
 [ $fails -eq 0 ] || exit 1
 echo "PASS: noise made no change; the 4x straggler was advised at step 9 and changed when it paid" \
-    "($(grep -o 'gain [0-9.]* s over 191 steps, cost [0-9.]* s' "$W/slow.out")), not when it did not" \
+    "($(grep -o 'gain [0-9.]* s over 491 steps, cost [0-9.]* s' "$W/slow.out")), not when it did not" \
     "($(grep -o 'gain -*[0-9.]* s over 3 steps, cost [0-9.]* s' "$W/late.out"))"
