@@ -36,9 +36,14 @@ train noise 30 --inject 1:1.61:7:8 --inject 2:2.5:13:14 --inject 1:3:19:20 --inj
 [ $rc -eq 0 ] || bad "exit status $rc, want 0 (no change)"
 ! grep -q 're-plan advised' "$W/noise.out" || bad "the noise was advised as a re-plan"
 ! grep -q '"replan": true' "$W/noise.jsonl" || bad "the metrics record a re-plan"
-# the noise was measured: rates of those steps are above the floor
-grep '"step": 8,' "$W/noise.jsonl" | grep -Eq '"rates": \[[0-9.]+, 1\.[3-9]' ||
-    bad "step 8 does not show rank 1's injected 1.61"
+# the noise was measured: at least two of the four injected samples stand
+# out (a busy machine can lift the median of a step, and with it hide one)
+"${PYTHON3:-/usr/bin/python3}" - "$W/noise.jsonl" <<'PY' || bad "the injected samples do not show in the rates"
+import json, sys
+rows = {r["step"]: r["rates"] for r in map(json.loads, open(sys.argv[1]))}
+seen = [(s, k) for s, k in [(8, 1), (14, 2), (20, 1), (26, 3)] if rows[s][k] >= 1.3]
+sys.exit(0 if len(seen) >= 2 else 1)
+PY
 
 # 2. a 4x straggler from step 8 (0-based 7)
 train slow 500 --inject 1:4:7
