@@ -132,6 +132,21 @@ int mal_output_open(mal_output *o, const char *path)
     return 0;
 }
 
+int mal_output_check_inputs(const char *out_what, const char *out, const mal_input_ref *in, int n)
+{
+    struct stat so, si;
+    if (!out || stat(out, &so) != 0 || !S_ISREG(so.st_mode)) return 0;
+    for (int i = 0; i < n; i++)
+        if (in[i].path && stat(in[i].path, &si) == 0 && si.st_dev == so.st_dev &&
+            si.st_ino == so.st_ino)
+            return MAL_ERR(MAL_EINVAL,
+                           "%s %s is the same file as %s %s%s: writing it would destroy that "
+                           "input; name another output file",
+                           out_what, out, in[i].what, in[i].path,
+                           strcmp(out, in[i].path) ? " (a link, or another name of it)" : "");
+    return 0;
+}
+
 int mal_output_is_direct(const mal_output *o)
 {
     return o->tmp == NULL;

@@ -65,6 +65,22 @@ void mal_output_discard(mal_output *o);
 /* open + write + commit of one buffer. */
 int mal_output_write_file(const char *path, const void *buf, size_t len);
 
+/* An input a command reads, for mal_output_check_inputs: `what` names it
+ * in messages ("--data", "INPUT.txt"); `path` may be NULL (not given). */
+typedef struct {
+    const char *what;
+    const char *path;
+} mal_input_ref;
+
+/* MAL_EINVAL when the output `out` (named `out_what` in messages) is the
+ * same file as one of the `n` inputs: by identity (device and inode, so a
+ * hard or symbolic link to an input, or another spelling of its path,
+ * counts), since writing the output would destroy that input -- and, read
+ * whole before the output is written, an input it replaced would be lost
+ * silently.  An output or input that does not exist yet, or an output
+ * that is not a regular file (/dev/null), is no input's. */
+int mal_output_check_inputs(const char *out_what, const char *out, const mal_input_ref *in, int n);
+
 /* fsync the directory that holds `path`, so that a rename into it is
  * durable.  File systems that cannot sync directories (EINVAL, ENOTSUP) are
  * not an error. */

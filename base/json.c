@@ -2,14 +2,35 @@
 #include "json.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "fileio.h"
 #include "mal.h"
 
+/* Duplicate keys are refused: JSON leaves their meaning open, and Jansson
+ * would keep the last one silently (a rates map with rank 3 twice loses
+ * one of its rates). */
+enum { MAL_JSON_FLAGS = JSON_REJECT_DUPLICATES };
+
+int mal_json_is_duplicate_key(const char *buf, size_t len)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(buf, len, MAL_JSON_FLAGS, &jerr);
+    if (root) {
+        json_decref(root);
+        return 0;
+    }
+#if JANSSON_VERSION_HEX >= 0x020b00
+    return json_error_code(&jerr) == json_error_duplicate_key;
+#else
+    return strstr(jerr.text, "duplicate object key") != NULL;
+#endif
+}
+
 int mal_json_parse(const char *buf, size_t len, const char *what, json_t **root)
 {
     json_error_t jerr;
-    *root = json_loadb(buf, len, 0, &jerr);
+    *root = json_loadb(buf, len, MAL_JSON_FLAGS, &jerr);
     if (*root) return 0;
 #if JANSSON_VERSION_HEX >= 0x020b00
     /* the one failure that is not the input's fault */

@@ -13,13 +13,18 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* Parse `len` bytes (no terminating NUL needed) as one JSON value; *root
- * gets a new reference (json_decref it), NULL on error.  Errors:
+/* Parse `len` bytes (no terminating NUL needed) as one JSON value, an
+ * object with a key twice refused; *root gets a new reference
+ * (json_decref it), NULL on error.  Errors:
  * MAL_EFORMAT, with "WHAT: invalid JSON at line L column C: WHAT JANSSON
  * FOUND" when `what` (a path, "plan") is given; MAL_ENOMEM.  With `what`
  * NULL no message is recorded: for a caller that tries another reading of
  * the text, or words the failure itself (the JSON-lines rates reader). */
 int mal_json_parse(const char *buf, size_t len, const char *what, json_t **root);
+
+/* 1 when `len` bytes fail to parse because an object has a key twice
+ * (which mal_json_parse refuses, its message naming the key). */
+int mal_json_is_duplicate_key(const char *buf, size_t len);
 
 /* Read all of `path` with mal_file_read(path, kind, max_bytes, flags) and
  * parse it as above, messages naming `path`.  `kind` names the file in the

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -126,9 +128,17 @@ static int apply(const mal_opts_spec *spec, const mal_opt *o, const char *arg)
     case MAL_OPT_UINT64: {
         errno = 0;
         long long v = strtoll(arg, &end, 10);
-        if (errno || end == arg || *end || v < o->lo || v > o->hi)
+        if (end == arg || *end)
             return mal_opts_bad(spec, "--%s expects an integer in [%lld, %lld], got '%s'", o->name,
                                 o->lo, o->hi, arg);
+        /* past long long (strtoll clamps, ERANGE), past the table's range,
+         * or past the target's type (an int entry whose range were wider):
+         * out of range, never stored wrapped */
+        if (errno == ERANGE || v < o->lo || v > o->hi ||
+            (o->kind == MAL_OPT_INT && (v < INT_MIN || v > INT_MAX)) ||
+            (o->kind == MAL_OPT_UINT64 && v < 0))
+            return mal_opts_bad(spec, "--%s expects an integer in [%lld, %lld]: %s is out of range",
+                                o->name, o->lo, o->hi, arg);
         if (o->kind == MAL_OPT_INT)
             *(int *)o->target = (int)v;
         else if (o->kind == MAL_OPT_INT64)
@@ -141,9 +151,13 @@ static int apply(const mal_opts_spec *spec, const mal_opt *o, const char *arg)
     case MAL_OPT_DOUBLE: {
         errno = 0;
         double v = strtod(arg, &end);
-        if (errno || end == arg || *end || !(v >= o->flo && v <= o->fhi))
+        if (end == arg || *end || isnan(v))
             return mal_opts_bad(spec, "--%s expects a number in [%g, %g], got '%s'", o->name,
                                 o->flo, o->fhi, arg);
+        /* ERANGE: past double (1e999) or below its smallest (1e-999) */
+        if (errno == ERANGE || !(v >= o->flo && v <= o->fhi))
+            return mal_opts_bad(spec, "--%s expects a number in [%g, %g]: %s is out of range",
+                                o->name, o->flo, o->fhi, arg);
         if (o->kind == MAL_OPT_FLOAT)
             *(float *)o->target = (float)v;
         else

@@ -300,6 +300,30 @@ static size_t encode(float *x, size_t n, int dtype)
     return 4 * n;
 }
 
+/* OUT_DIR among the snapshot's own files -- its step directory, the
+ * snapshot directory above it, or a directory inside a step directory --
+ * would put the export where retention removes it and next to what it
+ * reads: refused. */
+static int check_out_dir(const char *step_dir, const char *out_dir)
+{
+    char snapdir[4096];
+    snprintf(snapdir, sizeof snapdir, "%s", step_dir);
+    char *slash = strrchr(snapdir, '/');
+    if (slash && slash != snapdir)
+        *slash = '\0';
+    else
+        snprintf(snapdir, sizeof snapdir, "%s", slash ? "/" : ".");
+    struct stat a, b;
+    if ((stat(out_dir, &a) == 0 && stat(step_dir, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino) ||
+        mal_snapshot_dir_owns(out_dir, step_dir) || mal_snapshot_dir_owns(snapdir, out_dir))
+        return MAL_ERR(MAL_EINVAL,
+                       "OUT_DIR %s is the snapshot's own directory or lies inside it (%s): give "
+                       "a directory outside the snapshot",
+                       out_dir, step_dir);
+    return 0;
+}
+
 int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
 {
     double t0 = mal_now();
@@ -316,7 +340,9 @@ int mal_export_hf(const mal_export_options *o, mal_export_stats *st)
 
     if (o->dtype != MAL_EXPORT_F32 && o->dtype != MAL_EXPORT_BF16)
         return MAL_ERR(MAL_EINVAL, "export: dtype must be fp32 or bf16");
-    if ((rc = mal_snapshot_resolve(o->snapshot, step_dir, sizeof step_dir))) return rc;
+    if ((rc = mal_snapshot_resolve(o->snapshot, step_dir, sizeof step_dir)) ||
+        (rc = check_out_dir(step_dir, o->out_dir)))
+        return rc;
     if ((rc = mal_snapshot_open(&s, step_dir))) return rc;
     const mal_snap_meta *meta = mal_snapshot_meta(s);
     mal_model_config cfg;

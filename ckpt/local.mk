@@ -4,7 +4,8 @@
 # The snapshot layer, one facility per file (ckpt/snap_internal.h lists them).
 # Listed bottom up, as they call each other (snap_internal.h, "who owns what").
 libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fault.c \
-	ckpt/snap_crc32c.c ckpt/snap_blocks.c ckpt/snap_fs.c ckpt/snap_h5.c \
+	ckpt/snap_crc32c.c ckpt/snap_blocks.c ckpt/snap_fs.c ckpt/snap_find.c ckpt/snap_dest.c \
+	ckpt/snap_h5.c \
 	ckpt/snap_index.c ckpt/snap_read.c ckpt/snap_coord.c ckpt/snap_commit.c \
 	ckpt/snap_write.c ckpt/reshard.h ckpt/reshard.c \
 	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c \
@@ -15,6 +16,14 @@ EXTRA_DIST += ckpt/README.md
 # fault injection.
 check_PROGRAMS += tests/test_snapshot
 TESTS += tests/test_snapshot
+# Snapshot directories as hostile input: links at the names a writer uses,
+# links and FIFOs where steps, markers and `latest` belong, the lock and
+# probe of a destination.
+check_PROGRAMS += tests/test_snapdir
+TESTS += tests/test_snapdir
+# ... and the commands on such directories, and outputs that are inputs
+dist_check_SCRIPTS += tests/test_snapdir_cli.sh
+TESTS += tests/test_snapdir_cli.sh
 # h5py and h5dump read a snapshot written by `tests/test_snapshot --write-demo`
 dist_check_SCRIPTS += tests/test_snapshot_h5py.sh
 TESTS += tests/test_snapshot_h5py.sh

@@ -624,6 +624,13 @@ int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats 
                      step_dir);
         goto agreed;
     }
+    /* outside input: a batch past int is out of range, not wrapped */
+    if (json_integer_value(gbj) < 1 || json_integer_value(gbj) > INT_MAX) {
+        rc = MAL_ERR(MAL_EFORMAT, "snapshot %s: global batch %lld in its training settings is out "
+                                  "of range (1..%d)",
+                     step_dir, (long long)json_integer_value(gbj), INT_MAX);
+        goto agreed;
+    }
     int gb = (int)json_integer_value(gbj);
     if ((rc = mal_plan_validate(o->plan, mal_plan_world_size(o->plan), p.cfg.n_layers,
                                 p.cfg.n_heads, p.cfg.ffn_hidden, gb))) {

@@ -13,6 +13,7 @@ int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
 {
     const int lead = world->rank == 0;
     int status = 1, rc;
+    mal_snap_dest *dest = NULL;
     mal_plan plan;
     mal_plan_init(&plan);
     if (!lead) mal_log_level = MAL_LOG_ERROR;
@@ -29,6 +30,15 @@ int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
     rc = mal_snapshot_resolve(cli->src, step_dir, sizeof step_dir) == 0
              ? mal_reshard_check_dest(step_dir, cli->dst_dir)
              : 0;
+    /* PLAN.json must not be a file the snapshot in DEST would replace */
+    if (!rc && mal_snapshot_dir_owns(cli->dst_dir, cli->plan_path))
+        rc = MAL_ERR(MAL_EINVAL,
+                     "PLAN.json %s is an entry of the destination %s, which the new snapshot "
+                     "would replace: keep the plan outside DEST",
+                     cli->plan_path, cli->dst_dir);
+    /* DEST held for the run: locked against a second writer (a trainer on
+     * it, another reshard) and probed, before the source is read */
+    if (!rc && lead) rc = mal_snap_dest_open(&dest, cli->dst_dir, "malleus-reshard");
     if ((rc = mal_snapshot_agree(world, rc))) {
         if (lead) fprintf(stderr, "malleus-reshard: %s\n", mal_errmsg());
         status = 2;
@@ -56,6 +66,8 @@ int mal_reshard_cli_run(mal_comm *world, const mal_reshard_cli *cli)
     }
     status = 0;
 out:
+    /* a reshard that committed nothing leaves no directory it created */
+    mal_snap_dest_close(dest, status != 0);
     mal_plan_fini(&plan);
     return status;
 }

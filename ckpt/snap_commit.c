@@ -8,7 +8,7 @@
  * (snap_fault.c).
  *
  * Commit protocol (crash-safe on a POSIX file system): rank 0 creates
- * .tmp-step_S.<pid>@<host> and broadcasts its name; every process writes
+ * .tmp-step_S.<random>.<pid>@<host> and broadcasts its name; every process writes
  * and fsyncs its shard files there; rank 0 gathers the block descriptors
  * (which also tells it that every process finished), checks that the blocks
  * tile every tensor exactly once, writes and fsyncs index.h5 and the
@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Rank 0, every process done: check the gathered blocks, write the index,
  * commit.  Cleans up after itself on failure. */
@@ -37,23 +38,27 @@ int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last)
 
     if ((rc = snap_index_build(t, &ti, &nt, w->final))) goto done;
 
+    /* index.h5 is created through the temporary directory's descriptor
+     * (HDF5 takes a path: /proc/self/fd/N/index.h5), O_EXCL */
+    char iopen[PATH_MAX];
     if ((rc = snap_join(ipath, sizeof ipath, w->tmp, SNAP_INDEX_FILE)) ||
+        (rc = snap_fd_path(iopen, sizeof iopen, w->tfd, SNAP_INDEX_FILE, w->tmp)) ||
         (rc = snap_join(marker, sizeof marker, w->final, SNAP_COMPLETE)) ||
-        (rc = snap_write_index(&w->meta, t, ti, nt, ipath)) || (rc = snap_fsync(ipath, 0)))
+        (rc = snap_write_index(&w->meta, t, ti, nt, iopen, ipath)) || (rc = snap_fsync(iopen, 0)))
         goto done;
     uint64_t ibytes;
     uint32_t icrc;
-    if ((rc = snap_file_crc(ipath, &ibytes, &icrc, SNAP_MAX_INDEX_BYTES)) ||
-        (rc = snap_fsync(w->tmp, 1)))
+    if ((rc = snap_file_crc(iopen, ipath, &ibytes, &icrc, SNAP_MAX_INDEX_BYTES)) ||
+        (rc = snap_fsync_fd(w->tfd, w->tmp, 1)))
         goto done;
     if (w->kill == SNAP_KILL_INDEX) snap_die(w->rank, "after writing the index");
 
-    if (snap_fault() || rename(w->tmp, w->final) != 0) {
+    if (snap_fault() || renameat(w->dfd, w->tmpname, w->dfd, w->stepname) != 0) {
         rc = MAL_ERR(MAL_EIO, "cannot rename %s to %s: %s", w->tmp, w->final, strerror(errno));
         goto done;
     }
     stage = RENAMED;
-    if ((rc = snap_fsync(w->dir, 1))) goto done;
+    if ((rc = snap_fsync_fd(w->dfd, w->dir, 1))) goto done;
     if (w->kill == SNAP_KILL_RENAME) snap_die(w->rank, "after renaming, before COMPLETE");
 
     /* COMPLETE, last: from here on the snapshot is trusted. */
@@ -73,14 +78,15 @@ int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last)
     sprintf(line, "%s\n", text);
     free(text);
     int renamed;
-    rc = snap_write_atomic(w->final, SNAP_COMPLETE, line, &renamed);
+    /* w->tfd is the step directory now (the rename kept it) */
+    rc = snap_write_atomic(w->tfd, w->final, SNAP_COMPLETE, line, &renamed);
     free(line);
     if (rc) goto done;
     stage = COMMITTED;
 
     char pointer[80];
     snprintf(pointer, sizeof pointer, "%s\n", w->stepname);
-    if ((rc = snap_write_atomic(w->dir, SNAP_LATEST, pointer, &renamed))) {
+    if ((rc = snap_write_atomic(w->dfd, w->dir, SNAP_LATEST, pointer, &renamed))) {
         if (!renamed) goto done;
         /* `latest` already names the new, committed snapshot; whether the
          * old or the new name survives a crash, it names a trusted one. */
@@ -88,7 +94,7 @@ int snap_commit_root(mal_snap_writer *w, snap_table *t, int keep_last)
                 SNAP_LATEST, mal_errmsg());
         rc = 0;
     }
-    if (snap_retain(w->dir, w->meta.step, keep_last) != 0)
+    if (snap_retain(w->dfd, w->dir, w->meta.step, keep_last) != 0)
         mal_log(MAL_LOG_WARN, "snapshot %s committed, but retention failed: %s", w->final,
                 mal_errmsg());
 done:
@@ -100,9 +106,9 @@ done:
         snprintf(msg, sizeof msg, "%s", mal_errmsg());
         int r = 0;
         if (stage == TMPDIR)
-            r = snap_rmtree(w->tmp);
+            r = snap_rmtree_at(w->dfd, w->tmpname, w->tmp);
         else if (stage == RENAMED)
-            r = snap_remove_step(w->final);
+            r = snap_remove_step_at(w->dfd, w->stepname, w->final);
         if (r)
             mal_seterr_at(__FILE__, __LINE__, rc, "%s; cleaning up also failed: %s", msg,
                           mal_errmsg());

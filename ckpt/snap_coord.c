@@ -211,7 +211,7 @@ int snap_gather(mal_snap_writer *w, const snap_buf *mine, char **all)
     int rc = mal_comm_gatherv(w->comm, mine->p, mine->len, 0, &got, w->counts);
     *all = got;
     if (!rc) return 0;
-    if (w->rank == 0) snap_rmtree(w->tmp);
+    if (w->rank == 0) snap_rmtree_at(w->dfd, w->tmpname, w->tmp);
     return MAL_ERR(rc, "gathering the block descriptors of %d processes at rank 0: %s", w->size,
                    mal_errmsg());
 }

@@ -119,9 +119,10 @@ uint32_t mal_crc32c(uint32_t crc, const void *buf, size_t len)
 }
 
 /* CRC-32C and size of a whole (small) file. */
-int snap_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, size_t limit)
+int snap_file_crc(const char *open_path, const char *path, uint64_t *bytes, uint32_t *crc,
+                  size_t limit)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(open_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return MAL_ERR(MAL_EIO, "cannot open %s: %s", path, strerror(errno));
     char *buf = malloc(1 << 20);
     uint64_t n = 0;

@@ -251,13 +251,13 @@ int snap_plists(hid_t *lcpl, hid_t *dcpl, const char *fpath)
     return 0;
 }
 
-/* Create HDF5 file `fpath` (it must not exist) with access list fapl; the
- * fault-injection hook can fail it like a full disk. */
-int snap_file_create(const char *fpath, hid_t fapl, hid_t *f)
+/* Create HDF5 file `open_path` (it must not exist) with access list fapl;
+ * the fault-injection hook can fail it like a full disk. */
+int snap_file_create(const char *open_path, const char *fpath, hid_t fapl, hid_t *f)
 {
     if (snap_fault())
         return MAL_ERR(MAL_EIO, "cannot create snapshot file %s: %s", fpath, strerror(errno));
-    if ((*f = H5Fcreate(fpath, H5F_ACC_EXCL, H5P_DEFAULT, fapl)) < 0)
+    if ((*f = H5Fcreate(open_path, H5F_ACC_EXCL, H5P_DEFAULT, fapl)) < 0)
         return SNAP_H5ERR(MAL_EIO, "cannot create snapshot file %s", fpath);
     return 0;
 }

@@ -199,7 +199,7 @@ done:
 }
 
 int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_tinfo *ti, int nt,
-                     const char *fpath)
+                     const char *open_path, const char *fpath)
 {
     int rc = 0;
     hid_t fapl = -1, f = -1, g = -1, lcpl = -1, str = -1;
@@ -210,7 +210,7 @@ int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_
         rc = SNAP_H5ERR(MAL_EIO, "%s: cannot set up HDF5", fpath);
         goto done;
     }
-    if ((rc = snap_file_create(fpath, fapl, &f))) goto done;
+    if ((rc = snap_file_create(open_path, fpath, fapl, &f))) goto done;
     const char *root = "the root group";
     if ((rc = snap_write_root_attrs(f, meta->step, fpath)) ||
         (rc = snap_attr_write(f, "consumed_samples", H5T_STD_I64LE, H5T_NATIVE_INT64, 0,

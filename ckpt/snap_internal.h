@@ -12,10 +12,18 @@
  *   snap_crc32c.c  block checksums: CRC-32C and whole-file checksums
  *   snap_blocks.c  block geometry: names, shapes, counts, tiling checks
  *     (the three above call no other snap_*.c)
- *   snap_fs.c      file system: paths, fsync, temporary names, atomic
- *                  replacement of a small file, retention and debris,
- *                  finding the snapshot to resume from, the COMPLETE marker
- *                  read and parsed                         -> fault
+ *   snap_fs.c      file system: paths, fsync, temporary names, creation
+ *                  relative to a directory descriptor, atomic replacement
+ *                  of a small file, removal that never follows links,
+ *                  retention and debris, bounded non-blocking reads of
+ *                  small files, the COMPLETE marker read and parsed
+ *                                                          -> fault
+ *   snap_find.c    what a snapshot directory holds, the newest committed
+ *                  snapshot (listed; `latest` a hint), a step's, what a
+ *                  command-line path names                 -> fs
+ *   snap_dest.c    a destination made ready at start (created, locked,
+ *                  probed), the old run cleared, what a directory owns
+ *                                                          -> fs
  *   snap_h5.c      HDF5 plumbing: quiet error stacks, error conversion,
  *                  attributes, property lists, plain table datasets
  *                                                          -> fault
@@ -40,12 +48,14 @@
  *
  * On-disk layout (format "malleus-snapshot", format_version 2):
  *
- *   DIR/latest                 text "step_NNNNNNNN\n": the newest committed snapshot
+ *   DIR/latest                 text "step_NNNNNNNN\n": the snapshot committed last
+ *                              (a hint: readers list DIR for the newest)
  *   DIR/step_NNNNNNNN/         one directory per snapshot (step zero-padded to 8)
  *       shard_RRRRR.h5         blocks written by one process (usually rank R's)
  *       index.h5               meta, block table, one virtual dataset per tensor
  *       COMPLETE               completion marker, JSON, written last
- *   DIR/.tmp-*.<pid>@<host>    work in progress of a writer (rank 0's pid and host)
+ *   DIR/.tmp-*.<random>.<pid>@<host>   work in progress of a writer (rank 0's)
+ *   DIR/.lock                  flock'ed by the program writing DIR (its pid, host)
  *
  * shard_RRRRR.h5: root attributes format, format_version, step, shard (int32);
  * one float32 little-endian contiguous dataset per block at
@@ -102,7 +112,20 @@
 #define SNAP_LATEST "latest"
 #define SNAP_TMP_PREFIX ".tmp-"
 #define SNAP_STEP_PREFIX "step_"
+#define SNAP_LOCK ".lock"
 #define SNAP_MAX_SMALL_FILE 65536
+/* Host names in temporary names are cut to this many bytes, so that every
+ * name stays within NAME_MAX; the writer id "<pid>@<host>" fits this. */
+#define SNAP_HOST_MAX 64
+#define SNAP_WRITER_ID_MAX 96
+/* The longest path below a snapshot directory that a writer makes:
+ * "/.tmp-step_<20 digits>.<16 hex>.<pid>@<host>/shard_<7 digits>.h5" and
+ * the temporary names of COMPLETE and latest, with room to spare; a
+ * directory whose name leaves less than this below PATH_MAX is refused
+ * when a run starts, not at its first snapshot. */
+#define SNAP_MAX_REL_PATH 256
+/* Removal never goes deeper (Malleus writes two levels). */
+#define SNAP_MAX_TREE_DEPTH 8
 #define SNAP_MAX_INDEX_BYTES MAL_SNAP_MAX_INDEX_BYTES
 /* Bytes every tensor, block and shard takes in the tables of index.h5 (at
  * least: contiguous datasets, no compression in an index Malleus writes):
@@ -163,7 +186,8 @@ typedef struct {
 /* A shard file being written. */
 typedef struct {
     int id;
-    char path[PATH_MAX];
+    char fname[32];      /* in the temporary directory */
+    char path[PATH_MAX]; /* for messages */
     int fd;
     int n;
     snap_wblock *b;
@@ -183,6 +207,10 @@ struct mal_snap_writer {
     mal_comm *comm;
     int rank, size;
     char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX], stepname[64];
+    char tmpname[NAME_MAX + 1]; /* tmp's last component */
+    int dfd;                    /* rank 0: `dir`, where the commit renames and retains */
+    int tfd;                    /* the temporary directory (step_S once renamed); every
+                                 * file of the snapshot is created relative to it */
     mal_snap_meta meta; /* strings owned (snap_meta_copy / snap_meta_free) */
     int n_sh, cap_sh;
     snap_wshard *sh;
@@ -239,8 +267,10 @@ void snap_die(int rank, const char *where);
 
 /* ---------------------------------------------------------------- snap_crc32c.c */
 
-/* CRC-32C and size of a whole file of at most `limit` bytes. */
-int snap_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, size_t limit);
+/* CRC-32C and size of a whole file of at most `limit` bytes, opened at
+ * `open_path` and named `path` in messages. */
+int snap_file_crc(const char *open_path, const char *path, uint64_t *bytes, uint32_t *crc,
+                  size_t limit);
 
 /* ---------------------------------------------------------------- snap_blocks.c */
 
@@ -267,12 +297,32 @@ void snap_block_dset(char *out, size_t len, const char *name, int ndim, const in
 
 /* ---------------------------------------------------------------- snap_fs.c */
 
+/* Entries of a snapshot directory are looked at without following links
+ * and files are created in it relative to a directory descriptor,
+ * O_CREAT|O_EXCL|O_NOFOLLOW (see the top of snap_fs.c).  `shown` / `dir`
+ * arguments name the descriptor's directory or entry in messages only. */
+
 /* out = a "/" b; MAL_EINVAL if it does not fit `len`. */
 int snap_join(char *out, size_t len, const char *a, const char *b);
 /* lstat succeeds. */
 int snap_exists(const char *path);
 /* fsync a file or a directory (EINVAL from a directory is fine). */
 int snap_fsync(const char *path, int is_dir);
+int snap_fsync_fd(int fd, const char *shown, int is_dir);
+/* Open directory dfd/name, not through a link (O_NOFOLLOW); MAL_ENOENT
+ * (no message) when it does not exist. */
+int snap_open_dir_at(int dfd, const char *name, const char *shown, int *out);
+/* 16 random hex digits (len >= 17). */
+void snap_random_hex(char *out, size_t len);
+/* A temporary name ".tmp-<what>.<random>.<pid>@<host>": unpredictable,
+ * and still telling retention whose it is. */
+int snap_tmp_name(char *out, size_t len, const char *what);
+/* A path that reaches dfd/name through the descriptor (/proc/self/fd/N/name;
+ * dir_shown/name where /proc is missing), for libraries that take a path
+ * (HDF5). */
+int snap_fd_path(char *out, size_t len, int dfd, const char *name, const char *dir_shown);
+/* Create dfd/name for writing, O_CREAT|O_EXCL|O_NOFOLLOW (a fault point). */
+int snap_create_at(int dfd, const char *name, const char *shown, int *out);
 /* mkdir -p, fsyncing the parent of every directory it creates; *made
  * records those (also when it fails half-way). */
 int snap_mkdirs(const char *dir, snap_created *made);
@@ -280,21 +330,35 @@ int snap_mkdirs(const char *dir, snap_created *made);
  * while they are empty: a snapshot that failed leaves no directory behind
  * that it created itself, and never removes more. */
 void snap_unmkdirs(const char *dir, const snap_created *made);
-/* rm -rf without following symbolic links; a missing path is fine. */
-int snap_rmtree(const char *path);
-/* Remove a step directory, COMPLETE first (durably). */
-int snap_remove_step(const char *step_dir);
-/* Retention after committing step `cur` in `dir`: keep it and the newest
- * committed snapshots up to `keep_last` (0: all), remove the debris of dead
- * writers and uncommitted steps older than `cur`. */
-int snap_retain(const char *dir, int64_t cur, int keep_last);
-/* "<pid>@<host>" of this process. */
+/* rm -rf of dfd/name that never follows a link (a link is removed as a
+ * link), never leaves dfd's file system and stops at SNAP_MAX_TREE_DEPTH;
+ * a missing entry is fine. */
+int snap_rmtree_at(int dfd, const char *name, const char *shown);
+/* Remove step directory dfd/name, COMPLETE first (durably). */
+int snap_remove_step_at(int dfd, const char *name, const char *shown);
+/* dfd/name is a directory (not a link) holding a COMPLETE entry of any kind. */
+int snap_has_marker_at(int dfd, const char *name);
+/* Log that dir/name, a step_* or .tmp-* name that is not what Malleus
+ * writes there (a link, a FIFO, ...), is left alone. */
+void snap_report_foreign(const char *dir, const char *name, unsigned mode);
+/* Retention after committing step `cur` in dfd (named `dir`): keep it and
+ * the newest committed snapshots up to `keep_last` (0: all), remove the
+ * debris of dead writers and uncommitted steps older than `cur`; entries
+ * that are not Malleus's are reported and left alone. */
+int snap_retain(int dfd, const char *dir, int64_t cur, int keep_last);
+/* "<pid>@<host>" of this process (the host cut to SNAP_HOST_MAX). */
 void snap_writer_id(char *out, size_t len);
-/* Write `content` to dir/name atomically (temporary, fsync, rename, fsync
- * of dir); *renamed tells whether dir/name was replaced. */
-int snap_write_atomic(const char *dir, const char *name, const char *content, int *renamed);
-/* A small text file into a NUL-terminated malloc'ed buffer; MAL_ENOENT
- * (no message) if it does not exist. */
+/* Write `content` to dfd/name atomically (a temporary file with a random
+ * name, O_EXCL|O_NOFOLLOW, fsync, renameat, fsync of dfd); *renamed tells
+ * whether dfd/name was replaced. */
+int snap_write_atomic(int dfd, const char *dir, const char *name, const char *content,
+                      int *renamed);
+/* A small text file (at most SNAP_MAX_SMALL_FILE bytes) into a
+ * NUL-terminated malloc'ed buffer, opened non-blocking and refused
+ * (MAL_EFORMAT) unless a regular file; MAL_ENOENT (no message) if it does
+ * not exist.  _at: relative to dfd (links followed: a copy made of links
+ * reads like the original). */
+int snap_read_small_at(int dfd, const char *name, const char *shown, char **out);
 int snap_read_small(const char *path, char **out);
 /* "step_<digits>" -> step; -1 if `name` is not exactly that. */
 int64_t snap_parse_step_name(const char *name);
@@ -304,8 +368,8 @@ int snap_pwrite_all(int fd, const void *buf, size_t len, off_t off, const char *
 int snap_pread_all(int fd, void *buf, size_t len, off_t off, const char *path, const char *name);
 /* Read and parse COMPLETE of `step_dir` (mal_snapshot_parse_marker). */
 int snap_read_marker(const char *step_dir, mal_snap_marker *mk);
-/* A whole file of at most `limit` bytes into a malloc'ed *buf, *len bytes
- * (larger: MAL_ECORRUPT). */
+/* A whole regular file of at most `limit` bytes into a malloc'ed *buf,
+ * *len bytes (larger: MAL_ECORRUPT), opened non-blocking. */
 int snap_read_file(const char *path, size_t limit, char **buf, size_t *len);
 
 /* ---------------------------------------------------------------- snap_h5.c */
@@ -339,7 +403,9 @@ int snap_attr_read_str(hid_t loc, const char *name, int optional, size_t max, ch
 /* format, format_version and step on the root group of an index or shard. */
 int snap_write_root_attrs(hid_t f, int64_t step, const char *fpath);
 int snap_plists(hid_t *lcpl, hid_t *dcpl, const char *fpath);
-int snap_file_create(const char *fpath, hid_t fapl, hid_t *f);
+/* Create HDF5 file `open_path` (it must not exist: H5F_ACC_EXCL, so no
+ * link is followed either), `fpath` naming it in messages. */
+int snap_file_create(const char *open_path, const char *fpath, hid_t fapl, hid_t *f);
 /* Variable-length UTF-8 string type (caller closes it). */
 hid_t snap_vlen_str(void);
 /* Plain datasets of the block table (group SNAP_TABLE). */
@@ -355,9 +421,10 @@ int snap_table_read_str(hid_t g, const char *name, int64_t count, char **out, co
  * checked to tile each exactly; *ti (caller-freed, names pointing into t)
  * describes the *nt tensors.  `what` names the snapshot in messages. */
 int snap_index_build(snap_table *t, snap_tinfo **ti, int *nt, const char *what);
-/* Write index.h5 at `fpath`: meta, block table, one virtual dataset per tensor. */
+/* Write index.h5 at `open_path` (named `fpath` in messages): meta, block
+ * table, one virtual dataset per tensor. */
 int snap_write_index(const mal_snap_meta *meta, const snap_table *t, const snap_tinfo *ti, int nt,
-                     const char *fpath);
+                     const char *open_path, const char *fpath);
 /* The meta `src` into `dst`: every field, the strings as malloc'ed copies
  * that `dst` owns (also after a failure, MAL_ENOMEM: free it with
  * snap_meta_free). */

@@ -160,7 +160,7 @@ static int snap_shard_fd(mal_snapshot *s, int i, char *path, size_t len)
     int rc = snap_join(path, len, s->dir, s->s[i].file);
     if (rc) return rc;
     if (s->fd[i] >= 0) return 0;
-    s->fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+    s->fd[i] = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (s->fd[i] < 0 && (errno == EMFILE || errno == ENFILE)) {
         /* many shards: let go of the others and retry */
         for (int k = 0; k < s->n_s; k++)
@@ -168,10 +168,18 @@ static int snap_shard_fd(mal_snapshot *s, int i, char *path, size_t len)
                 close(s->fd[k]);
                 s->fd[k] = -1;
             }
-        s->fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+        s->fd[i] = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     }
     if (s->fd[i] < 0)
         return MAL_ERR(MAL_EIO, "cannot open shard file %s: %s", path, strerror(errno));
+    /* opened non-blocking: something swapped in since the open of the
+     * snapshot (a FIFO) is refused here, not waited on */
+    struct stat st;
+    if (fstat(s->fd[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(s->fd[i]);
+        s->fd[i] = -1;
+        return MAL_ERR(MAL_ECORRUPT, "shard file %s is no longer a regular file", path);
+    }
     return 0;
 }
 

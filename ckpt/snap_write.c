@@ -18,15 +18,17 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
+
 /* ---------------------------------------------------------------- writing shards */
 
 /* Refuse early, with a clear message, when the file system cannot hold
  * this process's share: a full disk is the most likely way for a write to
  * fail. */
-static int snap_check_space(const char *dir, const mal_snap_tensor *t, int n)
+static int snap_check_space(int dfd, const char *dir, const mal_snap_tensor *t, int n)
 {
     struct statvfs sv;
-    if (statvfs(dir, &sv) != 0) return 0; /* unknown: let the writes tell */
+    if (fstatvfs(dfd, &sv) != 0) return 0; /* unknown: let the writes tell */
     uint64_t need = 1u << 20;
     for (int i = 0; i < n; i++)
         need += (uint64_t)snap_count(t[i].ndim, t[i].extent) * sizeof(float) + 4096;
@@ -34,7 +36,8 @@ static int snap_check_space(const char *dir, const mal_snap_tensor *t, int n)
     if (have < need)
         return MAL_ERR(MAL_EIO,
                        "not enough free space in %s for the snapshot: needs about %.1f MiB, "
-                       "%.1f MiB available; free space or lower keep_last",
+                       "%.1f MiB available; free space there, or keep fewer snapshots (--keep N "
+                       "keeps the newest N)",
                        dir, (double)need / 1048576.0, (double)have / 1048576.0);
     return 0;
 }
@@ -48,16 +51,18 @@ static int snap_check_space(const char *dir, const mal_snap_tensor *t, int n)
  * full disk) out of HDF5: HDF5 1.10 leaves a broken file id behind when
  * H5Fclose fails to flush, and the process then crashes in HDF5's atexit
  * handler (h5py issue 914).  The skeleton is a few KiB per block. */
-static int snap_shard_create(snap_wshard *s, int64_t step)
+static int snap_shard_create(snap_wshard *s, int64_t step, int tfd, const char *tmp)
 {
     int rc = 0;
     hid_t fapl = -1, f = -1, lcpl = -1, dcpl = -1;
     const char *fpath = s->path;
+    char open_path[PATH_MAX];
+    if ((rc = snap_fd_path(open_path, sizeof open_path, tfd, s->fname, tmp))) return rc;
     if ((fapl = snap_fapl()) < 0) {
         rc = SNAP_H5ERR(MAL_EIO, "%s: cannot set up the HDF5 file access list", fpath);
         goto done;
     }
-    if ((rc = snap_file_create(fpath, fapl, &f))) goto done;
+    if ((rc = snap_file_create(open_path, fpath, fapl, &f))) goto done;
     int32_t id = s->id;
     if ((rc = snap_write_root_attrs(f, step, fpath)) ||
         (rc = snap_attr_write(f, "shard", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &id, fpath,
@@ -125,6 +130,8 @@ static void snap_wshard_free(snap_wshard *s)
 static void snap_writer_free(mal_snap_writer *w)
 {
     if (!w) return;
+    if (w->tfd >= 0) close(w->tfd);
+    if (w->dfd >= 0) close(w->dfd);
     for (int i = 0; i < w->n_sh; i++)
         snap_wshard_free(&w->sh[i]);
     free(w->sh);
@@ -133,34 +140,43 @@ static void snap_writer_free(mal_snap_writer *w)
     free(w);
 }
 
-/* Rank 0's part of begin: checks, names, the temporary directory. */
+/* Rank 0's part of begin: checks, names, the temporary directory.  Every
+ * name below `dir` is then used relative to w->dfd. */
 static int snap_begin_root(mal_snap_writer *w, const char *dir, const mal_snap_meta *meta)
 {
-    char tmpname[400], id[300], marker[PATH_MAX];
     int rc;
     if (meta->step < 0 || meta->consumed_samples < 0)
         return MAL_ERR(MAL_EINVAL,
                        "snapshot meta: step %lld and consumed_samples %lld must be >= 0",
                        (long long)meta->step, (long long)meta->consumed_samples);
-    snap_writer_id(id, sizeof id);
-    snprintf(tmpname, sizeof tmpname, SNAP_TMP_PREFIX "%s.%s", w->stepname, id);
-    if ((rc = snap_join(w->final, sizeof w->final, dir, w->stepname)) ||
-        (rc = snap_join(w->tmp, sizeof w->tmp, dir, tmpname)) ||
-        (rc = snap_join(marker, sizeof marker, w->final, SNAP_COMPLETE)))
+    /* a random part: nobody can plant a link at the name in advance */
+    if ((rc = snap_tmp_name(w->tmpname, sizeof w->tmpname, w->stepname)) ||
+        (rc = snap_join(w->final, sizeof w->final, dir, w->stepname)) ||
+        (rc = snap_join(w->tmp, sizeof w->tmp, dir, w->tmpname)))
         return rc;
     if (strlen(w->tmp) + 32 >= PATH_MAX)
         return MAL_ERR(MAL_EINVAL, "snapshot directory name %s is too long", dir);
     if ((rc = snap_mkdirs(dir, &w->made))) return rc;
+    if ((w->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return MAL_ERR(MAL_EIO, "cannot open snapshot directory %s: %s", dir, strerror(errno));
     /* A committed snapshot of this step is trusted: never replace it.  An
-     * uncommitted one is debris of a crash and goes. */
-    if (snap_exists(marker))
-        return MAL_ERR(MAL_EINVAL,
-                       "a committed snapshot of step %lld already exists at %s; remove it or "
-                       "write to another directory",
-                       (long long)meta->step, w->final);
-    if (snap_exists(w->final) && (rc = snap_rmtree(w->final))) return rc;
-    if ((rc = snap_rmtree(w->tmp))) return rc;
-    if (snap_fault() || mkdir(w->tmp, 0755) != 0)
+     * uncommitted one is debris of a crash and goes.  Anything else at
+     * that name (a link, a file) is not ours to remove. */
+    struct stat st;
+    if (fstatat(w->dfd, w->stepname, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return MAL_ERR(MAL_EINVAL,
+                           "%s is %s, not a snapshot directory: the snapshot of step %lld cannot "
+                           "be written there; move it away or write to another directory",
+                           w->final, mal_file_kind(st.st_mode), (long long)meta->step);
+        if (snap_has_marker_at(w->dfd, w->stepname))
+            return MAL_ERR(MAL_EINVAL,
+                           "a committed snapshot of step %lld already exists at %s; remove it or "
+                           "write to another directory",
+                           (long long)meta->step, w->final);
+        if ((rc = snap_rmtree_at(w->dfd, w->stepname, w->final))) return rc;
+    }
+    if (snap_fault() || mkdirat(w->dfd, w->tmpname, 0755) != 0)
         return MAL_ERR(MAL_EIO, "cannot create %s: %s", w->tmp, strerror(errno));
     return 0;
 }
@@ -178,12 +194,13 @@ int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir
     struct {
         int rc;
         char msg[SNAP_MSG];
-        char tmp[PATH_MAX], final[PATH_MAX];
+        char tmp[PATH_MAX], final[PATH_MAX], tmpname[NAME_MAX + 1];
     } *res = calloc(1, sizeof *res);
     if (!w || !res) {
         rc = MAL_ERR(MAL_ENOMEM, "out of memory starting a snapshot");
         goto done; /* only an allocation this small failing: peers would wait */
     }
+    w->dfd = w->tfd = -1;
     w->comm = comm;
     w->rank = comm ? comm->rank : 0;
     w->size = comm ? comm->size : 1;
@@ -197,6 +214,7 @@ int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir
         if (res->rc) snprintf(res->msg, sizeof res->msg, "%s", mal_errmsg());
         memcpy(res->tmp, w->tmp, sizeof w->tmp);
         memcpy(res->final, w->final, sizeof w->final);
+        memcpy(res->tmpname, w->tmpname, sizeof w->tmpname);
     }
     if (comm && comm->size > 1 && (rc = mal_comm_broadcast(comm, res, sizeof *res, 0))) goto done;
     if (res->rc) {
@@ -206,9 +224,20 @@ int mal_snap_writer_begin(mal_snap_writer **out, mal_comm *comm, const char *dir
     }
     memcpy(w->tmp, res->tmp, sizeof w->tmp);
     memcpy(w->final, res->final, sizeof w->final);
-    /* the whole meta, its strings copied: a new field is carried too */
-    if ((rc = snap_meta_copy(&w->meta, meta))) {
+    memcpy(w->tmpname, res->tmpname, sizeof w->tmpname);
+    /* Every file of the snapshot is created relative to the temporary
+     * directory as opened now (not through a link): a directory swapped in
+     * at its name later cannot redirect a shard. */
+    w->tfd = w->rank == 0 ? openat(w->dfd, w->tmpname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                                            O_CLOEXEC)
+                          : open(w->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (w->tfd < 0) {
         /* peers went on: finish() reports it collectively */
+        w->pending_rc = MAL_ERR(MAL_EIO, "cannot open %s: %s", w->tmp, strerror(errno));
+        snprintf(w->pending_msg, sizeof w->pending_msg, "%s", mal_errmsg());
+    }
+    /* the whole meta, its strings copied: a new field is carried too */
+    if ((rc = snap_meta_copy(&w->meta, meta)) && !w->pending_rc) {
         w->pending_rc = rc;
         snprintf(w->pending_msg, sizeof w->pending_msg, "%s", mal_errmsg());
     }
@@ -260,9 +289,9 @@ int mal_snap_writer_add_shard(mal_snap_writer *w, int shard, const mal_snap_tens
     memset(s, 0, sizeof *s);
     s->id = shard;
     s->fd = -1;
-    char fname[64];
-    snprintf(fname, sizeof fname, SNAP_SHARD_FMT, shard);
-    if ((rc = snap_join(s->path, sizeof s->path, w->tmp, fname))) return rc;
+    snprintf(s->fname, sizeof s->fname, SNAP_SHARD_FMT, shard);
+    if ((rc = snap_join(s->path, sizeof s->path, w->tmp, s->fname))) return rc;
+    if (w->tfd < 0) return MAL_ERR(w->pending_rc, "%s", w->pending_msg);
     s->b = calloc((size_t)n + 1, sizeof *s->b);
     if (!s->b) return MAL_ERR(MAL_ENOMEM, "out of memory declaring shard %d", shard);
     for (int i = 0; i < n; i++) {
@@ -285,9 +314,9 @@ int mal_snap_writer_add_shard(mal_snap_writer *w, int shard, const mal_snap_tens
     }
     snap_h5quiet q;
     snap_h5quiet_begin(&q);
-    if (!rc && !(rc = snap_check_space(w->tmp, blocks, n)) &&
-        !(rc = snap_shard_create(s, w->meta.step))) {
-        s->fd = snap_fault() ? -1 : open(s->path, O_WRONLY | O_CLOEXEC);
+    if (!rc && !(rc = snap_check_space(w->tfd, w->tmp, blocks, n)) &&
+        !(rc = snap_shard_create(s, w->meta.step, w->tfd, w->tmp))) {
+        s->fd = snap_fault() ? -1 : openat(w->tfd, s->fname, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
         if (s->fd < 0)
             rc = MAL_ERR(MAL_EIO, "cannot open %s to write tensor data: %s", s->path,
                          strerror(errno));
@@ -295,7 +324,7 @@ int mal_snap_writer_add_shard(mal_snap_writer *w, int shard, const mal_snap_tens
     snap_h5quiet_end(&q);
     if (rc) {
         snap_wshard_free(s);
-        unlink(s->path);
+        unlinkat(w->tfd, s->fname, 0);
         return rc;
     }
     return w->n_sh++;
@@ -413,7 +442,7 @@ int mal_snap_writer_finish(mal_snap_writer *w, int local_rc, int keep_last, char
             }
         }
         if (res.failed >= 0) {
-            if (snap_rmtree(w->tmp))
+            if (snap_rmtree_at(w->dfd, w->tmpname, w->tmp))
                 mal_log(MAL_LOG_WARN, "snapshot: could not remove %s: %s", w->tmp, mal_errmsg());
         } else if ((res.rc = snap_commit_root(w, &t, keep_last))) {
             res.failed = 0;

@@ -85,7 +85,9 @@ typedef struct mal_snap_writer mal_snap_writer;
  * checks the arguments, creates `dir` (and parents) if needed, refuses
  * (MAL_EINVAL) when a committed snapshot of that step exists there, removes
  * an uncommitted one, creates the temporary directory
- * dir/.tmp-step_%08lld.<pid>@<host> and broadcasts its name.  Every process
+ * dir/.tmp-step_%08lld.<random>.<pid>@<host> and broadcasts its name;
+ * every file of the snapshot is then created relative to a descriptor of
+ * it, O_CREAT|O_EXCL|O_NOFOLLOW.  Every process
  * passes the same dir and meta (rank 0's strings are stored).  On failure
  * every process gets the same error code and nothing was created; on
  * success *out belongs to the library until mal_snap_writer_finish. */
@@ -145,16 +147,105 @@ int mal_snapshot_write(const char *dir, const mal_snap_meta *meta, const mal_sna
 
 /* ------------------------------------------------------------------ finding */
 
-/* Local.  Resolve the newest committed snapshot through dir/latest into
- * `path` (`len` bytes, caller-owned).  MAL_ENOENT if `dir` does not exist or
- * holds no committed snapshot; MAL_ECORRUPT if the pointed-to directory is
- * missing or lacks its COMPLETE marker; MAL_EFORMAT if `latest` is garbled. */
+/* What a snapshot directory holds (mal_snapshot_scan).  A step_N entry
+ * counts only when it is a directory itself (lstat: another run's snapshot
+ * linked in is not this directory's); it is *committed* when its COMPLETE
+ * marker parses and names step N, and *marked* when it holds a COMPLETE
+ * entry at all (committed, damaged, or of a newer format): a marked
+ * snapshot is one that no writer may replace and no new run may bury. */
+#define MAL_SNAP_SCAN_LIST 8
+typedef struct {
+    int n_steps;            /* step_N directories, committed or not */
+    int n_committed;        /* committed ones */
+    int64_t newest;         /* the newest committed step (-1: none) */
+    char newest_name[64];   /* its entry name */
+    int n_marked;           /* marked ones */
+    int64_t newest_marked;  /* -1: none */
+    int n_after;            /* marked ones with a step above `after` */
+    int64_t newest_after;   /* -1: none */
+    char newest_after_name[64];
+    int64_t latest;         /* the step `latest` names, when it is a regular file that names
+                             * one (-1: absent or unusable); only a hint */
+    int n_foreign;          /* step_* / .tmp-* entries that are not what Malleus writes (a
+                             * link, a FIFO, a file where a directory belongs): reported on
+                             * stderr and left alone */
+    int n_foreign_after;    /* of them, step_N names with N above `after`: a writer of step
+                             * N cannot write there */
+    char foreign_after_name[64]; /* one of them */
+    int n_listed;           /* the newest committed steps, descending (for messages) */
+    int64_t listed[MAL_SNAP_SCAN_LIST];
+} mal_snap_scan;
+
+/* Local.  List `dir` into *sc (`after`: count marked snapshots above this
+ * step in n_after; -1: all of them).  Never follows a link below `dir`,
+ * never blocks on a FIFO (every file is opened non-blocking and must be
+ * regular).  MAL_ENOENT (no message) when `dir` does not exist. */
+int mal_snapshot_scan(const char *dir, int64_t after, mal_snap_scan *sc);
+
+/* Local.  The committed snapshot of step `step` in `dir` (step < 0: the
+ * newest committed one, found by listing the directory: `latest` is only a
+ * hint, and a `latest` that names another step is reported) into `path`
+ * (`len` bytes, caller-owned) and its step into *found (may be NULL).
+ * MAL_ENOENT if `dir` does not exist or holds no such snapshot (the
+ * message lists the committed steps); MAL_ECORRUPT / MAL_EFORMAT when the
+ * only snapshots there have unreadable markers. */
+int mal_snapshot_find(const char *dir, int64_t step, char *path, size_t len, int64_t *found);
+
+/* Local.  mal_snapshot_find(dir, -1, path, len, NULL). */
 int mal_snapshot_find_latest(const char *dir, char *path, size_t len);
 
-/* Local.  `path` is either a step directory or a snapshot directory with a
- * `latest` pointer; write the step directory to `out` (`len` bytes).  A
- * step directory without COMPLETE is refused (MAL_ECORRUPT). */
+/* Local.  `path` is either a step directory or a snapshot directory
+ * (holding step directories or `latest`); write the step directory -- for
+ * a snapshot directory its newest committed snapshot -- to `out` (`len`
+ * bytes).  A step directory without COMPLETE is refused (MAL_ECORRUPT). */
 int mal_snapshot_resolve(const char *path, char *out, size_t len);
+
+/* ------------------------------------------------------------------ destination */
+
+/* A snapshot directory a program is about to write into, held for the
+ * program's run (library-owned; mal_snap_dest_close frees it). */
+typedef struct mal_snap_dest mal_snap_dest;
+
+/* Local: the process that commits (rank 0).  Get `dir` ready to receive
+ * snapshots, before any work is done that a bad destination would waste:
+ *   - its name leaves room for the paths a writer makes below it
+ *     (PATH_MAX);
+ *   - it is created (mkdir -p) when missing;
+ *   - its lock: an advisory flock(LOCK_EX|LOCK_NB) on dir/.lock, which
+ *     the kernel releases when the process dies, however it dies; the
+ *     holder writes "<who> pid P on host H since T" into it, so a second
+ *     program refused at start names the first one;
+ *   - a probe: a file created there (O_EXCL|O_NOFOLLOW, random name),
+ *     written, fsynced and removed, which finds a read-only file system,
+ *     missing permission or a full disk now rather than at the first
+ *     snapshot;
+ *   - `latest`, when present, is a regular file (a directory there would
+ *     make every commit fail).
+ * Each refusal is MAL_EINVAL with a message naming the directory, what is
+ * wrong and what to do (a program reports it as bad input: exit 2).  On
+ * failure nothing is left behind (directories it created are removed). */
+int mal_snap_dest_open(mal_snap_dest **out, const char *dir, const char *who);
+
+/* Local, the holder.  Remove the snapshots of the destination with a step
+ * above `after` (-1: every one) -- step directories, committed or not,
+ * COMPLETE first -- and point `latest` at step `after` (which must be
+ * committed; -1: remove `latest`).  Entries that are not Malleus's are
+ * reported and left alone.  *n_removed (may be NULL) counts what went. */
+int mal_snap_dest_clear(mal_snap_dest *d, int64_t after, int *n_removed);
+
+/* Local.  Release the lock (and its file); with `undo`, also remove the
+ * directories mal_snap_dest_open created while they are empty (a program
+ * refused after opening leaves nothing behind).  NULL is fine. */
+void mal_snap_dest_close(mal_snap_dest *d, int undo);
+
+/* Local.  1 when `path` names an entry a snapshot directory `dir` manages
+ * -- `latest`, the lock, a step directory, a temporary entry, or a file
+ * inside a step directory of `dir` -- so that an output written there
+ * would be overwritten by snapshots or removed by retention (or would
+ * overwrite them).  By identity (device and inode of the directories), so
+ * links and other spellings of the same directory count.  0 otherwise,
+ * also when `dir` does not exist. */
+int mal_snapshot_dir_owns(const char *dir, const char *path);
 
 /* ------------------------------------------------------------------ reading */
 

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
                  "Write the parameters of a training snapshot as a Hugging Face LlamaForCausalLM\n"
                  "checkpoint: OUT_DIR/config.json and OUT_DIR/model.safetensors.\n"
                  "\n"
-                 "  SNAPSHOT               a snapshot directory (its `latest` is used) or a step\n"
+                 "  SNAPSHOT               a snapshot directory (its newest snapshot) or a step\n"
                  "                         directory, written under any plan\n"
                  "  OUT_DIR                created if needed; files of those names are replaced\n",
         .footer = "\nThe query and key projections are permuted from Malleus's interleaved rotary\n"

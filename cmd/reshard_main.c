@@ -18,13 +18,15 @@ static const char usage[] =
     "is copied bit for bit; `malleus-train --plan PLAN.json --snapshot-dir DEST\n"
     "--resume` then continues the run on the new plan.\n"
     "\n"
-    "  SNAPSHOT          a snapshot directory (its `latest` is used) or a step directory\n"
+    "  SNAPSHOT          a snapshot directory (its newest committed one) or a step dir.\n"
     "  PLAN.json         the new plan (malleus-plan/1); it must fit the model stored in\n"
     "                    the snapshot (layers, heads, FFN size) and its global batch\n"
     "  DEST              directory for the new snapshot (DEST/step_N and DEST/latest);\n"
     "                    never inside the source's snapshot directory (nor above the\n"
     "                    source where writing DEST would remove it): the source is\n"
-    "                    only read; a run that fails leaves no directory it created\n";
+    "                    only read; a run that fails leaves no directory it created;\n"
+    "                    DEST is locked (DEST/.lock) and probed before the source is\n"
+    "                    read: a job writing it already is refused, naming its pid\n";
 
 static const char footer[] =
     "\n"
@@ -33,7 +35,8 @@ static const char footer[] =
     "  malleus-reshard snap plan8.json snap-new\n"
     "  mpiexec -n 4 malleus-reshard snap/step_00000300 plan6.json snap-new\n"
     "Exit status: 0 done; 2 bad usage or input (a missing, incomplete or corrupt\n"
-    "snapshot, a plan that does not fit it, a DEST inside the source); 1 any other\n"
+    "snapshot, a plan that does not fit it, a DEST inside the source, in use by\n"
+    "another job or not writable); 1 any other\n"
     "failure (I/O, memory, MPI).  Nothing is committed unless the status is 0.\n";
 
 /* --help states the default of --mem */

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
                  "byte-level vocabulary prints text (bytes outside printable ASCII as \\xNN);\n"
                  "other vocabularies print token ids.\n"
                  "\n"
-                 "  SNAPSHOT               a snapshot directory (its `latest` is used) or a step\n"
+                 "  SNAPSHOT               a snapshot directory (its newest snapshot) or a step\n"
                  "                         directory\n",
         .footer = "\nEach token re-runs the model over the last seq_len tokens (no cache).\n"
                   "Exit status: 0 done, 1 failure, 2 usage error or refused snapshot.\n"

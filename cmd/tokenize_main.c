@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "base/mal.h"
 #include "src/corpus.h"
 #include "src/data.h"
@@ -81,6 +82,13 @@ int main(int argc, char **argv)
     uint16_t *tokens = NULL;
     size_t n = 0;
     int rc;
+    /* the input is read whole before the output replaces it: the same
+     * file (or a link to it) would be lost */
+    const mal_input_ref in = {"INPUT.txt", input};
+    if ((rc = mal_output_check_inputs("OUTPUT.bin", output, &in, 1))) {
+        fprintf(stderr, "malleus-tokenize: %s\n", mal_errmsg());
+        return mal_exit_status(rc);
+    }
     if (use_default) {
         char *text = NULL;
         rc = mal_corpus_generate(&text, &n);

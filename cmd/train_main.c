@@ -199,7 +199,18 @@ int main(int argc, char **argv)
                  "of this rank's share of it) and training goes on while a\n"
                  "thread writes and commits it (needs MPI_THREAD_MULTIPLE)"},
         {MAL_OPT_FLAG, "resume", .target = &o->resume, .ival = 1,
-         .help = "continue from the newest snapshot in --snapshot-dir"},
+         .help = "continue from the newest committed snapshot in\n"
+                 "--snapshot-dir (found by looking; `latest` is a hint)"},
+        {MAL_OPT_INT64, "resume-from", .metavar = "STEP", .target = &o->resume_from, .lo = 0,
+         .hi = LLONG_MAX / 65536, .given = &cli.resume_from_given,
+         .help = "continue from the snapshot of step STEP instead: a\n"
+                 "rollback (implies --resume; the snapshots after STEP\n"
+                 "must go: --overwrite-snapshots)"},
+        {MAL_OPT_FLAG, "overwrite-snapshots", .target = &o->overwrite_snapshots, .ival = 1,
+         .help = "let the snapshots in --snapshot-dir that this run would\n"
+                 "bury go: without --resume every one (another run's),\n"
+                 "with --resume-from those after STEP; they are deleted\n"
+                 "at start.  Without it such a run is refused (exit 2)"},
         {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,
          .help = "one JSON object per step (appended to when resuming)"},
         {MAL_OPT_INT, "log-every", .metavar = "N", .target = &o->log_every, .lo = 0, .hi = INT_MAX,
@@ -225,9 +236,13 @@ int main(int argc, char **argv)
                   "  malleus-train --model tiny --steps 200 --snapshot-dir snap --metrics m.jsonl\n"
                   "  mpiexec -n 8 malleus-train --model tiny --dp 2 --tp 2 --pp 2 --steps 50\n"
                   "  mpiexec -n 8 malleus-train --model tiny --plan plan.json --metrics m.jsonl\n"
-                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI); 2 bad usage or\n"
-                  "input (flags, model config, plan, data, snapshot: nothing written); 3 stopped\n"
-                  "with a snapshot because a re-plan is needed (--adapt restart).\n",
+                  "\nExit status: 0 done; 1 the run failed (I/O, memory, MPI; also bad input\n"
+                  "found only after steps were trained); 2 bad usage or input, refused before\n"
+                  "anything is written (flags, model config, plan, data, snapshot; a snapshot\n"
+                  "directory in use, not writable or holding another run's snapshots; --resume\n"
+                  "with --steps below the snapshot's step; at it, the run is complete: said,\n"
+                  "status 0); 3 stopped with a snapshot because a re-plan is needed (--adapt\n"
+                  "restart).\n",
         .opts = opts,
         .ctx = &cli,
     };

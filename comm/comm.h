@@ -13,13 +13,14 @@
  * all-reduce, pipeline sends and receives, the data-parallel reduction over
  * member lists, online-migration transfers.  The chosen backend serves it.
  * The MPI data plane works on the buffers in place when the instance's
- * buffers are host-addressable (the cpu backend: zero copies, as before
- * the planes were split) and otherwise stages every transfer through pinned
- * host buffers of the instance (mal_kern_host_alloc), which is what a GPU
- * over MPI needs; the reductions are done by the backend (on the host for
- * MPI, on the device for NCCL), never by the caller.  The NCCL data plane
- * (comm/comm_nccl.c) works on buffers of a GPU instance only (its registry
- * entry names the device), device to device, never through the host.
+ * buffers are host-addressable (the cpu backend: zero copies, as before the
+ * planes were split) and otherwise stages every transfer through pinned host
+ * buffers of the instance (mal_kern_host_alloc: pooled, pinned once and
+ * reused), which is what a GPU over MPI needs; the reductions are done by
+ * the backend (on the host for MPI, on the device for NCCL), never by the
+ * caller.  The NCCL data plane (comm/comm_nccl.c) works on buffers of a GPU
+ * instance only (its registry entry names the device), device to device,
+ * never through the host.
  *
  * Ordering of the data plane against the kernel queue - one rule for every
  * backend:
@@ -45,10 +46,18 @@
  *    depend on;
  *  - post (any op): event `ready` recorded on the kernel queue, the
  *    communicator's stream waits for it (rule 1; no host wait);
- *  - collective: the NCCL call on the communicator's stream, then event
- *    `done` recorded there and the kernel queue made to wait for it
- *    (rule 2); then the host polls `done` (sleeping between polls) until it
- *    completes, NCCL reports an error, or the timeout passes;
+ *  - dp_allreduce (the TP all-reduce) is stream-ordered: two timing events
+ *    around the NCCL call on the communicator's stream, then event `done`
+ *    recorded there and the kernel queue made to wait for it (rule 2), and
+ *    the call returns: the host never waits for the reduction, nor for the
+ *    kernels before it, and the GPU goes from the layer's kernels to the
+ *    reduction to the next kernels without the host in between.  The host
+ *    waits only where it must read: dp_elapsed (below), which the trainer
+ *    calls where it waits for the kernel queue anyway, polls the last
+ *    `done` with the timeout, and a communicator's destroy does the same;
+ *  - dp_allreduce_list (blocking): the same launch, then the host polls
+ *    `done` (sleeping between polls) until it completes, NCCL reports an
+ *    error, or the timeout passes;
  *  - sends are *held* (nothing launched) until the process's next receive,
  *    wait or collective on any NCCL communicator; then every held send and
  *    the receives of a group are launched together, one NCCL group per
@@ -80,15 +89,24 @@
  *    will use first, with a blocking reduction of count 0 at a point where
  *    every member can reach it (the gradient sync does so before the first
  *    backward pass).
+ * The watchdog of a stream-ordered all-reduce is its host wait: a peer that
+ * died or hung leaves the reduction (and the kernel queue behind it)
+ * unfinished, dp_elapsed gives up after the timeout and aborts the
+ * communicator (its kernels stop, the kernel queue drains), and returns
+ * MAL_EDEVICE; a caller that waits for the kernel queue after stream-ordered
+ * all-reduces calls dp_elapsed first, or a dead peer leaves it waiting
+ * without end.  An NCCL error reported by the time of a later call on the
+ * communicator fails that call.
  * Consequences for callers: complete data-plane sends (dp_waitall) before
  * a control-plane operation that their receiver may be waiting behind
  * (held sends are launched by data-plane calls only); messages between two
  * ranks match in the order they are posted, whatever their tags (NCCL has
  * none); the NCCL backend cannot see a receive of a different size than
- * its send (MPI reports it).  Each blocking operation is complete on the
- * host when its call (collectives) or wait (point to point) returns: the
- * timeout needs a host that waits, which for a non-blocking reduction is
- * its dp_waitall.
+ * its send (MPI reports it).  Each blocking operation but dp_allreduce is
+ * complete on the host when its call (collectives) or wait (point to
+ * point) returns; dp_allreduce is, on NCCL, once dp_elapsed returns.  The
+ * timeout needs a host that waits: for a non-blocking reduction that is
+ * its dp_waitall, for dp_allreduce dp_elapsed.
  *
  * Non-blocking member-list all-reduce (dp_iallreduce_list, dp_progress,
  * dp_waitall), the rules for every backend:
@@ -232,8 +250,9 @@ struct mal_comm_ops {
      * posted).  MPI creates no communicator of the members (a ring on c);
      * NCCL creates one per distinct list the first time the list is used
      * (bootstrapped over c's control plane with `tag`) and keeps it until c
-     * is destroyed, so a list seen before - the same replicas after an
-     * online plan change - costs nothing. */
+     * is destroyed or dp_trim lets it go (the least recently used past a
+     * cap), so a list seen before - the same replicas after an online plan
+     * change - costs nothing. */
     int (*dp_allreduce_list)(mal_comm *c, mal_kern k, const int *members, int n, int tag,
                              void *buf, size_t count, mal_dtype dt, mal_reduce_op op);
     /* Local (each member's part of the collective of the blocking one):
@@ -275,6 +294,30 @@ struct mal_comm_ops {
     int (*dp_attach)(mal_comm *c);
     /* Local: free c->dp (called by destroy when c->dp is set). */
     void (*dp_detach)(mal_comm *c);
+
+    /* ---- time and resources of the data plane */
+    /* Local: *seconds = the time the all-reduces (dp_allreduce) on c took
+     * since the previous call (or since c was made), and the count starts
+     * again.  What that time is: MPI, the host time of each all-reduce
+     * from the moment the kernel queue had passed everything queued before
+     * it (its staging, MPI, the copy back), so not the compute it waited
+     * for; NCCL, device time between two events around each reduction on
+     * the communicator's stream: from the moment its stream reached it
+     * (the kernels before it done) to its end, waiting for the slowest
+     * member included.  NCCL: the host first waits (polling, with the
+     * timeout) for the last all-reduce queued on c; on timeout or an NCCL
+     * error the communicator is aborted and MAL_EDEVICE returned (comm.h,
+     * "Failures").  Call it where the host waits for the kernel queue
+     * anyway, and before that wait. */
+    int (*dp_elapsed)(mal_comm *c, double *seconds);
+    /* Collective over c, at a point where no data-plane operation on c is
+     * in flight (every request waited for): let go of data-plane resources
+     * the backend keeps for c that were not used lately.  NCCL: the
+     * member-list communicators of c beyond the cap
+     * ($MALLEUS_NCCL_MAX_LISTS, default 32), least recently used first
+     * (comm_nccl.c says how the members agree); MPI: nothing.  MAL_EINVAL
+     * while an operation is in flight. */
+    int (*dp_trim)(mal_comm *c);
 };
 
 struct mal_comm {
@@ -459,6 +502,14 @@ static inline int mal_comm_dp_group_end(mal_comm *c) { return c->ops->dp_group_e
 static inline int mal_comm_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
 {
     return c->ops->dp_waitall(c, n, reqs);
+}
+static inline int mal_comm_dp_elapsed(mal_comm *c, double *seconds)
+{
+    return c->ops->dp_elapsed(c, seconds);
+}
+static inline int mal_comm_dp_trim(mal_comm *c)
+{
+    return c->ops->dp_trim(c);
 }
 
 #endif /* MAL_COMM_H */

@@ -8,10 +8,13 @@
  * rule); otherwise every transfer is staged through a pinned host buffer of
  * the instance: device -> host copy, MPI on the host copy, host -> device
  * copy queued on the instance before the operation (or the wait that
- * completes it) returns.  The reduction over member lists is the ring of
- * comm_ring.c on the host buffer: this file drives the ring (handing it
- * the raw MPI_Comm), the ring never calls back here, and both convert MPI
- * errors with mpi_err.c (comm_ring.h gives the order).
+ * completes it) returns.  The staging buffers come from the instance's pool
+ * (mal_kern_host_alloc): pinned once, reused by every later transfer of
+ * their size, never pinned and unpinned per transfer.  The reduction over
+ * member lists is the ring of comm_ring.c on the host buffer: this file
+ * drives the ring (handing it the raw MPI_Comm), the ring never calls back
+ * here, and both convert MPI errors with mpi_err.c (comm_ring.h gives the
+ * order).
  *
  * All-reduce results must be bitwise identical on every member.  MPI does
  * not promise that for MPI_Allreduce (an implementation may let each rank
@@ -69,9 +72,9 @@ struct mal_comm_req {
     int is_recv;       /* receives check the size of what arrived */
     size_t bytes;
     int peer, tag;
-    /* a staged data-plane transfer: the pinned host copy (freed at the
-     * wait) and, for a receive or a reduction, the device buffer it is
-     * copied into */
+    /* a staged data-plane transfer: the pinned host copy (given back to
+     * the instance's pool at the wait) and, for a receive or a reduction,
+     * the device buffer it is copied into */
     mal_kern k;
     void *stage, *dev;
     /* a non-blocking member-list all-reduce (is_list): queued on its
@@ -92,6 +95,9 @@ typedef struct {
     int *counts, *displs; /* [size]: blocks of the reduce-scatter path */
     void *ring_scratch;   /* host scratch of the member-list reduction, kept */
     size_t ring_scratch_bytes;
+    float *widen; /* bf16 all-reduce: its values as floats, kept (grows) */
+    size_t widen_n;
+    double dp_s; /* time of the all-reduces since the last dp_elapsed */
     /* outstanding member-list reductions, in the order posted; only the
      * head runs (comm.h) */
     mal_comm_req *q_head, **q_tail;
@@ -390,7 +396,7 @@ void mal_comm_mpi_destroy(mal_comm *c)
         r->done = 1;
     }
     if (impl && impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
-    if (impl) free(impl->counts), free(impl->displs), free(impl->ring_scratch);
+    if (impl) free(impl->counts), free(impl->displs), free(impl->ring_scratch), free(impl->widen);
     free(impl);
     free(c->world_ranks);
     free(c);
@@ -811,33 +817,54 @@ static int check_f32(mal_dtype dt, const char *what)
 
 /* bf16 (a GPU's activations, TP all-reduce): widened to fp32 on the host,
  * summed there like fp32 (each element by one rank), rounded back to
- * nearest-even bf16 - the same bits on every member. */
+ * nearest-even bf16 - the same bits on every member.  The floats live in a
+ * buffer kept with the communicator: a TP all-reduce of the 1b shape's
+ * activations is 128 MB of them, twice per layer. */
 static int allreduce_bf16(mal_comm *c, uint16_t *h, size_t count)
 {
-    float *f = malloc(count * sizeof *f);
-    if (!f) return MAL_ERR(MAL_ENOMEM, "all-reduce (bf16): out of memory for %zu values", count);
+    mpi_impl *im = c->impl;
+    if (count > im->widen_n) {
+        float *f = realloc(im->widen, count * sizeof *f);
+        if (!f)
+            return MAL_ERR(MAL_ENOMEM, "all-reduce (bf16): out of memory for %zu values", count);
+        im->widen = f, im->widen_n = count;
+    }
+    float *f = im->widen;
     for (size_t i = 0; i < count; i++)
         f[i] = mal_f32_from_bf16(h[i]);
     int rc = allreduce(c, f, count, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce (sum, bf16)");
     if (!rc)
         for (size_t i = 0; i < count; i++)
             h[i] = mal_bf16_from_f32(f[i]);
-    free(f);
     return rc;
 }
 
+/* Timed from the moment the kernel queue has passed everything before the
+ * call (a wait the staging makes anyway): what the all-reduce costs, not
+ * the compute it waits for (dp_elapsed). */
 static int mpi_dp_allreduce(mal_comm *c, mal_kern k, void *buf, size_t count, mal_dtype dt)
 {
     void *host, *stage;
     int rc = dt == MAL_BF16 ? 0 : check_f32(dt, "all-reduce");
     if (rc || c->size == 1 || count == 0) return rc;
     size_t bytes = count * mal_dtype_bytes(dt);
+    mal_kern_queue_wait(k);
+    double t0 = mal_now();
     if ((rc = dp_stage(k, buf, bytes, &host, &stage))) return rc;
     rc = dt == MAL_BF16 ? allreduce_bf16(c, host, count)
                         : allreduce(c, host, count, MPI_FLOAT, sizeof(float), MPI_SUM,
                                     "all-reduce (sum, float)");
     dp_unstage(k, buf, bytes, stage, rc == 0);
+    ((mpi_impl *)c->impl)->dp_s += mal_now() - t0;
     return rc;
+}
+
+static int mpi_dp_elapsed(mal_comm *c, double *seconds)
+{
+    mpi_impl *im = c->impl;
+    *seconds = im->dp_s;
+    im->dp_s = 0;
+    return 0;
 }
 
 /* ---- member-list reductions: a queue per communicator ------------------ */
@@ -987,6 +1014,13 @@ static int mpi_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, in
     return mal_comm_mpi_wait(r);
 }
 
+/* MPI keeps no data-plane resources per list: nothing to let go. */
+static int mpi_dp_trim(mal_comm *c)
+{
+    (void)c;
+    return 0;
+}
+
 /* MPI_COMM_WORLD, not c's communicator: the table promises to end every
  * rank of the job, and MPI only promises "at least the group of comm". */
 void mal_comm_mpi_abort(mal_comm *c, int code)
@@ -1008,4 +1042,6 @@ const mal_comm_ops mal_comm_mpi_ops = {
     .dp_group_start = mpi_dp_group_start,
     .dp_group_end = mpi_dp_group_end,
     .dp_waitall = mpi_dp_waitall,
+    .dp_elapsed = mpi_dp_elapsed,
+    .dp_trim = mpi_dp_trim,
 };

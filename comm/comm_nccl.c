@@ -20,12 +20,28 @@
  *  - one per distinct member list of dp_allreduce_list, made the first
  *    time the list is used (the first member sends the id to the others
  *    over the parent's control plane) and kept until the parent is
- *    destroyed.
+ *    destroyed or dp_trim evicts it.  Each holds GPU buffers and a proxy
+ *    thread, so over a long elastic run (every online plan change may bring
+ *    new replica sets) they are bounded: dp_trim, which the trainer calls
+ *    at every plan change, keeps at most $MALLEUS_NCCL_MAX_LISTS (32) of
+ *    them, evicting the least recently used.  Evicting is safe only if all
+ *    members of a list evict it at the same point (a member that kept it
+ *    would wait on the old communicator while the others make a new one),
+ *    so "recently" is counted in trims, which every rank of the parent
+ *    passes together, and a list's last use is the same trim count on all
+ *    its members (a reduction is collective over them).  Each rank works
+ *    out the smallest age A such that keeping only the lists younger than
+ *    A leaves it at most the cap, the ranks take the minimum A over the
+ *    parent, and every rank evicts its lists of age A or more: the same
+ *    lists on every member.  A plan whose step itself uses more lists than
+ *    the cap keeps them (the cap is checked at trims only), so the cap
+ *    costs at most a re-creation, never a wrong result.
  * Stream and event order, held sends, timeouts and aborts: comm.h.
  */
 #include "comm_nccl.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +59,10 @@ int mal_comm_nccl_created;
  * enough for a peer that writes a snapshot or evaluates while this rank
  * waits, short enough that a hung job ends within the hour. */
 #define TIMEOUT_DEFAULT_S 600.0
+/* Default of $MALLEUS_NCCL_MAX_LISTS: member-list communicators kept per
+ * parent across plan changes (a plan uses a few per rank: the holder sets
+ * of its pieces). */
+#define MAX_LISTS_DEFAULT 32
 
 enum { REQ_MAGIC = 0x4e43434c }; /* "NCCL": tells our requests from MPI's */
 
@@ -51,6 +71,12 @@ struct channel {
     ncclComm_t comm; /* NULL once aborted or destroyed */
     mal_gpu_stream stream;
     mal_gpu_event ready, done; /* rule 1 / collectives' completion */
+    int pending;               /* a stream-ordered all-reduce not yet waited for */
+    /* timing events of the stream-ordered all-reduces since the last
+     * dp_elapsed: a start and an end each (made as needed, kept) */
+    mal_gpu_event *tev;
+    int n_timed, cap_tev;
+    double banked_s; /* time of earlier pairs, read to bound their number */
     int size, rank;
     int dead;       /* aborted: every later operation fails */
     char what[160]; /* "communicator of 4 ranks (world ranks 0 1 2 3)" */
@@ -61,6 +87,7 @@ typedef struct {
     int n;
     int *members; /* ranks of the parent, in list order */
     channel *ch;
+    long long last_trim; /* the parent's trim count at its last use */
 } list_channel;
 
 /* c->dp */
@@ -68,6 +95,7 @@ typedef struct {
     channel *main;
     list_channel *lists;
     int n_lists, cap_lists;
+    long long trims; /* dp_trim calls so far (the lists' clock) */
 } nccl_dp;
 
 typedef struct nccl_req nccl_req;
@@ -81,18 +109,22 @@ struct nccl_req {
     size_t bytes;
     int peer, world_peer;
     mal_gpu_event done;
-    nccl_req *next; /* held sends, or receives of an open group */
+    nccl_req *next;                   /* held sends, or receives of an open group */
+    nccl_req *live_next, **live_prev; /* every request not yet waited for */
 };
 
-/* The process's NCCL state: live channels, sends held until the next
- * blocking data-plane call, receives of an open group, the timeout. */
+/* The process's NCCL state: live channels, every request not yet waited
+ * for, sends held until the next blocking data-plane call, receives of an
+ * open group, the timeout and the cap on member lists. */
 static struct {
     channel *live;
+    nccl_req *reqs;
     nccl_req *held, **held_tail;
     nccl_req *grouped, **grouped_tail;
     int depth; /* dp_group_start nesting */
     double timeout_s;
-} G = {NULL, NULL, &G.held, NULL, &G.grouped, 0, TIMEOUT_DEFAULT_S};
+    int max_lists;
+} G = {NULL, NULL, NULL, &G.held, NULL, &G.grouped, 0, TIMEOUT_DEFAULT_S, MAX_LISTS_DEFAULT};
 
 static int cuda_err(int e, const char *what)
 {
@@ -126,6 +158,24 @@ static int read_timeout(void)
                        "(unset it for the default, %g s)",
                        s, TIMEOUT_DEFAULT_S);
     G.timeout_s = t;
+    return 0;
+}
+
+/* $MALLEUS_NCCL_MAX_LISTS, checked by the probe. */
+static int read_max_lists(void)
+{
+    const char *s = getenv("MALLEUS_NCCL_MAX_LISTS");
+    G.max_lists = MAX_LISTS_DEFAULT;
+    if (!s || !*s) return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > 1000000)
+        return MAL_ERR(MAL_EINVAL,
+                       "MALLEUS_NCCL_MAX_LISTS='%s' is not a number of communicators between 1 "
+                       "and 1000000 (unset it for the default, %d)",
+                       s, MAX_LISTS_DEFAULT);
+    G.max_lists = (int)v;
     return 0;
 }
 
@@ -228,31 +278,68 @@ static int alive(channel *ch, const char *what)
 
 /* ---- channels ---------------------------------------------------------- */
 
+/* Take q out of the list at *head (held sends or grouped receives), if it
+ * is there, and put the list's tail right. */
+static void unqueue(nccl_req **head, nccl_req ***tail, nccl_req *q)
+{
+    for (nccl_req **p = head; *p; p = &(*p)->next)
+        if (*p == q) {
+            *p = q->next;
+            q->next = NULL;
+            break;
+        }
+    *tail = head;
+    while (**tail)
+        *tail = &(**tail)->next;
+}
+
+/* A request leaves every list of the process (its wait frees it, or its
+ * channel goes). */
+static void forget(nccl_req *q)
+{
+    unqueue(&G.held, &G.held_tail, q);
+    unqueue(&G.grouped, &G.grouped_tail, q);
+}
+
+/* Host wait, with the timeout, for everything queued on ch's stream so
+ * far: a stream-ordered all-reduce or a transfer nobody waited for.  On
+ * timeout or an NCCL error ch is aborted (wait_on). */
+static int settle(channel *ch, const char *what)
+{
+    if (!ch->comm) return alive(ch, what);
+    int e = mal_gpu_event_record(ch->done, ch->stream);
+    if (e) return cuda_err(e, what);
+    ch->pending = 0;
+    return wait_on(ch, ch->done, what);
+}
+
 static void channel_destroy(channel *ch)
 {
     if (!ch) return;
-    /* held sends on it can never be launched now: their waits will say so */
-    for (nccl_req **p = &G.held; *p;) {
-        if ((*p)->ch == ch) {
-            nccl_req *r = *p;
-            *p = r->next;
-            r->ch = NULL;
-            r->next = NULL;
-        } else
-            p = &(*p)->next;
-    }
-    G.held_tail = &G.held;
-    while (*G.held_tail) G.held_tail = &(*G.held_tail)->next;
+    /* Requests that still name it - held sends, receives of a group not
+     * ended yet, transfers and reductions launched but not waited for -
+     * can never complete now: they leave the held and grouped lists (which
+     * would otherwise launch them on a freed channel) and their waits say
+     * that the communicator went. */
+    for (nccl_req *q = G.reqs; q; q = q->live_next)
+        if (q->ch == ch) {
+            forget(q);
+            q->ch = NULL;
+        }
     if (ch->comm) {
-        /* Finalize flushes what NCCL still has queued; a failure (or a
-         * timeout) there aborts instead. */
-        mal_gpu_stream_sync(ch->stream);
-        if (called(ch, ncclCommFinalize(ch->comm), "finalising") == 0) {
+        /* Its queued work finishes first, within the timeout; Finalize
+         * flushes what NCCL still has; a failure (or a timeout) in either
+         * aborts instead. */
+        if (settle(ch, "finishing its work before it is destroyed") == 0 &&
+            called(ch, ncclCommFinalize(ch->comm), "finalising") == 0) {
             ncclCommDestroy(ch->comm);
             ch->comm = NULL;
             unlink_live(ch);
         }
     }
+    for (int i = 0; i < ch->cap_tev; i++)
+        mal_gpu_event_destroy(ch->tev[i]);
+    free(ch->tev);
     if (ch->ready) mal_gpu_event_destroy(ch->ready);
     if (ch->done) mal_gpu_event_destroy(ch->done);
     if (ch->stream) mal_gpu_stream_destroy(ch->stream);
@@ -357,10 +444,25 @@ static int nccl_attach(mal_comm *c)
     return 0;
 }
 
+/* One order of member lists, the same on every rank (by size, then
+ * members).  Finalising an NCCL communicator waits until all its members
+ * finalise it ("globally quiescent"), so ranks that let several lists go
+ * at once must do so in one global order: in another, two ranks sharing
+ * two lists could each wait in the other's. */
+static int list_cmp(const void *pa, const void *pb)
+{
+    const list_channel *a = pa, *b = pb;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    for (int i = 0; i < a->n; i++)
+        if (a->members[i] != b->members[i]) return a->members[i] < b->members[i] ? -1 : 1;
+    return 0;
+}
+
 static void nccl_detach(mal_comm *c)
 {
     nccl_dp *dp = c->dp;
     if (!dp) return;
+    if (dp->n_lists > 1) qsort(dp->lists, (size_t)dp->n_lists, sizeof *dp->lists, list_cmp);
     for (int i = 0; i < dp->n_lists; i++) {
         channel_destroy(dp->lists[i].ch);
         free(dp->lists[i].members);
@@ -371,13 +473,17 @@ static void nccl_detach(mal_comm *c)
     c->dp = NULL;
 }
 
-/* The channel of member list `members` when it exists already, else NULL. */
+/* The channel of member list `members` when it exists already (marked as
+ * used now), else NULL. */
 static channel *list_channel_cached(mal_comm *c, const int *members, int n)
 {
     nccl_dp *dp = c->dp;
     for (int i = 0; i < dp->n_lists; i++)
-        if (dp->lists[i].n == n && !memcmp(dp->lists[i].members, members, (size_t)n * sizeof(int)))
+        if (dp->lists[i].n == n &&
+            !memcmp(dp->lists[i].members, members, (size_t)n * sizeof(int))) {
+            dp->lists[i].last_trim = dp->trims;
             return dp->lists[i].ch;
+        }
     return NULL;
 }
 
@@ -443,7 +549,7 @@ static int list_channel_get(mal_comm *c, const int *members, int n, int tag, cha
         free(copy);
         return rc;
     }
-    dp->lists[dp->n_lists++] = (list_channel){n, copy, ch};
+    dp->lists[dp->n_lists++] = (list_channel){n, copy, ch, dp->trims};
     *out = ch;
     return 0;
 }
@@ -560,37 +666,173 @@ static int dtype_of(mal_dtype dt, ncclDataType_t *out, const char *what)
     return 0;
 }
 
-/* The all-reduce of both collectives on channel ch, then rule 2, then the
- * host wait. */
+/* The host's wait for the stream-ordered all-reduces on ch (the watchdog:
+ * the timeout and NCCL's errors), then the device time between each one's
+ * timing events added to ch->banked_s; the pairs are free again. */
+static int read_timed(channel *ch, const char *what)
+{
+    int rc;
+    if (ch->pending) {
+        ch->pending = 0;
+        if ((rc = alive(ch, what)) || (rc = wait_on(ch, ch->done, what))) {
+            ch->n_timed = 0;
+            return rc;
+        }
+    }
+    for (int i = 0; i < ch->n_timed; i++) {
+        float ms = 0;
+        int e = mal_gpu_event_elapsed(&ms, ch->tev[2 * i], ch->tev[2 * i + 1]);
+        if (e) {
+            ch->n_timed = 0;
+            mal_gpu_clear_error();
+            return cuda_err(e, "reading an all-reduce's time");
+        }
+        ch->banked_s += 1e-3 * (double)ms;
+    }
+    ch->n_timed = 0;
+    return 0;
+}
+
+/* Timing pairs a channel keeps at most: a caller that never reads them
+ * (dp_elapsed) makes the host wait once per this many all-reduces. */
+enum { MAX_TIMED = 1024 };
+
+/* The next pair of timing events of ch (made the first time a step needs
+ * that many), or an error. */
+static int timing_pair(channel *ch, mal_gpu_event *start, mal_gpu_event *end, const char *what)
+{
+    int rc;
+    if (ch->n_timed == MAX_TIMED && (rc = read_timed(ch, what))) return rc;
+    if (2 * ch->n_timed + 2 > ch->cap_tev) {
+        int cap = ch->cap_tev ? 2 * ch->cap_tev : 16;
+        mal_gpu_event *t = realloc(ch->tev, (size_t)cap * sizeof *t);
+        if (!t) return MAL_ERR(MAL_ENOMEM, "NCCL: %s: out of memory for timing events", what);
+        ch->tev = t;
+        for (; ch->cap_tev < cap; ch->cap_tev++) {
+            int e = mal_gpu_event_create_timed(&ch->tev[ch->cap_tev]);
+            if (e) return cuda_err(e, "creating timing events");
+        }
+    }
+    *start = ch->tev[2 * ch->n_timed];
+    *end = ch->tev[2 * ch->n_timed + 1];
+    return 0;
+}
+
+/* The all-reduce of both collectives on channel ch: after the kernel queue
+ * (rule 1), then rule 2.  Stream-ordered (dp_allreduce): between two timing
+ * events, and the host does not wait (dp_elapsed does); with host_wait
+ * (dp_allreduce_list, blocking) the host polls its end with the timeout. */
 static int allreduce_on(channel *ch, mal_kern k, void *buf, size_t count, mal_dtype dt,
-                        mal_reduce_op op, const char *what)
+                        mal_reduce_op op, int host_wait, const char *what)
 {
     ncclDataType_t t = ncclFloat32;
-    int rc;
+    mal_gpu_event start = NULL, end = NULL;
+    int rc, e;
     if ((rc = gpu_instance(k, what)) || (rc = dtype_of(dt, &t, what)) || (rc = launch_held()) ||
         (rc = alive(ch, what)))
         return rc;
     if (count == 0) return 0;
+    if (!host_wait && (rc = timing_pair(ch, &start, &end, what))) return rc;
     if ((rc = after_queue(ch, k, what))) return rc;
+    if (start && (e = mal_gpu_event_record(start, ch->stream))) return cuda_err(e, what);
+    /* called() waits for NCCL to settle the launch (a non-blocking
+     * communicator may still be enqueueing when ncclAllReduce returns), not
+     * for the reduction: `done` must come after NCCL's kernel on the
+     * stream */
     rc = called(ch,
                 ncclAllReduce(buf, buf, count, t, op == MAL_OP_MAX ? ncclMax : ncclSum, ch->comm,
                               ch->stream),
                 what);
     if (rc) return rc;
-    int e = mal_gpu_event_record(ch->done, ch->stream);
-    if (e) return cuda_err(e, what);
-    if ((rc = wait_on(ch, ch->done, what))) return rc;
-    /* rule 2 (a no-op once the host has seen `done`; it keeps the order
-     * for when the wait moves off the host) -- after the poll, so that a
-     * timed-out operation leaves no wait behind on the kernel queue */
+    if (end && (e = mal_gpu_event_record(end, ch->stream))) return cuda_err(e, what);
+    if (end) ch->n_timed++;
+    if ((e = mal_gpu_event_record(ch->done, ch->stream))) return cuda_err(e, what);
+    if (host_wait && (rc = wait_on(ch, ch->done, what))) return rc;
+    /* rule 2: kernels queued after this call wait for the reduction on the
+     * GPU.  With the host wait, after the poll: a timed-out operation then
+     * leaves no wait behind on the kernel queue.  Stream-ordered, a timeout
+     * found later (dp_elapsed) aborts the communicator, whose kernels then
+     * end, so the kernel queue drains. */
     if ((e = mal_gpu_stream_wait_event(queue_of(k), ch->done))) return cuda_err(e, what);
+    if (!host_wait) ch->pending = 1;
     return 0;
 }
 
 static int nccl_dp_allreduce(mal_comm *c, mal_kern k, void *buf, size_t count, mal_dtype dt)
 {
     nccl_dp *dp = c->dp;
-    return allreduce_on(dp->main, k, buf, count, dt, MAL_OP_SUM, "all-reduce");
+    return allreduce_on(dp->main, k, buf, count, dt, MAL_OP_SUM, 0, "all-reduce");
+}
+
+static int nccl_dp_elapsed(mal_comm *c, double *seconds)
+{
+    nccl_dp *dp = c->dp;
+    channel *ch = dp->main;
+    int rc = read_timed(ch, "all-reduce");
+    *seconds = rc ? 0 : ch->banked_s;
+    ch->banked_s = 0;
+    return rc;
+}
+
+/* LRU eviction of member lists past the cap; collective over c (how the
+ * members agree: the top of the file). */
+static int nccl_dp_trim(mal_comm *c)
+{
+    nccl_dp *dp = c->dp;
+    /* nothing in flight on a list: every request waited for (agreed below,
+     * so that every rank refuses alike instead of some waiting for the
+     * others in the collective) */
+    const char *busy = NULL;
+    for (nccl_req *q = G.reqs; q && !busy; q = q->live_next)
+        for (int i = 0; i < dp->n_lists; i++)
+            if (q->ch == dp->lists[i].ch) busy = q->ch->what;
+    /* ages count trims since the last use: at least 1 after this one.
+     * This rank's smallest age that keeps at most the cap: the cap-th
+     * smallest age (none past the cap: keep all) */
+    long long now = dp->trims + 1;
+    int n = dp->n_lists, v[2] = {INT_MAX, !busy};
+    if (n > G.max_lists) {
+        long long *age = malloc((size_t)n * sizeof *age);
+        if (!age) return MAL_ERR(MAL_ENOMEM, "NCCL: out of memory");
+        for (int i = 0; i < n; i++)
+            age[i] = now - dp->lists[i].last_trim;
+        /* a few dozen entries: insertion sort */
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0 && age[j - 1] > age[j]; j--) {
+                long long t = age[j];
+                age[j] = age[j - 1], age[j - 1] = t;
+            }
+        v[0] = (int)MAL_MIN(age[G.max_lists], (long long)INT_MAX);
+        free(age);
+    }
+    int rc = mal_comm_mpi_allreduce_min_int(c, v, 2);
+    if (rc) return rc;
+    if (!v[1])
+        return MAL_ERR(MAL_EINVAL,
+                       "NCCL: letting go of member-list communicators while a reduction on %s "
+                       "is not waited for",
+                       busy ? busy : "another rank's list");
+    dp->trims = now;
+    int keep_below = v[0];
+    /* the lists that go, in the global order (list_cmp) */
+    if (n > 1) qsort(dp->lists, (size_t)n, sizeof *dp->lists, list_cmp);
+    int kept = 0, evicted = 0;
+    for (int i = 0; i < n; i++) {
+        list_channel *l = &dp->lists[i];
+        if (dp->trims - l->last_trim >= keep_below) {
+            channel_destroy(l->ch);
+            free(l->members);
+            evicted++;
+        } else
+            dp->lists[kept++] = *l;
+    }
+    dp->n_lists = kept;
+    if (evicted)
+        mal_log(MAL_LOG_DEBUG,
+                "NCCL: %d member-list communicator(s) let go (unused for %d plan change(s) or "
+                "more), %d kept (MALLEUS_NCCL_MAX_LISTS %d)",
+                evicted, keep_below, kept, G.max_lists);
+    return 0;
 }
 
 static int nccl_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
@@ -600,7 +842,7 @@ static int nccl_dp_allreduce_list(mal_comm *c, mal_kern k, const int *members, i
     int rc;
     /* held sends go first: the list's creation blocks on its members */
     if ((rc = launch_held()) || (rc = list_channel_get(c, members, n, tag, &ch))) return rc;
-    return allreduce_on(ch, k, buf, count, dt, op, "member-list all-reduce");
+    return allreduce_on(ch, k, buf, count, dt, op, 1, "member-list all-reduce");
 }
 
 /* A request like *tmpl, with its `done` event, and its channel's stream
@@ -622,8 +864,24 @@ static int req_new(const nccl_req *tmpl, const char *what, nccl_req **out)
         free(q);
         return rc;
     }
+    /* on the process's list until its wait frees it (req_free) */
+    q->live_next = G.reqs;
+    q->live_prev = &G.reqs;
+    if (G.reqs) G.reqs->live_prev = &q->live_next;
+    G.reqs = q;
     *out = q;
     return 0;
+}
+
+/* Off every list, its event destroyed, freed. */
+static void req_free(nccl_req *q)
+{
+    forget(q);
+    *q->live_prev = q->live_next;
+    if (q->live_next) q->live_next->live_prev = q->live_prev;
+    mal_gpu_event_destroy(q->done);
+    q->magic = 0;
+    free(q);
 }
 
 /* Post the member-list all-reduce without waiting (comm.h, "non-blocking
@@ -650,8 +908,14 @@ static int nccl_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, 
     if ((rc = alive(ch, what))) return rc;
     if (count == 0) return 0;
     nccl_req *q = NULL;
-    nccl_req tmpl = {REQ_MAGIC, 0, 0, 0, 1, ch, k, buf, count * mal_dtype_bytes(dt), -1, -1,
-                     NULL, NULL};
+    nccl_req tmpl = {.magic = REQ_MAGIC,
+                     .is_coll = 1,
+                     .ch = ch,
+                     .k = k,
+                     .buf = buf,
+                     .bytes = count * mal_dtype_bytes(dt),
+                     .peer = -1,
+                     .world_peer = -1};
     if ((rc = req_new(&tmpl, what, &q))) return rc;
     rc = called(ch,
                 ncclAllReduce(buf, buf, count, t, op == MAL_OP_MAX ? ncclMax : ncclSum, ch->comm,
@@ -660,8 +924,7 @@ static int nccl_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, 
     int e;
     if (!rc && (e = mal_gpu_event_record(q->done, ch->stream))) rc = cuda_err(e, what);
     if (rc) {
-        mal_gpu_event_destroy(q->done);
-        free(q);
+        req_free(q);
         return rc;
     }
     q->launched = 1;
@@ -691,8 +954,14 @@ static int post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int 
     if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
     if ((rc = gpu_instance(k, what)) || (rc = alive(ch, what))) return rc;
     nccl_req *q = NULL;
-    nccl_req tmpl = {REQ_MAGIC, is_recv, 0, 0, 0, ch, k, buf, bytes, peer, c->world_ranks[peer],
-                     NULL, NULL};
+    nccl_req tmpl = {.magic = REQ_MAGIC,
+                     .is_recv = is_recv,
+                     .ch = ch,
+                     .k = k,
+                     .buf = buf,
+                     .bytes = bytes,
+                     .peer = peer,
+                     .world_peer = c->world_ranks[peer]};
     if ((rc = req_new(&tmpl, what, &q))) return rc;
     if (!is_recv) {
         /* held until the next blocking call (comm.h) */
@@ -703,8 +972,7 @@ static int post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int 
         G.grouped_tail = &q->next;
     } else if ((rc = launch_all(q))) {
         /* nothing to wait for: the caller gets the error now */
-        mal_gpu_event_destroy(q->done);
-        free(q);
+        req_free(q);
         return rc;
     }
     *out = (mal_comm_req *)(void *)q;
@@ -791,9 +1059,7 @@ static int nccl_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
             if (e) rc = cuda_err(e, desc);
         }
         if (!err) err = rc;
-        mal_gpu_event_destroy(q->done);
-        q->magic = 0;
-        free(q);
+        req_free(q);
     }
     return err;
 }
@@ -821,6 +1087,8 @@ static const mal_comm_ops nccl_ops = {
     .dp_waitall = nccl_dp_waitall,
     .dp_attach = nccl_attach,
     .dp_detach = nccl_detach,
+    .dp_elapsed = nccl_dp_elapsed,
+    .dp_trim = nccl_dp_trim,
 };
 
 /* Usable where a GPU is (ncclGetUniqueId succeeds without one, so it is no
@@ -828,6 +1096,7 @@ static const mal_comm_ops nccl_ops = {
 static int nccl_probe(void)
 {
     int rc = read_timeout();
+    if (!rc) rc = read_max_lists();
     if (rc) return rc;
     int n = 0;
     int e = mal_gpu_device_count(&n);

@@ -16,9 +16,10 @@
  * device memory.  `host_addressable` says whether the host may dereference
  * this instance's device buffers; consumers that take a zero-copy path
  * (the MPI data plane) check it and stage through pinned host buffers
- * (host_alloc) where it is 0.  Pointer arithmetic on device buffers (views
- * at an offset) is allowed; dereferencing is not.  The cpu-opaque backend
- * enforces this: its buffer handles fault on any host access.
+ * (mal_kern_host_alloc) where it is 0.  Pointer arithmetic on device
+ * buffers (views at an offset) is allowed; dereferencing is not.  The
+ * cpu-opaque backend enforces this: its buffer handles fault on any host
+ * access.
  *
  * Element types (DESIGN.md, "Precision").  The model's *state* is fp32
  * whatever the backend computes in: master parameters, gradients (fp32
@@ -111,6 +112,7 @@ typedef struct mal_kernels mal_kernels;
 typedef mal_kernels *mal_kern;
 typedef struct mal_kernels_ops mal_kernels_ops;
 typedef struct mal_kern_event mal_kern_event;
+struct mal_kern_host_pool;
 
 /* What ops->device_info reports. */
 typedef struct {
@@ -138,6 +140,7 @@ struct mal_kernels {
     mal_dtype compute;    /* element type of activations and working weights */
     int host_addressable; /* 1: the host may dereference device buffers */
     void *impl;           /* backend state (queue, handles, workspace) */
+    struct mal_kern_host_pool *host_pool; /* pinned buffers (kernels/hostpool.c) */
 };
 
 struct mal_kernels_ops {
@@ -152,7 +155,9 @@ struct mal_kernels_ops {
     void *(*resize)(mal_kern k, void *p, size_t old_bytes, size_t new_bytes);
     /* Pinned (page-locked) host memory for staging transfers: host
      * addressable whatever the backend, uninitialised; NULL on failure.
-     * A backend whose pinning is slow pools these itself. */
+     * The backend's own pinning and unpinning, called by the pool of
+     * pinned buffers (mal_kern_host_alloc below) only: callers never call
+     * these directly. */
     void *(*host_alloc)(mal_kern k, size_t bytes);
     void (*host_free)(mal_kern k, void *p);
     /* bytes of device buffer x = 0 (queued). */
@@ -346,6 +351,43 @@ void mal_kern_names(char *buf, size_t len, const char *sep);
 int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out);
 void mal_kern_destroy(mal_kern k);
 
+/* ---- pinned staging buffers ------------------------------------------- */
+
+/* Pinned host buffers for staging transfers (the MPI data plane, the
+ * background snapshot's copy), pooled per instance for every backend
+ * (kernels/hostpool.c): pinning and unpinning cost far more than a copy of
+ * a few megabytes (cudaFreeHost waits for the whole device), and a
+ * training step asks for the same sizes every step, so a buffer given back
+ * is kept and handed out again to a later request it holds at least once
+ * and at most twice.  Bounded: the pool's buffers come to at most twice the
+ * most bytes the instance ever had handed out at once, and the least
+ * recently given back free ones are unpinned past that; all of them when
+ * the instance is destroyed.  Local and thread-safe.
+ * mal_kern_host_alloc: NULL on failure (after unpinning the free buffers
+ * and trying again).  mal_kern_host_free: only once no queued copy uses
+ * the buffer any more (queue_wait() after the last copy that names it):
+ * the next holder may write it at once. */
+void *mal_kern_host_alloc(mal_kern k, size_t bytes);
+void mal_kern_host_free(mal_kern k, void *p);
+
+/* What the pool has done, for tests and logs. */
+typedef struct {
+    size_t pins;         /* buffers the backend pinned (host_alloc calls) */
+    size_t unpins;       /* buffers it unpinned again (host_free calls) */
+    size_t reuses;       /* requests served by a buffer given back before */
+    size_t pinned_bytes; /* pinned now, handed out or free */
+    size_t in_use_bytes; /* handed out now */
+    size_t peak_bytes;   /* the most ever handed out at once */
+} mal_kern_host_stats;
+/* Local.  The pool's counts of instance k (all 0 for an instance made
+ * outside the registry, which has no pool). */
+void mal_kern_host_stats_get(mal_kern k, mal_kern_host_stats *out);
+
+/* The registry's (registry.c): the pool of a new instance (0 or
+ * MAL_ENOMEM), and unpinning everything before the backend destroys it. */
+int mal_kern_host_pool_create(mal_kern k);
+void mal_kern_host_pool_destroy(mal_kern k);
+
 /* ---- call-site wrappers ------------------------------------------------- */
 
 static inline void *mal_kern_alloc(mal_kern k, size_t bytes) { return k->ops->alloc(k, bytes); }
@@ -354,11 +396,6 @@ static inline void *mal_kern_resize(mal_kern k, void *p, size_t old_bytes, size_
 {
     return k->ops->resize(k, p, old_bytes, new_bytes);
 }
-static inline void *mal_kern_host_alloc(mal_kern k, size_t bytes)
-{
-    return k->ops->host_alloc(k, bytes);
-}
-static inline void mal_kern_host_free(mal_kern k, void *p) { k->ops->host_free(k, p); }
 static inline void mal_kern_zero(mal_kern k, void *x, size_t bytes) { k->ops->zero(k, x, bytes); }
 static inline void mal_kern_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src,
                                      size_t spitch, size_t width, size_t rows, mal_copy_kind kind)

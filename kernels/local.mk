@@ -1,7 +1,7 @@
 # kernels/: the compute-operation table (kernels.h) and its CPU backend;
 # this fragment is included by Makefile.am.
 
-libmalleus_a_SOURCES += kernels/kernels.h kernels/registry.c kernels/cpu.c
+libmalleus_a_SOURCES += kernels/kernels.h kernels/registry.c kernels/hostpool.c kernels/cpu.c
 
 # every CPU operation against a naive double-precision reference and
 # finite differences

@@ -85,12 +85,19 @@ int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out)
     if (rc) return rc;
     mal_kern_config c = cfg ? *cfg : def;
     if (c.compute == MAL_DTYPE_AUTO) c.compute = b->default_compute;
-    return b->create(&c, out);
+    if ((rc = b->create(&c, out))) return rc;
+    if ((rc = mal_kern_host_pool_create(*out))) {
+        b->destroy(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void mal_kern_destroy(mal_kern k)
 {
     if (!k) return;
     const mal_kern_backend *b = backend_of(mal_registry_find(&registry, k->name));
+    /* the pool unpins through the backend, so before the backend goes */
+    mal_kern_host_pool_destroy(k);
     if (b) b->destroy(k);
 }

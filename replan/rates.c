@@ -2,6 +2,7 @@
  * {"rank": rate} map or from the JSON-lines metrics file of malleus-train
  * (the mean of each rank's last samples; schema in replan/README.md,
  * "Straggling rates"). */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ static int rate_value(json_t *v, const char *what, long rank, double *out)
             return MAL_ERR(MAL_EINVAL, "%s: rank %ld has rate \"%s\", which is not a number", what,
                            rank, s);
     } else {
-        return MAL_ERR(MAL_EINVAL, "%s: rank %ld: the rate must be a number", what, rank);
+        return MAL_ERR(MAL_EINVAL, "%s: rank %ld: the rate must be a number, not %s", what, rank,
+                       json_is_null(v) ? "null" : "a JSON array, object or boolean");
     }
     if (isnan(x) || isinf(x) || x <= 0)
         return MAL_ERR(
@@ -41,14 +43,21 @@ static int rate_value(json_t *v, const char *what, long rank, double *out)
 
 static int parse_rank_key(const char *key, const char *what, int world, long *rank)
 {
-    char *end;
-    long r = strtol(key, &end, 10);
-    if (end == key || *end)
-        return MAL_ERR(MAL_EINVAL, "%s: key \"%s\" is not a rank number", what, key);
-    if (r < 0 || r >= world)
+    /* the rank in decimal digits and nothing else: " 3", "+3" or "03"
+     * would be a second key for rank 3, and one of the two would be lost */
+    size_t n = strlen(key);
+    if (n == 0 || strspn(key, "0123456789") != n || (key[0] == '0' && n > 1))
         return MAL_ERR(MAL_EINVAL,
-                       "%s: rank %ld is not in the cluster (world size %d, ranks 0..%d)", what, r,
-                       world, world - 1);
+                       "%s: key \"%s\" is not a rank number (decimal digits, no sign, spaces or "
+                       "leading zeros)",
+                       what, key);
+    char *end;
+    errno = 0;
+    long r = strtol(key, &end, 10);
+    /* the key as written: a number past long is out of range, not LONG_MAX */
+    if (errno == ERANGE || r >= world)
+        return MAL_ERR(MAL_EINVAL, "%s: rank %s is not in the cluster (world size %d, ranks 0..%d)",
+                       what, key, world, world - 1);
     *rank = r;
     return 0;
 }
@@ -69,6 +78,11 @@ int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int wo
      * not one value is read as JSON lines below, so no message here) */
     json_t *root;
     mal_json_parse(buf, len, NULL, &root);
+    /* a map is one JSON value; one that parses only with a key twice is
+     * refused with the parser's message, which names the key (JSON lines
+     * are read per line below, where the same holds) */
+    if (!root && mal_json_is_duplicate_key(buf, len))
+        return mal_json_parse(buf, len, what, &root);
     if (root && json_is_object(root) && !json_object_get(root, "step") &&
         !json_object_get(root, "rates") && !json_object_get(root, "rate")) {
         const char *key;
@@ -110,6 +124,12 @@ int mal_rates_parse_buffer(const char *buf, size_t len, const char *what, int wo
         if (s == eol) continue;
         json_t *o;
         mal_json_parse(s, (size_t)(eol - s), NULL, &o);
+        if (!o && mal_json_is_duplicate_key(s, (size_t)(eol - s))) {
+            char lw[600];
+            snprintf(lw, sizeof lw, "%s: line %d", what, lineno);
+            rc = mal_json_parse(s, (size_t)(eol - s), lw, &o);
+            goto cleanup;
+        }
         if (!o || !json_is_object(o)) {
             json_decref(o);
             rc =

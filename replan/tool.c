@@ -5,11 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "base/mal.h"
 #include "replan.h"
 #include "sim.h"
 #include "src/plan.h"
 #include "tool.h"
+
+/* A number for a JSON line: JSON has no inf or NaN, so a time that
+ * overflowed or does not exist is null. */
+static const char *json_num(char *buf, size_t len, double x)
+{
+    if (!isfinite(x)) return "null";
+    snprintf(buf, len, "%.9g", x);
+    return buf;
+}
 
 void mal_replan_opts_init(mal_replan_opts *o)
 {
@@ -59,12 +69,15 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
     fprintf(out, "step: simulated %.6f s, closed form %.6f s, shaped bubble %.6f s%s\n",
             sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
             ev.shaped * lt + prof->sync_time, ev.memory_ok ? "" : " (plan exceeds memory)");
-    if (o->summary)
+    if (o->summary) {
+        char a[32], b[32], c[32], d[32];
         fprintf(out,
-                "{\"simulated\": %.9g, \"closed_form\": %.9g, \"shaped\": %.9g, "
-                "\"bubble_free\": %.9g}\n",
-                sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
-                ev.shaped * lt + prof->sync_time, ev.bubble_free * lt + prof->sync_time);
+                "{\"simulated\": %s, \"closed_form\": %s, \"shaped\": %s, \"bubble_free\": %s}\n",
+                json_num(a, sizeof a, sim * lt + prof->sync_time),
+                json_num(b, sizeof b, ev.step_time * lt + prof->sync_time),
+                json_num(c, sizeof c, ev.shaped * lt + prof->sync_time),
+                json_num(d, sizeof d, ev.bubble_free * lt + prof->sync_time));
+    }
 done:
     free(pipe);
     mal_cost_eval_fini(&ev);
@@ -95,18 +108,18 @@ static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_
     int n_strag = 0;
     for (int r = 0; r < cl->world_size; r++)
         n_strag += in->rates[r] >= MAL_REPLAN_NOISE_FLOOR;
-    /* JSON has no NaN: a time that does not exist (no uniform plan for
-     * these pipelines) is null */
-    char us[32] = "null", uss[32] = "null";
-    if (isfinite(tu)) snprintf(us, sizeof us, "%.9g", tu * lt + sy);
-    if (isfinite(simu)) snprintf(uss, sizeof uss, "%.9g", simu * lt + sy);
+    /* JSON has no NaN or inf: a time that does not exist (no uniform plan
+     * for these pipelines) or overflowed (a huge layer time) is null */
+    char us[32], uss[32], ps[32], ss[32], bs[32];
     fprintf(f,
             "{\"ranks\": %d, \"stragglers\": %d, \"suspended\": %d, \"pipelines\": %d, "
-            "\"plan_seconds\": %.6f, \"step\": %.9g, \"simulated\": %.9g, \"uniform\": %s, "
-            "\"uniform_simulated\": %s, \"bound\": %.9g, \"layer_lps\": %d, \"candidates\": %d, "
+            "\"plan_seconds\": %.6f, \"step\": %s, \"simulated\": %s, \"uniform\": %s, "
+            "\"uniform_simulated\": %s, \"bound\": %s, \"layer_lps\": %d, \"candidates\": %d, "
             "\"pruned\": %d, \"exhaustive\": %d}\n",
             cl->world_size, n_strag, plan->n_suspended, plan->n_pipelines, st->seconds,
-            plan->predicted_step_time, sim * lt + sy, us, uss, bound * lt + sy,
+            json_num(ps, sizeof ps, plan->predicted_step_time),
+            json_num(ss, sizeof ss, sim * lt + sy), json_num(us, sizeof us, tu * lt + sy),
+            json_num(uss, sizeof uss, simu * lt + sy), json_num(bs, sizeof bs, bound * lt + sy),
             st->n_layer_lps, st->n_candidates, st->n_pruned, st->exhaustive);
 }
 
@@ -125,6 +138,15 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         rc = MAL_ERR(MAL_EINVAL, "--micro-batch-size must be >= 1");
         goto done;
     }
+    /* -o replaces its file: never one of the inputs (read before it is) */
+    const mal_input_ref inputs[] = {{"--cluster", o->cluster_path},
+                                    {"--profile", o->profile_path},
+                                    {"--rates", o->rates_path},
+                                    {"--current", o->current_path},
+                                    {"--simulate", o->simulate_path}};
+    if ((rc =
+             mal_output_check_inputs("--output", o->out_path, inputs, (int)MAL_ARRAY_SIZE(inputs))))
+        goto done;
     if (!!o->profile_path + !!o->model != 1) {
         rc = MAL_ERR(MAL_EINVAL, "give exactly one of --profile FILE or --model NAME (see --help)");
         goto done;

@@ -138,6 +138,13 @@ int mal_config_parse_buffer(mal_model_config *cfg, const char *buf, size_t len, 
     return rc;
 }
 
+int mal_config_is_preset(const char *spec)
+{
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(presets); i++)
+        if (!strcmp(spec, presets[i].name)) return 1;
+    return 0;
+}
+
 int mal_config_load(mal_model_config *cfg, const char *spec)
 {
     for (size_t i = 0; i < MAL_ARRAY_SIZE(presets); i++)

@@ -26,6 +26,9 @@ typedef struct {
  * field, unknown field), MAL_EINVAL (inconsistent values). */
 int mal_config_load(mal_model_config *cfg, const char *spec);
 
+/* Local.  1 when mal_config_load reads `spec` as a preset name (not a file). */
+int mal_config_is_preset(const char *spec);
+
 /* Local.  Parse from JSON text; `what` names the source in messages. */
 int mal_config_from_json(mal_model_config *cfg, const char *json, const char *what);
 /* The same on `len` bytes that need no terminating NUL (a NUL inside is

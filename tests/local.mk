@@ -6,6 +6,9 @@ EXTRA_DIST += tests/mal_test.h tests/tiny_options.h
 # its files call each other in a circle (read from the built objects).
 dist_check_SCRIPTS += tests/check_layers.sh tests/check_cycles.sh
 TESTS += tests/check_layers.sh tests/check_cycles.sh
+# The GPU code queues nothing on the legacy default stream.
+dist_check_SCRIPTS += tests/check_streams.sh
+TESTS += tests/check_streams.sh
 
 check_PROGRAMS += tests/test_model_grad tests/test_train
 TESTS += tests/test_model_grad tests/test_train
@@ -53,6 +56,11 @@ TESTS += tests/test_exit_codes.sh
 # buffers the host cannot touch: the device-memory seam, checked without a GPU.
 dist_check_SCRIPTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
 TESTS += tests/test_opaque_a.sh tests/test_opaque_b.sh
+# ...and on it, the staging of every transfer through pooled pinned buffers
+# (pinned O(1) times, not per transfer), and the TP time the data plane reports.
+check_PROGRAMS += tests/test_staging
+dist_check_SCRIPTS += tests/test_staging.sh
+TESTS += tests/test_staging.sh
 
 # The multi-rank suite on the GPU (--device cuda, fp32; comm mpi, then nccl
 # where 8 ranks can use it); exit 77 without a GPU.  bench/gpu/run.sh runs

@@ -202,7 +202,7 @@ int main(int argc, char **argv)
                  "JSON texts in __metadata__), read and verified as a resume reads them.  For\n"
                  "tests whose Python has numpy but no h5py (tests/snapread.py).\n"
                  "\n"
-                 "  SNAPSHOT               a snapshot directory (its `latest` is used) or a step\n"
+                 "  SNAPSHOT               a snapshot directory (its newest snapshot) or a step\n"
                  "                         directory\n"
                  "  OUT.safetensors        written atomically (temporary file, rename)\n",
         .footer = "\nExit status: 0 written, 1 the output could not be written, 2 usage error,\n"

@@ -22,12 +22,21 @@
  *  - the ordering rules: a kernel queued right before a send or all-reduce
  *    is seen by it (rule 1), one queued right after sees its result
  *    (rules 2 and 3);
+ *  - the all-reduce is stream-ordered: behind a 300 ms stall of the kernel
+ *    queue it returns at once, dp_elapsed waits for it and reports its own
+ *    device time, not the stall's;
  *  - split and create_group make NCCL communicators (the attach path);
  *  - a control-plane request completes through dp_waitall;
- *  - failure: a receive nobody sends, with MALLEUS_NCCL_TIMEOUT=2, fails
- *    with MAL_EDEVICE after about 2 s and leaves the communicator refusing
- *    further work; a bad MALLEUS_NCCL_TIMEOUT, a cpu kernel instance, a bad
- *    peer or tag are refused.
+ *  - member lists past MALLEUS_NCCL_MAX_LISTS are let go at dp_trim (with
+ *    two or more ranks; on one rank the one list it can make is kept), not
+ *    while a reduction on one is in flight, and made again when used;
+ *  - a receive posted in an open group whose communicator is destroyed
+ *    before the group ends fails at its wait (and launches nothing);
+ *  - failure: an all-reduce behind a stall of the kernel queue that
+ *    outlasts MALLEUS_NCCL_TIMEOUT=2: dp_elapsed fails with MAL_EDEVICE
+ *    after about 2 s and the communicator refuses further work; a bad
+ *    MALLEUS_NCCL_TIMEOUT or MALLEUS_NCCL_MAX_LISTS, a cpu kernel
+ *    instance, a bad peer or tag are refused.
  * Inputs are drawn fresh each run (the seed is printed).  Rank 0 prints the
  * verdict.
  *
@@ -411,7 +420,18 @@ static void test_p2p(mal_comm *nc, mal_kern k)
     free(hr);
 }
 
-/* Rule 1 and 2 for the all-reduce: scaled just before, scaled just after. */
+/* A stand-in for compute the all-reduce must wait for (rule 1): the
+ * kernel queue stalls for arg milliseconds (a host function on its
+ * stream). */
+static void CUDART_CB stall_ms(void *arg)
+{
+    long ms = (long)(intptr_t)arg;
+    struct timespec ts = {ms / 1000, ms % 1000 * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Rule 1 and 2 for the all-reduce: scaled just before, scaled just after;
+ * and stream order: the host does not wait for it, dp_elapsed does. */
 static void test_order(mal_comm *nc, mal_kern k)
 {
     size_t n = (size_t)8 << 20;
@@ -420,9 +440,24 @@ static void test_order(mal_comm *nc, mal_kern k)
     for (size_t i = 0; i < n; i++)
         h[i] = (float)(i % 13);
     float *d = upload(k, h, n * sizeof *h);
+    CHECK_OK(mal_kern_sync(k));
     mal_kern_scale(k, d, n, 2.0f);
+    CHECK(cudaLaunchHostFunc((cudaStream_t)mal_kern_native_queue(k), stall_ms, (void *)300) ==
+          cudaSuccess);
+    double t0 = mal_now();
     CHECK_OK(mal_comm_dp_allreduce(nc, k, d, n, MAL_F32));
+    double queued = mal_now() - t0, dev = -1;
     mal_kern_scale(k, d, n, 3.0f);
+    CHECK_OK(mal_comm_dp_elapsed(nc, &dev));
+    double waited = mal_now() - t0;
+    printf("rank %d: an all-reduce of %zu floats behind a 300 ms stall: queued in %.3f ms, "
+           "done after %.1f ms, its device time %.3f ms\n",
+           nc->rank, n, 1e3 * queued, 1e3 * waited, 1e3 * dev);
+    CHECK(queued < 0.1);          /* the host did not wait for the stall */
+    CHECK(waited >= 0.29);        /* dp_elapsed did */
+    CHECK(dev > 0 && dev < 0.25); /* the reduction's own time, not the stall */
+    CHECK_OK(mal_comm_dp_elapsed(nc, &dev));
+    CHECK(dev == 0); /* read once */
     download(k, h, d, n * sizeof *h);
     for (size_t i = 0; i < n; i++)
         if (h[i] != 6.0f * (float)nc->size * (float)(i % 13)) {
@@ -463,18 +498,71 @@ static void test_groups(mal_comm *nc, mal_kern k)
     mal_comm_destroy(s);
 }
 
-/* A stand-in for a hung peer that one GPU can make: the kernel queue stalls
- * for 5 s (a host function on its stream), so the all-reduce that must
- * wait for it (rule 1) does not finish. */
-static void CUDART_CB stall(void *arg)
+/* Member lists past the cap (1) are let go at dp_trim, never while a
+ * reduction on one is in flight, and made again when used after. */
+static void test_trim(mal_comm *w, mal_kern k)
 {
-    (void)arg;
-    sleep(5);
+    CHECK(setenv("MALLEUS_NCCL_MAX_LISTS", "1", 1) == 0);
+    mal_comm *t = NULL;
+    CHECK_OK(mal_comm_dup(w, "nccl", &t)); /* the lookup reads the variable */
+    int P = t->size, self[1] = {t->rank}, *all = malloc((size_t)P * sizeof *all);
+    CHECK(all);
+    for (int r = 0; r < P; r++)
+        all[r] = r;
+    float one = 1.0f, *d = upload(k, &one, sizeof one);
+    int made = mal_comm_nccl_created;
+    CHECK_OK(mal_comm_dp_allreduce_list(t, k, self, 1, 9, d, 1, MAL_F32, MAL_OP_SUM));
+    CHECK_OK(mal_comm_dp_allreduce_list(t, k, all, P, 9, d, 1, MAL_F32, MAL_OP_SUM));
+    int lists = P == 1 ? 1 : 2;
+    CHECK_EQ_INT(mal_comm_nccl_created, made + lists);
+    mal_comm_req *q = NULL;
+    CHECK_OK(mal_comm_dp_iallreduce_list(t, k, all, P, 9, d, 1, MAL_F32, MAL_OP_SUM, &q));
+    if (q) CHECK_EQ_INT(mal_comm_dp_trim(t), MAL_EINVAL); /* in flight: refused */
+    CHECK_OK(mal_comm_dp_waitall(t, 1, &q));
+    CHECK_OK(mal_comm_dp_trim(t));
+    /* one list (one rank) stays within the cap; two go */
+    CHECK_OK(mal_comm_dp_allreduce_list(t, k, all, P, 9, d, 1, MAL_F32, MAL_OP_SUM));
+    CHECK_EQ_INT(mal_comm_nccl_created, made + lists + (P == 1 ? 0 : 1));
+    download(k, &one, d, sizeof one);
+    double want = (double)P * P * P; /* three sums over all (and one over self) */
+    CHECK((double)one == want);
+    CHECK_OK(mal_comm_dp_trim(t));
+    mal_comm_destroy(t);
+    mal_kern_free(k, d);
+    free(all);
+    CHECK(setenv("MALLEUS_NCCL_MAX_LISTS", "0", 1) == 0);
+    const mal_comm_backend *b = NULL;
+    CHECK_EQ_INT(mal_comm_lookup("nccl", &b), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "MALLEUS_NCCL_MAX_LISTS") != NULL);
+    CHECK(unsetenv("MALLEUS_NCCL_MAX_LISTS") == 0);
+    CHECK_OK(mal_comm_lookup("nccl", &b));
 }
 
-/* An all-reduce that cannot finish: MAL_EDEVICE after the timeout (2 s),
- * and the communicator refuses more work.  Then a bad timeout value, and a
- * kernel instance NCCL cannot move. */
+/* A receive posted in an open group, its communicator destroyed before the
+ * group ends: the group's end launches nothing on the freed channel, and
+ * the wait says why the receive never happened. */
+static void test_group_destroyed(mal_comm *w, mal_comm *nc, mal_kern k)
+{
+    mal_comm *t = NULL;
+    CHECK_OK(mal_comm_dup(w, "nccl", &t));
+    void *d = mal_kern_alloc(k, 64);
+    CHECK(d);
+    mal_comm_req *q = NULL;
+    CHECK_OK(mal_comm_dp_group_start(nc));
+    CHECK_OK(mal_comm_dp_irecv(t, k, d, 64, t->rank, 3, &q));
+    mal_comm_destroy(t);
+    CHECK_OK(mal_comm_dp_group_end(nc)); /* the group's state is the process's */
+    CHECK_EQ_INT(mal_comm_dp_waitall(nc, 1, &q), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "destroyed before the wait") != NULL);
+    CHECK(q == NULL);
+    mal_kern_free(k, d);
+}
+
+/* An all-reduce that cannot finish (the kernel queue it waits for stalls
+ * 5 s, longer than the 2 s timeout): queued at once (stream order), then
+ * dp_elapsed gives up after the timeout with MAL_EDEVICE, and the
+ * communicator refuses more work.  Then a bad timeout value, and a kernel
+ * instance NCCL cannot move. */
 static void test_failures(mal_comm *w, mal_kern k)
 {
     CHECK(setenv("MALLEUS_NCCL_TIMEOUT", "2", 1) == 0);
@@ -482,10 +570,12 @@ static void test_failures(mal_comm *w, mal_kern k)
     CHECK_OK(mal_comm_dup(w, "nccl", &t)); /* the lookup reads the variable */
     float *d = mal_kern_alloc(k, 64);
     CHECK(d);
-    CHECK(cudaLaunchHostFunc((cudaStream_t)mal_kern_native_queue(k), stall, NULL) ==
+    CHECK(cudaLaunchHostFunc((cudaStream_t)mal_kern_native_queue(k), stall_ms, (void *)5000) ==
           cudaSuccess);
-    double t0 = mal_now();
-    int rc = mal_comm_dp_allreduce(t, k, d, 16, MAL_F32);
+    double t0 = mal_now(), dev = 0;
+    CHECK_OK(mal_comm_dp_allreduce(t, k, d, 16, MAL_F32));
+    CHECK(mal_now() - t0 < 1.0);
+    int rc = mal_comm_dp_elapsed(t, &dev);
     double took = mal_now() - t0;
     CHECK_EQ_INT(rc, MAL_EDEVICE);
     CHECK(strstr(mal_errmsg(), "did not finish in 2 s") != NULL);
@@ -577,6 +667,8 @@ int main(int argc, char **argv)
     test_p2p(nc, k);
     test_order(nc, k);
     test_groups(nc, k);
+    test_trim(w, k);
+    test_group_destroyed(w, nc, k);
     CHECK_OK(mal_comm_barrier(w));
     test_failures(w, k);
 

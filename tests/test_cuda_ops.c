@@ -21,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda_runtime_api.h>
+
 #include "base/mal.h"
 #include "kernels/kernels.h"
 #include "mal_test.h"
@@ -381,6 +383,54 @@ static void test_adamw(void)
     free(p), free(g), free(m), free(v), free(pn);
 }
 
+static void CUDART_CB stall_200ms(void *unused)
+{
+    (void)unused;
+    struct timespec ts = {0, 200000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A fresh instance whose first work waits 200 ms behind a stall of its
+ * stream: the RoPE table made by its first RoPE (a copy queued on the
+ * stream) and the error flag cleared at its creation (a memset queued on
+ * the stream) are both in order with the kernels that use them, whatever
+ * the legacy default stream does.  The backend queues nothing there
+ * (tests/check_streams.sh); this checks the result on the GPU. */
+static void test_fresh_stream(mal_kern_config cfg)
+{
+    mal_kern keep = G;
+    CHECK_OK(mal_kern_create("cuda", &cfg, &G));
+    const int B = 2, T = 33, H = 3, hd = 16, Nx = 4, Vx = 100;
+    size_t n = (size_t)B * T * H * hd;
+    float *x = rnd(n, 1);
+    arg X = A(x, n, 1);
+    int tgt[4] = {1, 2, Vx + 7, 3};
+    int *xg = mal_kern_alloc(G, sizeof tgt);
+    float *lg = rnd((size_t)Nx * Vx, 1);
+    void *L = up(G, lg, (size_t)Nx * Vx, 1);
+    float *ls = mal_kern_alloc(G, Nx * sizeof(float));
+    CHECK(xg && ls);
+    mal_kern_from_host(G, xg, tgt, sizeof tgt);
+    CHECK_OK(mal_kern_sync(G));
+    CHECK(cudaLaunchHostFunc((cudaStream_t)mal_kern_native_queue(G), stall_200ms, NULL) ==
+          cudaSuccess);
+    mal_kern_rope_fwd(G, X.g, B, T, H, hd, 7777.0f); /* a theta no table has yet */
+    mal_kern_xent_fwd_bwd(G, ls, NULL, L, xg, Nx, Vx, 1.0f);
+    mal_clearerr();
+    int rc = mal_kern_sync(G);
+    int flagged = rc == MAL_EINVAL && strstr(mal_errmsg(), "target") != NULL;
+    printf("%-5s %-40s %s\n", bf ? "bf16" : "fp32", "fresh instance: error flag in order",
+           flagged ? "ok" : "   <-- FAIL");
+    if (!flagged) failures++;
+    mal_kern_rope_fwd(C, X.c, B, T, H, hd, 7777.0f);
+    cmp_arg("fresh instance: rope table in order", &X, 1e-5, 8e-3);
+    mal_kern_free(G, xg), mal_kern_free(G, L), mal_kern_free(G, ls);
+    drop(&X);
+    free(x), free(lg);
+    mal_kern_destroy(G);
+    G = keep;
+}
+
 /* Memory and queue operations of the GPU instance alone. */
 static void test_memory(void)
 {
@@ -447,6 +497,7 @@ int main(void)
         cfg.compute = bf ? MAL_BF16 : MAL_F32;
         CHECK_OK(mal_kern_create("cuda", &cfg, &G));
         test_memory();
+        test_fresh_stream(cfg);
         test_matmul(37, 64, 48);
         test_matmul(256, 512, 384);
         test_norm_rope_swiglu();

@@ -17,6 +17,7 @@
 #include "base/mal.h"
 #include "ckpt/load.h"
 #include "ckpt/snapshot.h"
+#include "ckpt_start.h"
 #include "train_internal.h"
 
 int mal_train_ckpt_save(struct mal_trainer *tr, const char *dir)
@@ -77,14 +78,12 @@ static int check_meta(const struct mal_trainer *tr, const mal_snap_meta *meta, c
     return 0;
 }
 
-/* Restore the state from the newest snapshot in o.snapshot_dir.
+/* Restore the state from step directory `path` (mal_ckpt_start's).
  * Collective; every rank returns the same code. */
-static int restore(struct mal_trainer *tr)
+static int restore(struct mal_trainer *tr, const char *path)
 {
-    char path[4096];
     mal_snapshot *s = NULL;
-    int rc = mal_snapshot_find_latest(tr->o.snapshot_dir, path, sizeof path);
-    if (!rc) rc = mal_snapshot_open(&s, path);
+    int rc = mal_snapshot_open(&s, path);
     if (!rc) rc = check_meta(tr, mal_snapshot_meta(s), path);
     if (!rc && tr->part.model) rc = mal_load_state(s, tr->part.model, MAL_STATE_N_SAVED);
     /* A rank that failed (a corrupt block only it reads) must stop all:
@@ -114,9 +113,18 @@ int mal_train_ckpt_init(struct mal_trainer *tr)
 {
     mal_train_ckpt *c = &tr->ckpt;
     int rc;
+    char path[4096] = "";
     c->saved_step = -1;
     c->stats.step = -1;
-    if (tr->o.resume && (rc = restore(tr))) return rc; /* agreed */
+    /* the directory first (refusals before anything is loaded), then the
+     * state, then what --overwrite-snapshots lets go: only once the state
+     * it continues from has loaded */
+    if ((tr->o.snapshot_dir && (rc = mal_ckpt_start(tr, path, sizeof path))) ||
+        (tr->o.resume && (rc = restore(tr, path))) || (rc = mal_ckpt_start_clear(tr))) {
+        mal_ckpt_start_release(tr, 1);
+        return rc; /* agreed */
+    }
+    c->start_step = tr->step;
     /* the background snapshot writer, after resume: HDF5 stays on this
      * thread until a writer starts */
     rc = mal_ckpt_async_create(tr);
@@ -128,6 +136,8 @@ void mal_train_ckpt_fini(struct mal_trainer *tr)
 {
     /* a background snapshot still being written needs the world */
     mal_ckpt_async_destroy(tr);
+    /* then the directory's lock: the last snapshot is committed */
+    mal_ckpt_start_release(tr, 0);
 }
 
 int mal_trainer_save_background(mal_trainer *tr)

@@ -115,6 +115,12 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     if ((rc = mal_comm_barrier(tr->world))) goto out;
     t_wait = mal_now() - t_wait;
     double t_wire = mal_now();
+    /* The old plan's gradient sync is gone and the new one's not made: no
+     * reduction on a member list is in flight, and every rank is here, so
+     * the data plane may let go of the lists least recently used (NCCL
+     * keeps a communicator per list: without this a long elastic run would
+     * accumulate them without bound). */
+    if ((rc = mal_comm_dp_trim(tr->part.sync_world))) goto out;
     if ((rc = mal_trainer_wire_part(tr))) goto out;
     t_wire = mal_now() - t_wire;
     on->migrations++;

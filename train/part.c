@@ -9,14 +9,13 @@
 #include "train_internal.h"
 
 /* The model's TP all-reduce: the data plane over the stage's group, on
- * activations in the compute dtype. */
+ * activations in the compute dtype.  Not timed here: on a GPU it returns
+ * once queued (comm.h), and its time is the data plane's to measure
+ * (mal_comm_dp_elapsed, read by pipeline.c where the pass is synchronised). */
 static int tp_allreduce(void *ctx, void *x, size_t n)
 {
     mal_trainer *tr = ctx;
-    double t0 = mal_now();
-    int rc = mal_comm_dp_allreduce(tr->part.tp, tr->k, x, n, tr->k->compute);
-    tr->tally.times.tp += mal_now() - t0;
-    return rc;
+    return mal_comm_dp_allreduce(tr->part.tp, tr->k, x, n, tr->k->compute);
 }
 
 int mal_trainer_part_init(mal_trainer *tr, int init_params)

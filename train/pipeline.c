@@ -149,6 +149,18 @@ static int load_train(struct mal_trainer *tr, const mal_pass *pass, int mb, int 
     return 0;
 }
 
+/* The time of the TP all-reduces queued since the last call (0 without a
+ * TP group): the data plane's own measure (mal_comm_dp_elapsed: on a GPU
+ * device time around each reduction, on MPI host time), and the host's
+ * wait for them with the NCCL timeout -- the watchdog that ends the run
+ * when a TP peer is dead.  Called after a pass is queued and before
+ * anything waits for the kernel queue, which waits behind the reductions. */
+static int tp_time(struct mal_trainer *tr, double *seconds)
+{
+    *seconds = 0;
+    return tr->part.tp ? mal_comm_dp_elapsed(tr->part.tp, seconds) : 0;
+}
+
 static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float dscale)
 {
     mal_pipeline *p = &tr->pipe;
@@ -168,11 +180,13 @@ static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float d
         int peer = p->prev_ranks[tr->part.loc.tp_rank % p->n_prev];
         if ((rc = recv_from(tr, a->res[0], NC, peer, tag_of(mb, TAG_ACT)))) return rc;
     }
-    double t0 = mal_now(), tp0 = t->tp;
-    if ((rc = mal_model_forward(m, a, a->res[0], dscale))) return rc;
+    /* compute: the pass's wall time, synchronised, less its TP time */
+    double t0 = mal_now(), tp = 0;
+    if ((rc = mal_model_forward(m, a, a->res[0], dscale)) || (rc = tp_time(tr, &tp))) return rc;
     if (m->part.has_head) tr->tally.loss_local += mal_acts_loss_sum(m, a);
     if ((rc = mal_kern_sync(m->k))) return rc;
-    t->compute += mal_inject_stretch(tr, mal_now() - t0 - (t->tp - tp0));
+    t->tp += tp;
+    t->compute += mal_inject_stretch(tr, mal_now() - t0 - tp);
     if (!m->part.has_head)
         return send_to(tr, a->res[m->n_local_layers], NC, p->next_ranks, p->n_next,
                        tag_of(mb, TAG_ACT), p->send_reqs[slot]);
@@ -205,7 +219,7 @@ static int backward(struct mal_trainer *tr, int mb)
         if ((rc = recv_from(tr, p->grad_recv, NC, peer, tag_of(mb, TAG_GRAD)))) return rc;
         dout = p->grad_recv;
     }
-    double t0 = mal_now(), tp0 = t->tp, dp0 = t->dp;
+    double t0 = mal_now(), tp = 0, dp0 = t->dp;
     void *dinp = NULL;
     /* 1F1B runs a stage's backward passes in micro-batch order: in the
      * last one, each layer's gradients are final once its kernels are
@@ -217,13 +231,14 @@ static int backward(struct mal_trainer *tr, int mb)
     rc = mal_model_backward(m, a, dout, &dinp);
     m->grad_ready = NULL;
     m->grad_ctx = NULL;
-    if (rc) return rc;
+    if (rc || (rc = tp_time(tr, &tp))) return rc;
     if (!m->part.has_embed) {
         if ((rc = drain(tr, p->gsend_reqs[slot]))) return rc;
         mal_kern_copy(m->k, p->grad_send[slot], dinp, NC);
     }
     if ((rc = mal_kern_sync(m->k))) return rc;
-    t->compute += mal_inject_stretch(tr, mal_now() - t0 - (t->tp - tp0) - (t->dp - dp0));
+    t->tp += tp;
+    t->compute += mal_inject_stretch(tr, mal_now() - t0 - tp - (t->dp - dp0));
     if (!m->part.has_embed)
         return send_to(tr, p->grad_send[slot], NC, p->prev_ranks, p->n_prev,
                        tag_of(mb, TAG_GRAD), p->gsend_reqs[slot]);

@@ -32,6 +32,7 @@ mal_train_options mal_train_defaults(void)
     o.dp_overlap = 1;
     o.dp_bucket_mb = 25; /* PyTorch DDP's default */
     o.change_cost = -1;  /* measured at the last change, else estimated */
+    o.resume_from = -1;
     return o;
 }
 
@@ -118,7 +119,7 @@ int mal_trainer_fatal(mal_trainer *tr, int rc)
      * device kernels in a data-plane collective): end the whole job through
      * the comm table, with the status the error calls for. */
     mal_log(MAL_LOG_ERROR, "rank %d: %s; aborting the job", tr->world_rank, mal_errmsg());
-    mal_comm_abort(tr->world, mal_exit_status(rc));
+    mal_comm_abort(tr->world, mal_trainer_exit_status(tr, rc));
     return rc; /* not reached with a real backend */
 }
 
@@ -200,6 +201,15 @@ void mal_trainer_destroy(mal_trainer *tr)
 }
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
+
+int mal_trainer_exit_status(const mal_trainer *tr, int rc)
+{
+    int status = mal_exit_status(rc);
+    /* 2 promises "refused, nothing written": once steps were trained (and
+     * metrics and snapshots written), a mistake found only now is a
+     * failure of the run */
+    return status == 2 && tr && tr->step > tr->ckpt.start_step ? 1 : status;
+}
 mal_model *mal_trainer_model(mal_trainer *tr) { return tr->part.model; }
 mal_kern mal_trainer_kernels(const mal_trainer *tr) { return tr->k; }
 const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }

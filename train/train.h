@@ -72,7 +72,12 @@ typedef struct {
     int keep_snapshots;     /* retention: newest N kept (0: all) */
     int snapshot_async;     /* periodic snapshots written in the background while
                              * training goes on (mal_trainer_save_background) */
-    int resume;             /* continue from the latest snapshot in snapshot_dir */
+    int resume;             /* continue from the newest committed snapshot in snapshot_dir */
+    int64_t resume_from;    /* with resume: from the snapshot of this step instead (a
+                             * rollback; -1, the default: the newest) */
+    int overwrite_snapshots; /* snapshots in snapshot_dir that the run would bury or write
+                              * again (another run's; with resume_from, those after it) are
+                              * removed at start instead of refusing the run */
     const char *metrics_path;  /* JSON lines, one per step; NULL: none */
     int threads;            /* BLAS threads (0: leave the default) */
     const char *device;     /* kernel backend by name (kernels.h registry; NULL: the
@@ -122,6 +127,11 @@ mal_train_options mal_train_defaults(void);
 
 typedef struct mal_trainer mal_trainer;
 
+/* A rank's times of one step (README "--metrics" says what each is on a
+ * GPU): compute_s the synchronised passes and optimizer less their TP time;
+ * tp_s the TP all-reduces as the data plane measures them
+ * (mal_comm_dp_elapsed: device time with NCCL); pp_s, dp_s host time in
+ * pipeline transfers and the gradient sum. */
 typedef struct {
     double compute_s, tp_s, pp_s, dp_s, step_s;
     double dp_wait_s;    /* of dp_s: the gradient sum's time after the backward pass
@@ -242,6 +252,10 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f);
 int mal_trainer_run(mal_trainer *tr);
 
 int64_t mal_trainer_steps_done(const mal_trainer *tr);
+/* Local.  The exit status for error `rc` of this trainer (tr may be NULL):
+ * mal_exit_status(rc), except that bad input found after steps were
+ * trained is 1, not 2 (which promises that nothing was written). */
+int mal_trainer_exit_status(const mal_trainer *tr, int rc);
 /* This rank's part of the model (NULL on a suspended rank). */
 struct mal_model *mal_trainer_model(mal_trainer *tr);
 /* The plan in force. */

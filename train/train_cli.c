@@ -2,6 +2,7 @@
 #include "train_cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "base/fileio.h"
 #include "base/mal.h"
+#include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "kernels/kernels.h"
 #include "replan/replan.h"
@@ -30,26 +32,63 @@ int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg)
         return mal_opts_bad(spec, "at most %d --inject flags", MAL_TRAIN_CLI_MAX_INJECT);
     errno = 0;
     long r = strtol(arg, &end, 10);
-    if (errno || end == arg || *end != ':' || r < 0) goto bad;
+    if (end == arg || *end != ':' || r < 0) goto bad;
+    /* a rank past int is out of range, never wrapped onto another rank */
+    if (errno == ERANGE || r > INT_MAX)
+        return mal_opts_bad(spec, "--inject %s: rank %.*s is out of range (at most %d)", arg,
+                            (int)(end - arg), arg, INT_MAX);
     double f = strtod(end + 1, &end);
     if (!(f >= 1.0 && f <= 1000.0) || (*end && *end != ':')) goto bad;
     long long from = 0, to = -1;
     if (*end == ':') {
+        errno = 0;
         from = strtoll(end + 1, &end, 10);
+        if (errno == ERANGE) goto range;
         if (from < 0 || (*end && *end != ':')) goto bad;
         if (*end == ':') {
             to = strtoll(end + 1, &end, 10);
+            if (errno == ERANGE) goto range;
             if (*end || to <= from) goto bad;
         }
     }
     cli->injects[cli->o.n_inject++] = (mal_inject){(int)r, f, from, to};
     cli->o.inject = cli->injects;
     return 0;
+range:
+    return mal_opts_bad(spec, "--inject '%s': a step is out of range (at most %lld)", arg,
+                        (long long)LLONG_MAX);
 bad:
     return mal_opts_bad(spec,
                         "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
                         "[1, 1000] and FROM < TO, got '%s'",
                         arg);
+}
+
+/* Outputs that are inputs: --metrics (or --profile FILE) the same file as
+ * a file the run reads, or an entry of --snapshot-dir that snapshots
+ * replace and retention removes.  0, or MAL_EINVAL with the message. */
+static int check_outputs(const mal_train_cli *cli)
+{
+    const mal_train_options *o = &cli->o;
+    const mal_input_ref in[] = {
+        {"--data", o->data_path},
+        {"--val-data", o->val_data_path},
+        {"--plan", cli->plan_path},
+        {"--model", mal_config_is_preset(cli->model) ? NULL : cli->model},
+        {"--baseline-rates", cli->baseline_rates},
+        /* a planner profile is a file when its name has a dot (check_inputs) */
+        {"--planner-profile", o->profile && strchr(o->profile, '.') ? o->profile : NULL},
+    };
+    const char *out = cli->measure_path ? cli->measure_path : o->metrics_path;
+    const char *what = cli->measure_path ? "--profile" : "--metrics";
+    int rc = mal_output_check_inputs(what, out, in, (int)MAL_ARRAY_SIZE(in));
+    if (!rc && out && o->snapshot_dir && mal_snapshot_dir_owns(o->snapshot_dir, out))
+        rc = MAL_ERR(MAL_EINVAL,
+                     "%s %s is an entry of --snapshot-dir %s that snapshots replace or "
+                     "retention removes: write it outside the snapshot directory (or under "
+                     "another name)",
+                     what, out, o->snapshot_dir);
+    return rc;
 }
 
 /* --profile FILE on this process's device, no communication.  Through
@@ -61,7 +100,7 @@ static int measure_here(mal_train_cli *cli, int n_ranks)
     mal_train_options *o = &cli->o;
     const char *path = cli->measure_path;
     int rc;
-    if ((rc = mal_config_load(&o->model, cli->model))) {
+    if ((rc = mal_config_load(&o->model, cli->model)) || (rc = check_outputs(cli))) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -134,7 +173,7 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
     mal_train_options *o = &cli->o;
     const int lead = world->rank == 0;
     int rc;
-    if ((rc = mal_config_load(&o->model, cli->model))) {
+    if ((rc = mal_config_load(&o->model, cli->model)) || (rc = check_outputs(cli))) {
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -242,7 +281,9 @@ void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t c
              "build (default: nccl with a GPU backend where built,\n"
              "else mpi; the control plane is always MPI; ranks that\n"
              "share a GPU need mpi; nccl gives up on a peer after\n"
-             "$MALLEUS_NCCL_TIMEOUT seconds, default 600)",
+             "$MALLEUS_NCCL_TIMEOUT seconds, default 600, and keeps\n"
+             "$MALLEUS_NCCL_MAX_LISTS member-list communicators\n"
+             "across plan changes, default 32)",
              names);
 }
 
@@ -251,6 +292,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     mal_train_options *o = &cli->o;
     if (cli->plan_path && (o->dp || o->tp || o->pp))
         return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
+    if (cli->resume_from_given) o->resume = 1;
     if (cli->measure_path) return measure(cli, argc, argv);
 
     int status = 1, rc;
@@ -279,6 +321,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         goto out;
     }
     if (cli->quiet <= 0 && lead) mal_trainer_print_summary(tr, stdout);
+    const int64_t start = mal_trainer_steps_done(tr);
     rc = mal_trainer_run(tr);
     if (rc == MAL_TRAIN_REPLAN) {
         if (lead)
@@ -291,9 +334,14 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         /* Only errors every rank agrees on come back here (the others took
          * the library's fatal path): rank 0 speaks for all. */
         if (lead) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
-        status = mal_exit_status(rc);
+        status = mal_trainer_exit_status(tr, rc);
         goto out;
     }
+    /* not a silent success: a resumed run that had nothing to do says so */
+    if (lead && o->resume && !o->eval_only && start >= o->steps)
+        printf("malleus-train: the snapshot resumed is at step %lld = --steps: the run is "
+               "complete, nothing to train\n",
+               (long long)start);
     status = 0;
 out:
     mal_trainer_destroy(tr);

@@ -22,6 +22,7 @@ typedef struct {
     const char *measure_path;   /* --profile FILE: measure a planner profile and exit */
     int quiet;                  /* 1: --quiet, -1: --verbose */
     int micro_given;            /* --micro-batch was given */
+    int resume_from_given;      /* --resume-from was given (it implies --resume) */
     mal_inject injects[MAL_TRAIN_CLI_MAX_INJECT];
 } mal_train_cli;
 

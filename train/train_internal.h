@@ -55,7 +55,8 @@
 /* Time spent per category during one step, seconds. */
 typedef struct {
     double compute; /* kernels (synchronised), excluding TP all-reduce inside them */
-    double tp;      /* tensor-parallel all-reduce */
+    double tp;      /* tensor-parallel all-reduce: the data plane's measure
+                     * (mal_comm_dp_elapsed; device time on NCCL) */
     double pp;      /* waiting for pipeline sends / receives */
     double dp;      /* data-parallel gradient sync and step-wide reductions */
     double dp_wait; /* of dp: the gradient sum after the backward pass */

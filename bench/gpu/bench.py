@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
-# The single-GPU benchmark (issue 12): malleus-train --device cuda against
+# The single-GPU benchmark: malleus-train --device cuda against
 # PyTorch 2.11 eager and torch.compile (bench/gpu/torch_peer.py) on the same
 # GPU in the same run, for the 124m (B 16 x T 1024) and 1b (B 8 x T 2048)
 # shapes, bf16.  Standard library only; the peer runs under $PYTHON3 (the
 # GPU machine's python3 holds torch 2.11).
 #
 #   python3 bench/gpu/bench.py BUILD_DIR OUT_DIR [--shapes 124m,1b] [--who malleus,eager,compile]
+#                              [--pairs 1b:malleus,1b:compile,...] [--until EPOCH_S]
+#
+# --pairs gives the (shape, trainer) runs and their order (default: every
+# shape of --shapes with every trainer of --who); --until (seconds since the
+# epoch) is when the last run must have ended: a run is started only where
+# its minimum (MIN_S below: a guess until measured) still fits, and runs
+# with at most the time left; one left out is in the table as NOT RUN (the
+# device calls of bench/gpu/run.sh have a fixed length).
 #
 # First it measures the two ceilings on this GPU (a bf16 8192^3 product and
 # a large device-to-device copy, through torch), then runs every (shape,
@@ -33,6 +41,10 @@ sys.path.insert(0, HERE)
 import flops  # noqa: E402
 
 SHAPES = {"124m": 16, "1b": 8}  # global batch (sequences of the preset's T)
+# The least time each trainer's run needs (start, warm-up -- torch.compile's
+# compilation -- and the timed steps), seconds: guesses until the first GPU
+# run measures them (its wall_s per run is in bench.json).
+MIN_S = {"malleus": 45, "compile": 150, "eager": 60}
 
 
 class SmiPeak:
@@ -102,7 +114,7 @@ print(json.dumps({"gemm_flops": g, "copy_bytes_per_s": bw, "gpu": torch.cuda.get
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_malleus(build, shape, B, steps, warmup, out, rate):
+def run_malleus(build, shape, B, steps, warmup, out, rate, timeout=600):
     metrics = os.path.join(out, "malleus_%s.jsonl" % shape)
     log = os.path.join(out, "malleus_%s.log" % shape)
     if os.path.exists(metrics):
@@ -112,7 +124,10 @@ def run_malleus(build, shape, B, steps, warmup, out, rate):
            "--micro-batch", str(B), "--steps", str(steps), "--metrics", metrics]
     t0 = time.time()
     with SmiPeak() as smi, open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=600).returncode
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return {"who": "malleus", "model": shape, "error": "timed out after %d s" % timeout}
     if rc != 0:
         return {"who": "malleus", "model": shape, "error": "exit %d (see %s)" % (rc, log)}
     rows = [json.loads(x) for x in open(metrics) if x.strip()]
@@ -128,7 +143,7 @@ def run_malleus(build, shape, B, steps, warmup, out, rate):
             "losses": [r["loss"] for r in rows]}
 
 
-def run_torch(python, shape, B, mode, steps, warmup, out, rate):
+def run_torch(python, shape, B, mode, steps, warmup, out, rate, timeout=900):
     js = os.path.join(out, "torch_%s_%s.json" % (mode, shape))
     log = os.path.join(out, "torch_%s_%s.log" % (mode, shape))
     if os.path.exists(js):
@@ -139,8 +154,12 @@ def run_torch(python, shape, B, mode, steps, warmup, out, rate):
     t0 = time.time()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with SmiPeak() as smi, open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900,
-                            env=env).returncode
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                env=env).returncode
+        except subprocess.TimeoutExpired:
+            return {"who": "torch-" + mode, "model": shape,
+                    "error": "timed out after %d s" % timeout}
     if rc != 0:
         return {"who": "torch-" + mode, "model": shape, "error": "exit %d (see %s)" % (rc, log)}
     res = json.loads(open(js).read().strip().splitlines()[-1])
@@ -162,7 +181,8 @@ def table(results, ceil):
         ref = comp[0]["tokens_per_s"] if comp else None
         for r in rows:
             if "error" in r:
-                lines.append("| %s | %s | failed: %s | | | | | | | |" % (shape, r["who"], r["error"]))
+                why = r["error"] if r["error"].startswith("NOT RUN") else "failed: " + r["error"]
+                lines.append("| %s | %s | %s | | | | | | | |" % (shape, r["who"], why))
                 continue
             g = r.get("peak_smi_gib")
             t = r.get("peak_reserved_gib")
@@ -183,28 +203,41 @@ def main():
     ap.add_argument("--python", default=os.environ.get("PYTHON3", "python3"))
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--pairs", help="SHAPE:TRAINER,... in the order to run them")
+    ap.add_argument("--until", type=float, default=0, help="epoch seconds the last run ends by")
     a = ap.parse_args()
+    if a.pairs:
+        pairs = [tuple(p.split(":", 1)) for p in a.pairs.split(",")]
+    else:
+        pairs = [(sh, who) for sh in a.shapes.split(",") for who in a.who.split(",")]
+    for sh, who in pairs:
+        if sh not in SHAPES or who not in MIN_S:
+            ap.error("unknown run %s:%s (shapes %s, trainers %s)" %
+                     (sh, who, ",".join(SHAPES), ",".join(MIN_S)))
     os.makedirs(a.out, exist_ok=True)
     ceil = ceilings(a.python)
     print("ceilings: bf16 GEMM %.0f TFLOP/s, copy %.2f TB/s (%s)" %
           (ceil["gemm_flops"] / 1e12, ceil["copy_bytes_per_s"] / 1e12, ceil["gpu"]), flush=True)
     rate = ceil["gemm_flops"]
     results = []
-    for shape in a.shapes.split(","):
+    for shape, who in pairs:
         B = SHAPES[shape]
-        for who in a.who.split(","):
-            if who == "malleus":
-                r = run_malleus(a.build, shape, B, a.steps, a.warmup, a.out, rate)
-            else:
-                r = run_torch(a.python, shape, B, who, a.steps, a.warmup, a.out, rate)
-            results.append(r)
-            print("%-14s %-5s %s" % (r["who"], shape, r.get("error") or
-                                     "%.0f tokens/s, %.1f ms/step, MFU %.1f%%, peak %s GiB" %
-                                     (r["tokens_per_s"], r["step_ms"], 100 * r["mfu_peak"],
-                                      "%.1f" % r["peak_smi_gib"] if r.get("peak_smi_gib")
-                                      else "?")), flush=True)
-            with open(os.path.join(a.out, "bench.json"), "w") as f:
-                json.dump({"ceilings": ceil, "results": results}, f, indent=1)
+        left = a.until - time.time() if a.until else 900
+        if left < MIN_S[who]:
+            r = {"who": who if who == "malleus" else "torch-" + who, "model": shape,
+                 "error": "NOT RUN (no time: %.0f s left, needs %d)" % (left, MIN_S[who])}
+        elif who == "malleus":
+            r = run_malleus(a.build, shape, B, a.steps, a.warmup, a.out, rate, int(left))
+        else:
+            r = run_torch(a.python, shape, B, who, a.steps, a.warmup, a.out, rate, int(left))
+        results.append(r)
+        print("%-14s %-5s %s" % (r["who"], shape, r.get("error") or
+                                 "%.0f tokens/s, %.1f ms/step, MFU %.1f%%, peak %s GiB" %
+                                 (r["tokens_per_s"], r["step_ms"], 100 * r["mfu_peak"],
+                                  "%.1f" % r["peak_smi_gib"] if r.get("peak_smi_gib")
+                                  else "?")), flush=True)
+        with open(os.path.join(a.out, "bench.json"), "w") as f:
+            json.dump({"ceilings": ceil, "results": results}, f, indent=1)
     md = table(results, ceil)
     with open(os.path.join(a.out, "bench.md"), "w") as f:
         f.write(md + "\n")

@@ -6,3 +6,14 @@ EXTRA_DIST += bench/gpu/NOTES.md bench/gpu/flops.py bench/gpu/floors.py bench/pr
 
 dist_check_SCRIPTS += tests/test_gpu_peer.sh
 TESTS += tests/test_gpu_peer.sh
+
+# The per-kernel harness (each CUDA kernel family and the products against
+# a float64 reference and its floor at the benchmark shapes): built with
+# the GPU tests, run by bench/gpu/run.sh call1; exits 77 without a GPU.
+if HAVE_CUDA
+check_PROGRAMS += bench/gpu/kernel_bench
+bench_gpu_kernel_bench_SOURCES = bench/gpu/kernel_bench.cu
+bench/gpu/kernel_bench.$(OBJEXT): kernels/cuda/cuda_ops.h kernels/kernels.h base/mal.h
+else
+EXTRA_DIST += bench/gpu/kernel_bench.cu
+endif

@@ -6,8 +6,12 @@
  * Everything is queued on the instance's stream and returns at once; the
  * host waits only in sync() / queue_wait(), in copies to pageable host
  * memory (which CUDA completes before returning), and the first time an
- * operation needs a RoPE table or more scratch than it has (a one-off
- * allocation, outside the steady state).  The table's callers read
+ * operation needs more scratch than it has (a one-off allocation, outside
+ * the steady state).  Nothing runs on the legacy default stream: the
+ * instance's stream is non-blocking, so work there would not be ordered
+ * with it (a RoPE table copied in by cudaMemcpy could still be on its way
+ * when the kernel reading it ran); every copy and memset is queued on the
+ * instance's stream.  The table's callers read
  * scalars from the device where the algorithm needs them -- the loss and
  * the squared gradient norm for clipping, once per step -- and those reads
  * are the step's only synchronisations.
@@ -57,7 +61,9 @@ typedef struct {
 typedef struct {
     int T, hd;
     float theta;
-    float *cs; /* device: T rows of hd/2 cosines, then T rows of sines */
+    float *cs;   /* device: T rows of hd/2 cosines, then T rows of sines */
+    float *host; /* its pinned source, kept until the table goes (the copy
+                  * is queued, so the host must not free it before) */
 } rope_dev;
 
 typedef struct {
@@ -242,7 +248,8 @@ static int op_sync(mal_kern k)
         cu_ok(st, cudaStreamSynchronize(st->stream), "waiting for the stream")) {
         int bits = *st->host_err;
         if (bits) {
-            cudaMemsetAsync(st->dev_err, 0, sizeof(int), st->stream);
+            cu_ok(st, cudaMemsetAsync(st->dev_err, 0, sizeof(int), st->stream),
+                  "clearing the kernels' error flags");
             if (bits & MAL_CU_ERR_TOKEN)
                 fail(st, MAL_EINVAL,
                      "embedding: a token id outside the vocabulary; check the data file and the "
@@ -480,23 +487,36 @@ static void op_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *d
     launched(st, "rmsnorm backward");
 }
 
+static void rope_free(rope_dev *r)
+{
+    if (r->cs) cudaFree(r->cs);
+    if (r->host) cudaFreeHost(r->host);
+    r->cs = r->host = NULL;
+}
+
 /* The cos/sin table of (T, hd, theta) on the device, built on the host
- * exactly as the CPU backend builds its own (double, then float).  One per
- * exact T (the kernel finds the sines T rows after the cosines); a model
- * has one or two shapes. */
+ * exactly as the CPU backend builds its own (double, then float), in
+ * pinned memory, and copied in on the instance's stream, so that the
+ * kernel queued after it reads it whole and the host does not wait.  One
+ * per exact T (the kernel finds the sines T rows after the cosines); a
+ * model has one or two shapes, made at its first step. */
 static const float *rope_table(cu_state *st, int T, int hd, float theta)
 {
     for (int i = 0; i < st->n_ropes; i++) {
         rope_dev *r = &st->ropes[i];
         if (r->hd == hd && r->theta == theta && r->T == T) return r->cs;
     }
+    if (st->n_ropes == ROPE_CACHE) { /* rare: keep the newest tables */
+        if (!cu_ok(st, cudaStreamSynchronize(st->stream), "rope table eviction")) return NULL;
+        rope_free(&st->ropes[0]);
+        memmove(st->ropes, st->ropes + 1, (ROPE_CACHE - 1) * sizeof *st->ropes);
+        st->n_ropes--;
+    }
     const int h2 = hd / 2;
     size_t bytes = (size_t)2 * T * h2 * sizeof(float);
-    float *h = malloc(bytes), *d = NULL;
-    if (!h) {
-        fail(st, MAL_ENOMEM, "rope: no memory for a %d x %d cos/sin table", T, h2);
-        return NULL;
-    }
+    rope_dev made = {T, hd, theta, NULL, NULL};
+    if (!cu_ok(st, cudaMallocHost((void **)&made.host, bytes), "rope table (pinned)")) return NULL;
+    float *h = made.host;
     for (int i = 0; i < h2; i++) {
         double freq = pow((double)theta, -2.0 * i / hd);
         for (int t = 0; t < T; t++) {
@@ -505,21 +525,15 @@ static const float *rope_table(cu_state *st, int T, int hd, float theta)
             h[(size_t)T * h2 + (size_t)t * h2 + i] = (float)sin(a);
         }
     }
-    int ok = cu_ok(st, cudaMalloc((void **)&d, bytes), "rope table") &&
-             cu_ok(st, cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "rope table");
-    free(h);
-    if (!ok) {
-        if (d) cudaFree(d);
+    if (!cu_ok(st, cudaMalloc((void **)&made.cs, bytes), "rope table") ||
+        !cu_ok(st, cudaMemcpyAsync(made.cs, h, bytes, cudaMemcpyHostToDevice, st->stream),
+               "rope table upload")) {
+        /* nothing queued reads it (a failed copy queued nothing) */
+        rope_free(&made);
         return NULL;
     }
-    if (st->n_ropes == ROPE_CACHE) { /* rare: keep the newest tables */
-        cudaStreamSynchronize(st->stream);
-        cudaFree(st->ropes[0].cs);
-        memmove(st->ropes, st->ropes + 1, (ROPE_CACHE - 1) * sizeof *st->ropes);
-        st->n_ropes--;
-    }
-    st->ropes[st->n_ropes++] = (rope_dev){T, hd, theta, d};
-    return d;
+    st->ropes[st->n_ropes++] = made;
+    return made.cs;
 }
 
 static void rope(mal_kern k, void *x, int B, int T, int H, int hd, float theta, float dir)
@@ -913,16 +927,19 @@ static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
     st->device = dev;
     const char *impl = getenv("MALLEUS_CUDA_ATTENTION");
     st->attn_impl = impl && !strcmp(impl, "generic");
-    int ok = cu_ok(st, cudaSetDevice(dev), "selecting the GPU") &&
-             cu_ok(st, cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, dev),
-                   "device attributes") &&
-             cu_ok(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking),
-                   "stream create") &&
-             lt_ok(st, cublasLtCreate(&st->lt), "handle create") &&
-             cu_ok(st, cudaMalloc(&st->ws, LT_WORKSPACE), "cuBLASLt workspace") &&
-             cu_ok(st, cudaMalloc((void **)&st->dev_err, sizeof(int)), "error flag") &&
-             cu_ok(st, cudaMemset(st->dev_err, 0, sizeof(int)), "error flag") &&
-             cu_ok(st, cudaMallocHost((void **)&st->host_err, sizeof(int)), "error flag");
+    int ok =
+        cu_ok(st, cudaSetDevice(dev), "selecting the GPU") &&
+        cu_ok(st, cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, dev),
+              "device attributes") &&
+        cu_ok(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "stream create") &&
+        lt_ok(st, cublasLtCreate(&st->lt), "handle create") &&
+        cu_ok(st, cudaMalloc(&st->ws, LT_WORKSPACE), "cuBLASLt workspace") &&
+        cu_ok(st, cudaMalloc((void **)&st->dev_err, sizeof(int)), "error flag") &&
+        /* on the instance's stream, ahead of every kernel that sets it
+         * (cudaMemset would run on the legacy stream, unordered with
+         * this non-blocking one) */
+        cu_ok(st, cudaMemsetAsync(st->dev_err, 0, sizeof(int), st->stream), "error flag") &&
+        cu_ok(st, cudaMallocHost((void **)&st->host_err, sizeof(int)), "error flag");
     if (!ok) {
         rc = MAL_ERR(MAL_EDEVICE, "cannot start the cuda backend on GPU %d: %s", dev, st->msg);
         cuda_destroy(k);
@@ -941,7 +958,8 @@ static void cuda_destroy(mal_kern k)
         if (st->slow.stream) cudaStreamDestroy(st->slow.stream);
         if (st->stream) cudaStreamSynchronize(st->stream);
         for (int i = 0; i < st->n_plans; i++) plan_destroy(&st->plans[i]);
-        for (int i = 0; i < st->n_ropes; i++) cudaFree(st->ropes[i].cs);
+        for (int i = 0; i < st->n_ropes; i++)
+            rope_free(&st->ropes[i]);
         if (st->scratch) cudaFree(st->scratch);
         if (st->ws) cudaFree(st->ws);
         if (st->dev_err) cudaFree(st->dev_err);

@@ -41,6 +41,19 @@ int mal_gpu_event_create(mal_gpu_event *ev)
     return (int)e;
 }
 
+int mal_gpu_event_create_timed(mal_gpu_event *ev)
+{
+    cudaEvent_t e0 = NULL;
+    cudaError_t e = cudaEventCreate(&e0);
+    *ev = e0;
+    return (int)e;
+}
+
+int mal_gpu_event_elapsed(float *ms, mal_gpu_event start, mal_gpu_event end)
+{
+    return (int)cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end);
+}
+
 int mal_gpu_event_destroy(mal_gpu_event ev)
 {
     return (int)cudaEventDestroy((cudaEvent_t)ev);

@@ -36,7 +36,11 @@ int mal_gpu_stream_wait_event(mal_gpu_stream s, mal_gpu_event ev);
 /* cudaEventCreateWithFlags(cudaEventDisableTiming): an event for ordering
  * only. */
 int mal_gpu_event_create(mal_gpu_event *ev);
+/* cudaEventCreate (timing on): for mal_gpu_event_elapsed. */
+int mal_gpu_event_create_timed(mal_gpu_event *ev);
 int mal_gpu_event_destroy(mal_gpu_event ev);
+/* cudaEventElapsedTime: *ms between two completed timed events. */
+int mal_gpu_event_elapsed(float *ms, mal_gpu_event start, mal_gpu_event end);
 /* cudaEventRecord: ev completes when what is queued on s so far has. */
 int mal_gpu_event_record(mal_gpu_event ev, mal_gpu_stream s);
 /* cudaEventQuery without waiting: *done = 1 when ev has completed, 0 while
