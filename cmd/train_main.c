@@ -166,9 +166,19 @@ int main(int argc, char **argv)
         {MAL_OPT_INT, "check-every", .metavar = "K", .target = &o->check_every, .lo = 1,
          .hi = 1000000, .help = "steps between policy checks (default: 3)"},
         {MAL_OPT_INT, "window", .metavar = "W", .target = &o->window, .lo = 1, .hi = 1000,
-         .help = "samples averaged per check (default: 2)"},
+         .help = "samples per check: a rate has moved when all W\n"
+                 "agree (default: 2); the planner gets their mean"},
+        {MAL_OPT_INT, "persist", .metavar = "P", .target = &o->persist, .lo = 1, .hi = 1000,
+         .help = "a move must be seen at P checks in a row (default: 1)"},
+        {MAL_OPT_DOUBLE, "change-cost", .metavar = "S", .target = &o->change_cost, .flo = 0,
+         .fhi = 1e9,
+         .help = "what a plan change costs, seconds: a change is made\n"
+                 "only when the gain predicted over the remaining steps\n"
+                 "exceeds it (default: measured at the last change of\n"
+                 "the kind, else estimated; 0: every gain pays)"},
         {MAL_OPT_DOUBLE, "gap", .metavar = "X", .target = &o->gap, .flo = 1e-6, .fhi = 1000,
-         .help = "re-plan when a rate moved by >= X (default: 0.3)"},
+         .help = "re-plan when a rate moved by >= X from the plan's\n"
+                 "(default: 0.3)"},
         {MAL_OPT_DOUBLE, "threshold", .metavar = "X", .target = &o->threshold, .flo = 1,
          .fhi = 1000, .help = "suspended ranks stay so while rate >= X (default: 1.2)"},
         {MAL_OPT_DOUBLE, "noise-floor", .metavar = "X", .target = &o->noise_floor, .flo = 1,
@@ -250,6 +260,10 @@ int main(int argc, char **argv)
          .help = "append a line for each resume, override and stop"},
         {MAL_OPT_INT, "log-every", .metavar = "N", .target = &o->log_every, .lo = 0, .hi = INT_MAX,
          .help = "print a step line every N steps (default: 1)"},
+        {MAL_OPT_DOUBLE, "peak-tflops", .metavar = "X", .target = &o->peak_tflops, .flo = 1e-6,
+         .fhi = 1e9,
+         .help = "one device's peak TFLOP/s, for MFU in the step line and\n"
+                 "the metrics (default: a table of known GPUs; none on CPUs)"},
         {MAL_OPT_FLAG, "quiet", .target = &cli.quiet, .ival = 1,
          .help = "no start-up table or step lines"},
         {MAL_OPT_FLAG, "verbose", .target = &cli.quiet, .ival = -1,

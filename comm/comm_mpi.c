@@ -36,6 +36,7 @@
 
 #include "base/mal.h"
 #include "comm_ring.h"
+#include "mpi_bytes.h"
 #include "mpi_err.h"
 
 /* Tests that succeed while spinning cost nothing extra when a rank has a
@@ -67,7 +68,8 @@ size_t mal_comm_mpi_chunk_bytes = MAL_COMM_MPI_CHUNK_BYTES_DEFAULT;
 
 struct mal_comm_req {
     MPI_Request req;
-    int is_recv; /* receives check the size of what arrived */
+    MPI_Datatype type; /* what it was posted as (mpi_bytes.h) */
+    int is_recv;       /* receives check the size of what arrived */
     size_t bytes;
     int peer, tag;
     /* a staged data-plane transfer: the pinned host copy (given back to
@@ -647,11 +649,10 @@ static int post_p2p(mal_comm *c, void *buf, size_t bytes, int peer, int tag, int
     if (!r) return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
     *r = (mal_comm_req){.req = MPI_REQUEST_NULL, .is_recv = is_recv, .bytes = bytes,
                         .peer = peer, .tag = tag};
-    int rc = is_recv ? MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req)
-                     : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req);
-    if (rc != MPI_SUCCESS) {
+    int rc = mal_mpi_bytes_post(buf, bytes, peer, tag, comm_of(c), is_recv, &r->req, &r->type);
+    if (rc) {
         free(r);
-        return MAL_MPI_ERR(rc, is_recv ? "MPI_Irecv" : "MPI_Isend");
+        return rc;
     }
     *out = r;
     return 0;
@@ -679,18 +680,15 @@ int mal_comm_mpi_wait(mal_comm_req *r)
     if (!r) return 0;
     if (r->is_list) return list_wait(r);
     MPI_Status st;
+    size_t got = 0;
     int err = mal_mpi_wait(&r->req, &st, r->is_recv ? "wait (receive)" : "wait (send)");
-    if (!err && r->is_recv) {
-        MPI_Count got = 0;
-        int rc = MPI_Get_count_c(&st, MPI_BYTE, &got);
-        if (rc != MPI_SUCCESS)
-            err = MAL_MPI_ERR(rc, "MPI_Get_count");
-        else if ((size_t)got != r->bytes)
-            err = MAL_ERR(MAL_EMISMATCH,
-                          "received %lld bytes from rank %d (tag %d) but %zu were expected: the "
-                          "sender and receiver disagree on the message size",
-                          (long long)got, r->peer, r->tag, r->bytes);
-    }
+    int rc = mal_mpi_bytes_done(err || !r->is_recv ? NULL : &st, &r->type, &got);
+    if (!err && rc) err = rc;
+    if (!err && r->is_recv && got != r->bytes)
+        err = MAL_ERR(MAL_EMISMATCH,
+                      "received %zu bytes from rank %d (tag %d) but %zu were expected: the "
+                      "sender and receiver disagree on the message size",
+                      got, r->peer, r->tag, r->bytes);
     if (r->stage) {
         /* a staged receive lands in its device buffer, queued on the
          * instance before the wait returns (comm.h, rule 3) */
@@ -706,7 +704,7 @@ int mal_comm_mpi_wait(mal_comm_req *r)
 
 /* Post a data-plane send or receive of device buffer buf: in place when
  * the instance's buffers are host-addressable, else through a pinned host
- * copy.  MPI-4's large-count calls: any size. */
+ * copy.  Any size (mpi_bytes.h). */
 static int dp_post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, int tag,
                    int is_recv, mal_comm_req **out)
 {
@@ -733,12 +731,11 @@ static int dp_post(mal_comm *c, mal_kern k, void *buf, size_t bytes, int peer, i
     }
     /* rule 1: nothing is read or written before the queue passed it */
     mal_kern_queue_wait(k);
-    int rc = is_recv ? MPI_Irecv_c(mbuf, (MPI_Count)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req)
-                     : MPI_Isend_c(mbuf, (MPI_Count)bytes, MPI_BYTE, peer, tag, comm_of(c), &r->req);
-    if (rc != MPI_SUCCESS) {
+    int rc = mal_mpi_bytes_post(mbuf, bytes, peer, tag, comm_of(c), is_recv, &r->req, &r->type);
+    if (rc) {
         if (r->stage) mal_kern_host_free(k, r->stage);
         free(r);
-        return MAL_MPI_ERR(rc, what);
+        return rc;
     }
     *out = r;
     return 0;

@@ -187,10 +187,10 @@ int mal_comm_ring_progress(mal_ring *r, int *done)
             /* a receive: exactly the bytes expected, or the peers disagree
              * about the reduction (MPI alone would not report a shorter
              * message) */
-            MPI_Count got = 0;
-            if ((rc = MPI_Get_count_c(&st, MPI_BYTE, &got)) != MPI_SUCCESS)
+            int got = 0; /* messages stay under INT_MAX bytes (above) */
+            if ((rc = MPI_Get_count(&st, MPI_BYTE, &got)) != MPI_SUCCESS)
                 return MAL_MPI_ERR(rc, "MPI_Get_count");
-            if ((size_t)got != r->expect[k])
+            if (got < 0 || (size_t)got != r->expect[k])
                 return MAL_ERR(MAL_EMISMATCH,
                                "member-list all-reduce: received %lld bytes from a member (tag %d) "
                                "but %zu were expected: the members disagree on what they reduce",

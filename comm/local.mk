@@ -4,7 +4,8 @@
 # test launcher.
 
 libmalleus_a_SOURCES += comm/comm.h comm/comm_mpi.h comm/comm_mpi.c comm/comm_pool.h comm/comm_pool.c \
-	comm/comm_ring.h comm/comm_ring.c comm/mpi_err.h comm/mpi_err.c comm/registry.c
+	comm/comm_ring.h comm/comm_ring.c comm/mpi_err.h comm/mpi_err.c comm/mpi_bytes.h \
+	comm/mpi_bytes.c comm/registry.c
 
 # The NCCL data plane (built with CUDA and NCCL) and its test: every
 # data-plane operation against the MPI data plane on a GPU (exit 77

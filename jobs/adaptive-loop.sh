@@ -236,7 +236,7 @@ while :; do
     [ -n "$stop_sig" ] && stopped
     args=(--model "$MODEL" --steps "$STEPS" --global-batch "$GLOBAL_BATCH" --snapshot-dir "$snap"
           --snapshot-every "$SNAPSHOT_EVERY" --keep 2 --metrics "$METRICS" --events "$EVENTS"
-          --log-every 1 --quiet --stop-timeout "$STOP_TIMEOUT")
+          --log-every 1 --stop-timeout "$STOP_TIMEOUT")
     if [ "$ADAPT" = restart ]; then
         args+=(--plan "$plan" --adapt restart --ranks-per-node "$RANKS_PER_NODE")
         # The policy's baseline: the rates the current plan was made with.

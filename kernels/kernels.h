@@ -64,6 +64,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/mal.h"
 #include "base/registry.h"
 
 /* Element types of compute buffers.  State buffers are always MAL_F32.
@@ -187,6 +188,13 @@ typedef mal_kernels *mal_kern;
 typedef struct mal_kernels_ops mal_kernels_ops;
 typedef struct mal_kern_event mal_kern_event;
 struct mal_kern_host_pool;
+
+/* What ops->device_info reports. */
+typedef struct {
+    char name[96];     /* e.g. "NVIDIA H100 80GB HBM3" */
+    double used_bytes; /* device memory in use now (every process's) */
+    double total_bytes;
+} mal_kern_device_info;
 
 /* What to create an instance with. */
 typedef struct {
@@ -396,6 +404,13 @@ struct mal_kernels_ops {
      * backends leave it NULL: a busy thread would take cores from the other
      * ranks of a shared machine, which the sleep mode does not. */
     int (*slowdown)(mal_kern k, double rate);
+
+    /* --- what the device is (optional: NULL where the backend has no
+     * device of its own; the CPU backends compute in host memory) ------ */
+    /* The device's name (for a table of peak FLOP rates) and the device
+     * memory in use now and in all, bytes (the device's, whoever uses
+     * it).  Returns 0, or MAL_EDEVICE. */
+    int (*device_info)(mal_kern k, mal_kern_device_info *out);
 };
 
 /* The longest period of a backend's slowdown duty cycle (seconds): a
@@ -525,6 +540,11 @@ static inline double mal_kern_event_elapsed(mal_kern k, mal_kern_event *a, mal_k
     return k->ops->event_elapsed(k, a, b);
 }
 static inline void *mal_kern_native_queue(mal_kern k) { return k->ops->native_queue(k); }
+/* MAL_ENOTSUP (nothing recorded) where the backend has no device_info. */
+static inline int mal_kern_query_device(mal_kern k, mal_kern_device_info *out)
+{
+    return k->ops->device_info ? k->ops->device_info(k, out) : MAL_ENOTSUP;
+}
 
 static inline void mal_kern_matmul_fwd(mal_kern k, void *out, const void *inp, const void *weight,
                                        int N, int C, int OC, int accumulate)

@@ -1,7 +1,9 @@
 /* The --explain report: TP groups and their rates, suspended ranks, every
  * pipeline's stages, layers and micro-batches, and the predicted step time of
  * the new plan against the current plan, the uniform plan and the capacity
- * bound (cost model and 1F1B simulation), plus the state that must move. */
+ * bound (cost model and 1F1B simulation), why the new plan is above the
+ * bound, plus the state that must move.  Every time is in seconds (the
+ * planner's layer units times the profile's layer_time). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -25,6 +27,67 @@ static void print_times(FILE *f, const char *what, const mal_plan *plan, const m
             sim * lt + p->sync_time, ev.step_time / bound,
             ev.memory_ok ? "" : "  (exceeds memory!)");
     mal_cost_eval_fini(&ev);
+}
+
+/* Why `plan` (evaluated in *ev) is above the capacity bound: the gap
+ * between them, in seconds, split into what the bound leaves out, each
+ * term the step from one idealisation to the next (they add up to the
+ * gap; a term may be negative, e.g. TP groups smaller than the nominal
+ * size are more efficient per rank than the bound assumes):
+ *   suspended ranks   the bound counts their speed; the plan uses none;
+ *   TP groups         each group computes at its slowest member's rate
+ *                     and at its size's alpha, not at nominal efficiency;
+ *   whole units       micro-batches and layers are whole: pipelines and
+ *                     stages cannot all carry exactly their share;
+ *   bubble            1F1B's fill and drain of the slowest pipeline. */
+static void explain_gap(FILE *f, const mal_replan_input *in, const mal_plan *plan,
+                        const mal_cost_eval *ev, double bound)
+{
+    const mal_profile *p = in->profile;
+    const int world = in->cluster->world_size;
+    const double lt = p->layer_time, work = (double)p->n_layers * in->n_micro_batches;
+    if (!(ev->step_time > bound * (1 + 1e-9)) || !isfinite(bound)) {
+        fprintf(f, "the new plan reaches the bound\n");
+        return;
+    }
+    /* the bound over the active ranks only */
+    unsigned char *susp = calloc((size_t)world, 1);
+    if (!susp) return;
+    for (int i = 0; i < plan->n_suspended; i++)
+        if (plan->suspended[i] >= 0 && plan->suspended[i] < world) susp[plan->suspended[i]] = 1;
+    double active = 0, groups = 0;
+    for (int r = 0; r < world; r++)
+        if (!susp[r]) active += 1.0 / (p->tp * mal_cost_floor(in->rates[r]));
+    free(susp);
+    /* every group's layer speed, all layers spread over them */
+    for (int i = 0; i < plan->n_pipelines; i++)
+        for (int j = 0; j < plan->pipelines[i].n_stages; j++) {
+            const mal_plan_stage *st = &plan->pipelines[i].stages[j];
+            double x = 1.0;
+            for (int k = 0; k < st->n_ranks; k++)
+                if (st->ranks[k] >= 0 && st->ranks[k] < world)
+                    x = MAL_MAX(x, mal_cost_floor(in->rates[st->ranks[k]]));
+            double a = mal_profile_alpha(p, st->n_ranks);
+            if (a > 0) groups += 1.0 / (x * a);
+        }
+    double f_active = active > 0 ? work / active : INFINITY;
+    double f_groups = groups > 0 ? work / groups : INFINITY;
+    fprintf(f,
+            "why the new plan is %.4f s (%.1f%%) above the bound, which spreads all work over "
+            "every rank at its own speed:\n",
+            (ev->step_time - bound) * lt, 100 * (ev->step_time / bound - 1));
+    fprintf(f, "  suspended ranks     %+10.4f s  (their speed is in the bound, the plan uses none)\n",
+            (f_active - bound) * lt);
+    fprintf(f,
+            "  TP groups           %+10.4f s  (a group at its slowest member's rate and its size's "
+            "efficiency)\n",
+            (f_groups - f_active) * lt);
+    fprintf(f,
+            "  whole units         %+10.4f s  (whole micro-batches per pipeline, whole layers per "
+            "stage)\n",
+            (ev->bubble_free - f_groups) * lt);
+    fprintf(f, "  pipeline bubble     %+10.4f s  (1F1B fill and drain)\n",
+            (ev->step_time - ev->bubble_free) * lt);
 }
 
 int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan)
@@ -63,9 +126,9 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
             break;
         }
         fprintf(f,
-                "pipeline %d: %d stages, %d micro-batches, period %.3f, time %.4f s (incl. bubble "
-                "%.4f s)\n",
-                i, pl->n_stages, pl->micro_batches, ev.period[i], ev.time[i] * lt,
+                "pipeline %d: %d stages, %d micro-batches, period %.4f s, time %.4f s (incl. "
+                "bubble %.4f s)\n",
+                i, pl->n_stages, pl->micro_batches, ev.period[i] * lt, ev.time[i] * lt,
                 (pl->n_stages - 1) * ev.period[i] * lt);
         for (int j = 0; j < pl->n_stages; j++) {
             const mal_plan_stage *st = &pl->stages[j];
@@ -78,9 +141,9 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
             for (int k = 0; k < st->n_ranks; k++)
                 fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
             fprintf(f,
-                    "]  group rate %.2f  layers [%d, %d) = %d  stage time %.2f  memory %.0f / %.0f "
-                    "MB\n",
-                    y, st->layer_begin, st->layer_end, l, y * l,
+                    "]  rate %.2f  %.4f s per layer  layers [%d, %d) = %d  stage time %.4f s  "
+                    "memory %.0f / %.0f MB\n",
+                    x, y * lt, st->layer_begin, st->layer_end, l, y * l * lt,
                     mal_cost_stage_memory(p, st->n_ranks, pl->n_stages, j, l), c->memory_mb);
         }
     }
@@ -97,6 +160,7 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
     }
     fprintf(f, "  %-8s  %10.4f s  (all work over every rank at its speed, no bubble)\n", "bound",
             bound * lt + p->sync_time);
+    explain_gap(f, in, plan, &ev, bound);
     if (in->current) {
         double bytes = mal_cost_migration_bytes(in->current, plan, p);
         fprintf(f, "state to move from the current plan: %.3f GiB (%.0f bytes)\n",

@@ -9,6 +9,9 @@ check_PROGRAMS += tests/test_replan tests/test_replan_sim tests/test_replan_poli
 TESTS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
 dist_check_SCRIPTS += tests/test_replan_cli.sh
 TESTS += tests/test_replan_cli.sh
+# The policy in a real run: noise makes no change, a straggler one that pays.
+dist_check_SCRIPTS += tests/test_policy_run.sh
+TESTS += tests/test_policy_run.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 

@@ -10,8 +10,10 @@ Each step is drawn once: a row marked "superseded" is skipped, and where a
 file holds a step twice (a run resumed from a snapshot older than its last
 rows, appended by a version that did not move those rows aside) the later
 row wins, and a row that says "resumed_from": S drops the earlier rows past S.
-Re-plans are the steps whose metrics line says "replan": true (the monitor's
-advice, followed by a restart or an online migration).  Straggler onsets are
+Plan changes are the steps after which the plan generation ("plan_gen")
+goes up (a restart or an online migration); advice that changed nothing (the
+change would not have paid) is drawn dotted.  Metrics without plan_gen: the
+steps whose line says "replan": true.  Straggler onsets are
 the FROM steps of --inject specs if given, else the first step at which some
 rank's measured rate rose above --threshold after being below it."""
 import argparse
@@ -53,7 +55,7 @@ def main():
                 rows[d["step"]] = d
     except OSError as e:
         sys.exit("plot-metrics: cannot read %s: %s" % (a.metrics, e))
-    steps, tput, replans, onsets, rates = [], [], [], [], {}
+    steps, tput, replans, onsets, rates, gens = [], [], [], [], {}, []
     losses, val_steps, val = [], [], []
     for s in sorted(rows):
         d = rows[s]
@@ -65,10 +67,18 @@ def main():
             val.append(d["val_loss"])
         if d.get("replan"):
             replans.append(s)
+        gens.append(d.get("plan_gen"))
         if "rates" in d:
             rates[s] = d["rates"]
     if not steps:
         sys.exit("plot-metrics: %s holds no steps" % a.metrics)
+
+    advice = []
+    if any(g is not None for g in gens):
+        changes = [steps[i - 1] for i in range(1, len(steps))
+                   if gens[i] is not None and gens[i - 1] is not None and gens[i] != gens[i - 1]]
+        advice = [s for s in replans if s not in changes]
+        replans = changes
 
     for spec in a.inject:
         parts = spec.split(":")
@@ -98,7 +108,9 @@ def main():
         ax.axvline(s, color="#d62728", ls="--", lw=1)
         ax.text(s, top * 0.97, " " + label, color="#d62728", fontsize=8, va="top")
     for i, s in enumerate(replans):
-        ax.axvline(s, color="#2ca02c", lw=1, label="re-plan" if i == 0 else None)
+        ax.axvline(s, color="#2ca02c", lw=1, label="plan change" if i == 0 else None)
+    for i, s in enumerate(advice):
+        ax.axvline(s, color="#2ca02c", lw=1, ls=":", label="advice, plan kept" if i == 0 else None)
     ax.set_ylim(0, top)
     ax.set_ylabel("tokens / s")
     ax.set_title(a.title)
@@ -120,7 +132,7 @@ def main():
     lax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
-    print("plot-metrics: wrote %s (%d steps, %d re-plans, %d validation points)"
+    print("plot-metrics: wrote %s (%d steps, %d plan changes, %d validation points)"
           % (a.out, len(steps), len(replans), len(val)))
 
 

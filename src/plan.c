@@ -746,3 +746,40 @@ int mal_plan_same_layout(const mal_plan *a, const mal_plan *b)
     free(sb);
     return same;
 }
+
+/* FNV-1a over 32-bit words. */
+static uint64_t id_mix(uint64_t h, uint32_t w)
+{
+    for (int i = 0; i < 4; i++) {
+        h ^= (w >> (8 * i)) & 0xffu;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+void mal_plan_id(const mal_plan *plan, char out[MAL_PLAN_ID_LEN])
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = id_mix(h, (uint32_t)plan->micro_batch_size);
+    h = id_mix(h, (uint32_t)plan->n_pipelines);
+    for (int p = 0; p < plan->n_pipelines; p++) {
+        const mal_plan_pipeline *pl = &plan->pipelines[p];
+        h = id_mix(h, (uint32_t)pl->micro_batches);
+        h = id_mix(h, (uint32_t)pl->n_stages);
+        for (int s = 0; s < pl->n_stages; s++) {
+            const mal_plan_stage *st = &pl->stages[s];
+            h = id_mix(h, (uint32_t)st->layer_begin);
+            h = id_mix(h, (uint32_t)st->layer_end);
+            h = id_mix(h, (uint32_t)st->n_ranks);
+            for (int r = 0; r < st->n_ranks; r++)
+                h = id_mix(h, (uint32_t)st->ranks[r]);
+        }
+    }
+    /* the suspended ranks are a set (mal_plan_same_layout): an order-free sum */
+    uint64_t s = 0;
+    for (int i = 0; i < plan->n_suspended; i++)
+        s += id_mix(0xcbf29ce484222325ull, (uint32_t)plan->suspended[i]);
+    h = id_mix(h, (uint32_t)plan->n_suspended);
+    h = id_mix(id_mix(h, (uint32_t)s), (uint32_t)(s >> 32));
+    snprintf(out, MAL_PLAN_ID_LEN, "%08x", (unsigned)(uint32_t)(h ^ (h >> 32)));
+}

@@ -143,4 +143,11 @@ int mal_plan_global_batch(const mal_plan *plan);    /* micro_batch_size x the ab
  * comments ignored), else 0.  Local. */
 int mal_plan_same_layout(const mal_plan *a, const mal_plan *b);
 
+/* A short name of a plan's layout, for logs and metrics: 8 hex digits of
+ * a hash of what mal_plan_same_layout compares (predicted times and
+ * comments left out), so plans with the same layout have the same id.
+ * Local. */
+#define MAL_PLAN_ID_LEN 9
+void mal_plan_id(const mal_plan *plan, char out[MAL_PLAN_ID_LEN]);
+
 #endif /* MAL_PLAN_H */

@@ -128,5 +128,14 @@ check-sanitize:
 	  echo "check-sanitize: $$n sanitizer report(s) in san-build/reports (above)" >&2; exit 1; fi; \
 	exit $$rc
 .PHONY: variant-src check-sanitize
+
+# make check-openmpi: this tree built against Open MPI (Debian's packages
+# unpacked into ompi-build/root, never installed: tests/openmpi-build.sh says
+# why) and the multi-rank subset of the suite run with it.
+EXTRA_DIST += tests/openmpi-build.sh
+check-openmpi:
+	$(MAKE) $(AM_MAKEFLAGS) variant-src VARIANT=ompi-build
+	@$(SHELL) $(srcdir)/tests/openmpi-build.sh ompi-build
+.PHONY: check-openmpi
 clean-local:
-	-rm -rf san-build fuzz-build
+	-rm -rf san-build fuzz-build ompi-build

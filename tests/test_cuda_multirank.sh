@@ -130,7 +130,8 @@ suite() {
     mpi train-online 120 "$TRAIN" --device "$DEV" --comm "$COMM" --precision fp32 --model tiny \
         --steps 8 --global-batch 16 --micro-batch 2 --dp 2 --tp 2 --pp 2 --inject 3:8:1 \
         --inject-mode sleep --adapt online --ranks-per-node 4 --check-every 2 --window 3 \
-        --gap 1.5 --noise-floor 2.0 --threshold 2.0 --metrics "$W/online.$COMM.jsonl" &&
+        --gap 1.5 --noise-floor 2.0 --threshold 2.0 --change-cost 0 \
+        --metrics "$W/online.$COMM.jsonl" &&
         check train-online "the start-up table does not show $DEV (fp32) / $COMM" \
             "$W/train-online.out" "^\| kernels / comm +\| $DEV \(fp32\) +/ $COMM" &&
         check train-online "no online migration line" "$W/train-online.out" \
@@ -147,7 +148,7 @@ suite() {
     run=$W/loop.$COMM
     MALLEUS_BIN="$top_builddir" RUN_DIR="$run" NPROCS=8 LAUNCH="timeout 120 $MPIEXEC -n 8" \
         STEPS=24 RANKS_PER_NODE=4 SNAPSHOT_EVERY=6 \
-        TRAIN_ARGS="--device $DEV --comm $COMM --precision fp32 --inject 3:4:6 --inject-mode sleep --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
+        TRAIN_ARGS="--device $DEV --comm $COMM --precision fp32 --change-cost 0 --inject 3:4:6 --inject-mode sleep --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0" \
         timeout 400 bash "$top_srcdir/jobs/adaptive-loop.sh" >"$W/loop.$COMM.out" 2>&1
     rc=$?
     grep -E 'generation|re-plan|done' "$run/events.log" 2>/dev/null | head -8

@@ -61,6 +61,17 @@ grep -q "step: simulated" "$T/sim" || fail "simulate output"
 for w in "suspended ranks" "pipeline 0" "predicted step time" "uniform" "bound" "current" "state to move"; do
     grep -q "$w" "$T/explain" || fail "--explain lacks '$w'"
 done
+# --explain speaks seconds: periods, per-layer and stage times
+grep -Eq '^pipeline 0: .* period [0-9.]+ s, time [0-9.]+ s' "$T/explain" || fail "--explain: period not in seconds"
+grep -Eq '^  stage 0: .* [0-9.]+ s per layer .* stage time [0-9.]+ s ' "$T/explain" ||
+    fail "--explain: stage times not in seconds"
+# a plan above its bound comes with the reasons, which add up to the gap
+awk '/^why the new plan is/ { gap = $6; n++ }
+     /^  (suspended ranks|TP groups|whole units|pipeline bubble) +[-+][0-9.]+ s / {
+         sub(/ s  \(.*/, ""); sum += $NF; k++ }
+     END { if (n != 1 || k != 4 || sum - gap > 1e-3 || gap - sum > 1e-3) {
+               printf "gap %s s, %d terms adding to %s s\n", gap, k, sum; exit 1 } }' "$T/explain" ||
+    fail "--explain: the reasons for the gap to the bound are missing or do not add up"
 # metrics JSON lines as rates (window 2)
 printf '{"step":1,"rates":[1,1,1,9,1,1,1,1]}\n{"step":2,"rates":[1,1,1,3,1,1,1,1]}\n' >"$T/metrics.jsonl"
 "$BIN" $C -M 8 -r "$T/metrics.jsonl" --summary -o "$T/p4.json" >"$T/sum" || fail "metrics rates"

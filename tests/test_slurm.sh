@@ -32,7 +32,8 @@ export OPENBLAS_NUM_THREADS=1
     --quiet --metrics "$W/ref.jsonl" || exit 99
 MALLEUS_BIN="$top_builddir" MALLEUS_LOOP="$top_srcdir/jobs/adaptive-loop.sh" RUN_DIR="$W/run"
 RANKS_PER_NODE=4 SNAPSHOT_EVERY=6
-TRAIN_ARGS="--inject 3:4:6 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0"
+# (--change-cost 0: a restart must happen, paying or not; tests/test_loop.sh)
+TRAIN_ARGS="--change-cost 0 --inject 3:4:6 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0"
 export MALLEUS_BIN MALLEUS_LOOP RUN_DIR STEPS RANKS_PER_NODE SNAPSHOT_EVERY TRAIN_ARGS
 jobid=$(sbatch --parsable --export=ALL -o "$W/job.out" "$top_srcdir/jobs/malleus.sbatch") || {
     echo "FAIL: sbatch refused the job"

@@ -7,8 +7,14 @@
 libmalleus_a_SOURCES += train/train.h train/train_internal.h train/train.c \
 	train/part.h train/part.c train/pipeline.h train/pipeline.c \
 	train/monitor.h train/monitor.c train/online.h train/online.c \
+	train/change.h train/change.c train/progress.h train/progress.c \
 	train/ckpt.h train/ckpt.c train/ckpt_start.h train/ckpt_start.c \
 	train/ckpt_async.h train/ckpt_async.c \
 	train/ckpt_job.h train/ckpt_job.c train/eval.h train/eval.c train/train_memory.c \
 	train/profile_measure.c train/train_cli.h train/train_cli.c \
 	train/resume.h train/resume.c train/preempt.h train/preempt.c
+
+# The step line, plan generations and ids, plan change lines, --profile
+# under mpiexec.
+dist_check_SCRIPTS += tests/test_progress.sh
+TESTS += tests/test_progress.sh

@@ -154,6 +154,7 @@ int mal_monitor_init(struct mal_trainer *tr)
 
     if (tr->o.check_every > 0) pp.check_every = tr->o.check_every;
     if (tr->o.window > 0) pp.window = tr->o.window;
+    if (tr->o.persist > 0) pp.persist = tr->o.persist;
     if (tr->o.gap > 0) pp.gap = tr->o.gap;
     if (tr->o.threshold > 0) pp.threshold = tr->o.threshold;
     if (tr->o.noise_floor > 0) pp.noise_floor = tr->o.noise_floor;

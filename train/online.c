@@ -1,11 +1,9 @@
-/* The online fast path in the trainer: plan anew for the measured rates
- * inside the running job and move the model state onto the new layout,
- * without touching disk or restarting MPI.
+/* The online fast path in the trainer: move the model state onto a new
+ * layout inside the running job, without touching disk or restarting MPI
+ * (the new plan comes from change.c, which plans for the measured rates and
+ * decides whether the change pays).
  *
- * Rank 0 runs the planner (replan/replan.h) on the policy's windowed rates
- * with the current plan as the starting point (so ranks keep as much state as
- * possible) and broadcasts the plan text; every rank parses and validates it.
- * Then every rank takes its old part out of service, builds its new one,
+ * Every rank takes its old part out of service, builds its new one,
  * hands its state buffers over where the new part begins with the old one,
  * and the state mover (src/migrate.h) moves the rest rank to rank; the new
  * part is wired (communicators, pipeline buffers, gradient sync) and
@@ -18,84 +16,8 @@
 #include <string.h>
 
 #include "base/mal.h"
-#include "replan/replan.h"
 #include "src/migrate.h"
 #include "train_internal.h"
-
-/* Rank 0: the new plan as JSON text (NULL when planning failed). */
-static char *plan_on_rank0(struct mal_trainer *tr)
-{
-    const mal_train_options *o = &tr->o;
-    mal_cluster cl;
-    mal_profile prof;
-    mal_plan out;
-    char *text = NULL;
-    int rc;
-    double *rates = malloc(sizeof *rates * (size_t)tr->world_size);
-    memset(&cl, 0, sizeof cl);
-    memset(&prof, 0, sizeof prof);
-    mal_plan_init(&out);
-    if (!rates) goto done;
-    mal_monitor_mean_rates(tr, rates);
-    int rpn = o->ranks_per_node > 0 ? o->ranks_per_node : tr->world_size;
-    if ((rc = mal_cluster_regular(&cl, tr->world_size, rpn,
-                                  o->device_memory_mb > 0 ? o->device_memory_mb : 16384.0)))
-        goto fail;
-    if (o->profile && strchr(o->profile, '.'))
-        rc = mal_profile_read(&prof, o->profile, tr->plan.micro_batch_size);
-    else
-        rc = mal_profile_preset(&prof, o->profile ? o->profile : o->model.name,
-                                tr->plan.micro_batch_size);
-    if (rc) goto fail;
-    mal_replan_input in = {&cl,
-                           &prof,
-                           rates,
-                           tr->plan.micro_batch_size,
-                           mal_plan_n_micro_batches(&tr->plan),
-                           0,
-                           &tr->plan,
-                           MAL_REPLAN_AUTO};
-    mal_replan_stats stats;
-    if ((rc = mal_replan(&in, &out, &stats))) goto fail;
-    if ((rc = mal_plan_to_string(&out, &text))) goto fail;
-    mal_log(MAL_LOG_INFO, "replan: new plan in %.3f s (%d pipelines, %d suspended)", stats.seconds,
-            out.n_pipelines, out.n_suspended);
-    goto done;
-fail:
-    mal_log(MAL_LOG_WARN, "replan failed, keeping the current plan: %s", mal_errmsg());
-done:
-    mal_plan_fini(&out);
-    mal_profile_fini(&prof);
-    mal_cluster_fini(&cl);
-    free(rates);
-    return text;
-}
-
-/* Agree on the new plan: rank 0 plans, everybody parses the same text.
- * *changed = 0 when planning failed or the layout is the same. */
-static int agree_on_plan(struct mal_trainer *tr, mal_plan *next, int *changed)
-{
-    char *text = tr->world_rank == 0 ? plan_on_rank0(tr) : NULL;
-    int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
-    int rc;
-    *changed = 0;
-    if ((rc = mal_comm_broadcast(tr->world, &len, sizeof len, 0))) goto out;
-    if (len == 0) goto out;
-    if (!text && !(text = malloc((size_t)len))) {
-        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
-        goto out;
-    }
-    if ((rc = mal_comm_broadcast(tr->world, text, (size_t)len, 0))) goto out;
-    if ((rc = mal_plan_parse_string(next, text, "the new plan"))) goto out;
-    if ((rc = mal_plan_validate(next, tr->world_size, tr->o.model.n_layers, tr->o.model.n_heads,
-                                tr->o.model.ffn_hidden, tr->o.global_batch)))
-        goto out;
-    *changed = !mal_plan_same_layout(next, &tr->plan);
-out:
-    free(text);
-    return rc;
-}
-
 
 /* Rank 0 logs the change: its total and, per phase, the slowest rank's
  * time (and at debug level every rank's).  Collective (a gather after the
@@ -103,7 +25,7 @@ out:
 static int log_times(struct mal_trainer *tr)
 {
     enum { K = 10, STARTED = 8, HANDED = 9 };
-    const mal_online *on = &tr->online;
+    mal_online *on = &tr->online;
     const mal_migration_times *t = &on->times;
     double mine[K] = {t->total,      t->build,          t->move,       t->wait,    t->wire,
                       t->bytes_sent, t->bytes_received, t->bytes_kept, t->started, t->handed_over};
@@ -140,6 +62,7 @@ static int log_times(struct mal_trainer *tr)
             on->migrations, (long long)tr->step, on->migrated_bytes / 1048576.0,
             on->kept_bytes / 1048576.0, mx[0], slowest, mx[1], mx[2], mx[3], mx[4],
             mx[5] / 1048576.0, mx[6] / 1048576.0);
+    on->slowest_s = mx[0];
     free(all);
     return 0;
 }
@@ -214,29 +137,12 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     on->kept_bytes = ms.kept;
     mal_ckpt_async_plan_changed(tr);
     rc = log_times(tr);
+    /* the run's record: a new generation, costing the slowest rank's time */
+    mal_progress_plan_changed(tr, tr->plan.predicted_step_time,
+                              tr->world_rank == 0 ? on->slowest_s : on->times.total, 1);
 out:
     mal_model_destroy(old);
     mal_plan_fini(&old_plan);
-    return rc;
-}
-
-int mal_trainer_replan_online(struct mal_trainer *tr)
-{
-    mal_plan next;
-    int changed = 0, rc;
-    if (!tr->world) return 0; /* one rank: nothing to re-plan */
-    mal_plan_init(&next);
-    if (!(rc = agree_on_plan(tr, &next, &changed)) && changed)
-        rc = mal_trainer_change_plan(tr, &next);
-    mal_plan_fini(&next);
-    /* The rates the (new or kept) plan stands for become the baseline. */
-    if (!rc && tr->world_rank == 0) {
-        double *means = malloc(sizeof *means * (size_t)tr->world_size);
-        if (!means) return MAL_ERR(MAL_ENOMEM, "re-plan: out of memory");
-        mal_monitor_mean_rates(tr, means);
-        rc = mal_monitor_set_plan(tr, means);
-        free(means);
-    }
     return rc;
 }
 

@@ -35,6 +35,7 @@ mal_train_options mal_train_defaults(void)
     o.log_every = 1;
     o.dp_overlap = 1;
     o.dp_bucket_mb = 25; /* PyTorch DDP's default */
+    o.change_cost = -1;  /* measured at the last change, else estimated */
     o.resume_from = -1;
     return o;
 }
@@ -186,6 +187,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!rc && o->world) rc = mal_comm_dup(o->world, tr->comm_name, &tr->world);
     if (rc) goto fail;
     if ((rc = mal_trainer_check_memory(tr))) goto fail; /* every rank alike */
+    mal_progress_init(tr);
     /* From here a failure may be this rank's alone, inside collectives. */
     if ((rc = setup_layout(tr))) {
         rc = mal_trainer_fatal(tr, rc);
@@ -358,7 +360,9 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
                            .step_s = step_s,
                            .dp_wait_s = tally->times.dp_wait,
                            .probe_s = probe,
-                           .probe_cost_s = probe_cost};
+                           .probe_cost_s = probe_cost,
+                           .mem_bytes = mal_progress_memory(tr)};
+    mal_progress_record(tr, step_s);
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tally->rank_times, sizeof mine, 0))) return rc;
     } else {
@@ -472,6 +476,7 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     snprintf(kname, sizeof kname, "%s (%s)", tr->k->name, mal_dtype_name(tr->k->compute));
     fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
             tr->world ? tr->comm_name : "none");
+    fprintf(f, "| MFU against          | %-40.40s |\n", tr->prog.peak_what);
     if (tr->world) {
         char line[64];
         if (!tr->o.dp_overlap)
@@ -535,6 +540,7 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
     if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
     if (st->has_val) fprintf(f, ", \"val_loss\": %.7g", st->val_loss);
     mal_train_resume_metrics(tr, f);
+    mal_progress_metrics(tr, f, st);
     fprintf(f, "}\n");
     if (fflush(f) != 0)
         return MAL_ERR(MAL_EIO, "writing metrics file %s: %s", tr->o.metrics_path, strerror(errno));
@@ -586,7 +592,8 @@ int mal_trainer_run(mal_trainer *tr)
         return rc;
     }
     if (tr->o.eval_only) return mal_eval_only(tr);
-    const int width = snprintf(NULL, 0, "%lld", (long long)tr->o.steps);
+    mal_change_predict(tr);
+    mal_progress_begin(tr);
     while (tr->step < tr->o.steps) {
         mal_step_stats st;
         /* A step's failure (an evaluation's too), or rank 0's alone in
@@ -595,24 +602,7 @@ int mal_trainer_run(mal_trainer *tr)
         if ((rc = mal_trainer_step(tr, &st))) return mal_trainer_fatal(tr, rc);
         if ((rc = mal_eval_after_step(tr, &st))) return mal_trainer_fatal(tr, rc);
         if (lead && (rc = write_metrics(tr, &st))) return mal_trainer_fatal(tr, rc);
-        if (lead && tr->o.log_every > 0 &&
-            (st.step % tr->o.log_every == 0 || st.step == tr->o.steps || st.has_val)) {
-            char val[32] = "";
-            if (st.has_val) snprintf(val, sizeof val, " | val %.4f", st.val_loss);
-            if (tr->world_size > 1)
-                mal_log(MAL_LOG_INFO,
-                        "step %*lld/%lld | loss %.4f%s | lr %.2e | norm %6.3f | %8.0f tok/s | "
-                        "%8.1f ms | slowest rank %d (%.1f ms compute)",
-                        width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
-                        (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s,
-                        st.slowest_rank, 1e3 * st.ranks[st.slowest_rank].compute_s);
-            else
-                mal_log(MAL_LOG_INFO,
-                        "step %*lld/%lld | loss %.4f%s | lr %.2e | norm %6.3f | %8.0f tok/s | "
-                        "%8.1f ms",
-                        width, (long long)st.step, (long long)tr->o.steps, st.loss, val,
-                        (double)st.lr, st.grad_norm, st.tokens_per_s, 1e3 * st.step_s);
-        }
+        if (lead) mal_progress_step(tr, &st);
         /* A background snapshot is collected at the step where every
          * rank's writer is done; its failure, agreed, ends the run. */
         int busy;
@@ -621,21 +611,17 @@ int mal_trainer_run(mal_trainer *tr)
         if (st.stop_signal && tr->step < tr->o.steps) return stop_on_request(tr, st.stop_signal);
         if ((rc = mal_sample_after_step(tr, &st))) return rc;
         if (st.replan && tr->step < tr->o.steps) {
-            if (lead)
-                mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
-                        (long long)st.step, st.trigger_rank,
-                        st.trigger_rank >= 0 ? tr->mon.rates[st.trigger_rank] : 0.0);
-            if (tr->o.adapt == MAL_ADAPT_RESTART) {
+            int stop;
+            if (tr->o.adapt == MAL_ADAPT_ONLINE && (rc = mal_trainer_snapshot_wait(tr)))
+                return rc; /* agreed */
+            if ((rc = mal_change_on_advice(tr, &st, &stop))) return mal_trainer_fatal(tr, rc);
+            if (stop) {
                 /* exit 3 promises a committed snapshot of this step */
                 if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step &&
                     (rc = mal_trainer_save(tr)))
                     return rc;
                 if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
                 return MAL_TRAIN_REPLAN;
-            }
-            if (tr->o.adapt == MAL_ADAPT_ONLINE) {
-                if ((rc = mal_trainer_snapshot_wait(tr))) return rc; /* agreed */
-                if ((rc = mal_trainer_replan_online(tr))) return mal_trainer_fatal(tr, rc);
             }
         }
         if (tr->o.snapshot_dir && tr->o.snapshot_every > 0 && st.step % tr->o.snapshot_every == 0 &&

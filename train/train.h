@@ -101,6 +101,8 @@ typedef struct {
                              * pass in buckets (1, the default) or after it (0) */
     double dp_bucket_mb;    /* bucket size in MiB (default 25; 0: a bucket per layer) */
     int log_every;          /* print a step line every N steps (0: never) */
+    double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
+                             * devices, else no MFU) */
 
     /* straggler monitor and adaptation */
     const mal_inject *inject;  /* [n_inject] */
@@ -108,6 +110,9 @@ typedef struct {
     int inject_mode;           /* MAL_INJECT_*: how (SLEEP) */
     int adapt;                 /* MAL_ADAPT_* */
     int check_every, window;   /* policy cadence K and window W (0: defaults 3, 2) */
+    int persist;               /* checks a move must be seen at (0: default 1) */
+    double change_cost;        /* what a plan change costs, seconds (< 0: measured at the
+                                * last change, else estimated; 0: every change pays) */
     double gap, threshold, noise_floor; /* policy (0: defaults 0.3, 1.2, 1.2) */
     int probe_n;               /* probe matmul size (0: default 128) */
     int ranks_per_node;        /* for the planner (0: all ranks on one node) */
@@ -145,6 +150,8 @@ typedef struct {
                           * buckets still in flight with it on) */
     double probe_s;      /* the monitor's probe: device time (the rate's numerator) */
     double probe_cost_s; /* wall time the monitor cost this step */
+    double mem_bytes;    /* memory in use after the step: the device's, or the
+                          * process's resident memory on CPU backends */
 } mal_rank_times;
 
 typedef struct {
@@ -270,7 +277,10 @@ const mal_plan *mal_trainer_plan(const mal_trainer *tr);
 
 /* Collective.  Plan anew for the rates the monitor measured and move the
  * state onto the new plan inside the job (what --adapt online does when the
- * monitor advises it).  No change when the planner keeps the layout. */
+ * monitor advises it).  No change when the planner keeps the layout, or
+ * when the gain it predicts over the remaining steps does not exceed what
+ * the change costs (train/change.c); either way the measured rates become
+ * the monitor's new baseline. */
 int mal_trainer_replan_online(mal_trainer *tr);
 
 /* Collective.  Move the running job onto plan `next` (same on every rank):

@@ -94,10 +94,11 @@ static int check_outputs(const mal_train_cli *cli)
     return rc;
 }
 
-/* --profile FILE: one process, no communication.  Through mal_output: a
- * failure leaves an existing regular file untouched, a device (/dev/null)
- * is written into, never replaced. */
-static int measure(mal_train_cli *cli)
+/* --profile FILE on this process's device, no communication.  Through
+ * mal_output: a failure leaves an existing regular file untouched, a
+ * device (/dev/null) is written into, never replaced.  Returns an exit
+ * status; prints why it failed. */
+static int measure_here(mal_train_cli *cli, int n_ranks)
 {
     mal_train_options *o = &cli->o;
     const char *path = cli->measure_path;
@@ -132,8 +133,40 @@ static int measure(mal_train_cli *cli)
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return mal_exit_status(rc);
     }
-    printf("malleus-train: profile of %s written to %s\n", o->model.name, path);
+    if (n_ranks > 1)
+        printf("malleus-train: profile of %s written to %s by rank 0 alone, on its device; the "
+               "other %d ranks measured nothing (a profile describes one device)\n",
+               o->model.name, path, n_ranks - 1);
+    else
+        printf("malleus-train: profile of %s written to %s\n", o->model.name, path);
     return 0;
+}
+
+/* --profile FILE: a profile describes one device, so one process measures
+ * it.  Under a launcher (mpiexec, srun) every rank runs this: rank 0
+ * measures and writes the file, the others wait in a barrier that sleeps
+ * between its tests (so that they take no core or device time from the
+ * measurement), and all exit with rank 0's status. */
+static int measure(mal_train_cli *cli, int *argc, char ***argv)
+{
+    mal_comm *world = NULL;
+    int rc = mal_comm_init(argc, argv, &world);
+    if (rc) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return 1;
+    }
+    int status = world->rank == 0 ? measure_here(cli, world->size) : 0;
+    if (world->size > 1) {
+        double st = status;
+        if ((rc = mal_comm_barrier(world)) || (rc = mal_comm_broadcast(world, &st, sizeof st, 0))) {
+            fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+            status = 1;
+        } else {
+            status = (int)st;
+        }
+    }
+    mal_comm_finalize(world);
+    return status;
 }
 
 /* The checks of the loaded inputs that need the job (its size); every
@@ -294,7 +327,7 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     if (cli->plan_path && (o->dp || o->tp || o->pp))
         return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
     if (cli->resume_from_given) o->resume = 1;
-    if (cli->measure_path) return measure(cli);
+    if (cli->measure_path) return measure(cli, argc, argv);
 
     int status = 1, rc;
     mal_comm *world = NULL;
@@ -303,10 +336,9 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     mal_resume_source rs = {.settings = NULL};
     mal_plan_init(&plan);
     /* a background snapshot writer communicates while the step loop does */
-    if ((rc = mal_comm_init_threads(argc, argv,
-                                    o->snapshot_async ? MAL_COMM_THREADS_MANY
-                                                      : MAL_COMM_THREADS_ONE,
-                                    &world))) {
+    if ((rc = mal_comm_init_threads(
+             argc, argv, o->snapshot_async ? MAL_COMM_THREADS_MANY : MAL_COMM_THREADS_ONE,
+             &world))) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         goto out;
     }

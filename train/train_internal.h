@@ -14,6 +14,9 @@
  *   ckpt_job.h      both over one snapshot described and written (ckpt_job.c)
  *   resume.h      what a snapshot says about its run, the check of a resumed run
  *                 against it, the metrics and events files of a run (resume.c)
+ *   progress.h    the step line, the plan in force and its changes (progress.c)
+ *   change.h      whether a plan change pays, and acting on the monitor's
+ *                 advice (change.c)
  *
  * What is left here is train.c's: options, data, kernels, plan, world,
  * progress, the metrics file and the step's tally, which the files that
@@ -31,12 +34,14 @@
  *   staging re-sized after a plan change);  train_memory -> ckpt_job
  *   train, ckpt -> resume;  ckpt_job -> resume (the settings a snapshot
  *   stores);  train -> preempt (the stop requests, process-wide)
+ *   train -> change -> online;  train, change, online -> progress
  * Not installed. */
 #ifndef MAL_TRAIN_INTERNAL_H
 #define MAL_TRAIN_INTERNAL_H
 
 #include <stdio.h>
 
+#include "change.h"
 #include "ckpt.h"
 #include "ckpt_async.h"
 #include "ckpt_job.h"
@@ -47,6 +52,7 @@
 #include "part.h"
 #include "pipeline.h"
 #include "resume.h"
+#include "progress.h"
 #include "src/data.h"
 #include "src/plan.h"
 #include "train.h"
@@ -96,6 +102,7 @@ struct mal_trainer {
     mal_train_ckpt ckpt;
     mal_eval eval;
     mal_train_resume resume;
+    mal_progress prog;
 };
 
 /* train_memory.c: collective over the world: MAL_EINVAL, with the

@@ -219,7 +219,7 @@ if has job; then
     # the README's by-hand command: 4 ranks share the GPU, MPI data plane,
     # a straggler from step 10; the loop must re-plan and reach step 30
     rm -rf /tmp/malleus-gpu-run
-    stage job 120 45 "NPROCS=4 MALLEUS_BIN=$PWD RUN_DIR=/tmp/malleus-gpu-run MODEL=tiny STEPS=30 MALLEUS_GPU_BIND=verbose TRAIN_ARGS='--inject 3:4:10 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0' bash jobs/malleus-gpu.sbatch && grep -q 're-plan requested' /tmp/malleus-gpu-run/events.log && grep -q 'done: 30 steps' /tmp/malleus-gpu-run/events.log"
+    stage job 120 45 "NPROCS=4 MALLEUS_BIN=$PWD RUN_DIR=/tmp/malleus-gpu-run MODEL=tiny STEPS=30 MALLEUS_GPU_BIND=verbose TRAIN_ARGS='--change-cost 0 --inject 3:4:10 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0' bash jobs/malleus-gpu.sbatch && grep -q 're-plan requested' /tmp/malleus-gpu-run/events.log && grep -q 'done: 30 steps' /tmp/malleus-gpu-run/events.log"
     rc=$?
     if [ $rc -ne 125 ]; then
         { cat "$LOGS/job.log"; echo "== events.log"; cat /tmp/malleus-gpu-run/events.log; } >"$OUT/job.txt" 2>&1

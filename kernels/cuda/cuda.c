@@ -78,6 +78,7 @@ typedef struct {
     int err;       /* first deferred error since the last sync */
     char msg[512];
     int attn_impl; /* 0 tensor cores where possible, 1 generic kernels */
+    char dev_name[96]; /* the device's name (op_device_info; empty until asked) */
     lt_plan plans[PLAN_CACHE];
     int n_plans;
     rope_dev ropes[ROPE_CACHE];
@@ -815,6 +816,27 @@ static int op_slowdown(mal_kern k, double rate)
     return 0;
 }
 
+static int op_device_info(mal_kern k, mal_kern_device_info *out)
+{
+    cu_state *st = st_of(k);
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaSuccess;
+    /* the properties once (they take a while), the memory every time */
+    if (!st->dev_name[0]) {
+        struct cudaDeviceProp prop;
+        e = cudaGetDeviceProperties(&prop, st->device);
+        if (e == cudaSuccess) snprintf(st->dev_name, sizeof st->dev_name, "%.95s", prop.name);
+    }
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess)
+        return MAL_ERR(MAL_EDEVICE, "CUDA: device information: %s (%s)", cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+    snprintf(out->name, sizeof out->name, "%s", st->dev_name);
+    out->used_bytes = (double)(total_b - free_b);
+    out->total_bytes = (double)total_b;
+    return 0;
+}
+
 static const mal_kernels_ops cuda_ops = {
     .alloc = op_alloc,
     .free = op_free,
@@ -853,6 +875,7 @@ static const mal_kernels_ops cuda_ops = {
     .adamw = op_adamw,
     .cast_working = op_cast_working,
     .slowdown = op_slowdown,
+    .device_info = op_device_info,
 };
 
 /* ------------------------------------------------------------------------ */

@@ -1,0 +1,104 @@
+#!/bin/sh
+# What a person watching a run sees, and what the metrics keep:
+#   1. the step line: loss, tokens/s, MFU against --peak-tflops, memory,
+#      elapsed time and ETA; metrics rows with the wall-clock time, the plan
+#      generation and id, memory and MFU; the plan line at the start and its
+#      measured step time against the prediction a few steps later;
+#   2. a restart onto another plan (4 ranks, dp 4, then dp 2 x pp 2 from the
+#      same snapshot): a plan change line with the old and new plan, the old
+#      one's measured step time, the new one's prediction, and the change's
+#      measured cost; the rows after it carry generation 1 and the new id;
+#   3. an online change (--adapt online, an injected 8x straggler): its plan
+#      change line, and the new plan written next to the snapshots under the
+#      id the metrics rows carry;
+#   4. --profile under mpiexec: rank 0 alone writes the profile and says so.
+: "${top_srcdir:=$(dirname "$0")/..}"
+: "${top_builddir:=.}"
+W=$(mktemp -d /tmp/malleus-test-progress-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OPENBLAS_NUM_THREADS=1
+TRAIN=$top_builddir/malleus-train
+fails=0
+fail() {
+    echo "FAIL: $*"
+    fails=$((fails + 1))
+}
+mpi() { # NPROCS OUT ARGS...
+    n=$1 out=$2
+    shift 2
+    sh "$top_srcdir/tests/mpirun.sh" "$n" 120 "$TRAIN" "$@" >"$out" 2>&1
+}
+field() { # FILE STEP KEY: the value of KEY in the metrics row of STEP
+    grep "^{\"step\": $2," "$1" | sed -n "s/.*\"$3\": \"*\([^,\"}]*\).*/\1/p"
+}
+
+# 1. one process, MFU against a given peak
+"$TRAIN" --model tiny --steps 8 --global-batch 4 --micro-batch 2 --peak-tflops 0.05 \
+    --metrics "$W/one.jsonl" >"$W/one.out" 2>&1 || fail "one-process run"
+grep -Eq '^step 8/8 \| loss [0-9.]+ \| .* tok/s \| +[0-9.]+ ms \| MFU +[0-9.]+% \| mem [0-9.]+ GiB \| [0-9]+:[0-9]{2}:[0-9]{2} elapsed, ETA [0-9]+:[0-9]{2}:[0-9]{2}$' \
+    "$W/one.out" || fail "step line: $(grep '^step 8/8' "$W/one.out")"
+grep -Eq '^\| MFU against +\| 0.05 TFLOP/s \(--peak-tflops\)' "$W/one.out" || fail "start-up table: MFU row"
+grep -Eq '^plan [0-9a-f]{8} \(generation 0\): m=2 \[0:L0-4\]; predicted [0-9.]+ ms/step$' "$W/one.out" ||
+    fail "no plan line at the start"
+grep -Eq '^plan [0-9a-f]{8} \(generation 0\): measured [0-9.]+ ms/step over steps 2-5, predicted [0-9.]+ ms \(measured/predicted [0-9.]+\)$' \
+    "$W/one.out" || fail "no measured line after 5 steps"
+for k in time plan_gen plan_id mem_mb mfu; do
+    [ -n "$(field "$W/one.jsonl" 8 $k)" ] || fail "metrics row 8 lacks $k"
+done
+t=$(field "$W/one.jsonl" 8 time)
+now=$(date +%s)
+[ "${t%.*}" -le "$now" ] && [ "${t%.*}" -ge $((now - 600)) ] || fail "row 8's time $t is not the wall clock ($now)"
+# the MFU is the model FLOPs over the step time and the peak (bench/gpu/flops.py's count)
+/usr/bin/python3 - "$W/one.jsonl" <<'PY' || fail "MFU does not match the FLOP count"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+C, F, V, L, T, B = 64, 128, 256, 4, 32, 4
+per_token = 6 * (L * (4 * C * C + 3 * C * F) + V * C) + 6 * L * T * C
+for r in rows:
+    want = per_token * B * T / (r["step_ms"] / 1e3) / 0.05e12
+    assert abs(r["mfu"] - want) <= 1e-3 * want + 1e-4, (r["step"], r["mfu"], want)
+PY
+
+# 2. a restart onto another plan
+mpi 4 "$W/a.out" --model tiny --steps 6 --global-batch 8 --micro-batch 2 --dp 4 \
+    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" || fail "first run: $(tail -3 "$W/a.out")"
+id0=$(field "$W/r.jsonl" 6 plan_id)
+mpi 4 "$W/b.out" --model tiny --steps 10 --global-batch 8 --micro-batch 2 --dp 2 --pp 2 \
+    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" --resume || fail "resumed run: $(tail -3 "$W/b.out")"
+id1=$(field "$W/r.jsonl" 7 plan_id)
+grep -Eq "^plan change \(restart\) at step 6: generation 0 -> 1; old plan $id0: measured [0-9.]+ ms/step; new plan $id1: m=2 \[0:L0-2\] \[1:L2-4\] \| m=2 \[2:L0-2\] \[3:L2-4\], predicted [0-9.]+ ms/step; the change took [0-9.]+ s \(snapshot, re-plan, reshard, restart\)$" \
+    "$W/b.out" || fail "no restart plan change line: $(grep 'plan' "$W/b.out")"
+[ "$id0" != "$id1" ] && [ "$(field "$W/r.jsonl" 6 plan_gen)" = 0 ] &&
+    [ "$(field "$W/r.jsonl" 10 plan_gen)" = 1 ] && [ "$(field "$W/r.jsonl" 10 plan_id)" = "$id1" ] ||
+    fail "generations and ids in the metrics: $id0 -> $id1"
+# the same layout resumed again is no change: same generation
+mpi 4 "$W/c.out" --model tiny --steps 12 --global-batch 8 --micro-batch 2 --dp 2 --pp 2 \
+    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" --resume || fail "third run"
+grep -q "^plan $id1 (generation 1): " "$W/c.out" && ! grep -q 'plan change' "$W/c.out" ||
+    fail "a resume on the same plan was taken for a change"
+
+# 3. an online change
+mpi 4 "$W/o.out" --model tiny --steps 8 --global-batch 8 --micro-batch 2 --dp 2 --pp 2 \
+    --inject 3:8:1 --adapt online --check-every 2 --window 2 --change-cost 0 \
+    --snapshot-dir "$W/osnap" --metrics "$W/o.jsonl" || fail "online run: $(tail -3 "$W/o.out")"
+grep -Eq '^plan change \(online\) at step [0-9]+: generation 0 -> 1; old plan [0-9a-f]{8}: measured [0-9.]+ ms/step; new plan [0-9a-f]{8}: .*, predicted [0-9.]+ ms/step; the change took [0-9.]+ s$' \
+    "$W/o.out" || fail "no online plan change line"
+idn=$(field "$W/o.jsonl" 8 plan_id)
+grep -q "^plan $idn written to $W/osnap/plan.1.json" "$W/o.out" && [ -f "$W/osnap/plan.1.json" ] ||
+    fail "the new plan ($idn) was not written next to the snapshots"
+grep -q '"suspended": \[3\]' "$W/osnap/plan.1.json" || fail "plan.1.json: $(cat "$W/osnap/plan.1.json")"
+# the file is the plan in force: the run resumes on it with no change
+mpi 4 "$W/p.out" --model tiny --steps 9 --global-batch 8 --plan "$W/osnap/plan.1.json" \
+    --snapshot-dir "$W/osnap" --metrics "$W/o.jsonl" --resume || fail "resume on plan.1.json"
+grep -q "^plan $idn (generation 1): " "$W/p.out" || fail "plan.1.json is not the plan in force"
+
+# 4. --profile under mpiexec
+mpi 3 "$W/prof.out" --model tiny --profile "$W/prof.json" || fail "--profile under mpiexec"
+[ "$(grep -c 'written to' "$W/prof.out")" = 1 ] &&
+    grep -q "profile of tiny written to $W/prof.json by rank 0 alone, on its device; the other 2 ranks measured nothing" \
+        "$W/prof.out" || fail "--profile: $(cat "$W/prof.out")"
+"$top_builddir/malleus-replan" --profile "$W/prof.json" --world-size 4 --ranks-per-node 4 \
+    --memory-mb 1000 -M 8 >/dev/null || fail "the profile written under mpiexec does not plan"
+
+[ $fails -eq 0 ] || exit 1
+echo "PASS: step line, metrics fields, plan lines (start, restart, online), plan file, --profile on one rank"
