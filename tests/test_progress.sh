@@ -64,7 +64,7 @@ mpi 4 "$W/a.out" --model tiny --steps 6 --global-batch 8 --micro-batch 2 --dp 4 
     --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" || fail "first run: $(tail -3 "$W/a.out")"
 id0=$(field "$W/r.jsonl" 6 plan_id)
 mpi 4 "$W/b.out" --model tiny --steps 10 --global-batch 8 --micro-batch 2 --dp 2 --pp 2 \
-    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" --resume || fail "resumed run: $(tail -3 "$W/b.out")"
+    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" --resume --override steps || fail "resumed run: $(tail -3 "$W/b.out")"
 id1=$(field "$W/r.jsonl" 7 plan_id)
 grep -Eq "^plan change \(restart\) at step 6: generation 0 -> 1; old plan $id0: measured [0-9.]+ ms/step; new plan $id1: m=2 \[0:L0-2\] \[1:L2-4\] \| m=2 \[2:L0-2\] \[3:L2-4\], predicted [0-9.]+ ms/step; the change took [0-9.]+ s \(snapshot, re-plan, reshard, restart\)$" \
     "$W/b.out" || fail "no restart plan change line: $(grep 'plan' "$W/b.out")"
@@ -73,7 +73,7 @@ grep -Eq "^plan change \(restart\) at step 6: generation 0 -> 1; old plan $id0: 
     fail "generations and ids in the metrics: $id0 -> $id1"
 # the same layout resumed again is no change: same generation
 mpi 4 "$W/c.out" --model tiny --steps 12 --global-batch 8 --micro-batch 2 --dp 2 --pp 2 \
-    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" --resume || fail "third run"
+    --snapshot-dir "$W/snap" --metrics "$W/r.jsonl" --resume --override steps || fail "third run"
 grep -q "^plan $id1 (generation 1): " "$W/c.out" && ! grep -q 'plan change' "$W/c.out" ||
     fail "a resume on the same plan was taken for a change"
 
@@ -89,7 +89,7 @@ grep -q "^plan $idn written to $W/osnap/plan.1.json" "$W/o.out" && [ -f "$W/osna
 grep -q '"suspended": \[3\]' "$W/osnap/plan.1.json" || fail "plan.1.json: $(cat "$W/osnap/plan.1.json")"
 # the file is the plan in force: the run resumes on it with no change
 mpi 4 "$W/p.out" --model tiny --steps 9 --global-batch 8 --plan "$W/osnap/plan.1.json" \
-    --snapshot-dir "$W/osnap" --metrics "$W/o.jsonl" --resume || fail "resume on plan.1.json"
+    --snapshot-dir "$W/osnap" --metrics "$W/o.jsonl" --resume --override steps || fail "resume on plan.1.json"
 grep -q "^plan $idn (generation 1): " "$W/p.out" || fail "plan.1.json is not the plan in force"
 
 # 4. --profile under mpiexec

@@ -19,6 +19,11 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
+# One test cluster at a time on this machine: they share munged (the
+# first to stop would take it from the other) and name their node after
+# the host.  make -j runs the Slurm tests side by side otherwise.
+exec 9>"${TMPDIR:-/tmp}/malleus-slurm-tests.lock"
+flock 9
 out=$(sh "$top_srcdir/tests/slurm/cluster.sh" up "$W/cluster") || {
     rc=$?
     echo "cluster.sh up failed ($rc)"
