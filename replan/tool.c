@@ -17,6 +17,7 @@ void mal_replan_opts_init(mal_replan_opts *o)
     o->window = 2;
     o->micro_batch_size = 1;
     o->search = MAL_REPLAN_AUTO;
+    o->time_limit = MAL_REPLAN_TIME_LIMIT;
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
@@ -72,6 +73,12 @@ done:
     return rc;
 }
 
+/* --summary's names of mal_replan_stats.stop */
+static const char *const stop_names[] = {[MAL_REPLAN_STOP_OPTIMAL] = "optimal",
+                                         [MAL_REPLAN_STOP_CONVERGED] = "converged",
+                                         [MAL_REPLAN_STOP_BUDGET] = "budget",
+                                         [MAL_REPLAN_STOP_TIME] = "time_limit"};
+
 /* --summary: one JSON line with the plan's times against the uniform plan
  * and the capacity bound, and the search's statistics. */
 static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_replan_stats *st,
@@ -104,10 +111,14 @@ static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_
             "{\"ranks\": %d, \"stragglers\": %d, \"suspended\": %d, \"pipelines\": %d, "
             "\"plan_seconds\": %.6f, \"step\": %.9g, \"simulated\": %.9g, \"uniform\": %s, "
             "\"uniform_simulated\": %s, \"bound\": %.9g, \"layer_lps\": %d, \"candidates\": %d, "
-            "\"pruned\": %d, \"exhaustive\": %d}\n",
+            "\"pruned\": %d, \"exhaustive\": %d, \"lower_bound\": %.9g, \"gap\": %.6f, "
+            "\"stop\": \"%s\", \"time_limit\": %g}\n",
             cl->world_size, n_strag, plan->n_suspended, plan->n_pipelines, st->seconds,
-            plan->predicted_step_time, sim * lt + sy, us, uss, bound * lt + sy,
-            st->n_layer_lps, st->n_candidates, st->n_pruned, st->exhaustive);
+            plan->predicted_step_time, sim * lt + sy, us, uss, bound * lt + sy, st->n_layer_lps,
+            st->n_candidates, st->n_pruned, st->exhaustive, st->lower_bound * lt + sy,
+            st->objective > 0 ? MAL_MAX(0.0, 1 - st->lower_bound / st->objective) : 0.0,
+            stop_names[st->stop >= 0 && st->stop <= MAL_REPLAN_STOP_TIME ? st->stop : 0],
+            st->time_limit);
 }
 
 int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
@@ -194,6 +205,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     in.nominal_dp = dp;
     in.current = o->current_path ? &cur : NULL;
     in.search = o->search;
+    in.time_limit = o->time_limit;
 
     if (o->simulate_path) {
         rc = simulate(o, &prof, &cl, rates, out);
@@ -223,6 +235,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     }
     FILE *rep = o->out_path ? out : info;
     if (o->explain && (rc = mal_replan_explain(rep, &in, &plan))) goto done;
+    if (o->explain && !o->uniform) mal_replan_explain_search(rep, &in, &st);
     if (o->summary) summary(&in, &plan, &st, rep);
 done:
     free(rates);

@@ -47,6 +47,11 @@ static char *plan_on_rank0(struct mal_trainer *tr)
         rc = mal_profile_preset(&prof, o->profile ? o->profile : o->model.name,
                                 tr->plan.micro_batch_size);
     if (rc) goto fail;
+    /* every rank waits for this plan: the search stops at the time limit
+     * with the best plan found so far */
+    double limit = o->planner_time_limit > 0   ? o->planner_time_limit
+                   : o->planner_time_limit < 0 ? 0
+                                               : MAL_REPLAN_ONLINE_TIME_LIMIT;
     mal_replan_input in = {&cl,
                            &prof,
                            rates,
@@ -54,7 +59,8 @@ static char *plan_on_rank0(struct mal_trainer *tr)
                            mal_plan_n_micro_batches(&tr->plan),
                            0,
                            &tr->plan,
-                           MAL_REPLAN_AUTO};
+                           MAL_REPLAN_AUTO,
+                           limit};
     mal_replan_stats stats;
     if ((rc = mal_replan(&in, &out, &stats))) goto fail;
     if ((rc = mal_plan_to_string(&out, &text))) goto fail;
