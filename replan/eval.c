@@ -142,19 +142,18 @@ typedef struct evalctx {
     int *f, *g, *garg;  /* [hmax + 1], [H + 1], [H + 1] */
     int *dp, *nd, *arg; /* exact: [width], [width], [k * width] */
     int *hb;            /* price: [k] each block's healthy count */
+    int hstar, rlim;    /* price: g(R) = g(R - hstar) + f(hstar) above rlim */
 } evalctx;
 
 /* Healthy-only pipelines within T: f(h) micro-batches for one of h groups,
- * g(R) the most for R groups (exact-R unbounded knapsack, argmax garg). */
-static void healthy_only(evalctx *e, double T)
+ * g(R) the most for R = 0..upto groups (exact-R unbounded knapsack, argmax
+ * garg). */
+static void healthy_only(evalctx *e, int upto)
 {
-    const ctx *c = e->c;
     const int NEG = -1;
-    for (int h = 1; h <= e->hmax; h++)
-        e->f[h] = rp_runs(T, c->hp_P[h], h, e->M);
     e->g[0] = 0;
     e->garg[0] = 0;
-    for (int R = 1; R <= e->H; R++) {
+    for (int R = 1; R <= upto; R++) {
         int best = NEG, arg = 0;
         for (int h = 1; h <= e->hmax && h <= R; h++) {
             if (e->f[h] < 0 || e->g[R - h] < 0) continue;
@@ -177,7 +176,9 @@ static int feasible_dp(evalctx *e, double T)
     ctx *c = e->c;
     c->work += (double)e->H * e->hmax + (double)e->width * e->wsum + 1000;
     const int NEG = -1;
-    healthy_only(e, T);
+    for (int h = 1; h <= e->hmax; h++)
+        e->f[h] = rp_runs(T, c->hp_P[h], h, e->M);
+    healthy_only(e, e->H);
     /* blocks: dp over the healthy groups they take */
     for (int s = 0; s < e->width; s++)
         e->dp[s] = NEG;
@@ -209,6 +210,18 @@ static int feasible_dp(evalctx *e, double T)
         if (e->dp[s] + e->g[R] >= e->M) return 1;
     }
     return 0;
+}
+
+/* g(R) of the price rule: computed up to rlim, continued with h* beyond. */
+static int g_at(const evalctx *e, long R)
+{
+    if (R <= e->rlim) return e->g[R];
+    if (e->hstar <= 0) return -1;
+    long q = (R - e->rlim + e->hstar - 1) / e->hstar;
+    int base = e->g[R - q * e->hstar];
+    if (base < 0) return -1;
+    long v = base + q * (long)e->f[e->hstar];
+    return v > e->M ? e->M : (int)v;
 }
 
 /* Every block takes the healthy count in its window that maximises
@@ -252,10 +265,22 @@ static long price_pick(evalctx *e, double T, double lambda, long *runs_out)
 static int feasible_price(evalctx *e, double T)
 {
     ctx *c = e->c;
-    healthy_only(e, T);
+    /* the best pipeline length h* by micro-batches per group; past
+     * (h* - 1) hmax groups some best split has a pipeline of h* (of h* other
+     * pipelines, some have lengths summing to a multiple of h*, and h*'s
+     * replace them at no loss), so g is computed up to there only and
+     * continued by g(R) = g(R - h*) + f(h*) (g_at) */
     double lambda = 0;
-    for (int h = 1; h <= e->hmax; h++)
-        if (e->f[h] >= 0) lambda = MAL_MAX(lambda, (double)e->f[h] / h);
+    e->hstar = 0;
+    for (int h = 1; h <= e->hmax; h++) {
+        e->f[h] = rp_runs(T, c->hp_P[h], h, e->M);
+        if (e->f[h] >= 0 && (double)e->f[h] / h > lambda) {
+            lambda = (double)e->f[h] / h;
+            e->hstar = h;
+        }
+    }
+    e->rlim = e->hstar ? (int)MAL_MIN((long)e->H, (long)(e->hstar - 1) * e->hmax + e->hstar) : 0;
+    healthy_only(e, e->rlim);
     long runs_b, taken = price_pick(e, T, lambda, &runs_b);
     int picks = 1;
     if (taken > e->H) {
@@ -264,7 +289,7 @@ static int feasible_price(evalctx *e, double T)
         double lo = lambda, hi = e->M + 1.0;
         picks++;
         if (price_pick(e, T, hi, &runs_b) > e->H) {
-            c->work += (double)e->H * e->hmax + picks * e->wsum + 1000;
+            c->work += (double)e->rlim * e->hmax + picks * e->wsum + 1000;
             return 0;
         }
         for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; it++, picks++) {
@@ -277,10 +302,10 @@ static int feasible_price(evalctx *e, double T)
         taken = price_pick(e, T, hi, &runs_b);
         picks++;
     }
-    c->work += (double)e->H * e->hmax + picks * e->wsum + 1000;
+    c->work += (double)e->rlim * e->hmax + picks * e->wsum + 1000;
     if (taken < 0) return 0;
-    long R = e->H - taken;
-    return e->g[R] >= 0 && runs_b + e->g[R] >= e->M;
+    int gR = g_at(e, e->H - taken);
+    return gR >= 0 && runs_b + gR >= e->M;
 }
 
 static int feasible_at(evalctx *e, double T)
@@ -499,7 +524,11 @@ int rp_eval_blocks(ctx *c, int k, sgrp *const *sg, const int *ns, int window, do
         rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
         goto done;
     }
-    for (int r = R; r > 0; r -= e.garg[r])
+    int r = R;
+    if (!e.exact) /* the price's g beyond rlim: pipelines of h* */
+        for (; r > e.rlim; r -= e.hstar)
+            hp[n_hp++] = e.hstar;
+    for (; r > 0; r -= e.garg[r])
         hp[n_hp++] = e.garg[r];
     /* micro-batches: as many as fit in hi, then trim the excess from the
      * slowest pipelines */

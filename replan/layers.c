@@ -493,7 +493,11 @@ done:
     return rc;
 }
 
-void rp_cache_free(ctx *c)
+/* Entries of the composition cache beyond which it is emptied (about 250
+ * bytes each: 128 MB). */
+#define RP_CACHE_MAX ((size_t)1 << 19)
+
+static void cache_clear(ctx *c)
 {
     for (size_t i = 0; i < c->cache_cap; i++) {
         free(c->cache[i].key);
@@ -503,6 +507,16 @@ void rp_cache_free(ctx *c)
     free(c->cache);
     c->cache = NULL;
     c->cache_cap = c->cache_n = 0;
+}
+
+void rp_cache_trim(ctx *c)
+{
+    if (c->cache_n > RP_CACHE_MAX) cache_clear(c);
+}
+
+void rp_cache_free(ctx *c)
+{
+    cache_clear(c);
     free(c->scratch);
     c->scratch = NULL;
     c->scratch_cap = 0;

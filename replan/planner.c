@@ -181,6 +181,7 @@ static int try_state(search *s, state *st, int *better)
         s->evals_left = 0;
         return 0;
     }
+    rp_cache_trim(s->c);
     if ((rc = assemble(s, st))) return rc;
     s->n_cand++;
     if ((rc = rp_eval_blocks(s->c, s->k, s->sg, s->ns, s->window, s->best.T, &T, NULL))) return rc;
@@ -543,37 +544,38 @@ static int proxy_option(ctx *c, const nclass *k, int *out)
     return 0;
 }
 
-static const search *g_sort_s;
-static const state *g_sort_st;
-/* bundles by how far their capacity falls short of the slots they cover */
+/* a bundle by how far its capacity falls short of the slots it covers */
+typedef struct deficit {
+    double d;
+    int a;
+} deficit;
 static int cmp_deficit(const void *x, const void *y)
 {
-    int a = *(const int *)x, b = *(const int *)y;
-    const search *s = g_sort_s;
-    const nopt *u = opt_of(s, g_sort_st, a), *v = opt_of(s, g_sort_st, b);
-    double du = s->c->classes[s->c->nodes[s->act[a]].cls].R / (double)s->c->t - u->cap;
-    double dv = s->c->classes[s->c->nodes[s->act[b]].cls].R / (double)s->c->t - v->cap;
-    if (du != dv) return du > dv ? -1 : 1;
-    return (a > b) - (a < b);
+    const deficit *u = x, *v = y;
+    if (u->d != v->d) return u->d > v->d ? -1 : 1;
+    return (u->a > v->a) - (u->a < v->a);
 }
 
 /* Blocks: each node's groups together ("bundle"); bundles dealt to nb
  * blocks in a snake, most deficient first (nb <= 0: one block each). */
 static int deal_bundles(search *s, state *st, int nb)
 {
-    int *order = malloc((size_t)MAL_MAX(1, s->n_act) * sizeof *order), n = 0;
+    deficit *order = malloc((size_t)MAL_MAX(1, s->n_act) * sizeof *order);
+    int n = 0;
     if (!order) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
-    for (int a = 0; a < s->n_act; a++)
-        if (opt_of(s, st, a)->n_groups > 0) order[n++] = a;
-    g_sort_s = s;
-    g_sort_st = st;
+    for (int a = 0; a < s->n_act; a++) {
+        const nopt *o = opt_of(s, st, a);
+        if (o->n_groups == 0) continue;
+        double d = s->c->classes[s->c->nodes[s->act[a]].cls].R / (double)s->c->t - o->cap;
+        order[n++] = (deficit){d, a};
+    }
     qsort(order, (size_t)n, sizeof *order, cmp_deficit);
     int k = nb <= 0 ? n : MAL_MIN(n, nb);
     for (int i = 0; i < n; i++) {
         int round = i / MAL_MAX(1, k), pos = i % MAL_MAX(1, k);
         int b = (round % 2 == 0) ? pos : k - 1 - pos;
         for (int g = 0; g < s->gmax; g++)
-            st->blk[order[i] * s->gmax + g] = b;
+            st->blk[order[i].a * s->gmax + g] = b;
     }
     free(order);
     return 0;
@@ -637,6 +639,7 @@ static int constructions(search *s)
      * nominal pipeline count */
     for (int k = 0; k < c->n_classes; k++) {
         if (rp_out_of_time(c)) goto done;
+        rp_cache_trim(c);
         by_class[k] = 0;
         if (c->classes[k].R > 0 && (rc = proxy_option(c, &c->classes[k], &by_class[k])))
             goto done;
@@ -939,6 +942,14 @@ static int build_plan(search *s, mal_plan *out)
     Si = malloc((size_t)D * sizeof *Si);
     if (!ent || !mi || !cls || !count || !Sc || !mc || !Pc || !Pi || !Si) goto oom;
     int n_slots = 0, n_cls = 0, Smax = 1;
+    /* every composition into the cache first: an insertion may move the
+     * entries, so the pointers kept below are taken once all are in */
+    for (int i = 0; i < D; i++) {
+        int h = i < s->k ? ev.h[i] : ev.hp[i - s->k];
+        const centry *e;
+        if ((rc = rp_composition(c, h, i < s->k ? s->sg[i] : NULL, i < s->k ? s->ns[i] : 0, &e)))
+            goto cleanup;
+    }
     for (int i = 0; i < D; i++) {
         int h = i < s->k ? ev.h[i] : ev.hp[i - s->k];
         if ((rc = rp_composition(c, h, i < s->k ? s->sg[i] : NULL, i < s->k ? s->ns[i] : 0,

@@ -124,6 +124,10 @@ double rp_alpha(const ctx *c, int size);
  * *out points into the cache until rp_cache_free.  Local. */
 int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out);
 void rp_cache_free(ctx *c);
+/* Empty the cache when it holds more than RP_CACHE_MAX compositions (a
+ * bound on the planner's memory; the results are the same, recomputed).
+ * Only where no pointer into the cache is held.  Local. */
+void rp_cache_trim(ctx *c);
 /* Most layers a group of `size` can hold anywhere in any pipeline (an upper
  * bound used by the pruning). */
 int rp_layer_cap_max(const ctx *c, int size);
