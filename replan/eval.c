@@ -142,6 +142,7 @@ typedef struct evalctx {
     int *f, *g, *garg;  /* [hmax + 1], [H + 1], [H + 1] */
     int *dp, *nd, *arg; /* exact: [width], [width], [k * width] */
     int *hb;            /* price: [k] each block's healthy count */
+    int *mt;            /* price: [wsum] each block's micro-batches by count */
     int hstar, rlim;    /* price: g(R) = g(R - hstar) + f(hstar) above rlim */
 } evalctx;
 
@@ -225,24 +226,25 @@ static int g_at(const evalctx *e, long R)
 }
 
 /* Every block takes the healthy count in its window that maximises
- * m(h) - lambda h (ties: the fewer), into e->hb; *runs_out the blocks'
- * micro-batches (capped at M).  The healthy groups taken, or -1 when a
- * block can run its S micro-batches with none of its counts. */
-static long price_pick(evalctx *e, double T, double lambda, long *runs_out)
+ * m(h) - lambda h (ties: the fewer), into e->hb; m from e->mt (the trial
+ * step time's); *runs_out the blocks' micro-batches (capped at M).  The
+ * healthy groups taken, or -1 when a block can run its S micro-batches with
+ * none of its counts. */
+static long price_pick(evalctx *e, double lambda, long *runs_out)
 {
     long taken = 0, total = 0;
+    const int *mt = e->mt;
     for (int i = 0; i < e->k; i++) {
         const blockinfo *bi = &e->b[i];
         int arg = -1, marg = 0;
         double best = -INFINITY;
-        for (int h = bi->lo; h <= bi->hi; h++) {
-            int m = rp_runs(T, bi->P[h - bi->lo], bi->S[h - bi->lo], e->M);
-            if (m < 0) continue;
-            double v = m - lambda * h;
+        for (int h = bi->lo; h <= bi->hi; h++, mt++) {
+            if (*mt < 0) continue;
+            double v = *mt - lambda * h;
             if (v > best) {
                 best = v;
                 arg = h;
-                marg = m;
+                marg = *mt;
             }
         }
         if (arg < 0) return -1;
@@ -281,28 +283,34 @@ static int feasible_price(evalctx *e, double T)
     }
     e->rlim = e->hstar ? (int)MAL_MIN((long)e->H, (long)(e->hstar - 1) * e->hmax + e->hstar) : 0;
     healthy_only(e, e->rlim);
-    long runs_b, taken = price_pick(e, T, lambda, &runs_b);
+    /* every block's micro-batches at every count, once for this T */
+    int *mt = e->mt;
+    for (int i = 0; i < e->k; i++)
+        for (int j = 0; j <= e->b[i].hi - e->b[i].lo; j++)
+            *mt++ = rp_runs(T, e->b[i].P[j], e->b[i].S[j], e->M);
+    long runs_b, taken = price_pick(e, lambda, &runs_b);
     int picks = 1;
     if (taken > e->H) {
         /* at a price above M every block takes its least count (one more
-         * group gains at most M micro-batches) */
+         * group gains at most M micro-batches); the slopes that decide
+         * differ by at least 1 / window^2, so 32 halvings separate them */
         double lo = lambda, hi = e->M + 1.0;
         picks++;
-        if (price_pick(e, T, hi, &runs_b) > e->H) {
-            c->work += (double)e->rlim * e->hmax + picks * e->wsum + 1000;
+        if (price_pick(e, hi, &runs_b) > e->H) {
+            c->work += (double)e->rlim * e->hmax + (picks + 1) * e->wsum + 1000;
             return 0;
         }
-        for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; it++, picks++) {
+        for (int it = 0; it < 32 && hi - lo > 1e-9 * hi; it++, picks++) {
             double mid = 0.5 * (lo + hi);
-            if (price_pick(e, T, mid, &runs_b) <= e->H)
+            if (price_pick(e, mid, &runs_b) <= e->H)
                 hi = mid;
             else
                 lo = mid;
         }
-        taken = price_pick(e, T, hi, &runs_b);
+        taken = price_pick(e, hi, &runs_b);
         picks++;
     }
-    c->work += (double)e->rlim * e->hmax + picks * e->wsum + 1000;
+    c->work += (double)e->rlim * e->hmax + (picks + 1) * e->wsum + 1000;
     if (taken < 0) return 0;
     int gR = g_at(e, e->H - taken);
     return gR >= 0 && runs_b + gR >= e->M;
@@ -446,8 +454,9 @@ int rp_eval_blocks(ctx *c, int k, sgrp *const *sg, const int *ns, int window, do
         e.arg = malloc((size_t)MAL_MAX(1, k) * e.width * sizeof *e.arg);
     } else {
         e.hb = malloc((size_t)MAL_MAX(1, k) * sizeof *e.hb);
+        e.mt = malloc((size_t)MAL_MAX(1.0, e.wsum) * sizeof *e.mt);
     }
-    if (!e.f || !e.g || !e.garg || (e.exact ? !e.dp || !e.nd || !e.arg : !e.hb)) {
+    if (!e.f || !e.g || !e.garg || (e.exact ? !e.dp || !e.nd || !e.arg : !e.hb || !e.mt)) {
         rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
         goto done;
     }
@@ -592,5 +601,6 @@ done:
     free(e.nd);
     free(e.arg);
     free(e.hb);
+    free(e.mt);
     return rc;
 }

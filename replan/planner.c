@@ -33,6 +33,8 @@
  * its first this many distinct compositions: checks of the search's exact
  * values that stay within a second at any scale. */
 #define RP_LP_CLASSES 64
+
+
 #define RP_LP_LAYERS 256
 /* Healthy-count window of the restricted evaluation (eval.c), and the size
  * (blocks x healthy groups x healthy counts) up to which every count is
@@ -589,21 +591,54 @@ static void choose_by_class(const search *s, state *st, const int *by_class)
         st->choice[a] = by_class[s->c->nodes[s->act[a]].cls];
 }
 
-/* With a time limit, a plan to fall back on before anything slow: every
- * node's ranks in nominal groups, bundles snaked over the nominal pipeline
- * count less two (the first state of the second construction below, so a
- * search that runs to its end finds one at least as good and this one is
- * never used).  Once it exists the time limit applies.  Kept apart from the
- * search's incumbent, whose pruning and ties it must not change. */
-static int fallback_plan(search *s, const int *whole)
+/* nodes by the slowest group of their option (in deficit.d), then index */
+static int cmp_slowest(const void *x, const void *y)
+{
+    const deficit *u = x, *v = y;
+    if (u->d != v->d) return u->d < v->d ? -1 : 1;
+    return (u->a > v->a) - (u->a < v->a);
+}
+
+/* With a time limit, a plan to fall back on before anything slow: the
+ * nodes take the options `by_class` gives, ordered by their slowest group
+ * and cut in that order into blocks whose groups could hold 1.5 L layers
+ * (slow groups share pipelines; equal blocks share their layer solves, so
+ * it is cheap at any scale).  Once it exists the time limit applies.  It is
+ * kept apart from the search, whose pruning and ties it must not change,
+ * and used only when the limit cut the search short and it is the better
+ * plan. */
+static int fallback_plan(search *s, const int *by_class)
 {
     ctx *c = s->c;
     state st = {0};
-    int rc;
+    deficit *order = NULL;
+    int rc, n = 0;
     double T;
     if ((rc = state_alloc(s, &st))) return rc;
-    choose_by_class(s, &st, whole);
-    if ((rc = deal_bundles(s, &st, MAL_MAX(1, c->dp_nom - 2))) || (rc = assemble(s, &st)) ||
+    order = malloc((size_t)MAL_MAX(1, s->n_act) * sizeof *order);
+    if (!order) {
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    choose_by_class(s, &st, by_class);
+    for (int a = 0; a < s->n_act; a++) {
+        const nopt *o = opt_of(s, &st, a);
+        if (o->n_groups > 0) order[n++] = (deficit){o->ymax, a};
+    }
+    qsort(order, (size_t)n, sizeof *order, cmp_slowest);
+    for (int i = 0, b = 0, in_b = 0; i < n; i++) {
+        int a = order[i].a;
+        for (int g = 0; g < s->gmax; g++)
+            st.blk[a * s->gmax + g] = b;
+        const nopt *o = opt_of(s, &st, a);
+        for (int g = 0; g < o->n_groups; g++)
+            in_b += rp_layer_cap_max(c, o->g[g].size);
+        if (in_b >= 1.5 * c->L) {
+            b++;
+            in_b = 0;
+        }
+    }
+    if ((rc = assemble(s, &st)) ||
         (rc = rp_eval_blocks(c, s->k, s->sg, s->ns, s->window, INFINITY, &T, NULL)))
         goto done;
     mal_log(MAL_LOG_DEBUG, "replan: plan to fall back on: T %g after %d blocks", T, s->k);
@@ -615,6 +650,7 @@ static int fallback_plan(search *s, const int *whole)
     }
 done:
     state_free(&st);
+    free(order);
     return rc;
 }
 
@@ -634,7 +670,17 @@ static int constructions(search *s)
     if ((rc = state_alloc(s, &st))) goto done;
     for (int k = 0; k < c->n_classes; k++)
         whole[k] = whole_option(c, &c->classes[k]);
-    if (c->deadline < INFINITY && !c->have_plan && (rc = fallback_plan(s, whole))) goto done;
+    if (c->deadline < INFINITY && !c->have_plan) {
+        /* the marginal options of pipelines one stage deeper than nominal
+         * (as the last family below): cheap to choose, and they suspend
+         * what cannot hold a layer at that pace; else every node whole */
+        int S = MAL_MIN(c->L, c->pp_nom + 1), P = (c->L + S - 1) / S;
+        double rho = S * ((double)c->M / MAL_MAX(1, c->world / c->th) + 1) / c->L;
+        for (int k = 0; k < c->n_classes; k++)
+            by_class[k] = marginal_option(c, &c->classes[k], P * c->yh, rho);
+        if ((rc = fallback_plan(s, by_class))) goto done;
+        if (!c->have_plan && (rc = fallback_plan(s, whole))) goto done;
+    }
     /* issue 4's: proxy options, bundles snaked over D blocks, D near the
      * nominal pipeline count */
     for (int k = 0; k < c->n_classes; k++) {
@@ -957,7 +1003,9 @@ static int build_plan(search *s, mal_plan *out)
             goto cleanup;
         n_slots += h;
         Smax = MAL_MAX(Smax, ent[i]->S);
+        /* the classes for lp_solve, while there are few enough for it */
         int found = -1;
+        if (n_cls > RP_LP_CLASSES) continue;
         for (int q = 0; q < n_cls && found < 0; q++)
             if (Pc[q] == ent[i]->P && Sc[q] == ent[i]->S) found = q;
         if (found < 0) {
