@@ -9,6 +9,9 @@ check_PROGRAMS += tests/test_replan tests/test_replan_sim tests/test_replan_poli
 TESTS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
 dist_check_SCRIPTS += tests/test_replan_cli.sh
 TESTS += tests/test_replan_cli.sh
+# Time and memory bounded at 131,072 and 2^20 ranks (--time-limit).
+dist_check_SCRIPTS += tests/test_replan_limits.sh
+TESTS += tests/test_replan_limits.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 

@@ -33,8 +33,6 @@
  * its first this many distinct compositions: checks of the search's exact
  * values that stay within a second at any scale. */
 #define RP_LP_CLASSES 64
-
-
 #define RP_LP_LAYERS 256
 /* Healthy-count window of the restricted evaluation (eval.c), and the size
  * (blocks x healthy groups x healthy counts) up to which every count is
@@ -1575,11 +1573,6 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     best.time_limit = in->time_limit;
     best.exhaustive = exact && !skipped;
     best.seconds = mal_now() - t0;
-    if (stop == MAL_REPLAN_STOP_TIME) {
-        char msg[256];
-        mal_replan_describe_search(&best, p, msg, sizeof msg);
-        mal_log(MAL_LOG_INFO, "replan: %s; %.2f s spent", msg, best.seconds);
-    }
     if (stats) *stats = best;
     return 0;
 }

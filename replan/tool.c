@@ -223,6 +223,12 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         }
     } else {
         rc = mal_replan(&in, &plan, &st);
+        if (!rc && st.stop == MAL_REPLAN_STOP_TIME) {
+            /* what the limit cost, whatever else was asked for */
+            char line[256];
+            mal_replan_describe_search(&st, &prof, line, sizeof line);
+            fprintf(info, "malleus-replan: %s; %.2f s spent\n", line, st.seconds);
+        }
     }
     if (rc) goto done;
     if (o->out_path) {

@@ -66,6 +66,11 @@ static char *plan_on_rank0(struct mal_trainer *tr)
     if ((rc = mal_plan_to_string(&out, &text))) goto fail;
     mal_log(MAL_LOG_INFO, "replan: new plan in %.3f s (%d pipelines, %d suspended)", stats.seconds,
             out.n_pipelines, out.n_suspended);
+    if (stats.stop == MAL_REPLAN_STOP_TIME) {
+        char line[256];
+        mal_replan_describe_search(&stats, &prof, line, sizeof line);
+        mal_log(MAL_LOG_INFO, "replan: %s", line);
+    }
     goto done;
 fail:
     mal_log(MAL_LOG_WARN, "replan failed, keeping the current plan: %s", mal_errmsg());
