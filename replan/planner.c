@@ -53,6 +53,7 @@ typedef struct search {
     ctx *c;
     int n_act;           /* nodes with non-full positions */
     int *act;            /* [n_act] their node indices */
+    int *prev_same;      /* [n_act] the previous active node of the same class (-1: none) */
     int gmax;            /* most groups of any option */
     int window;          /* eval window (-1: exact) */
     state best;          /* best so far (T = INFINITY: none) */
@@ -447,13 +448,9 @@ static int exhaustive(search *s, state *st, int a)
         return partitions(s, st);
     }
     const ctx *c = s->c;
-    int cls = c->nodes[s->act[a]].cls, first = 0;
+    int cls = c->nodes[s->act[a]].cls;
     /* the previous active node of the same class bounds this one's option */
-    for (int b = a - 1; b >= 0; b--)
-        if (c->nodes[s->act[b]].cls == cls) {
-            first = st->choice[b];
-            break;
-        }
+    int first = s->prev_same[a] >= 0 ? st->choice[s->prev_same[a]] : 0;
     for (int q = first; q < c->classes[cls].n_opts; q++) {
         st->choice[a] = q;
         int rc = exhaustive(s, st, a + 1);
@@ -668,10 +665,11 @@ static int constructions(search *s)
     if ((rc = state_alloc(s, &st))) goto done;
     for (int k = 0; k < c->n_classes; k++)
         whole[k] = whole_option(c, &c->classes[k]);
-    if (c->deadline < INFINITY && !c->have_plan) {
+    if (c->deadline < INFINITY && !c->have_plan && s->n_act > 0) {
         /* the marginal options of pipelines one stage deeper than nominal
          * (as the last family below): cheap to choose, and they suspend
-         * what cannot hold a layer at that pace; else every node whole */
+         * what cannot hold a layer at that pace; else every node whole.
+         * (Without stragglers the first construction is the only grouping.) */
         int S = MAL_MIN(c->L, c->pp_nom + 1), P = (c->L + S - 1) / S;
         double rho = S * ((double)c->M / MAL_MAX(1, c->world / c->th) + 1) / c->L;
         for (int k = 0; k < c->n_classes; k++)
@@ -752,11 +750,9 @@ static int local_search(search *s)
         /* options of a whole class at once (the nodes' groups stay where
          * they are, or join the class's first node's block) */
         for (int a = 0; a < s->n_act && !improved && s->evals_left > 0; a++) {
-            int cls = s->c->nodes[s->act[a]].cls, first = 1;
-            for (int b = 0; b < a && first; b++)
-                first = s->c->nodes[s->act[b]].cls != cls;
+            int cls = s->c->nodes[s->act[a]].cls;
             const nclass *k = &s->c->classes[cls];
-            if (!first || k->n_nodes < 2) continue;
+            if (s->prev_same[a] >= 0 || k->n_nodes < 2) continue; /* the class's first node */
             for (int q = 0; q < k->n_opts && !improved && s->evals_left > 0; q++) {
                 int changed = 0;
                 for (int b = a; b < s->n_act; b++) {
@@ -1315,6 +1311,24 @@ static int plan_with(const mal_replan_input *in, int th, double t0, double deadl
             s.gmax = MAL_MAX(s.gmax, k->opts[q].n_groups);
     }
     s.gmax = MAL_MAX(1, s.gmax);
+    /* each active node's previous one of its class, in one pass (a scan
+     * back per node would be quadratic where most situations are unique) */
+    {
+        int *last = malloc((size_t)MAL_MAX(1, c.n_classes) * sizeof *last);
+        s.prev_same = malloc((size_t)MAL_MAX(1, s.n_act) * sizeof *s.prev_same);
+        if (!last || !s.prev_same) {
+            free(last);
+            goto oom;
+        }
+        for (int k = 0; k < c.n_classes; k++)
+            last[k] = -1;
+        for (int a = 0; a < s.n_act; a++) {
+            int cls = c.nodes[s.act[a]].cls;
+            s.prev_same[a] = last[cls];
+            last[cls] = a;
+        }
+        free(last);
+    }
     int nid = s.n_act * s.gmax, n_spec = nid;
     s.ns = malloc((size_t)MAL_MAX(1, nid) * sizeof *s.ns);
     s.sg = malloc((size_t)MAL_MAX(1, nid) * sizeof *s.sg);
@@ -1440,6 +1454,7 @@ cleanup:
     state_free(&s.cur);
     state_free(&s.fallback);
     free(s.act);
+    free(s.prev_same);
     free(s.ns);
     free(s.sg);
     free(s.src);

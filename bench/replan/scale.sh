@@ -5,7 +5,7 @@
 # and memory").
 #
 #   sh bench/replan/scale.sh [BUILD_DIR]
-#   sh bench/replan/scale.sh BUILD_DIR envelope [SIZES [FRACTIONS [MAX_S]]]
+#   sh bench/replan/scale.sh BUILD_DIR envelope [SIZES [FRACTIONS [MAX_S [LIMITS]]]]
 #
 # speed: 70b on 8-GPU nodes with 80 GiB, M = ranks / 2, stragglers from
 #   bench/replan/gen.py (5 % of 64 and 1,024 ranks, 1 % of 10,000, 0.1 % of
@@ -17,11 +17,12 @@
 # bound / step.
 # envelope: the same cluster and model, M = ranks / 2, stragglers from gen.py
 #   at every fraction of FRACTIONS (default "0 0.05 0.2") for every size of
-#   SIZES (default "1024 8192 32768 131072 1048576"), once with the default
-#   time limit and once without (--time-limit 0; given up after MAX_S
-#   seconds, default 1800).  Columns: ranks, fraction, limit, wall seconds of
-#   the whole command, peak resident MB (getrusage of the child), planning
-#   seconds, step, the search's lower bound, gap, why it stopped.
+#   SIZES (default "1024 8192 32768 131072 1048576"), under every limit of
+#   LIMITS (default "default 0": malleus-replan's default, and none; a run is
+#   given up after MAX_S seconds, default 1800).  Columns: ranks, fraction,
+#   limit, wall seconds of the whole command, peak resident MB (getrusage of
+#   the child), planning seconds, step, the search's lower bound, gap, why
+#   it stopped.
 # Run under flock /tmp/malleus-heavy.lock for timings.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,13 +35,14 @@ if [ "${2:-}" = envelope ]; then
     sizes=${3:-"1024 8192 32768 131072 1048576"}
     fracs=${4:-"0 0.05 0.2"}
     max_s=${5:-1800}
+    limits=${6:-"default 0"}
     printf '%8s %5s %6s %8s %8s %8s %8s %8s %6s %s\n' ranks frac limit wall_s peak_MB plan_s \
         step_s bound_s gap stop
     for n in $sizes; do
         for f in $fracs; do
             if [ "$f" = 0 ]; then echo '{}' >"$tmp/rates.json"; else
                 "$py" "$here/gen.py" "$n" "$f" 1.5 12 "$n" >"$tmp/rates.json"; fi
-            for limit in default 0; do
+            for limit in $limits; do
                 lim=""
                 [ "$limit" = default ] || lim="--time-limit $limit"
                 # shellcheck disable=SC2086
