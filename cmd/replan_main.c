@@ -62,6 +62,10 @@ int main(int argc, char **argv)
          .help = "output the nominal uniform plan instead of planning"},
         {MAL_OPT_CHOICE, "search", 0, "MODE", .target = &o.search, .choices = search_modes,
          .values = search_values, .help = "auto (default), exhaustive or heuristic"},
+        {MAL_OPT_DOUBLE, "time-limit", 0, "SECONDS", .target = &o.time_limit, .flo = 0, .fhi = 1e9,
+         .help = "stop searching after SECONDS and write the best plan\n"
+                 "found, with its gap to the lower bound (--explain;\n"
+                 "stderr when the limit stops it); 0: no limit (default 60)"},
         {MAL_OPT_FLAG, "summary", 0, .target = &o.summary, .ival = 1,
          .help = "print one JSON line with times and statistics"},
         {MAL_OPT_FLAG, "print-profile", 0, .target = &o.print_profile, .ival = 1,

@@ -194,6 +194,10 @@ int main(int argc, char **argv)
          .flo = 1, .fhi = 1e9, .help = "device memory for the online planner (default: 16384)"},
         {MAL_OPT_STRING, "planner-profile", .metavar = "P", .target = &o->profile,
          .help = "planner profile: preset or JSON file (default: --model)"},
+        {MAL_OPT_DOUBLE, "planner-time-limit", .metavar = "S", .target = &o->planner_time_limit,
+         .flo = -1, .fhi = 1e9,
+         .help = "seconds the online planner searches before it takes the\n"
+                 "best plan found (default: 5; -1: no limit)"},
         {MAL_OPT_FUNC, "inject", .metavar = "R:F[:FROM[:TO]]", .fn = mal_train_cli_inject,
          .help = "TEST FEATURE: slow rank R by factor F from step FROM\n"
                  "to step TO (0-based, TO exclusive), as --inject-mode\n"

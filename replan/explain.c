@@ -169,3 +169,16 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
     mal_cost_eval_fini(&ev);
     return 0;
 }
+
+void mal_replan_explain_search(FILE *f, const mal_replan_input *in, const mal_replan_stats *st)
+{
+    char line[256];
+    mal_replan_describe_search(st, in->profile, line, sizeof line);
+    fprintf(f, "search: %s\n", line);
+    fprintf(f, "search: %d configurations evaluated, %d pruned, %.3f s", st->n_candidates,
+            st->n_pruned, st->seconds);
+    if (st->time_limit > 0)
+        fprintf(f, " of a %g s limit\n", st->time_limit);
+    else
+        fprintf(f, ", no time limit\n");
+}

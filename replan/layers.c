@@ -236,10 +236,45 @@ static int feasible(solver *s, double P)
     return held(s) >= s->L;
 }
 
-static int cmp_dbl(const void *a, const void *b)
+/* The next n bytes (8-aligned) of the solver's scratch: their offset. */
+static size_t take(size_t *off, size_t n)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    size_t at = *off;
+    *off += (n + 7) & ~(size_t)7;
+    return at;
+}
+
+/* The candidate periods y * l >= lb of every distinct rate y (l = 1..L),
+ * ascending and without repeats, into cand; their number.  Each rate's
+ * list is ascending already: a merge of the lists, not a sort. */
+static size_t candidates(const ctx *c, int h, const sgrp *sg, int ns, double lb, double *cand,
+                         double *ys, int *next)
+{
+    int L = c->L, k = 0;
+    for (int i = -1; i < ns; i++) {
+        double y = i < 0 ? c->yh : sg[i].y;
+        if ((i < 0 && h == 0) || (i > 0 && y == sg[i - 1].y)) continue;
+        int l = 1;
+        while (l <= L && y * l < lb)
+            l++;
+        if (l > L) continue;
+        ys[k] = y;
+        next[k++] = l;
+    }
+    size_t n = 0;
+    for (;;) {
+        int arg = -1;
+        double v = INFINITY;
+        for (int q = 0; q < k; q++)
+            if (next[q] <= L && ys[q] * next[q] < v) {
+                v = ys[q] * next[q];
+                arg = q;
+            }
+        if (arg < 0) break;
+        next[arg]++;
+        if (n == 0 || v != cand[n - 1]) cand[n++] = v;
+    }
+    return n;
 }
 
 /* Solve composition e: h healthy full groups and ns sorted specials. */
@@ -248,11 +283,34 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     int S = h + ns, L = c->L, rc = 0;
     e->P = INFINITY;
     if (S < 1 || S > L || S > RP_MAX_STAGES) return 0;
-    int *kind = malloc((size_t)S * sizeof *kind);
-    int *ubh = malloc((size_t)S * sizeof *ubh);
-    int *ubs = malloc((size_t)MAL_MAX(1, ns) * S * sizeof *ubs);
-    int *pref = malloc((size_t)MAL_MAX(1, ns) * sizeof *pref);
-    double *cand = NULL, *yj = malloc((size_t)S * sizeof *yj);
+    /* every array of this solve from one scratch buffer kept in the context
+     * (a composition is solved for every option of every node situation:
+     * hundreds of thousands at scale) */
+    size_t nsx = (size_t)MAL_MAX(1, ns), S1 = (size_t)S + 1, off = 0;
+    size_t ncand = L <= RP_MAX_CAND ? (nsx + 1) * L + 1 : 1;
+    size_t o_kind = take(&off, S * sizeof(int)), o_ubh = take(&off, S * sizeof(int));
+    size_t o_ubs = take(&off, nsx * S * sizeof(int)), o_pref = take(&off, nsx * sizeof(int));
+    size_t o_cand = take(&off, ncand * sizeof(double)), o_yj = take(&off, S * sizeof(double));
+    size_t o_ys = take(&off, (nsx + 1) * sizeof(double));
+    size_t o_next = take(&off, (nsx + 1) * sizeof(int)), o_pos = take(&off, nsx * sizeof(int));
+    size_t o_taken = take(&off, (size_t)S), o_caps = take(&off, nsx * sizeof(int));
+    size_t o_a = take(&off, nsx * S * sizeof(long long));
+    size_t o_u = take(&off, (nsx + 1) * sizeof(long long));
+    size_t o_v = take(&off, S1 * sizeof(long long)), o_minv = take(&off, S1 * sizeof(long long));
+    size_t o_p = take(&off, S1 * sizeof(int)), o_way = take(&off, S1 * sizeof(int));
+    size_t o_used = take(&off, S1);
+    if (off > c->scratch_cap) {
+        unsigned char *nb = realloc(c->scratch, off);
+        if (!nb) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        c->scratch = nb;
+        c->scratch_cap = off;
+    }
+    unsigned char *base = c->scratch;
+    int *kind = (int *)(base + o_kind), *ubh = (int *)(base + o_ubh);
+    int *ubs = (int *)(base + o_ubs), *pref = (int *)(base + o_pref);
+    double *cand = (double *)(base + o_cand), *yj = (double *)(base + o_yj);
+    double *ys = (double *)(base + o_ys);
+    int *next = (int *)(base + o_next);
     solver s = {0};
     s.S = S;
     s.L = L;
@@ -260,19 +318,16 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     s.yh = c->yh;
     s.ns = ns;
     s.sg = sg;
-    s.pos = malloc((size_t)MAL_MAX(1, ns) * sizeof *s.pos);
-    s.taken = malloc((size_t)S);
-    s.caps = malloc((size_t)MAL_MAX(1, ns) * sizeof *s.caps);
-    s.a = malloc((size_t)MAL_MAX(1, ns) * S * sizeof *s.a);
-    s.u = malloc((size_t)(ns + 1) * sizeof *s.u);
-    s.v = malloc((size_t)(S + 1) * sizeof *s.v);
-    s.minv = malloc((size_t)(S + 1) * sizeof *s.minv);
-    s.p = malloc((size_t)(S + 1) * sizeof *s.p);
-    s.way = malloc((size_t)(S + 1) * sizeof *s.way);
-    s.used = malloc((size_t)(S + 1));
-    if (!kind || !ubh || !ubs || !pref || !yj || !s.pos || !s.taken || !s.caps || !s.a || !s.u ||
-        !s.v || !s.minv || !s.p || !s.way || !s.used)
-        goto oom;
+    s.pos = (int *)(base + o_pos);
+    s.taken = (char *)(base + o_taken);
+    s.caps = (int *)(base + o_caps);
+    s.a = (long long *)(base + o_a);
+    s.u = (long long *)(base + o_u);
+    s.v = (long long *)(base + o_v);
+    s.minv = (long long *)(base + o_minv);
+    s.p = (int *)(base + o_p);
+    s.way = (int *)(base + o_way);
+    s.used = (char *)(base + o_used);
     rule_order(h, ns, kind);
     for (int j = 0; j < S; j++)
         if (kind[j] >= 0) pref[kind[j]] = j;
@@ -304,19 +359,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     /* with every group at y * L the test is memory alone */
     if (!feasible(&s, ymax * L)) goto done;
     if (L <= RP_MAX_CAND) {
-        cand = malloc(((size_t)(ns + 1) * L + 1) * sizeof *cand);
-        if (!cand) goto oom;
-        size_t n_cand = 0;
-        for (int i = -1; i < ns; i++) {
-            double y = i < 0 ? c->yh : sg[i].y;
-            if ((i < 0 && h == 0) || (i > 0 && y == sg[i - 1].y)) continue;
-            for (int l = 1; l <= L; l++)
-                if (y * l >= lb) cand[n_cand++] = y * l;
-        }
-        qsort(cand, n_cand, sizeof *cand, cmp_dbl);
-        size_t nu = 0;
-        for (size_t i = 0; i < n_cand; i++)
-            if (nu == 0 || cand[i] != cand[nu - 1]) cand[nu++] = cand[i];
+        size_t nu = candidates(c, h, sg, ns, lb, cand, ys, next);
         size_t lo = 0, hi = nu; /* cand[hi] feasible; cand[nu] = ymax * L */
         cand[nu] = ymax * L;
         while (lo < hi) {
@@ -373,22 +416,6 @@ oom:
     rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
 done:
     c->n_layer_solves++;
-    free(kind);
-    free(ubh);
-    free(ubs);
-    free(pref);
-    free(cand);
-    free(yj);
-    free(s.pos);
-    free(s.taken);
-    free(s.caps);
-    free(s.a);
-    free(s.u);
-    free(s.v);
-    free(s.minv);
-    free(s.p);
-    free(s.way);
-    free(s.used);
     return rc;
 }
 
@@ -466,7 +493,11 @@ done:
     return rc;
 }
 
-void rp_cache_free(ctx *c)
+/* Entries of the composition cache beyond which it is emptied (about 250
+ * bytes each: 128 MB). */
+#define RP_CACHE_MAX ((size_t)1 << 19)
+
+static void cache_clear(ctx *c)
 {
     for (size_t i = 0; i < c->cache_cap; i++) {
         free(c->cache[i].key);
@@ -476,4 +507,17 @@ void rp_cache_free(ctx *c)
     free(c->cache);
     c->cache = NULL;
     c->cache_cap = c->cache_n = 0;
+}
+
+void rp_cache_trim(ctx *c)
+{
+    if (c->cache_n > RP_CACHE_MAX) cache_clear(c);
+}
+
+void rp_cache_free(ctx *c)
+{
+    cache_clear(c);
+    free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_cap = 0;
 }

@@ -12,6 +12,9 @@ TESTS += tests/test_replan_cli.sh
 # The policy in a real run: noise makes no change, a straggler one that pays.
 dist_check_SCRIPTS += tests/test_policy_run.sh
 TESTS += tests/test_policy_run.sh
+# Time and memory bounded at 131,072 and 2^20 ranks (--time-limit).
+dist_check_SCRIPTS += tests/test_replan_limits.sh
+TESTS += tests/test_replan_limits.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 

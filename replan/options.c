@@ -47,67 +47,99 @@ double rp_alpha(const ctx *c, int s)
     return mal_profile_alpha(c->p, s);
 }
 
-/* ---- hashing of keys --------------------------------------------------- */
+/* ---- sets of byte keys ------------------------------------------------- */
 
-static uint64_t fnv(const char *s)
+static uint64_t fnv(const unsigned char *b, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
-/* A growable string set (open addressing); returns the index of `key`,
- * inserting it when new (*is_new = 1).  -1 when out of memory. */
-typedef struct strset {
+/* A growable set of byte strings (open addressing) with a value each;
+ * keyset_put returns the value of `key`, inserting it with `val` when new
+ * (*is_new = 1); -1 when out of memory.  Keys are exact bytes (rates as
+ * their doubles, not printed), kept one after another in one buffer. */
+typedef struct keyset {
     size_t cap, n;
-    char **keys;
+    size_t *at; /* [cap]: 1 + offset of the key in buf (0: empty slot) */
+    uint64_t *hash;
     int *val;
-} strset;
+    unsigned char *buf; /* each key: size_t length, then the bytes */
+    size_t len, buf_cap;
+} keyset;
 
-static void strset_free(strset *s)
+static void keyset_free(keyset *s)
 {
-    for (size_t i = 0; i < s->cap; i++)
-        free(s->keys[i]);
-    free(s->keys);
+    free(s->at);
+    free(s->hash);
     free(s->val);
+    free(s->buf);
     memset(s, 0, sizeof *s);
 }
 
-static int strset_put(strset *s, const char *key, int val, int *is_new)
+/* Empty the set, keeping its memory. */
+static void keyset_clear(keyset *s)
+{
+    if (s->at) memset(s->at, 0, s->cap * sizeof *s->at);
+    s->n = 0;
+    s->len = 0;
+}
+
+static int keyset_put(keyset *s, const unsigned char *key, size_t len, int val, int *is_new)
 {
     if (2 * (s->n + 1) > s->cap) {
         size_t ncap = s->cap ? 2 * s->cap : 64;
-        char **nk = calloc(ncap, sizeof *nk);
+        size_t *na = calloc(ncap, sizeof *na);
+        uint64_t *nh = calloc(ncap, sizeof *nh);
         int *nv = calloc(ncap, sizeof *nv);
-        if (!nk || !nv) {
-            free(nk);
+        if (!na || !nh || !nv) {
+            free(na);
+            free(nh);
             free(nv);
             return -1;
         }
         for (size_t i = 0; i < s->cap; i++) {
-            if (!s->keys[i]) continue;
-            size_t j = fnv(s->keys[i]) & (ncap - 1);
-            while (nk[j])
+            if (!s->at[i]) continue;
+            size_t j = s->hash[i] & (ncap - 1);
+            while (na[j])
                 j = (j + 1) & (ncap - 1);
-            nk[j] = s->keys[i];
+            na[j] = s->at[i];
+            nh[j] = s->hash[i];
             nv[j] = s->val[i];
         }
-        free(s->keys);
+        free(s->at);
+        free(s->hash);
         free(s->val);
-        s->keys = nk;
+        s->at = na;
+        s->hash = nh;
         s->val = nv;
         s->cap = ncap;
     }
-    size_t j = fnv(key) & (s->cap - 1);
-    while (s->keys[j] && strcmp(s->keys[j], key))
-        j = (j + 1) & (s->cap - 1);
-    if (s->keys[j]) {
-        *is_new = 0;
-        return s->val[j];
+    uint64_t h = fnv(key, len);
+    size_t j = h & (s->cap - 1);
+    for (; s->at[j]; j = (j + 1) & (s->cap - 1)) {
+        const unsigned char *k = s->buf + s->at[j] - 1;
+        size_t klen;
+        memcpy(&klen, k, sizeof klen);
+        if (s->hash[j] == h && klen == len && !memcmp(k + sizeof klen, key, len)) {
+            *is_new = 0;
+            return s->val[j];
+        }
     }
-    s->keys[j] = strdup(key);
-    if (!s->keys[j]) return -1;
+    if (s->len + sizeof len + len > s->buf_cap) {
+        size_t ncap = MAL_MAX(2 * s->buf_cap, s->len + sizeof len + len + 4096);
+        unsigned char *nb = realloc(s->buf, ncap);
+        if (!nb) return -1;
+        s->buf = nb;
+        s->buf_cap = ncap;
+    }
+    memcpy(s->buf + s->len, &len, sizeof len);
+    memcpy(s->buf + s->len + sizeof len, key, len);
+    s->at[j] = 1 + s->len;
+    s->len += sizeof len + len;
+    s->hash[j] = h;
     s->val[j] = val;
     s->n++;
     *is_new = 1;
@@ -125,9 +157,9 @@ typedef struct optgen {
     long visited;
     nopt *opts;
     int n_opts, cap_opts;
-    strset seen;
-    char *key;
-    size_t key_cap;
+    keyset *seen;       /* the groups' multisets seen (shared, cleared per class) */
+    sgrp *grp, *srt;    /* [R] scratch: the groups in position order, sorted */
+    unsigned char *key; /* [R * 12 + 4] scratch */
     int oom;
 } optgen;
 
@@ -135,9 +167,7 @@ typedef struct optgen {
  * of groups is known. */
 static void add_option(optgen *g, const int *sizes, int n, int a)
 {
-    sgrp *grp = malloc((size_t)(n > 0 ? n : 1) * sizeof *grp);
-    sgrp *srt = malloc((size_t)(n > 0 ? n : 1) * sizeof *srt);
-    if (!grp || !srt) goto oom;
+    sgrp *grp = g->grp, *srt = g->srt;
     int pos = 0;
     double cap = 0;
     for (int i = 0; i < n; i++) {
@@ -146,35 +176,42 @@ static void add_option(optgen *g, const int *sizes, int n, int a)
         cap += 1.0 / grp[i].y;
         pos += sizes[i];
     }
-    memcpy(srt, grp, (size_t)n * sizeof *srt);
-    qsort(srt, (size_t)n, sizeof *srt, rp_cmp_sgrp);
-    size_t need = 16 + (size_t)n * 40;
-    if (need > g->key_cap) {
-        char *nk = realloc(g->key, need);
-        if (!nk) goto oom;
-        g->key = nk;
-        g->key_cap = need;
+    /* the multiset: the groups sorted (insertion sort; a handful), as bytes */
+    for (int i = 0; i < n; i++) {
+        sgrp v = grp[i];
+        int j = i;
+        while (j > 0 && rp_cmp_sgrp(&srt[j - 1], &v) > 0) {
+            srt[j] = srt[j - 1];
+            j--;
+        }
+        srt[j] = v;
     }
-    int len = snprintf(g->key, need, "%d", n);
-    for (int i = 0; i < n; i++)
-        len += snprintf(g->key + len, need - (size_t)len, "|%d:%a", srt[i].size, srt[i].y);
+    size_t len = 0;
+    memcpy(g->key, &n, sizeof n);
+    len += sizeof n;
+    for (int i = 0; i < n; i++) {
+        memcpy(g->key + len, &srt[i].size, sizeof srt[i].size);
+        memcpy(g->key + len + sizeof srt[i].size, &srt[i].y, sizeof srt[i].y);
+        len += sizeof srt[i].size + sizeof srt[i].y;
+    }
     int is_new;
-    if (strset_put(&g->seen, g->key, g->n_opts, &is_new) < 0) goto oom;
-    free(srt);
-    if (!is_new) {
-        free(grp);
-        return;
-    }
+    if (keyset_put(g->seen, g->key, len, g->n_opts, &is_new) < 0) goto oom;
+    if (!is_new) return;
+    sgrp *keep = malloc((size_t)(n > 0 ? n : 1) * sizeof *keep);
+    if (!keep) goto oom;
+    memcpy(keep, grp, (size_t)n * sizeof *keep);
     if (mal_grow(&g->opts, &g->cap_opts, g->n_opts, sizeof *g->opts, 16)) {
-        free(grp);
-        g->oom = 1;
-        return;
+        free(keep);
+        goto oom;
     }
-    g->opts[g->n_opts++] = (nopt){n, grp, a, cap};
+    double ymax = 0, room = 0;
+    for (int i = 0; i < n; i++) {
+        ymax = MAL_MAX(ymax, keep[i].y);
+        room += rp_layer_cap_max(g->c, keep[i].size) - g->c->L;
+    }
+    g->opts[g->n_opts++] = (nopt){n, a, keep, cap, ymax, room};
     return;
 oom:
-    free(grp);
-    free(srt);
     g->oom = 1;
 }
 
@@ -241,6 +278,9 @@ static int match_dfs(const nopt *a, const nopt *b, int i, int *owner, char *seen
 static int dominates(const nopt *a, const nopt *b, int *owner, char *seen)
 {
     if (a->n_groups != b->n_groups) return 0;
+    /* what a matching implies, checked first: no fewer ranks, no slower
+     * slowest group, no less capacity (up to rounding of the sums) */
+    if (a->n_active < b->n_active || a->ymax > b->ymax || a->cap < b->cap * (1 - 1e-12)) return 0;
     for (int j = 0; j < a->n_groups; j++)
         owner[j] = -1;
     for (int i = 0; i < b->n_groups; i++) {
@@ -250,15 +290,24 @@ static int dominates(const nopt *a, const nopt *b, int *owner, char *seen)
     return 1;
 }
 
-/* Options of a class whose R non-full positions have rates xr[]. */
-static int class_options(ctx *c, nclass *k, const double *xr, int R)
+/* Options of a class whose R non-full positions have rates xr[];
+ * multisets is scratch. */
+static int class_options(ctx *c, nclass *k, const double *xr, int R, keyset *multisets)
 {
     optgen g = {0};
     int rc = 0, n_strag = 0;
+    keyset_clear(multisets);
+    g.seen = multisets;
     g.c = c;
     g.xr = xr;
     g.sizes = malloc((size_t)(2 * R + 64) * sizeof *g.sizes);
-    if (!g.sizes) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+    g.grp = malloc((size_t)(2 * R + 64) * sizeof *g.grp);
+    g.srt = malloc((size_t)(2 * R + 64) * sizeof *g.srt);
+    g.key = malloc((size_t)(2 * R + 64) * 12 + 4);
+    if (!g.sizes || !g.grp || !g.srt || !g.key) {
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
     for (int i = 0; i < R; i++)
         n_strag += xr[i] > 1.0;
     for (int u = 0; u <= R && !g.oom; u++) {
@@ -269,7 +318,7 @@ static int class_options(ctx *c, nclass *k, const double *xr, int R)
         for (int i = 0; i < g.n_opts; i++)
             free(g.opts[i].g);
         g.n_opts = 0;
-        strset_free(&g.seen);
+        keyset_clear(g.seen);
         restricted_options(&g, R, n_strag);
     }
     if (g.oom) {
@@ -293,7 +342,7 @@ static int class_options(ctx *c, nclass *k, const double *xr, int R)
     for (int i = 0; i < g.n_opts; i++)
         for (int j = 0; j < g.n_opts && !drop[i]; j++)
             if (j != i && !drop[j] && dominates(&g.opts[j], &g.opts[i], owner, seen)) drop[i] = 1;
-    int n = 0;
+    int n = 0, n_grp = 0;
     for (int i = 0; i < g.n_opts; i++) {
         if (drop[i])
             free(g.opts[i].g);
@@ -304,17 +353,38 @@ static int class_options(ctx *c, nclass *k, const double *xr, int R)
     free(owner);
     free(seen);
     free(drop);
-    k->opts = g.opts;
-    k->n_opts = g.n_opts;
+    /* the kept options' groups in one array, the options in an array of
+     * their size: a million node situations keep ~45 options each */
+    for (int i = 0; i < n; i++)
+        n_grp += g.opts[i].n_groups;
+    k->pool = malloc((size_t)MAL_MAX(1, n_grp) * sizeof *k->pool);
+    nopt *opts = malloc((size_t)MAL_MAX(1, n) * sizeof *opts);
+    if (!k->pool || !opts) {
+        free(opts);
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    n_grp = 0;
+    for (int i = 0; i < n; i++) {
+        opts[i] = g.opts[i];
+        memcpy(k->pool + n_grp, g.opts[i].g, (size_t)g.opts[i].n_groups * sizeof *k->pool);
+        free(g.opts[i].g);
+        opts[i].g = k->pool + n_grp;
+        n_grp += g.opts[i].n_groups;
+    }
+    free(g.opts);
     g.opts = NULL;
+    k->opts = opts;
+    k->n_opts = n;
 done:
     if (g.opts)
         for (int i = 0; i < g.n_opts; i++)
             free(g.opts[i].g);
     free(g.opts);
     free(g.sizes);
+    free(g.grp);
+    free(g.srt);
     free(g.key);
-    strset_free(&g.seen);
     return rc;
 }
 
@@ -377,13 +447,14 @@ int rp_build_nodes(ctx *c)
     const mal_cluster *cl = c->in->cluster;
     int t = c->th, rc = 0;
     int *start = calloc((size_t)cl->n_nodes + 1, sizeof *start);
-    int *members = malloc((size_t)c->world * sizeof *members);
+    /* every node's ranks, node by node; the nodes point into it */
+    int *members = c->node_ranks = malloc((size_t)MAL_MAX(1, c->world) * sizeof *members);
     curgroups cur = {0};
     int *pos = NULL, class_cap = 0;
     double *xr = malloc((size_t)MAL_MAX(1, c->world) * sizeof *xr);
-    char *key = NULL;
+    unsigned char *key = NULL;
     size_t key_cap = 0;
-    strset classes = {0};
+    keyset classes = {0}, seen = {0};
     c->n_nodes = cl->n_nodes;
     c->nodes = calloc((size_t)MAL_MAX(1, cl->n_nodes), sizeof *c->nodes);
     if (!start || !members || !xr || !c->nodes) goto oom;
@@ -449,26 +520,23 @@ int rp_build_nodes(ctx *c)
         nd->n_healthy_groups = F;
         c->H += F;
         nd->R = G - F * t;
-        nd->healthy = malloc((size_t)MAL_MAX(1, F * t) * sizeof *nd->healthy);
-        nd->rest = malloc((size_t)MAL_MAX(1, nd->R) * sizeof *nd->rest);
-        if (!nd->healthy || !nd->rest) goto oom;
-        memcpy(nd->healthy, m, (size_t)(F * t) * sizeof *m);
-        memcpy(nd->rest, m + F * t, (size_t)nd->R * sizeof *m);
-        /* the situation: the rates of the non-full positions */
-        size_t need = 32 + (size_t)nd->R * 32;
+        /* the node's ranks stay where they are in `members` (kept) */
+        nd->healthy = m;
+        nd->rest = m + F * t;
+        /* the situation: the rates of the non-full positions, as bytes */
+        size_t need = sizeof nd->R + (size_t)nd->R * sizeof *xr;
         if (need > key_cap) {
-            char *nk = realloc(key, need);
+            unsigned char *nk = realloc(key, need);
             if (!nk) goto oom;
             key = nk;
             key_cap = need;
         }
-        int len = snprintf(key, need, "%d", nd->R);
-        for (int i = 0; i < nd->R; i++) {
+        for (int i = 0; i < nd->R; i++)
             xr[i] = c->x[nd->rest[i]];
-            len += snprintf(key + len, need - (size_t)len, "|%a", xr[i]);
-        }
+        memcpy(key, &nd->R, sizeof nd->R);
+        memcpy(key + sizeof nd->R, xr, (size_t)nd->R * sizeof *xr);
         int is_new;
-        int id = strset_put(&classes, key, c->n_classes, &is_new);
+        int id = keyset_put(&classes, key, need, c->n_classes, &is_new);
         if (id < 0) goto oom;
         nd->cls = id;
         if (is_new) {
@@ -477,7 +545,7 @@ int rp_build_nodes(ctx *c)
             memset(k, 0, sizeof *k);
             k->rep = n;
             k->R = nd->R;
-            if ((rc = class_options(c, k, xr, nd->R))) goto done;
+            if ((rc = class_options(c, k, xr, nd->R, &seen))) goto done;
         }
         c->classes[id].n_nodes++;
     }
@@ -486,29 +554,25 @@ oom:
     rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
 done:
     free(start);
-    free(members);
     free(cur.lead);
     free(cur.cg);
     free(pos);
     free(xr);
     free(key);
-    strset_free(&classes);
+    keyset_free(&classes);
+    keyset_free(&seen);
     return rc;
 }
 
 void rp_free_nodes(ctx *c)
 {
-    if (c->nodes)
-        for (int n = 0; n < c->n_nodes; n++) {
-            free(c->nodes[n].healthy);
-            free(c->nodes[n].rest);
-        }
+    free(c->node_ranks);
+    c->node_ranks = NULL;
     free(c->nodes);
     c->nodes = NULL;
     if (c->classes)
         for (int k = 0; k < c->n_classes; k++) {
-            for (int q = 0; q < c->classes[k].n_opts; q++)
-                free(c->classes[k].opts[q].g);
+            free(c->classes[k].pool);
             free(c->classes[k].opts);
         }
     free(c->classes);

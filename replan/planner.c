@@ -27,6 +27,13 @@
  * (about one operation of the dynamic programmes each; ~0.5 s) */
 #define RP_LS_EVALS 4000
 #define RP_LS_WORK 4e8
+/* lp_solve re-solves the chosen plan's micro-batch program when it has at
+ * most this many classes of pipelines (equal period and stages; 18 at most
+ * in bench/replan's cases up to 100,000 ranks), and the layer programs of
+ * its first this many distinct compositions: checks of the search's exact
+ * values that stay within a second at any scale. */
+#define RP_LP_CLASSES 64
+#define RP_LP_LAYERS 256
 /* Healthy-count window of the restricted evaluation (eval.c), and the size
  * (blocks x healthy groups x healthy counts) up to which every count is
  * tried anyway. */
@@ -44,15 +51,19 @@ typedef struct state {
 
 typedef struct search {
     ctx *c;
-    int n_act;   /* nodes with non-full positions */
-    int *act;    /* [n_act] their node indices */
-    int gmax;    /* most groups of any option */
-    int window;  /* eval window (-1: exact) */
-    state best;  /* best so far (T = INFINITY: none) */
-    state cur;   /* local-search state */
+    int n_act;           /* nodes with non-full positions */
+    int *act;            /* [n_act] their node indices */
+    int *prev_same;      /* [n_act] the previous active node of the same class (-1: none) */
+    int gmax;            /* most groups of any option */
+    int window;          /* eval window (-1: exact) */
+    state best;          /* best so far (T = INFINITY: none) */
+    state fallback;      /* with a time limit: the plan to fall back on */
+    int fallback_window; /* the eval window fallback.T was found with */
+    state cur;           /* local-search state */
+    int best_window;     /* the eval window best.T was found with */
     long evals_left;
     double work_cap; /* stop the local search past this much evaluation work */
-    long count; /* >= 0: only count the exhaustive leaves (up to count_cap) */
+    long count;      /* >= 0: only count the exhaustive leaves (up to count_cap) */
     long count_cap;
     int n_cand, n_pruned;
     /* assembled blocks */
@@ -167,12 +178,19 @@ static int try_state(search *s, state *st, int *better)
         s->evals_left = 0;
         return 0;
     }
+    if (rp_out_of_time(s->c)) {
+        s->evals_left = 0;
+        return 0;
+    }
+    rp_cache_trim(s->c);
     if ((rc = assemble(s, st))) return rc;
     s->n_cand++;
     if ((rc = rp_eval_blocks(s->c, s->k, s->sg, s->ns, s->window, s->best.T, &T, NULL))) return rc;
     st->T = T;
     if (T < s->best.T * (1 - RP_TOL)) {
         state_copy(s, &s->best, st);
+        s->best_window = s->window;
+        s->c->have_plan = 1;
         *better = 1;
     }
     return 0;
@@ -207,6 +225,62 @@ static double option_bound(const search *s, const state *st)
     return MAL_MAX(c->L * (c->M + N - Dmax) / C, ymax);
 }
 
+/* Can some option vector reach step time T by option_bound's argument?
+ * Pipeline i runs m_i <= T C_i / L - S_i + 1, so L M <= T C - L (N - D);
+ * N - D >= sum over the groups of (1 - lmax / L) (a pipeline holds L
+ * layers, a group at most lmax), and no group slower than T is usable.  So
+ * T is reachable only if the sum over the groups of T / y - L + lmax,
+ * maximised per class over its options with every y <= T (a sum: each class
+ * apart), reaches L M. */
+static int bound_reaches(const search *s, double T)
+{
+    const ctx *c = s->c;
+    double sum = 0;
+    if (c->H) {
+        if (c->yh > T) return 0;
+        sum += c->H * (T / c->yh - c->L + rp_layer_cap_max(c, c->th));
+    }
+    for (int k = 0; k < c->n_classes; k++) {
+        const nclass *cl = &c->classes[k];
+        if (cl->R == 0) continue;
+        double best = -INFINITY;
+        for (int q = 0; q < cl->n_opts; q++) {
+            const nopt *o = &cl->opts[q];
+            if (o->ymax <= T) best = MAL_MAX(best, T * o->cap + o->room);
+        }
+        if (best == -INFINITY) return 0;
+        sum += cl->n_nodes * best;
+    }
+    return sum >= (double)c->L * c->M;
+}
+
+/* A lower bound of every plan in the space searched: the least T that
+ * bound_reaches (bisection; the lower end is returned, never above the
+ * truth).  It is what the report measures the plan's gap against. */
+static double space_bound(const search *s)
+{
+    double lo = 0, hi = s->best.T;
+    if (!isfinite(hi)) {
+        /* no plan found: search upwards for a reachable T */
+        hi = 1;
+        for (int it = 0; it < 200 && !bound_reaches(s, hi); it++) {
+            lo = hi;
+            hi *= 2;
+        }
+        if (!bound_reaches(s, hi)) return INFINITY;
+    } else if (!bound_reaches(s, hi)) {
+        return hi; /* cannot happen (the plan reaches it); stay valid */
+    }
+    for (int it = 0; it < 60 && hi - lo > 1e-7 * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (bound_reaches(s, mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return lo;
+}
+
 /* ---- exhaustive search ------------------------------------------------- */
 
 /* Every multiset partition of the specials into blocks: specials of one
@@ -215,13 +289,13 @@ static double option_bound(const search *s, const state *st)
 typedef struct mpart {
     search *s;
     state *st;
-    int nt;        /* types */
-    sgrp *type;    /* [nt] */
-    int *src;      /* [n specials] by type: the specials of type 0, then 1, ... */
-    int *tstart;   /* [nt + 1] */
-    int *rem;      /* [nt] */
-    int *blocks;   /* [max blocks * nt] count vectors */
-    int nb;
+    int nt;      /* types */
+    sgrp *type;  /* [nt] */
+    int *src;    /* [n specials] by type: the specials of type 0, then 1, ... */
+    int *tstart; /* [nt + 1] */
+    int *rem;    /* [nt] */
+    int *blocks; /* [cap_blocks * nt] count vectors of the blocks listed */
+    int nb, cap_blocks;
 } mpart;
 
 static int mpart_leaf(mpart *mp)
@@ -244,20 +318,31 @@ static int mpart_leaf(mpart *mp)
     return try_state(s, mp->st, &better);
 }
 
-/* blocks listed so far: mp->nb; `prev` the last block's counts (NULL: none) */
-static int mpart_rec(mpart *mp, const int *prev)
+/* blocks listed so far: mp->nb, the last one's counts at level nb - 1.  The
+ * levels grow as deep as the enumeration goes (a table for every special
+ * at once would be specials x types: quadratic). */
+static int mpart_rec(mpart *mp)
 {
     int done = 1;
     for (int t = 0; t < mp->nt; t++)
         done &= mp->rem[t] == 0;
     if (done) return mpart_leaf(mp);
     if (mp->s->evals_left <= 0) return 0;
-    int *b = mp->blocks + mp->nb * mp->nt;
+    if (mp->nb == mp->cap_blocks) {
+        int ncap = mp->cap_blocks ? 2 * mp->cap_blocks : 16;
+        int *nbk = realloc(mp->blocks, (size_t)ncap * mp->nt * sizeof *nbk);
+        if (!nbk) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        mp->blocks = nbk;
+        mp->cap_blocks = ncap;
+    }
+    int lvl = mp->nb;
+    int *b = mp->blocks + (size_t)lvl * mp->nt;
     /* enumerate count vectors b <= rem, b != 0, b <=lex prev, in decreasing
      * lexicographic order (odometer from rem downwards) */
     for (int t = 0; t < mp->nt; t++)
         b[t] = mp->rem[t];
     for (;;) {
+        const int *prev = lvl > 0 ? b - mp->nt : NULL;
         int nz = 0, le = 1;
         for (int t = 0; t < mp->nt; t++)
             nz |= b[t] != 0;
@@ -272,8 +357,9 @@ static int mpart_rec(mpart *mp, const int *prev)
             for (int t = 0; t < mp->nt; t++)
                 mp->rem[t] -= b[t];
             mp->nb++;
-            int rc = mpart_rec(mp, b);
+            int rc = mpart_rec(mp);
             mp->nb--;
+            b = mp->blocks + (size_t)lvl * mp->nt; /* the levels may have moved */
             for (int t = 0; t < mp->nt; t++)
                 mp->rem[t] += b[t];
             if (rc) return rc;
@@ -312,8 +398,7 @@ static int partitions(search *s, state *st)
     mp.src = malloc((size_t)MAL_MAX(1, n) * sizeof *mp.src);
     mp.tstart = malloc((size_t)(n + 1) * sizeof *mp.tstart);
     mp.rem = malloc((size_t)MAL_MAX(1, n) * sizeof *mp.rem);
-    mp.blocks = malloc((size_t)MAL_MAX(1, n) * MAL_MAX(1, n) * sizeof *mp.blocks);
-    if (!all || !mp.type || !mp.src || !mp.tstart || !mp.rem || !mp.blocks) {
+    if (!all || !mp.type || !mp.src || !mp.tstart || !mp.rem) {
         rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
         goto done;
     }
@@ -335,7 +420,7 @@ static int partitions(search *s, state *st)
         mp.src[i] = all[i].src;
     }
     mp.tstart[mp.nt] = n;
-    rc = mpart_rec(&mp, NULL);
+    rc = mpart_rec(&mp);
 done:
     free(all);
     free(mp.type);
@@ -363,13 +448,9 @@ static int exhaustive(search *s, state *st, int a)
         return partitions(s, st);
     }
     const ctx *c = s->c;
-    int cls = c->nodes[s->act[a]].cls, first = 0;
+    int cls = c->nodes[s->act[a]].cls;
     /* the previous active node of the same class bounds this one's option */
-    for (int b = a - 1; b >= 0; b--)
-        if (c->nodes[s->act[b]].cls == cls) {
-            first = st->choice[b];
-            break;
-        }
+    int first = s->prev_same[a] >= 0 ? st->choice[s->prev_same[a]] : 0;
     for (int q = first; q < c->classes[cls].n_opts; q++) {
         st->choice[a] = q;
         int rc = exhaustive(s, st, a + 1);
@@ -435,6 +516,16 @@ static int proxy_option(ctx *c, const nclass *k, int *out)
     for (int q = 0; q < k->n_opts; q++) {
         const nopt *o = &k->opts[q];
         if (o->n_groups > 256 || href + o->n_groups == 0) continue;
+        /* the layer solver's period is at least max y and L / (sum 1/y):
+         * an option whose throughput at that period cannot beat the best
+         * so far needs no solve (the scan chooses exactly as before) */
+        if (best > 0) {
+            double ymax = href > 0 ? c->yh : 0;
+            for (int g = 0; g < o->n_groups; g++)
+                ymax = MAL_MAX(ymax, o->g[g].y);
+            double Plb = MAL_MAX(ymax, c->L / (href / c->yh + o->cap)) * (1 - 1e-9);
+            if (mref / ((mref + href + o->n_groups - 1) * Plb) <= best * (1 + RP_TOL)) continue;
+        }
         memcpy(sg, o->g, (size_t)o->n_groups * sizeof *sg);
         qsort(sg, (size_t)o->n_groups, sizeof *sg, rp_cmp_sgrp);
         const centry *e;
@@ -450,61 +541,158 @@ static int proxy_option(ctx *c, const nclass *k, int *out)
     return 0;
 }
 
-static const search *g_sort_s;
-static const state *g_sort_st;
-/* bundles by how far their capacity falls short of the slots they cover */
+/* a bundle by how far its capacity falls short of the slots it covers */
+typedef struct deficit {
+    double d;
+    int a;
+} deficit;
 static int cmp_deficit(const void *x, const void *y)
 {
-    int a = *(const int *)x, b = *(const int *)y;
-    const search *s = g_sort_s;
-    const nopt *u = opt_of(s, g_sort_st, a), *v = opt_of(s, g_sort_st, b);
-    double du = s->c->classes[s->c->nodes[s->act[a]].cls].R / (double)s->c->t - u->cap;
-    double dv = s->c->classes[s->c->nodes[s->act[b]].cls].R / (double)s->c->t - v->cap;
-    if (du != dv) return du > dv ? -1 : 1;
-    return (a > b) - (a < b);
+    const deficit *u = x, *v = y;
+    if (u->d != v->d) return u->d > v->d ? -1 : 1;
+    return (u->a > v->a) - (u->a < v->a);
 }
 
 /* Blocks: each node's groups together ("bundle"); bundles dealt to nb
  * blocks in a snake, most deficient first (nb <= 0: one block each). */
 static int deal_bundles(search *s, state *st, int nb)
 {
-    int *order = malloc((size_t)MAL_MAX(1, s->n_act) * sizeof *order), n = 0;
+    deficit *order = malloc((size_t)MAL_MAX(1, s->n_act) * sizeof *order);
+    int n = 0;
     if (!order) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
-    for (int a = 0; a < s->n_act; a++)
-        if (opt_of(s, st, a)->n_groups > 0) order[n++] = a;
-    g_sort_s = s;
-    g_sort_st = st;
+    for (int a = 0; a < s->n_act; a++) {
+        const nopt *o = opt_of(s, st, a);
+        if (o->n_groups == 0) continue;
+        double d = s->c->classes[s->c->nodes[s->act[a]].cls].R / (double)s->c->t - o->cap;
+        order[n++] = (deficit){d, a};
+    }
     qsort(order, (size_t)n, sizeof *order, cmp_deficit);
     int k = nb <= 0 ? n : MAL_MIN(n, nb);
     for (int i = 0; i < n; i++) {
         int round = i / MAL_MAX(1, k), pos = i % MAL_MAX(1, k);
         int b = (round % 2 == 0) ? pos : k - 1 - pos;
         for (int g = 0; g < s->gmax; g++)
-            st->blk[order[i] * s->gmax + g] = b;
+            st->blk[order[i].a * s->gmax + g] = b;
     }
     free(order);
     return 0;
 }
 
-/* The constructions the local search starts from. */
+/* Options by class into the state's nodes (the rules depend on the class
+ * only: one computation per class). */
+static void choose_by_class(const search *s, state *st, const int *by_class)
+{
+    for (int a = 0; a < s->n_act; a++)
+        st->choice[a] = by_class[s->c->nodes[s->act[a]].cls];
+}
+
+/* nodes by the slowest group of their option (in deficit.d), then index */
+static int cmp_slowest(const void *x, const void *y)
+{
+    const deficit *u = x, *v = y;
+    if (u->d != v->d) return u->d < v->d ? -1 : 1;
+    return (u->a > v->a) - (u->a < v->a);
+}
+
+/* With a time limit, a plan to fall back on before anything slow: the
+ * nodes take the options `by_class` gives, ordered by their slowest group
+ * and cut in that order into blocks whose groups could hold 1.5 L layers
+ * (slow groups share pipelines; equal blocks share their layer solves, so
+ * it is cheap at any scale).  Once it exists the time limit applies.  It is
+ * kept apart from the search, whose pruning and ties it must not change,
+ * and used only when the limit cut the search short and it is the better
+ * plan. */
+static int fallback_plan(search *s, const int *by_class)
+{
+    ctx *c = s->c;
+    state st = {0};
+    deficit *order = NULL;
+    int rc, n = 0;
+    double T;
+    if ((rc = state_alloc(s, &st))) return rc;
+    order = malloc((size_t)MAL_MAX(1, s->n_act) * sizeof *order);
+    if (!order) {
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    choose_by_class(s, &st, by_class);
+    for (int a = 0; a < s->n_act; a++) {
+        const nopt *o = opt_of(s, &st, a);
+        if (o->n_groups > 0) order[n++] = (deficit){o->ymax, a};
+    }
+    qsort(order, (size_t)n, sizeof *order, cmp_slowest);
+    for (int i = 0, b = 0, in_b = 0; i < n; i++) {
+        int a = order[i].a;
+        for (int g = 0; g < s->gmax; g++)
+            st.blk[a * s->gmax + g] = b;
+        const nopt *o = opt_of(s, &st, a);
+        for (int g = 0; g < o->n_groups; g++)
+            in_b += rp_layer_cap_max(c, o->g[g].size);
+        if (in_b >= 1.5 * c->L) {
+            b++;
+            in_b = 0;
+        }
+    }
+    if ((rc = assemble(s, &st)) ||
+        (rc = rp_eval_blocks(c, s->k, s->sg, s->ns, s->window, INFINITY, &T, NULL)))
+        goto done;
+    mal_log(MAL_LOG_DEBUG, "replan: plan to fall back on: T %g after %d blocks", T, s->k);
+    if (isfinite(T)) {
+        state_copy(s, &s->fallback, &st);
+        s->fallback.T = T;
+        s->fallback_window = s->window;
+        c->have_plan = 1;
+    }
+done:
+    state_free(&st);
+    free(order);
+    return rc;
+}
+
+/* The constructions the local search starts from.  Out of time (with a
+ * plan in hand) they stop where they are. */
 static int constructions(search *s)
 {
     ctx *c = s->c;
     state st = {0};
     int rc, better;
-    if ((rc = state_alloc(s, &st))) return rc;
+    int *by_class = malloc((size_t)MAL_MAX(1, c->n_classes) * sizeof *by_class);
+    int *whole = malloc((size_t)MAL_MAX(1, c->n_classes) * sizeof *whole);
+    if (!by_class || !whole) {
+        rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    if ((rc = state_alloc(s, &st))) goto done;
+    for (int k = 0; k < c->n_classes; k++)
+        whole[k] = whole_option(c, &c->classes[k]);
+    if (c->deadline < INFINITY && !c->have_plan && s->n_act > 0) {
+        /* the marginal options of pipelines one stage deeper than nominal
+         * (as the last family below): cheap to choose, and they suspend
+         * what cannot hold a layer at that pace; else every node whole.
+         * (Without stragglers the first construction is the only grouping.) */
+        int S = MAL_MIN(c->L, c->pp_nom + 1), P = (c->L + S - 1) / S;
+        double rho = S * ((double)c->M / MAL_MAX(1, c->world / c->th) + 1) / c->L;
+        for (int k = 0; k < c->n_classes; k++)
+            by_class[k] = marginal_option(c, &c->classes[k], P * c->yh, rho);
+        if ((rc = fallback_plan(s, by_class))) goto done;
+        if (!c->have_plan && (rc = fallback_plan(s, whole))) goto done;
+    }
     /* issue 4's: proxy options, bundles snaked over D blocks, D near the
      * nominal pipeline count */
-    for (int a = 0; a < s->n_act; a++)
-        if ((rc = proxy_option(c, &c->classes[c->nodes[s->act[a]].cls], &st.choice[a])))
+    for (int k = 0; k < c->n_classes; k++) {
+        if (rp_out_of_time(c)) goto done;
+        rp_cache_trim(c);
+        by_class[k] = 0;
+        if (c->classes[k].R > 0 && (rc = proxy_option(c, &c->classes[k], &by_class[k])))
             goto done;
+    }
+    choose_by_class(s, &st, by_class);
     for (int D = MAL_MAX(1, c->dp_nom - 2); D <= c->dp_nom + 2; D++) {
         if ((rc = deal_bundles(s, &st, D)) || (rc = try_state(s, &st, &better))) goto done;
     }
     if ((rc = deal_bundles(s, &st, 0)) || (rc = try_state(s, &st, &better))) goto done;
     /* every node's ranks in nominal groups, as the uniform plan has them */
-    for (int a = 0; a < s->n_act; a++)
-        st.choice[a] = whole_option(c, &c->classes[c->nodes[s->act[a]].cls]);
+    choose_by_class(s, &st, whole);
     for (int D = MAL_MAX(1, c->dp_nom - 2); D <= c->dp_nom + 2; D++) {
         if ((rc = deal_bundles(s, &st, D)) || (rc = try_state(s, &st, &better))) goto done;
     }
@@ -519,8 +707,10 @@ static int constructions(search *s)
         double rho = S * ((double)c->M / N + 1) / c->L;
         if (P == last_P) continue;
         last_P = P;
-        for (int a = 0; a < s->n_act; a++)
-            st.choice[a] = marginal_option(c, &c->classes[c->nodes[s->act[a]].cls], P * c->yh, rho);
+        if (rp_out_of_time(c)) goto done;
+        for (int k = 0; k < c->n_classes; k++)
+            by_class[k] = marginal_option(c, &c->classes[k], P * c->yh, rho);
+        choose_by_class(s, &st, by_class);
         if ((rc = deal_bundles(s, &st, 0)) || (rc = try_state(s, &st, &better))) goto done;
         if ((rc = deal_bundles(s, &st, c->dp_nom)) || (rc = try_state(s, &st, &better)))
             goto done;
@@ -531,6 +721,8 @@ static int constructions(search *s)
     }
 done:
     state_free(&st);
+    free(by_class);
+    free(whole);
     return rc;
 }
 
@@ -558,11 +750,9 @@ static int local_search(search *s)
         /* options of a whole class at once (the nodes' groups stay where
          * they are, or join the class's first node's block) */
         for (int a = 0; a < s->n_act && !improved && s->evals_left > 0; a++) {
-            int cls = s->c->nodes[s->act[a]].cls, first = 1;
-            for (int b = 0; b < a && first; b++)
-                first = s->c->nodes[s->act[b]].cls != cls;
+            int cls = s->c->nodes[s->act[a]].cls;
             const nclass *k = &s->c->classes[cls];
-            if (!first || k->n_nodes < 2) continue;
+            if (s->prev_same[a] >= 0 || k->n_nodes < 2) continue; /* the class's first node */
             for (int q = 0; q < k->n_opts && !improved && s->evals_left > 0; q++) {
                 int changed = 0;
                 for (int b = a; b < s->n_act; b++) {
@@ -765,8 +955,14 @@ static int build_plan(search *s, mal_plan *out)
     int *Sc = NULL, *mc = NULL, *ub = NULL, *lv = NULL, *Si = NULL;
     double *Pc = NULL, *yv = NULL, *Pi = NULL;
     slot *slots = NULL;
+    char *seen = NULL;
     if ((rc = assemble(s, &s->best))) return rc;
-    if ((rc = rp_eval_blocks(c, s->k, s->sg, s->ns, s->window, INFINITY, &T, &ev))) return rc;
+    /* the plan is built whatever the time: no deadline for its evaluation */
+    double deadline = c->deadline;
+    c->deadline = INFINITY;
+    rc = rp_eval_blocks(c, s->k, s->sg, s->ns, s->best_window, INFINITY, &T, &ev);
+    c->deadline = deadline;
+    if (rc) return rc;
     if (!isfinite(T) || fabs(T - s->best.T) > 1e-9 * T) {
         rc = MAL_ERR(MAL_ELP, "replan: internal error: the best plan re-evaluates to %g, not %g", T,
                      s->best.T);
@@ -786,6 +982,14 @@ static int build_plan(search *s, mal_plan *out)
     Si = malloc((size_t)D * sizeof *Si);
     if (!ent || !mi || !cls || !count || !Sc || !mc || !Pc || !Pi || !Si) goto oom;
     int n_slots = 0, n_cls = 0, Smax = 1;
+    /* every composition into the cache first: an insertion may move the
+     * entries, so the pointers kept below are taken once all are in */
+    for (int i = 0; i < D; i++) {
+        int h = i < s->k ? ev.h[i] : ev.hp[i - s->k];
+        const centry *e;
+        if ((rc = rp_composition(c, h, i < s->k ? s->sg[i] : NULL, i < s->k ? s->ns[i] : 0, &e)))
+            goto cleanup;
+    }
     for (int i = 0; i < D; i++) {
         int h = i < s->k ? ev.h[i] : ev.hp[i - s->k];
         if ((rc = rp_composition(c, h, i < s->k ? s->sg[i] : NULL, i < s->k ? s->ns[i] : 0,
@@ -793,7 +997,9 @@ static int build_plan(search *s, mal_plan *out)
             goto cleanup;
         n_slots += h;
         Smax = MAL_MAX(Smax, ent[i]->S);
+        /* the classes for lp_solve, while there are few enough for it */
         int found = -1;
+        if (n_cls > RP_LP_CLASSES) continue;
         for (int q = 0; q < n_cls && found < 0; q++)
             if (Pc[q] == ent[i]->P && Sc[q] == ent[i]->S) found = q;
         if (found < 0) {
@@ -806,24 +1012,31 @@ static int build_plan(search *s, mal_plan *out)
         count[found]++;
     }
     /* micro-batches: lp_solve's program over the classes of equal (P, S),
-     * then the excess trimmed from the slowest pipelines */
-    double Tlp;
-    if ((rc = mal_lp_microbatches(n_cls, Pc, Sc, count, c->M, mc, &Tlp))) goto cleanup;
+     * then the excess trimmed from the slowest pipelines.  A plan with more
+     * classes than RP_LP_CLASSES (only at scale; lp_solve's branch and bound
+     * would take minutes) takes the search's own count instead: what each
+     * pipeline runs within the step time, trimmed the same way. */
+    double Tlp = T;
     long total = 0;
-    for (int i = 0; i < D; i++) {
-        mi[i] = mc[cls[i]];
-        total += mi[i];
+    if (n_cls <= RP_LP_CLASSES) {
+        if ((rc = mal_lp_microbatches(n_cls, Pc, Sc, count, c->M, mc, &Tlp))) goto cleanup;
+        for (int i = 0; i < D; i++)
+            mi[i] = mc[cls[i]];
+    } else {
+        for (int i = 0; i < D; i++)
+            mi[i] = rp_runs(T, ent[i]->P, ent[i]->S, c->M);
     }
     for (int i = 0; i < D; i++) {
+        total += mi[i];
         Pi[i] = ent[i]->P;
         Si[i] = ent[i]->S;
     }
     double Tmax = rp_trim(D, Pi, Si, mi, c->M, &total);
     if (!isfinite(Tlp) || total != c->M || fabs(Tmax - T) > 1e-9 * T) {
         rc = MAL_ERR(MAL_ELP,
-                     "replan: internal error: lp_solve's micro-batch program gives %g, the search "
+                     "replan: internal error: the micro-batch program (%s) gives %g, the search "
                      "%g",
-                     Tmax, T);
+                     n_cls <= RP_LP_CLASSES ? "lp_solve" : "the search's count", Tmax, T);
         goto cleanup;
     }
     /* stages; lp_solve checks each distinct composition's layer program */
@@ -832,13 +1045,14 @@ static int build_plan(search *s, mal_plan *out)
     lv = malloc((size_t)Smax * sizeof *lv);
     yv = malloc((size_t)Smax * sizeof *yv);
     if (!slots || !ub || !lv || !yv) goto oom;
-    int nsl = 0;
+    /* each distinct composition once (entries of the cache, by index) */
+    seen = calloc(MAL_MAX((size_t)1, c->cache_cap), 1);
+    if (!seen) goto oom;
+    int nsl = 0, n_lp = 0;
     for (int i = 0; i < D; i++) {
         const centry *e = ent[i];
-        int first_same = -1;
-        for (int q = 0; q < i && first_same < 0; q++)
-            if (ent[q] == e) first_same = q;
-        if (first_same < 0) {
+        if (!seen[e - c->cache] && n_lp++ < RP_LP_LAYERS) {
+            seen[e - c->cache] = 1;
             for (int j = 0; j < e->S; j++) {
                 int size = e->kind[j] < 0 ? t : s->sg[i][e->kind[j]].size;
                 yv[j] = e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y;
@@ -938,6 +1152,7 @@ cleanup:
     free(hg);
     free(susp);
     free(assign);
+    free(seen);
     return rc;
 }
 
@@ -1001,6 +1216,9 @@ static int check_input(const mal_replan_input *in)
             return MAL_ERR(MAL_EINVAL, "rates: rank %d has rate %g; rates must be finite and > 0",
                            r, x);
     }
+    if (!(in->time_limit >= 0 && in->time_limit < INFINITY))
+        return MAL_ERR(MAL_EINVAL, "replan: the time limit must be >= 0 seconds (0: none), got %g",
+                       in->time_limit);
     if (mal_profile_alpha(p, p->tp) <= 0)
         return MAL_ERR(MAL_EINVAL, "model profile: no alpha for the nominal TP size %d", p->tp);
     if (p->n_layers < 1) return MAL_ERR(MAL_EINVAL, "model profile: n_layers must be >= 1");
@@ -1044,14 +1262,16 @@ static int explain_infeasible(const ctx *c)
 
 /* The whole search with healthy full groups of `th` ranks: the plan in
  * `out` (initialised here), or *found = 0 when nothing fits. */
-static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *out,
-                     mal_replan_stats *stats, int *found)
+static int plan_with(const mal_replan_input *in, int th, double t0, double deadline, int *have_plan,
+                     mal_plan *out, mal_replan_stats *stats, int *found)
 {
     int rc;
     mal_plan_init(out);
     *found = 0;
     ctx c = {0};
     search s = {0};
+    c.deadline = deadline;
+    c.have_plan = *have_plan;
     c.in = in;
     c.p = in->profile;
     c.t = in->profile->tp;
@@ -1070,6 +1290,13 @@ static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *ou
     if (c.dp_nom < 1) c.dp_nom = 1;
     c.pp_nom = MAL_MAX(1, nominal_groups / c.dp_nom);
     if ((rc = rp_build_nodes(&c))) goto cleanup;
+    if (mal_log_level >= MAL_LOG_DEBUG) {
+        long n_opts = 0;
+        for (int k = 0; k < c.n_classes; k++)
+            n_opts += c.classes[k].n_opts;
+        mal_log(MAL_LOG_DEBUG, "replan: TP %d: %d node situations, %ld options (%.3f s)", th,
+                c.n_classes, n_opts, mal_now() - t0);
+    }
 
     /* the search's view: nodes with non-full positions, the most groups of
      * any option */
@@ -1084,6 +1311,24 @@ static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *ou
             s.gmax = MAL_MAX(s.gmax, k->opts[q].n_groups);
     }
     s.gmax = MAL_MAX(1, s.gmax);
+    /* each active node's previous one of its class, in one pass (a scan
+     * back per node would be quadratic where most situations are unique) */
+    {
+        int *last = malloc((size_t)MAL_MAX(1, c.n_classes) * sizeof *last);
+        s.prev_same = malloc((size_t)MAL_MAX(1, s.n_act) * sizeof *s.prev_same);
+        if (!last || !s.prev_same) {
+            free(last);
+            goto oom;
+        }
+        for (int k = 0; k < c.n_classes; k++)
+            last[k] = -1;
+        for (int a = 0; a < s.n_act; a++) {
+            int cls = c.nodes[s.act[a]].cls;
+            s.prev_same[a] = last[cls];
+            last[cls] = a;
+        }
+        free(last);
+    }
     int nid = s.n_act * s.gmax, n_spec = nid;
     s.ns = malloc((size_t)MAL_MAX(1, nid) * sizeof *s.ns);
     s.sg = malloc((size_t)MAL_MAX(1, nid) * sizeof *s.sg);
@@ -1092,7 +1337,9 @@ static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *ou
     s.src_store = malloc((size_t)MAL_MAX(1, n_spec) * sizeof *s.src_store);
     s.map = malloc((size_t)MAL_MAX(1, nid) * sizeof *s.map);
     if (!s.ns || !s.sg || !s.src || !s.sg_store || !s.src_store || !s.map) goto oom;
-    if ((rc = state_alloc(&s, &s.best)) || (rc = state_alloc(&s, &s.cur))) goto cleanup;
+    if ((rc = state_alloc(&s, &s.best)) || (rc = state_alloc(&s, &s.cur)) ||
+        (rc = state_alloc(&s, &s.fallback)))
+        goto cleanup;
     /* every healthy count for every block while that stays cheap */
     s.window = (double)MAL_MAX(1, s.n_act) * c.H * MAL_MIN(c.H, c.L) <= RP_FULL_WORK ? -1 : RP_WINDOW;
 
@@ -1100,6 +1347,7 @@ static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *ou
     s.count = -1;
     s.evals_left = RP_LS_EVALS;
     s.work_cap = INFINITY;
+    s.best_window = s.window;
     if ((rc = constructions(&s))) goto cleanup;
     s.work_cap = c.work + RP_LS_WORK;
     mal_log(MAL_LOG_DEBUG, "replan: constructions: T %g after %d evaluations (%.3f s)", s.best.T,
@@ -1107,13 +1355,16 @@ static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *ou
     if ((rc = local_search(&s))) goto cleanup;
     mal_log(MAL_LOG_DEBUG, "replan: local search: T %g after %d evaluations (%.3f s)", s.best.T,
             s.n_cand, mal_now() - t0);
+    int stop = c.timed_out        ? MAL_REPLAN_STOP_TIME
+               : s.evals_left > 0 ? MAL_REPLAN_STOP_CONVERGED
+                                  : MAL_REPLAN_STOP_BUDGET;
     int exact = in->search == MAL_REPLAN_EXHAUSTIVE;
     /* option vectors: nodes of a class choose a multiset of its options */
     double n_vectors = 1;
     for (int k = 0; k < c.n_classes; k++)
         for (int i = 1; i <= c.classes[k].n_nodes && c.classes[k].R > 0; i++)
             n_vectors = n_vectors * (c.classes[k].n_opts + i - 1) / i;
-    if (in->search == MAL_REPLAN_AUTO && n_vectors <= RP_EXHAUSTIVE_LEAVES) {
+    if (in->search == MAL_REPLAN_AUTO && n_vectors <= RP_EXHAUSTIVE_LEAVES && !c.timed_out) {
         /* exhaustive when its enumeration (after the option bound with
          * this incumbent) is small: count the leaves first */
         state st = {0};
@@ -1127,31 +1378,58 @@ static int plan_with(const mal_replan_input *in, int th, double t0, mal_plan *ou
         exact = s.count <= RP_EXHAUSTIVE_LEAVES;
         s.count = -1;
     }
-    if (exact) {
-        state st = {0};
+    if (exact && !rp_out_of_time(&c)) {
+        state st = {0}, keep = {0};
+        int keep_window = s.best_window;
         s.window = -1;
         s.evals_left = (long)1 << 62;
         s.work_cap = INFINITY;
-        if ((rc = state_alloc(&s, &st))) goto cleanup;
-        /* re-evaluate the incumbent exactly, then enumerate everything */
+        if ((rc = state_alloc(&s, &st)) || (rc = state_alloc(&s, &keep))) {
+            state_free(&st);
+            goto cleanup;
+        }
+        /* re-evaluate the incumbent exactly, then enumerate everything;
+         * the incumbent is kept aside in case the time limit cuts both
+         * short */
+        state_copy(&s, &keep, &s.best);
         if (isfinite(s.best.T)) {
-            double T;
             state_copy(&s, &st, &s.best);
             s.best.T = INFINITY;
             int better;
-            if ((rc = try_state(&s, &st, &better))) {
-                state_free(&st);
-                goto cleanup;
-            }
-            (void)T;
+            rc = try_state(&s, &st, &better);
         }
-        rc = exhaustive(&s, &st, 0);
+        if (!rc) rc = exhaustive(&s, &st, 0);
+        if (!rc && c.timed_out && !isfinite(s.best.T)) {
+            state_copy(&s, &s.best, &keep);
+            s.best_window = keep_window;
+        }
         state_free(&st);
+        state_free(&keep);
         if (rc) goto cleanup;
     }
+    if (c.timed_out) {
+        exact = 0;
+        stop = MAL_REPLAN_STOP_TIME;
+        /* the time limit may have cut the search short of the plan it
+         * fell back on (a search run to its end never is) */
+        if (s.fallback.T < s.best.T * (1 - RP_TOL)) {
+            state_copy(&s, &s.best, &s.fallback);
+            s.best_window = s.fallback_window;
+        }
+    } else if (exact) {
+        stop = MAL_REPLAN_STOP_OPTIMAL;
+    }
+    stats->stop = stop;
+    /* no plan of this space is faster than its bound; once the whole space
+     * was enumerated, than the best */
+    stats->lower_bound = exact ? s.best.T : space_bound(&s);
+    mal_log(MAL_LOG_DEBUG, "replan: search done: T %g, bound %g (%.3f s)", s.best.T,
+            stats->lower_bound, mal_now() - t0);
     if (!isfinite(s.best.T)) goto cleanup;
     *found = 1;
+    *have_plan = 1;
     if ((rc = build_plan(&s, out))) goto cleanup;
+    mal_log(MAL_LOG_DEBUG, "replan: plan built (%.3f s)", mal_now() - t0);
     rc = mal_plan_validate(out, c.world, c.L, c.p->n_heads > 0 ? c.p->n_heads : 1 << 20,
                            c.p->ffn_hidden > 0 ? c.p->ffn_hidden : 1 << 20,
                            c.M * in->micro_batch_size);
@@ -1174,7 +1452,9 @@ cleanup:
     if (rc) mal_plan_fini(out);
     state_free(&s.best);
     state_free(&s.cur);
+    state_free(&s.fallback);
     free(s.act);
+    free(s.prev_same);
     free(s.ns);
     free(s.sg);
     free(s.src);
@@ -1186,6 +1466,45 @@ cleanup:
     free(c.hp_P);
     free(c.x);
     return rc;
+}
+
+/* A lower bound of every plan whatever its groups (for the sizes of healthy
+ * full groups the time limit left unsearched): a group of size s and rate
+ * y = alpha[s] max x runs 1/y <= sum over its ranks of 1 / (s alpha[s] x),
+ * so the capacity is at most sum_r e / x_r with e the best per-rank
+ * efficiency 1 / (s alpha[s]) of any size; T >= L M / C. */
+static double any_plan_bound(const mal_replan_input *in, int biggest)
+{
+    const mal_profile *p = in->profile;
+    double e = 0, inv = 0;
+    for (int s = 1; s <= biggest && s <= (1 << MAL_REPLAN_MAX_TP_LOG); s *= 2) {
+        double a = mal_profile_alpha(p, s);
+        if (a <= 0 || (p->n_heads > 0 && p->n_heads % s) ||
+            (p->ffn_hidden > 0 && p->ffn_hidden % s))
+            continue;
+        e = MAL_MAX(e, 1 / (s * a));
+    }
+    for (int r = 0; r < in->cluster->world_size; r++)
+        inv += 1 / mal_cost_floor(in->rates[r]);
+    return e > 0 && inv > 0 ? (double)p->n_layers * in->n_micro_batches / (e * inv) : 0;
+}
+
+int mal_replan_describe_search(const mal_replan_stats *st, const mal_profile *p, char *buf,
+                               size_t len)
+{
+    static const char *const why[] = {
+        [MAL_REPLAN_STOP_OPTIMAL] = "the whole space searched: optimal",
+        [MAL_REPLAN_STOP_CONVERGED] = "local search: no move improves",
+        [MAL_REPLAN_STOP_BUDGET] = "local search: evaluation budget spent",
+        [MAL_REPLAN_STOP_TIME] = "stopped by the time limit"};
+    double lt = p->layer_time, sy = p->sync_time;
+    double best = st->objective * lt + sy, bound = st->lower_bound * lt + sy;
+    double gap = st->objective > 0 ? (st->objective - st->lower_bound) / st->objective : 0;
+    int stop = st->stop >= 0 && st->stop <= MAL_REPLAN_STOP_TIME ? st->stop : 0;
+    char lim[64] = "";
+    if (stop == MAL_REPLAN_STOP_TIME) snprintf(lim, sizeof lim, " (%g s)", st->time_limit);
+    return snprintf(buf, len, "best found %.4f s, bound %.4f s, gap %.1f %%, %s%s", best, bound,
+                    100 * MAL_MAX(0.0, gap), why[stop], lim);
 }
 
 int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stats)
@@ -1207,27 +1526,39 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     }
     mal_replan_stats best = {0}, st;
     best.objective = INFINITY;
+    double deadline = in->time_limit > 0 ? t0 + in->time_limit : INFINITY;
+    double bound = INFINITY;
+    int have_plan = 0, stop = MAL_REPLAN_STOP_OPTIMAL, skipped = 0;
     /* Healthy full groups of the nominal size, and of every larger size the
      * profile allows: fewer, roomier stages can beat the nominal ones when
      * memory forces deep pipelines.  Each size is a whole search; the best
-     * plan wins (ties: the smaller size, tried first). */
+     * plan wins (ties: the smaller size, tried first).  Past the time
+     * limit, with a plan in hand, the larger sizes are skipped. */
     for (int th = p->tp; th <= biggest && th <= (1 << MAL_REPLAN_MAX_TP_LOG); th *= 2) {
         if (th > p->tp && (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
                            (p->ffn_hidden > 0 && p->ffn_hidden % th)))
             continue;
+        if (have_plan && mal_now() >= deadline) {
+            skipped = 1;
+            stop = MAL_REPLAN_STOP_TIME;
+            continue;
+        }
         mal_plan plan;
         int found;
         memset(&st, 0, sizeof st);
         st.n_layer_lps = best.n_layer_lps;
         st.n_candidates = best.n_candidates;
         st.n_pruned = best.n_pruned;
-        if ((rc = plan_with(in, th, t0, &plan, &st, &found))) {
+        if ((rc = plan_with(in, th, t0, deadline, &have_plan, &plan, &st, &found))) {
             mal_plan_fini(out);
             return rc;
         }
         best.n_layer_lps = st.n_layer_lps;
         best.n_candidates = st.n_candidates;
         best.n_pruned = st.n_pruned;
+        bound = MAL_MIN(bound, st.lower_bound);
+        /* the most telling reason: time, then budget, then convergence */
+        if (st.stop > stop) stop = st.stop;
         if (!found) continue;
         exact &= st.exhaustive;
         if (st.objective < best.objective * (1 - RP_TOL)) {
@@ -1249,10 +1580,14 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         c.mem = cl->memory_mb;
         return explain_infeasible(&c);
     }
-    if (stats) {
-        *stats = best;
-        stats->exhaustive = exact;
-        stats->seconds = mal_now() - t0;
-    }
+    /* the bound: the least over the sizes searched, any plan's for the
+     * sizes skipped, never above the plan found */
+    if (skipped) bound = MAL_MIN(bound, any_plan_bound(in, biggest));
+    best.lower_bound = MAL_MIN(best.objective, MAL_MAX(bound, any_plan_bound(in, biggest)));
+    best.stop = stop;
+    best.time_limit = in->time_limit;
+    best.exhaustive = exact && !skipped;
+    best.seconds = mal_now() - t0;
+    if (stats) *stats = best;
     return 0;
 }

@@ -179,6 +179,13 @@ int mal_lp_microbatches(int n, const double *P, const int *S, const int *count, 
 
 enum { MAL_REPLAN_AUTO = 0, MAL_REPLAN_EXHAUSTIVE = 1, MAL_REPLAN_HEURISTIC = 2 };
 
+/* Default time limits of the search (seconds): malleus-replan's, and the
+ * online re-plan's inside a running job (every rank waits for it).  Within
+ * them the planner covers 2^20 ranks with 20 % stragglers; see
+ * replan/README.md, "Time and memory". */
+#define MAL_REPLAN_TIME_LIMIT 60.0
+#define MAL_REPLAN_ONLINE_TIME_LIMIT 5.0
+
 typedef struct mal_replan_input {
     const mal_cluster *cluster;
     const mal_profile *profile;
@@ -188,15 +195,31 @@ typedef struct mal_replan_input {
     int nominal_dp;          /* pipelines of the uniform plan (0: derived) */
     const mal_plan *current; /* optional: keep ranks' state where possible */
     int search;              /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
+    double time_limit;       /* seconds for the search (0: none): past it the
+                              * best plan found so far is returned (the
+                              * first plan is always finished) */
 } mal_replan_input;
 
+/* Why the search ended (mal_replan_stats.stop), in rising order of what a
+ * caller should know. */
+enum {
+    MAL_REPLAN_STOP_OPTIMAL = 0,   /* the whole space enumerated: the plan is optimal */
+    MAL_REPLAN_STOP_CONVERGED = 1, /* local search: no move improves */
+    MAL_REPLAN_STOP_BUDGET = 2,    /* local search: its evaluation budget spent */
+    MAL_REPLAN_STOP_TIME = 3       /* the time limit */
+};
+
 typedef struct mal_replan_stats {
-    double objective; /* predicted step time, layer units (cost model) */
-    int n_layer_lps;  /* layer integer programs solved with lp_solve */
-    int n_candidates; /* configurations evaluated */
-    int n_pruned;     /* configurations cut by the lower bound */
-    int exhaustive;   /* 1 when the search was exhaustive */
-    double seconds;   /* planning wall time */
+    double objective;   /* predicted step time, layer units (cost model) */
+    int n_layer_lps;    /* layer integer programs solved with lp_solve */
+    int n_candidates;   /* configurations evaluated */
+    int n_pruned;       /* configurations cut by the lower bound */
+    int exhaustive;     /* 1 when the search was exhaustive */
+    double seconds;     /* planning wall time */
+    double lower_bound; /* layer units: no plan of the space searched (README,
+                         * "Algorithm") is faster; = objective when optimal */
+    int stop;           /* MAL_REPLAN_STOP_* */
+    double time_limit;  /* the limit it ran under (0: none) */
 } mal_replan_stats;
 
 /* Plan for the measured rates.  `out` is initialised here and passes
@@ -216,5 +239,13 @@ int mal_replan_default_dp(const mal_cluster *c, const mal_profile *p, int n_micr
 
 /* Human-readable report of `plan` for `in` (see --explain).  Local. */
 int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan);
+/* The search's outcome in one line of `buf` ("best found X s, bound Y s, gap
+ * Z %, <why it stopped>"; seconds by the profile's layer_time); returns what
+ * snprintf returns.  Local. */
+int mal_replan_describe_search(const mal_replan_stats *st, const mal_profile *p, char *buf,
+                               size_t len);
+/* --explain's lines on the search (the outcome above, evaluations, time).
+ * Local. */
+void mal_replan_explain_search(FILE *f, const mal_replan_input *in, const mal_replan_stats *st);
 
 #endif /* MAL_REPLAN_H */

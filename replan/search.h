@@ -36,9 +36,11 @@ int rp_cmp_sgrp(const void *a, const void *b);
  * are suspended. */
 typedef struct nopt {
     int n_groups;
-    sgrp *g; /* [n_groups] in position order */
     int n_active;
-    double cap; /* sum 1 / y */
+    sgrp *g;     /* [n_groups] in position order (in the class's pool) */
+    double cap;  /* sum 1 / y */
+    double ymax; /* max y (0: no groups) */
+    double room; /* sum over the groups of lmax - L (lmax: rp_layer_cap_max) */
 } nopt;
 
 /* A node situation: its options (shared by every node of the class). */
@@ -48,14 +50,15 @@ typedef struct nclass {
     int R;   /* non-full positions */
     int n_opts;
     nopt *opts;
+    sgrp *pool; /* the options' groups, one array */
 } nclass;
 
 typedef struct nodeinfo {
     int n_ranks;
     int n_healthy_groups; /* full nominal groups of healthy ranks */
-    int *healthy;         /* [n_healthy_groups * tp], chunked by tp */
+    int *healthy;         /* [n_healthy_groups * tp], chunked by tp (in node_ranks) */
     int R;
-    int *rest; /* [R] the other ranks by position (rate order) */
+    int *rest; /* [R] the other ranks by position (rate order; in node_ranks) */
     int cls;
 } nodeinfo;
 
@@ -79,6 +82,7 @@ typedef struct ctx {
     double *x; /* [world] floored rates */
     int n_nodes;
     nodeinfo *nodes;
+    int *node_ranks; /* [world] the ranks node by node; nodes point into it */
     int n_classes;
     nclass *classes;
     int H; /* healthy full groups in the cluster */
@@ -87,11 +91,23 @@ typedef struct ctx {
     size_t cache_cap, cache_n;
     centry *cache;
     int n_layer_solves;
+    unsigned char *scratch; /* the layer solver's arrays (layers.c), reused */
+    size_t scratch_cap;
     double *hp_P; /* [L + 1] period of h healthy groups alone (NAN: not yet) */
     int capmax[MAL_REPLAN_MAX_TP_LOG + 2]; /* rp_layer_cap_max by log2 size (-1: not yet) */
     long n_evals; /* block evaluations (statistics) */
     double work;  /* operations spent in evaluations (bounds the local search) */
+    /* the time limit: past `deadline` (mal_now() seconds; INFINITY: none)
+     * the search stops -- but only once it has a plan (`have_plan`), which
+     * it then returns; `timed_out` records that the limit cut it short */
+    double deadline;
+    int have_plan;
+    int timed_out;
 } ctx;
+
+/* Is the search out of time?  Never before the first plan: a plan late is
+ * better than none.  Sets c->timed_out.  Local. */
+int rp_out_of_time(ctx *c);
 
 /* ---- options.c ---- */
 
@@ -108,6 +124,10 @@ double rp_alpha(const ctx *c, int size);
  * *out points into the cache until rp_cache_free.  Local. */
 int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out);
 void rp_cache_free(ctx *c);
+/* Empty the cache when it holds more than RP_CACHE_MAX compositions (a
+ * bound on the planner's memory; the results are the same, recomputed).
+ * Only where no pointer into the cache is held.  Local. */
+void rp_cache_trim(ctx *c);
 /* Most layers a group of `size` can hold anywhere in any pipeline (an upper
  * bound used by the pruning). */
 int rp_layer_cap_max(const ctx *c, int size);
@@ -135,6 +155,10 @@ void rp_eval_fini(rp_eval *e);
  * `out` may be NULL.  Local. */
 int rp_eval_blocks(ctx *c, int k, sgrp *const *sg, const int *ns, int window, double T_ub,
                    double *T, rp_eval *out);
+
+/* Micro-batches a pipeline of period P and S stages runs within T (capped
+ * at M); -1 when fewer than S (1F1B).  Local. */
+int rp_runs(double T, double P, int S, int M);
 
 /* Trim the micro-batches m[D] of pipelines (period P, S stages) down to M in
  * total (*total on entry and exit), one at a time from the pipeline that

@@ -27,6 +27,7 @@ void mal_replan_opts_init(mal_replan_opts *o)
     o->window = 2;
     o->micro_batch_size = 1;
     o->search = MAL_REPLAN_AUTO;
+    o->time_limit = MAL_REPLAN_TIME_LIMIT;
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
@@ -85,6 +86,12 @@ done:
     return rc;
 }
 
+/* --summary's names of mal_replan_stats.stop */
+static const char *const stop_names[] = {[MAL_REPLAN_STOP_OPTIMAL] = "optimal",
+                                         [MAL_REPLAN_STOP_CONVERGED] = "converged",
+                                         [MAL_REPLAN_STOP_BUDGET] = "budget",
+                                         [MAL_REPLAN_STOP_TIME] = "time_limit"};
+
 /* --summary: one JSON line with the plan's times against the uniform plan
  * and the capacity bound, and the search's statistics. */
 static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_replan_stats *st,
@@ -115,12 +122,17 @@ static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_
             "{\"ranks\": %d, \"stragglers\": %d, \"suspended\": %d, \"pipelines\": %d, "
             "\"plan_seconds\": %.6f, \"step\": %s, \"simulated\": %s, \"uniform\": %s, "
             "\"uniform_simulated\": %s, \"bound\": %s, \"layer_lps\": %d, \"candidates\": %d, "
-            "\"pruned\": %d, \"exhaustive\": %d}\n",
+            "\"pruned\": %d, \"exhaustive\": %d, \"lower_bound\": %s, \"gap\": %.6f, "
+            "\"stop\": \"%s\", \"time_limit\": %g}\n",
             cl->world_size, n_strag, plan->n_suspended, plan->n_pipelines, st->seconds,
             json_num(ps, sizeof ps, plan->predicted_step_time),
             json_num(ss, sizeof ss, sim * lt + sy), json_num(us, sizeof us, tu * lt + sy),
             json_num(uss, sizeof uss, simu * lt + sy), json_num(bs, sizeof bs, bound * lt + sy),
-            st->n_layer_lps, st->n_candidates, st->n_pruned, st->exhaustive);
+            st->n_layer_lps, st->n_candidates, st->n_pruned, st->exhaustive,
+            json_num(lbs, sizeof lbs, st->lower_bound * lt + sy),
+            st->objective > 0 ? MAL_MAX(0.0, 1 - st->lower_bound / st->objective) : 0.0,
+            stop_names[st->stop >= 0 && st->stop <= MAL_REPLAN_STOP_TIME ? st->stop : 0],
+            st->time_limit);
 }
 
 int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
@@ -216,6 +228,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     in.nominal_dp = dp;
     in.current = o->current_path ? &cur : NULL;
     in.search = o->search;
+    in.time_limit = o->time_limit;
 
     if (o->simulate_path) {
         rc = simulate(o, &prof, &cl, rates, out);
@@ -233,6 +246,12 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         }
     } else {
         rc = mal_replan(&in, &plan, &st);
+        if (!rc && st.stop == MAL_REPLAN_STOP_TIME) {
+            /* what the limit cost, whatever else was asked for */
+            char line[256];
+            mal_replan_describe_search(&st, &prof, line, sizeof line);
+            fprintf(info, "malleus-replan: %s; %.2f s spent\n", line, st.seconds);
+        }
     }
     if (rc) goto done;
     if (o->out_path) {
@@ -245,6 +264,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     }
     FILE *rep = o->out_path ? out : info;
     if (o->explain && (rc = mal_replan_explain(rep, &in, &plan))) goto done;
+    if (o->explain && !o->uniform) mal_replan_explain_search(rep, &in, &st);
     if (o->summary) summary(&in, &plan, &st, rep);
 done:
     free(rates);

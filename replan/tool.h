@@ -30,14 +30,18 @@ typedef struct mal_replan_opts {
     int summary;               /* --summary */
     int print_profile;         /* --print-profile */
     int search;                /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
+    double time_limit;         /* --time-limit seconds (0: none) */
 } mal_replan_opts;
 
-/* The defaults (window 2, micro-batch size 1, automatic search).  Local. */
+/* The defaults (window 2, micro-batch size 1, automatic search, time limit
+ * MAL_REPLAN_TIME_LIMIT).  Local. */
 void mal_replan_opts_init(mal_replan_opts *o);
 
 /* Carry out `o`: the plan (or the simulation report, or the profile) goes to
  * `out`, unless --output names a file; --explain and --summary go to `out`
- * when the plan went to a file and to `info` otherwise.  Returns 0 or a
+ * when the plan went to a file and to `info` otherwise; a line saying that
+ * the time limit stopped the search (best found, bound, gap) always goes to
+ * `info`.  Returns 0 or a
  * negative MAL_E* code with the message in mal_errmsg(); user mistakes are
  * MAL_EINVAL / MAL_EFORMAT / MAL_ENOENT naming the option or field.  Local. */
 int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info);

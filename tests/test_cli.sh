@@ -98,6 +98,7 @@ expect 2 "--inject-mode gpu slows a GPU for real, and device 'cpu-opaque' has no
 expect 2 "--adapt must be off, restart or online" -- --adapt sometimes
 expect 2 "--gap expects a number" -- --gap -1
 expect 2 "needs a planner profile" -- --adapt online --planner-profile "$W/nope.json" --steps 1
+expect 2 "--planner-time-limit expects a number" -- --planner-time-limit -5
 echo keep >"$W/prof.json"
 expect 2 "TP size 3" -- --profile "$W/prof.json" --tp 3
 [ "$(cat "$W/prof.json")" = keep ] || { echo "FAIL: a failed --profile overwrote its file"; fails=$((fails + 1)); }

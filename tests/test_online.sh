@@ -16,6 +16,7 @@ MALLEUS_TEST_SNAPSHOT_HOLD=3 sh "$top_srcdir/tests/mpirun.sh" 8 120 "$top_buildd
     --model tiny --steps 8 \
     --global-batch 16 --micro-batch 2 --dp 2 --tp 2 --pp 2 --inject 3:8:1 --adapt online \
     --ranks-per-node 4 --check-every 2 --window 3 --gap 1.5 --noise-floor 2.0 --threshold 2.0 \
+    --planner-time-limit 30 \
     --snapshot-dir "$W/snap" --snapshot-every 2 --snapshot-async --verbose >"$W/out" 2>&1
 rc=$?
 cat "$W/out"

@@ -262,6 +262,13 @@ static void test_errors(void)
     CHECK_EQ_INT(mal_replan(&in, &plan, NULL), MAL_EINVAL);
     CHECK(strstr(mal_errmsg(), "rank 3 has rate -1"));
     rates[3] = 1;
+    /* the time limit: seconds >= 0, finite */
+    in.time_limit = -1;
+    CHECK_EQ_INT(mal_replan(&in, &plan, NULL), MAL_EINVAL);
+    CHECK(strstr(mal_errmsg(), "time limit must be >= 0 seconds"));
+    in.time_limit = NAN;
+    CHECK_EQ_INT(mal_replan(&in, &plan, NULL), MAL_EINVAL);
+    in.time_limit = 0;
     in.n_micro_batches = 3; /* fewer micro-batches than TP groups */
     CHECK_EQ_INT(mal_replan(&in, &plan, NULL), MAL_EINVAL);
     CHECK(strstr(mal_errmsg(), "micro-batches"));

@@ -16,6 +16,9 @@
  *   - the exact min-max micro-batch split (m_i >= S_i).
  * It uses no bounds, no dominance, no matching and no knapsack, so it is
  * slow: instances whose enumeration would exceed a budget are skipped.
+ * Against the same optimum: the lower bound the planner reports (with the
+ * heuristic search alone, where it is not the optimum) never exceeds it,
+ * and a time limit too short for any search still gives a valid plan.
  *
  *   test_replan_exact              60 instances (CI: a few seconds)
  *   test_replan_exact --long N     N instances (e.g. 1000)
@@ -453,6 +456,45 @@ static void random_instance(uint64_t *seed, inst *I)
     if (!any) I->rates[lcg(seed) % (unsigned)I->world] = 1.2 + 13.8 * unif(seed);
 }
 
+/* The lower bound the planner reports never exceeds the optimum: the
+ * heuristic search alone (its bound is the space's, not the optimum it
+ * proved); and with a time limit too short for anything (1 ns) the planner
+ * still returns a valid plan -- the first one is always finished -- whose
+ * objective is what it writes and never below the optimum. */
+static void check_bound_and_limit(const mal_replan_input *in0, double opt, const mal_profile *p,
+                                  const mal_cluster *c)
+{
+    mal_replan_input in = *in0;
+    mal_plan plan;
+    mal_replan_stats st;
+    in.search = MAL_REPLAN_HEURISTIC;
+    CHECK_OK(mal_replan(&in, &plan, &st));
+    if (!(st.lower_bound <= opt * (1 + 1e-9))) {
+        fprintf(stderr, "the heuristic search's bound %.17g is above the optimum %.17g\n",
+                st.lower_bound, opt);
+        exit(1);
+    }
+    CHECK(st.objective >= opt * (1 - 1e-9));
+    mal_plan_fini(&plan);
+    in.search = MAL_REPLAN_AUTO;
+    in.time_limit = 1e-9;
+    int level = mal_log_level;
+    mal_log_level = MAL_LOG_WARN; /* the limit's report, once per instance */
+    CHECK_OK(mal_replan(&in, &plan, &st));
+    mal_log_level = level;
+    CHECK(st.lower_bound <= opt * (1 + 1e-9));
+    CHECK(st.objective >= opt * (1 - 1e-9));
+    CHECK(st.time_limit == 1e-9);
+    mal_cost_eval ev;
+    CHECK_OK(mal_plan_validate(&plan, c->world_size, p->n_layers, p->n_heads, p->ffn_hidden,
+                               in.n_micro_batches));
+    CHECK_OK(mal_cost_eval_plan(&plan, p, c, in.rates, &ev));
+    CHECK(ev.memory_ok);
+    CHECK_CLOSE(ev.step_time, st.objective, 1e-9, 0);
+    mal_cost_eval_fini(&ev);
+    mal_plan_fini(&plan);
+}
+
 int main(int argc, char **argv)
 {
     int want = 60, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
@@ -493,7 +535,7 @@ int main(int argc, char **argv)
         CHECK_OK(mal_cluster_regular(&c, I.world, I.rpn, I.mem));
         make_profile(&I, &p);
         mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL,
-                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO};
+                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO, 0};
         mal_plan plan;
         mal_replan_stats st;
         t0 = mal_now();
@@ -531,6 +573,11 @@ int main(int argc, char **argv)
             CHECK_CLOSE(ev.step_time, opt, 1e-9, 0);
             mal_cost_eval_fini(&ev);
             mal_plan_fini(&plan);
+            /* the reported bound: the objective itself when the whole space
+             * was searched */
+            CHECK(st.stop == MAL_REPLAN_STOP_OPTIMAL || !st.exhaustive);
+            if (st.exhaustive) CHECK_CLOSE(st.lower_bound, st.objective, 1e-12, 0);
+            check_bound_and_limit(&in, opt, &p, &c);
         }
         mal_cluster_fini(&c);
         mal_profile_fini(&p);

@@ -146,6 +146,17 @@ enum { STAY = 0, GO = 1 };
 /* Rank 0: plan for the measured rates and weigh the change.  GO with
  * *text the new plan (online), or GO without one (a restart whose gain
  * cannot be weighed); STAY otherwise. */
+
+/* The planner's time budget for a re-plan the whole job waits on: the
+ * search stops at it with the best plan found so far (--planner-time-limit;
+ * negative: none). */
+static double planner_time_limit(const mal_train_options *o)
+{
+    return o->planner_time_limit > 0   ? o->planner_time_limit
+           : o->planner_time_limit < 0 ? 0
+                                       : MAL_REPLAN_ONLINE_TIME_LIMIT;
+}
+
 static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
 {
     const mal_train_options *o = &tr->o;
@@ -172,11 +183,17 @@ static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
                            mal_plan_n_micro_batches(&tr->plan),
                            0,
                            &tr->plan,
-                           MAL_REPLAN_AUTO};
+                           MAL_REPLAN_AUTO,
+                           planner_time_limit(&tr->o)};
     mal_replan_stats stats;
     if ((rc = mal_replan(&in, &out, &stats))) goto fail;
     mal_log(MAL_LOG_INFO, "replan: new plan in %.3f s (%d pipelines, %d suspended)", stats.seconds,
             out.n_pipelines, out.n_suspended);
+    if (stats.stop == MAL_REPLAN_STOP_TIME) {
+        char line[256];
+        mal_replan_describe_search(&stats, &prof, line, sizeof line);
+        mal_log(MAL_LOG_INFO, "replan: %s", line);
+    }
     if (mal_plan_same_layout(&out, &tr->plan)) {
         mal_log(MAL_LOG_INFO,
                 "re-plan: the planner keeps the plan in force for the measured rates");

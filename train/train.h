@@ -118,6 +118,8 @@ typedef struct {
     int ranks_per_node;        /* for the planner (0: all ranks on one node) */
     double device_memory_mb;   /* for the planner (0: 16384) */
     const char *profile;       /* planner profile: preset name or JSON file (NULL: derived) */
+    double planner_time_limit; /* seconds the online planner searches (0: default 5,
+                                * MAL_REPLAN_ONLINE_TIME_LIMIT; < 0: no limit) */
     const double *plan_rates;  /* [world] rates the given plan was made with (NULL: all 1) */
 
     /* validation and samples (train/eval.c) */

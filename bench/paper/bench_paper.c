@@ -254,7 +254,7 @@ int main(int argc, char **argv)
                     for (int k = 0; k < n; k++)
                         rates[packed ? k : k * RPN + 3] = xs[xi];
                     mal_replan_input in = {&cl, &prof, rates, MBS, M, st->dp, NULL,
-                                           MAL_REPLAN_AUTO};
+                                           MAL_REPLAN_AUTO, 0};
                     result r1, r2, r3, r4;
                     mal_plan uni;
                     if (mal_replan_uniform(&in, &uni)) {
