@@ -2,7 +2,7 @@
 # tests in their local.mk).  EXTRA_DIST carries the shared test helpers.
 EXTRA_DIST += tests/mal_test.h tests/tiny_options.h
 
-# The library's layers point one way (README.md, "Layout"), and no two of
+# The library's layers point one way (docs/DEVELOPING.md, "Layout"), and no two of
 # its files call each other in a circle (read from the built objects).
 dist_check_SCRIPTS += tests/check_layers.sh tests/check_cycles.sh
 TESTS += tests/check_layers.sh tests/check_cycles.sh
