@@ -38,7 +38,7 @@ TESTS += tests/test_loop.sh tests/test_slurm.sh
 dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh \
 	tests/test_slurm_preempt.sh
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
-EXTRA_DIST += tests/run_watch.sh
+EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
 
 # An online plan change leaves the same state as malleus-reshard.
