@@ -9,7 +9,8 @@ libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fault.c \
 	ckpt/snap_index.c ckpt/snap_read.c ckpt/snap_coord.c ckpt/snap_commit.c \
 	ckpt/snap_write.c ckpt/reshard.h ckpt/reshard.c \
 	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c ckpt/export_tok.h ckpt/export_tok.c \
-	ckpt/load.h ckpt/load.c
+	ckpt/load.h ckpt/load.c ckpt/safetensors.h ckpt/safetensors.c ckpt/hf.h ckpt/hf.c \
+	ckpt/import.h ckpt/import.c
 EXTRA_DIST += ckpt/README.md
 
 # One process: CRC-32C, blocks and tiling, commit protocol, corruption,
