@@ -63,11 +63,11 @@ EXTRA_DIST += bench/snapshot/run.sh bench/snapshot/run_async.sh bench/snapshot/R
 # (CI), and transformers' LlamaForCausalLM where it can be had (else 77).
 dist_check_SCRIPTS += tests/test_export.sh tests/test_export_hf.sh
 TESTS += tests/test_export.sh tests/test_export_hf.sh
-EXTRA_DIST += tests/export_setup.sh tests/hf_ref.py
+EXTRA_DIST += tests/export_setup.sh tests/hf_ref.py tests/hf_site.sh
 
 # malleus-import and malleus-train --init-from: checkpoints written by
 # malleus-export and by numpy (CI), every refusal; and checkpoints made by
-# transformers itself where it can be had (else 77).
-dist_check_SCRIPTS += tests/test_import.sh
-TESTS += tests/test_import.sh
+# transformers itself (tests/test_import_hf.sh) where it can be had (else 77).
+dist_check_SCRIPTS += tests/test_import.sh tests/test_import_hf.sh
+TESTS += tests/test_import.sh tests/test_import_hf.sh
 EXTRA_DIST += tests/hf_import_ref.py

@@ -15,6 +15,12 @@
 #   same-params SNAP CKPT_SNAP [--round f16|bf16]   the "param/" tensors of
 #       two snapshots are equal bit for bit, the first's rounded as asked
 #       (read through tests/snapread.py); CKPT_SNAP holds no "adam_m/"
+#   transformers DIR   (torch and transformers) random models made and
+#       saved by transformers itself (save_pretrained, safetensors, F32) in
+#       DIR: tied/ and untied/ (LLaMA-3 shapes: grouped-query attention,
+#       rope_theta 500000, the llama3 rope_scaling; sharded by
+#       max_shard_size), and what an import must refuse: bias/ (a LLaMA
+#       with attention_bias) and gpt2/ (another architecture)
 # Exit status: 0 as expected, 1 a difference (printed), 99 an error.
 import json
 import os
@@ -220,6 +226,41 @@ def same_params(a, b, rnd):
     return 1 if bad else 0
 
 
+def transformers_models(d):
+    """Random LlamaForCausalLM checkpoints written by transformers."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(1)
+    base = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                rms_norm_eps=1e-5, rope_theta=500000.0, initializer_range=0.1,
+                # original_max_position_embeddings 8 < seq_len 32: every
+                # frequency is scaled or interpolated, none left as is
+                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8},
+                bos_token_id=1, eos_token_id=2)
+    for name, extra in (("tied", {"tie_word_embeddings": True}),
+                        ("untied", {"tie_word_embeddings": False}),
+                        ("bias", {"tie_word_embeddings": False, "attention_bias": True})):
+        model = LlamaForCausalLM(LlamaConfig(**dict(base, **extra)))
+        with torch.no_grad():
+            # the norms' weights start at 1: made random too, so that
+            # swapping two of them changes the loss
+            for n, p in model.named_parameters():
+                if n.endswith("norm.weight"):
+                    p.copy_(1 + 0.2 * torch.randn_like(p))
+        model.save_pretrained(os.path.join(d, name), safe_serialization=True,
+                              max_shard_size="200KB")
+    GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=32, n_embd=32, n_layer=1,
+                               n_head=2)).save_pretrained(os.path.join(d, "gpt2"),
+                                                          safe_serialization=True)
+    for name in ("tied", "untied", "bias", "gpt2"):
+        files = sorted(f for f in os.listdir(os.path.join(d, name)) if "safetensors" in f)
+        print("transformers %s wrote %s: %s" % (__import__("transformers").__version__, name,
+                                                " ".join(files)))
+    return 0
+
+
 def main():
     a = sys.argv[1:]
     if a[:1] == ["write"] and len(a) == 4:
@@ -229,6 +270,8 @@ def main():
         return same_tensors(a[1], a[2])
     if a[:1] == ["same-params"] and len(a) in (3, 5):
         return same_params(a[1], a[2], a[4] if len(a) == 5 else None)
+    if a[:1] == ["transformers"] and len(a) == 2:
+        return transformers_models(a[1])
     print(__doc__ if __doc__ else "usage: see the top of this file")
     return 99
 
