@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/mal.h"
 #include "reshard.h"
@@ -98,6 +99,20 @@ static int check_empty(const char *dir)
     return 0;
 }
 
+/* OUT_SNAPSHOT must not be HF_DIR itself: step directories beside its
+ * config.json would make --init-from take the directory for the
+ * checkpoint, not for the import. */
+static int check_not_source(const char *src, const char *dst)
+{
+    struct stat a, b;
+    if (stat(dst, &a) == 0 && stat(src, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return MAL_ERR(MAL_EINVAL,
+                       "OUT_SNAPSHOT %s is the checkpoint's own directory: import into a new or "
+                       "empty directory",
+                       dst);
+    return 0;
+}
+
 int mal_import_hf(const mal_import_options *o, mal_import_stats *st)
 {
     double t0 = mal_now();
@@ -115,7 +130,8 @@ int mal_import_hf(const mal_import_options *o, mal_import_stats *st)
     mal_plan_init(&one);
 
     /* Everything that can refuse the import, before anything is written. */
-    if ((rc = mal_hf_open(&h, o->src, &o->hf))) goto out;
+    if ((rc = mal_hf_open(&h, o->src, &o->hf)) || (rc = check_not_source(o->src, o->dst_dir)))
+        goto out;
     const mal_model_config *cfg = mal_hf_config(h);
     const mal_plan *plan = o->plan;
     if (!plan) {

@@ -21,7 +21,8 @@
 #    untied without, missing, extra and misshapen tensors, an I32 tensor, a
 #    truncated file, overlapping tensors, a header past the end, an index
 #    that names a file outside its directory or a file without the tensor,
-#    no safetensors, a destination holding snapshots.
+#    no safetensors, a destination holding snapshots or the checkpoint's
+#    own directory.
 set -u
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
@@ -165,6 +166,8 @@ bad index-missing "maps 'model.norm.weight' to .*, which does not hold it"
 bad pytorch-only 'pytorch_model.bin is not read'
 refuse "no config.json" "holds no config.json" $IMPORT "$W/src" "$W/out-snap"
 refuse "a destination with snapshots" "holds snapshots already" $IMPORT "$W/hf" "$W/src"
+refuse "the checkpoint's own directory" "is the checkpoint's own directory" $IMPORT "$W/hf" "$W/hf"
+[ ! -e "$W/hf/latest" ] && [ ! -e "$W/hf/step_00000000" ] || fail "the refused import wrote into $W/hf"
 refuse "--resume of an import" "holds weights only .*--init-from" \
     "$B/malleus-train" --snapshot-dir "$W/imp" --resume --steps 1 --quiet
 refuse "--init-from with --resume" "give one of them" \
