@@ -446,7 +446,8 @@ uint64_t mal_fnv1a64(const void *p, size_t n)
 /* The fingerprint of `bytes` bytes read through `get` (which copies n
  * bytes at an offset into buf, returning 0 or a MAL_E* code): the first
  * block, then blocks at evenly spread offsets up to the end. */
-static int fingerprint(uint64_t bytes, int (*get)(const void *src, uint64_t off, void *buf, size_t n),
+static int fingerprint(uint64_t bytes,
+                       int (*get)(const void *src, uint64_t off, void *buf, size_t n),
                        const void *src, uint64_t *out)
 {
     unsigned char buf[MAL_FILE_ID_BLOCK];
