@@ -11,8 +11,9 @@
 #    8-rank plan mixed_tp.json, and one resharded, export the same tensors;
 #  * --init-from the snapshot and from the checkpoint directory itself
 #    train the same losses; under mixed_tp.json on 8 ranks within 1e-5 of
-#    one process; a resume of the fine-tuning run keeps its record of the
-#    source; --resume of an import and --init-from with --resume are
+#    one process; seq_len 16 chosen by import --seq-len or by --model
+#    gives one loss; a resume of the fine-tuning run keeps its record of
+#    the source; --resume of an import and --init-from with --resume are
 #    refused;
 #  * every refusal (exit 2, nothing written): another architecture or
 #    model_type, hidden_act, attention and MLP biases (in the config or as
@@ -65,7 +66,7 @@ for v in f16 bf16 sharded; do
     # shellcheck disable=SC2086
     "$PY" "$REF" same-params "$W/src" "$W/imp-$v" ${r:+--round $r} || fail "$v import differs"
 done
-ls "$W/hf-sharded"/*.safetensors | grep -q 00003 || fail "the sharded checkpoint has no third file"
+[ -f "$W/hf-sharded/model-00003-of-00003.safetensors" ] || fail "the sharded checkpoint has no third file"
 
 echo "-- import -> export gives back the tensors"
 "$B/malleus-export" --quiet "$W/imp-sharded" "$W/back" || fail "export of the import"
@@ -106,6 +107,29 @@ print("losses %s; 8 ranks (mixed_tp.json) within %.1e of one process"
       % (" ".join("%.6f" % x["loss"] for x in a), worst))
 sys.exit(worst > 1e-5)
 EOF
+# the training sequence length is the run's: malleus-import --seq-len, or a
+# --model with the source's shapes
+$IMPORT --seq-len 16 "$W/hf" "$W/imp16" || fail "import --seq-len"
+"$PY" - "$W/hf/config.json" >"$W/m16.json" <<'EOF' || exit 99
+import json, sys
+c = json.load(open(sys.argv[1]))
+print(json.dumps({"vocab": c["vocab_size"], "d_model": c["hidden_size"], "n_layers":
+                  c["num_hidden_layers"], "n_heads": c["num_attention_heads"], "n_kv_heads":
+                  c["num_key_value_heads"], "ffn_hidden": c["intermediate_size"], "seq_len": 16,
+                  "tie_embeddings": c["tie_word_embeddings"], "rope_theta": c["rope_theta"],
+                  "rope_scaling": c["rope_scaling"], "norm_eps": c["rms_norm_eps"]}))
+EOF
+# shellcheck disable=SC2086
+"$B/malleus-train" $FT --steps 1 --init-from "$W/imp16" --metrics "$W/s16a.jsonl" &&
+    "$B/malleus-train" $FT --steps 1 --init-from "$W/hf" --model "$W/m16.json" \
+        --metrics "$W/s16b.jsonl" || fail "--init-from with seq_len 16"
+l16=$(cut -d, -f2 "$W/s16a.jsonl")
+l32=$(sed -n 1p "$W/a.jsonl" | cut -d, -f2)
+if [ "$l16" != "$(cut -d, -f2 "$W/s16b.jsonl")" ] || [ "$l16" = "$l32" ]; then
+    fail "seq_len 16: import --seq-len gives$l16, --model$(cut -d, -f2 "$W/s16b.jsonl"), 32:$l32"
+fi
+echo "seq_len 16, by import --seq-len and by --model:$l16 (seq_len 32:$l32)"
+
 # the record of the source, carried on by a resume
 # shellcheck disable=SC2086
 "$B/malleus-train" $FT --steps 6 --override steps --snapshot-dir "$W/ft" --resume ||
