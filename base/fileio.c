@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,13 +293,14 @@ int mal_file_read(const char *path, const char *what, size_t max_bytes, int flag
                      what, path, mal_file_kind(st.st_mode));
         goto fail;
     }
-    if (S_ISFIFO(st.st_mode)) {
-        /* A FIFO opened without waiting reads as empty until a writer
-         * comes: open it again, waiting for one, as `cat fifo` does. */
-        close(fd);
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0)
-            return MAL_ERR(MAL_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    } else {
+    /* A FIFO stays on this descriptor, non-blocking: closing it and opening
+     * the FIFO again to wait for a writer lost a writer that came, wrote and
+     * left in between (the data goes with the last descriptor), and the
+     * second open then waited for a writer that never came (a hang seen in
+     * test_fileio under the sanitizers).  The read loop below waits with
+     * poll() instead, as `cat fifo` waits in open(). */
+    int fifo = S_ISFIFO(st.st_mode), seen_writer = 0;
+    if (!fifo) {
         int fl = fcntl(fd, F_GETFL);
         if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
             rc = MAL_ERR(MAL_EIO, "cannot read %s %s: %s", what, path, strerror(errno));
@@ -340,12 +342,23 @@ int mal_file_read(const char *path, const char *what, size_t max_bytes, int flag
             cap = ncap;
         }
         ssize_t r = read(fd, data + n, cap - n);
+        if (fifo && (r == 0 ? !seen_writer : r < 0 && errno == EAGAIN)) {
+            /* 0 before any writer: none has opened it yet; EAGAIN: one is
+             * there but has not written.  Wait for data, or for a writer
+             * that came and went (POLLHUP: then the next read says EOF). */
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+                ;
+            seen_writer = 1;
+            continue;
+        }
         if (r < 0) {
             if (errno == EINTR) continue;
             rc = MAL_ERR(MAL_EIO, "cannot read %s %s: %s", what, path, strerror(errno));
             goto fail;
         }
         if (r == 0) break;
+        seen_writer = 1;
         n += (size_t)r;
     }
     close(fd);
