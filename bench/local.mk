@@ -20,7 +20,7 @@ EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py
 check_PROGRAMS += bench/migrate/bench_migrate
 bench_migrate_bench_migrate_SOURCES = bench/migrate/bench_migrate.c
 
-# The paper's experiment simulated (issue 14): built with the tests so that
+# The paper's experiment simulated: built with the tests so that
 # it keeps compiling, run by hand (bench/paper/run.sh), never by make check.
 check_PROGRAMS += bench/paper/bench_paper
 bench_paper_bench_paper_SOURCES = bench/paper/bench_paper.c

@@ -43,30 +43,10 @@ assert "llama3" in ROPE_INIT_FUNCTIONS' >/dev/null 2>&1
 if has_hf ""; then
     SITE=
 elif ! has_hf "$SITE"; then
-    [ "${MALLEUS_HF_INSTALL:-1}" != 0 ] ||
-        { echo "$TAG: skipped: no transformers and MALLEUS_HF_INSTALL=0"; exit 77; }
-    "$PYTHON3" -m pip --version >/dev/null 2>&1 ||
-        { echo "$TAG: skipped: no transformers and no pip to install it"; exit 77; }
-    mkdir -p "$(dirname "$SITE")" 2>/dev/null ||
-        { echo "$TAG: skipped: cannot create $(dirname "$SITE")"; exit 77; }
-    # Installed beside the target and renamed, so a concurrent run or an
-    # interrupted install never leaves a half-filled directory in use.
-    TMPSITE=$(mktemp -d "$SITE.tmp.XXXXXX") || exit 77
-    echo "$TAG: installing transformers 4.44 into $SITE (pip --target, --no-deps)"
-    timeout 300 "$PYTHON3" -m pip install -q --disable-pip-version-check --no-deps \
-        --timeout 15 --retries 1 --target "$TMPSITE" 'transformers==4.44.*' \
-        'tokenizers==0.19.*' 'safetensors==0.4.*' 'huggingface-hub==0.23.*' tqdm filelock \
-        regex fsspec >"$TMPSITE.log" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ] || ! has_hf "$TMPSITE"; then
-        tail -n 3 "$TMPSITE.log"
-        rm -rf "$TMPSITE" "$TMPSITE.log"
-        echo "$TAG: skipped: transformers cannot be installed here (pip exit $rc)"
-        exit 77
-    fi
-    rm -f "$TMPSITE.log"
-    mv -T "$TMPSITE" "$SITE" 2>/dev/null || rm -rf "$TMPSITE" # another run won: use its copy
-    has_hf "$SITE" || { echo "$TAG: skipped: $SITE does not import transformers"; exit 77; }
+    . "$top_srcdir/tests/pip_site.sh"
+    pip_site "$SITE" has_hf 'transformers==4.44.*' 'tokenizers==0.19.*' 'safetensors==0.4.*' \
+        'huggingface-hub==0.23.*' tqdm filelock regex fsspec ||
+        { echo "$TAG: skipped: $PIP_SITE_WHY"; exit 77; }
 fi
 [ -n "$SITE" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
