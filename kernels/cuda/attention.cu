@@ -541,14 +541,15 @@ MAL_DEV void add_store2(bf16 *dst, float f, float a0, float a1)
     stv(dst, pack_bf16x2(old.x + f * a0, old.y + f * a1));
 }
 
-enum { BWD_THREADS = 128, DKV_BK = 64, DKV_BQ = 32, DQ_BQ = 64, DQ_BK = 32 };
+enum { BWD_THREADS = 128, DKV_THREADS = 256, DKV_BK = 64, DKV_BQ = 32, DQ_BQ = 64, DQ_BK = 32 };
 
 template <int HD> static size_t dkv_smem()
 {
     /* K, V (64 keys); Q, dO (32 queries), two buffers each; lse and D of
-     * the 32 queries, two buffers each */
+     * the 32 queries, two buffers each; P^T of the round (64 x 32 floats,
+     * in the accumulators' thread layout) */
     return (size_t)(2 * DKV_BK + 4 * DKV_BQ) * (HD + PAD) * sizeof(bf16) +
-           4 * DKV_BQ * sizeof(float);
+           4 * DKV_BQ * sizeof(float) + (size_t)DKV_BK * DKV_BQ * sizeof(float);
 }
 
 /* Queue query tile `it` of a dK/dV block into buffer `buf`: the tiles run
@@ -564,8 +565,8 @@ MAL_DEV void dkv_issue(bf16 *Qb, bf16 *Ob, float *Lb, float *Db, const bf16 *q, 
     const int h = h0 + it / nqt, q0 = k0 + (it % nqt) * DKV_BQ, nq = T_ - q0;
     const size_t ld = (size_t)hs.H * hd, base = (size_t)b * T_ * ld + (size_t)h * hd;
     const size_t stat = ((size_t)b * hs.H + h) * T_ + q0;
-    tile_async<HD>(Qb, q + base + (size_t)q0 * ld, ld, DKV_BQ, nq, hd, tid, BWD_THREADS);
-    tile_async<HD>(Ob, dout + base + (size_t)q0 * ld, ld, DKV_BQ, nq, hd, tid, BWD_THREADS);
+    tile_async<HD>(Qb, q + base + (size_t)q0 * ld, ld, DKV_BQ, nq, hd, tid, DKV_THREADS);
+    tile_async<HD>(Ob, dout + base + (size_t)q0 * ld, ld, DKV_BQ, nq, hd, tid, DKV_THREADS);
     if (tid < DKV_BQ) {
         const bool ok = tid < nq;
         Lb[tid] = ok ? lse[stat + tid] * LOG2E : 0.0f;
@@ -573,14 +574,21 @@ MAL_DEV void dkv_issue(bf16 *Qb, bf16 *Ob, float *Lb, float *Db, const bf16 *q, 
     }
 }
 
-/* dK, dV of 64 keys (4 warps x 16) of one (b, key/value head j); for
- * every query head h that reads j, in order, query tiles of 32 from the
- * diagonal on, each copied in while the one before is used.  Per warp,
+/* dK, dV of 64 keys of one (b, key/value head j); for every query head h
+ * that reads j, in order, query tiles of 32 from the diagonal on, each
+ * copied in while the one before is used.  8 warps in two roles, a pair
+ * per 16 keys (warps w and w + 4), so that each holds one 16 x hd
+ * accumulator (64 registers at hd 128) instead of both (the 4-warp form
+ * needed ~244 registers: 2 blocks of 4 warps per SM).  Per round,
  * transposed products (keys are the rows):
- *   S^T = K_w Q^T, P^T = exp(S^T - lse), dP^T = V_w dO^T,
- *   dS^T = P^T (dP^T - D), dV_w += P^T dO, dK_w += scale dS^T Q. */
+ *   P warp (w < 4):  S^T = K_w Q^T, P^T = exp(S^T - lse), P^T to shared
+ *                    memory | barrier | dV_w += P^T dO;
+ *   dS warp (w >= 4): dP^T = V_w dO^T | barrier | P^T from shared memory,
+ *                    dS^T = P^T (dP^T - D), dK_w += scale dS^T Q.
+ * Each does two products per round; P^T passes in fp32, so the results
+ * are those of one warp doing both. */
 template <int HD>
-__global__ void __launch_bounds__(BWD_THREADS)
+__global__ void __launch_bounds__(DKV_THREADS, 2) /* 2 blocks per SM: at most 128 registers */
     mma_dkv_k(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
               const bf16 *__restrict__ q, const bf16 *__restrict__ k, const bf16 *__restrict__ v,
               const float *__restrict__ lse, const float *__restrict__ D, int T_, mal_cu_heads hs,
@@ -595,8 +603,10 @@ __global__ void __launch_bounds__(BWD_THREADS)
     bf16 *Os = Qs + 2 * QS; /* dO rows */
     float *Ls = (float *)(Os + 2 * QS);
     float *Ds = Ls + 2 * DKV_BQ;
+    float *Ps = Ds + 2 * DKV_BQ; /* [key group][nt][i][lane] */
     const geom G = geom_of(T_, hs, hd, true);
-    const int tid = G.tid, lane = G.lane, warp = G.warp, g = G.g, c = G.c;
+    const int tid = G.tid, lane = G.lane, g = G.g, c = G.c;
+    const int kg = G.warp % 4, role = G.warp / 4; /* 16-key group; 0: P and dV, 1: dS and dK */
     const size_t ldk = G.ldk, kbase = G.kbase;
     const int b = G.bh / hs.Hkv, kvh = G.bh % hs.Hkv;
     const int k0 = G.tile * DKV_BK;
@@ -604,18 +614,19 @@ __global__ void __launch_bounds__(BWD_THREADS)
     int h0, h1;
     readers_of(hs, kvh, &h0, &h1);
     const int nqt = (T_ - k0 + DKV_BQ - 1) / DKV_BQ, tiles = (h1 - h0) * nqt;
+    float *Pw = Ps + kg * (DKV_BQ / 8) * 4 * 32; /* this pair's P^T */
 
-    tile_async<HD>(Ks, k + kbase + (size_t)k0 * ldk, ldk, DKV_BK, T_ - k0, hd, tid, BWD_THREADS);
-    tile_async<HD>(Vs, v + kbase + (size_t)k0 * ldk, ldk, DKV_BK, T_ - k0, hd, tid, BWD_THREADS);
+    tile_async<HD>(Ks, k + kbase + (size_t)k0 * ldk, ldk, DKV_BK, T_ - k0, hd, tid, DKV_THREADS);
+    tile_async<HD>(Vs, v + kbase + (size_t)k0 * ldk, ldk, DKV_BK, T_ - k0, hd, tid, DKV_THREADS);
     if (tiles > 0)
         dkv_issue<HD>(Qs, Os, Ls, Ds, q, dout, lse, D, 0, nqt, h0, b, k0, T_, hs, hd, tid);
     cp_async_commit();
-    float adk[HD / 8][4], adv[HD / 8][4];
+    float acc[HD / 8][4]; /* dV_w (role 0) or dK_w / scale (role 1) */
 #pragma unroll
     for (int i = 0; i < HD / 8; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) adk[i][j] = adv[i][j] = 0.0f;
-    const int key0 = k0 + warp * 16 + g; /* this thread's first key (rows g, g + 8) */
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    const int key0 = k0 + kg * 16 + g; /* this thread's first key (rows g, g + 8) */
 
     for (int it = 0; it < tiles; it++) {
         const int buf = it & 1;
@@ -625,32 +636,47 @@ __global__ void __launch_bounds__(BWD_THREADS)
                           hd, tid);
         cp_async_commit();
         cp_async_wait<1>();
-        __syncthreads();
+        __syncthreads(); /* every thread's copies of this round's tiles have landed */
         const bf16 *Qb = Qs + buf * QS, *Ob = Os + buf * QS;
         const float *Lb = Ls + buf * DKV_BQ, *Db = Ds + buf * DKV_BQ;
         const int q0 = k0 + (it % nqt) * DKV_BQ;
-        float st_[DKV_BQ / 8][4], dp[DKV_BQ / 8][4];
-        product_t<HD, DKV_BQ>(st_, Ks, Qb, warp * 16, hd, lane);
-        product_t<HD, DKV_BQ>(dp, Vs, Ob, warp * 16, hd, lane);
-        /* P^T and dS^T in place; element (key row, query column) */
+        float x[DKV_BQ / 8][4]; /* S^T then P^T (role 0), dP^T then dS^T (role 1) */
+        if (role == 0) {
+            product_t<HD, DKV_BQ>(x, Ks, Qb, kg * 16, hd, lane);
 #pragma unroll
-        for (int nt = 0; nt < DKV_BQ / 8; nt++)
+            for (int nt = 0; nt < DKV_BQ / 8; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int qi = nt * 8 + 2 * c + (i & 1), key = key0 + (i >= 2 ? 8 : 0);
-                const int qry = q0 + qi;
-                float p = exp2f(st_[nt][i] * sl2 - Lb[qi]);
-                if (key > qry || qry >= T_ || key >= T_) p = 0.0f;
-                st_[nt][i] = p;
-                dp[nt][i] = p * (dp[nt][i] - Db[qi]);
-            }
-        /* dV_w += P^T dO,  dK_w += dS^T Q  (k = the 32 queries) */
-        acc_product<HD, DKV_BQ>(adv, st_, Ob, hd, lane);
-        acc_product<HD, DKV_BQ>(adk, dp, Qb, hd, lane);
-        __syncthreads(); /* buf is refilled two rounds on */
+                for (int i = 0; i < 4; i++) {
+                    const int qi = nt * 8 + 2 * c + (i & 1), key = key0 + (i >= 2 ? 8 : 0);
+                    const int qry = q0 + qi;
+                    float p = exp2f(x[nt][i] * sl2 - Lb[qi]);
+                    if (key > qry || qry >= T_ || key >= T_) p = 0.0f;
+                    x[nt][i] = p;
+                    Pw[(nt * 4 + i) * 32 + lane] = p;
+                }
+        } else {
+            product_t<HD, DKV_BQ>(x, Vs, Ob, kg * 16, hd, lane);
+        }
+        __syncthreads(); /* P^T of every pair written */
+        if (role == 0) {
+            acc_product<HD, DKV_BQ>(acc, x, Ob, hd, lane); /* dV_w += P^T dO */
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < DKV_BQ / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int qi = nt * 8 + 2 * c + (i & 1);
+                    x[nt][i] = Pw[(nt * 4 + i) * 32 + lane] * (x[nt][i] - Db[qi]);
+                }
+            acc_product<HD, DKV_BQ>(acc, x, Qb, hd, lane); /* dK_w += dS^T Q */
+        }
+        __syncthreads(); /* buf is refilled two rounds on, P^T rewritten next round */
     }
     cp_async_wait<0>(); /* no tiles: the K, V copies */
-    /* accumulate into dk, dv (+=, as kernels.h says) */
+    /* accumulate into dk or dv (+=, as kernels.h says) */
+    bf16 *dst = role == 0 ? dv : dk;
+    const float f = role == 0 ? 1.0f : scale;
+    if (!dst) return;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key0 + 8 * r;
@@ -658,9 +684,8 @@ __global__ void __launch_bounds__(BWD_THREADS)
 #pragma unroll
         for (int nt = 0; nt < HD / 8; nt++) {
             if (nt * 8 >= hd) continue;
-            const size_t off = kbase + (size_t)key * ldk + nt * 8 + 2 * c;
-            if (dk) add_store2(dk + off, scale, adk[nt][2 * r], adk[nt][2 * r + 1]);
-            if (dv) add_store2(dv + off, 1.0f, adv[nt][2 * r], adv[nt][2 * r + 1]);
+            add_store2(dst + kbase + (size_t)key * ldk + nt * 8 + 2 * c, f, acc[nt][2 * r],
+                       acc[nt][2 * r + 1]);
         }
     }
 }
@@ -847,7 +872,7 @@ static void mma_bwd(mal_cu_stream s, void *dq, void *dk, void *dv, const void *d
 {
     if (dk || dv) {
         allow_smem(mma_dkv_k<HD>, dkv_smem<HD>());
-        MAL_LAUNCH(mma_dkv_k<HD>, mma_grid((T + DKV_BK - 1) / DKV_BK, B * hs.Hkv), BWD_THREADS,
+        MAL_LAUNCH(mma_dkv_k<HD>, mma_grid((T + DKV_BK - 1) / DKV_BK, B * hs.Hkv), DKV_THREADS,
                    dkv_smem<HD>(), s)
         ((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
          (const bf16 *)v, lse, D, T, hs, hd, B * hs.Hkv);
