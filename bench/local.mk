@@ -15,6 +15,9 @@ EXTRA_DIST += bench/data/rss.sh
 EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py \
     bench/migrate/run.sh
 
+# The fine-tuning path end to end (run by hand): bench/finetune/run.sh.
+EXTRA_DIST += bench/finetune/run.sh bench/finetune/setup.py
+
 # Online migration benchmark: built with the tests so that it keeps
 # compiling, run by hand (bench/migrate/run.sh), never by make check.
 check_PROGRAMS += bench/migrate/bench_migrate
