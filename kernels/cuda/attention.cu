@@ -20,15 +20,19 @@
  *             fp32 mode's kernels (the CPU oracle's arithmetic up to
  *             summation order) and the fallback for other head sizes.
  *   mma     - bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation),
- *             hd 64 or 128: FlashAttention-2's forward (a warp owns 16
- *             queries, online softmax in registers, P reused from the
- *             accumulators as the A operand of P V) and a deterministic
- *             backward in two kernels -- dK/dV with a block per key tile
- *             looping over queries, dQ with a block per query tile looping
- *             over keys -- so no float atomics (FlashAttention-2 adds dQ
- *             with atomics, whose order varies).  The price: S and dP are
- *             computed in both kernels (7 products of T x T x hd per head
- *             instead of 5).
+ *             hd a multiple of 8 up to 128 (tiles 64 or 128 wide):
+ *             FlashAttention-2's forward (a warp owns 16 queries, online
+ *             softmax in registers, P reused from the accumulators as the
+ *             A operand of P V) and a deterministic backward in two
+ *             kernels -- dK/dV with a block per key tile looping over
+ *             queries (warp pairs: one P and dV, the other dS and dK), dQ
+ *             with a block per query tile looping over keys -- so no float
+ *             atomics (FlashAttention-2 adds dQ with atomics, whose order
+ *             varies).  The price: S and dP are computed in both kernels
+ *             (7 products of T x T x hd per head instead of 5).  Tiles are
+ *             row-major in shared memory, double-buffered through cp.async,
+ *             read through ldmatrix (notes before tile_async).
+ * Other head dimensions are refused (mal_cu_attention_supported).
  * Why written here and not cuDNN's fused SDPA: bench/gpu/NOTES.md
  * ("Attention: written here or cuDNN"). */
 #include "common.cuh"
