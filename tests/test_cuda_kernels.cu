@@ -630,6 +630,35 @@ static void test_attention(int bf, int impl, int B, int T, mal_cu_heads hs, int 
 
 }
 
+/* A dO that is not 16-byte aligned (a bf16 view 2 bytes into a buffer):
+ * the tensor-core backward copies dO tiles with cp.async, so the backward
+ * must take the generic kernels then (the emulation stops a misaligned
+ * cp.async; the GPU faults). */
+static void test_attention_dout_misaligned(void)
+{
+    const int B = 1, T = 40, hd = 64;
+    const mal_cu_heads hs = mha(2);
+    const size_t n = (size_t)B * T * hs.H * hd;
+    buf q(n, 1), k(n, 1), v(n, 1), out(n, 1), dq(n, 1), dk(n, 1), dv(n, 1), dbig(n + 1, 1);
+    q.randn(1), k.randn(1), v.randn(1), dbig.randn(1);
+    dq.randn(0.1), dk.randn(0.1), dv.randn(0.1);
+    out.poison();
+    const dvec DQ0 = dq.d(), DK0 = dk.d(), DV0 = dv.d(), DB = dbig.d();
+    const dvec DO(DB.begin() + 1, DB.end());
+    const bf16 *dout = (const bf16 *)dbig.p() + 1;
+    mvec<float> lse((size_t)B * hs.H * T, NAN);
+    mvec<char> scratch(mal_cu_attention_bwd_scratch_bytes(B, T, hs.H));
+    mal_cu_attention_fwd(0, 1, 0, out.p(), lse.data(), q.p(), k.p(), v.p(), B, T, hs, hd);
+    mal_cu_attention_bwd(0, 1, 0, dq.p(), dk.p(), dv.p(), dout, out.p(), q.p(), k.p(), v.p(),
+                         lse.data(), B, T, hs, hd, scratch.data());
+    att_ref r = attention_ref(q.d(), k.d(), v.d(), DO, B, T, hs, hd);
+    for (size_t i = 0; i < n; i++)
+        r.dq[i] += DQ0[i], r.dk[i] += DK0[i], r.dv[i] += DV0[i];
+    check("attention bf16 bwd, dO 2 bytes off 16: dq", dq.d(), r.dq, 2e-2);
+    check("   dk", dk.d(), r.dk, 2e-2);
+    check("   dv", dv.d(), r.dv, 2e-2);
+}
+
 /* ---- attention at the presets' shapes, sampled -------------------------- */
 
 /* The float64 attention of the query rows t in `rows` of query head h
@@ -885,6 +914,7 @@ static void run_attention(void)
     test_attention(1, 0, 1, 70, gqa, 64);
     test_attention(1, 0, 2, 40, straddle, 64);
     test_attention(1, 0, 1, 66, repl, 128);
+    test_attention_dout_misaligned();
 }
 
 static void run_kernels(void)

@@ -921,7 +921,8 @@ extern "C" void mal_cu_attention_bwd(mal_cu_stream s, int use_bf16, int impl, vo
     else
         MAL_LAUNCH(rowdot_k<float>, rows, 128, 0, s)
         (D, (const float *)dout, (const float *)out, B, T, H, hd);
-    switch (mma_width(use_bf16, impl, hd, q, k, v)) {
+    /* dO is copied into tiles by cp.async too: 16-byte aligned as well */
+    switch (aligned16(dout) ? mma_width(use_bf16, impl, hd, q, k, v) : 0) {
     case 64: mma_bwd<64>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs, hd); return;
     case 128: mma_bwd<128>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs, hd); return;
     }
