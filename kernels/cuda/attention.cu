@@ -851,7 +851,8 @@ extern "C" void mal_cu_attention_fwd(mal_cu_stream s, int use_bf16, int impl, vo
 {
     const int H = hs.H;
     if (B <= 0 || T <= 0 || H <= 0 || !mal_cu_attention_supported(hd)) return;
-    switch (mma_width(use_bf16, impl, hd, q, k, v)) {
+    /* out is stored in pairs (4-byte accesses) */
+    switch (aligned16(out) ? mma_width(use_bf16, impl, hd, q, k, v) : 0) {
     case 64: mma_fwd<64>(s, out, lse, q, k, v, B, T, hs, hd); return;
     case 128: mma_fwd<128>(s, out, lse, q, k, v, B, T, hs, hd); return;
     }
@@ -921,8 +922,10 @@ extern "C" void mal_cu_attention_bwd(mal_cu_stream s, int use_bf16, int impl, vo
     else
         MAL_LAUNCH(rowdot_k<float>, rows, 128, 0, s)
         (D, (const float *)dout, (const float *)out, B, T, H, hd);
-    /* dO is copied into tiles by cp.async too: 16-byte aligned as well */
-    switch (aligned16(dout) ? mma_width(use_bf16, impl, hd, q, k, v) : 0) {
+    /* dO is copied into tiles by cp.async too, and dq, dk, dv are added
+     * to in pairs (4-byte accesses): all aligned as well (NULL is) */
+    const bool al = aligned16(dout) && aligned16(dq) && aligned16(dk) && aligned16(dv);
+    switch (al ? mma_width(use_bf16, impl, hd, q, k, v) : 0) {
     case 64: mma_bwd<64>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs, hd); return;
     case 128: mma_bwd<128>(s, dq, dk, dv, dout, q, k, v, lse, D, B, T, hs, hd); return;
     }
