@@ -15,6 +15,16 @@ if HAVE_CUDA
 check_PROGRAMS += bench/gpu/kernel_bench
 bench_gpu_kernel_bench_SOURCES = bench/gpu/kernel_bench.cu
 bench/gpu/kernel_bench.$(OBJEXT): kernels/cuda/cuda_ops.h kernels/kernels.h base/mal.h
+# The harness with the attention kernels of an earlier version beside the
+# current ones (rows "(previous)"), for bench/gpu/run.sh's attcmp stage:
+# ATTN_PREV names that version's attention.cu (bench/gpu/fetch-debs.sh
+# exports it from git into .gpu-debs/).  Not built by default.
+ATTN_PREV = $(abs_top_builddir)/.gpu-debs/attention_prev.cu
+bench/gpu/kernel_bench_prev$(EXEEXT): bench/gpu/kernel_bench.cu $(ATTN_PREV) libmalleus.a
+	$(AM_V_NVCC)$(NVCC) $(NVCC_FLAGS) -I$(top_srcdir)/kernels/cuda -DMAL_ATTN_PREV='"$(ATTN_PREV)"' \
+		-c -o bench/gpu/kernel_bench_prev.$(OBJEXT) $(srcdir)/bench/gpu/kernel_bench.cu
+	$(AM_V_CCLD)$(LINK) bench/gpu/kernel_bench_prev.$(OBJEXT) $(bench_gpu_kernel_bench_LDADD) $(LIBS)
+CLEANFILES += bench/gpu/kernel_bench_prev$(EXEEXT) bench/gpu/kernel_bench_prev.$(OBJEXT)
 else
 EXTRA_DIST += bench/gpu/kernel_bench.cu
 endif
