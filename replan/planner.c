@@ -1587,6 +1587,18 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     best.stop = stop;
     best.time_limit = in->time_limit;
     best.exhaustive = exact && !skipped;
+    /* communication: the placement of alike ranks, warm-up depths and
+     * micro-batches for the slow links (the bound above, of compute alone,
+     * stays a bound: communication only adds) */
+    if (rp_place_needed(in)) {
+        double J;
+        if ((rc = rp_place(in, out, &J))) {
+            mal_plan_fini(out);
+            return rc;
+        }
+        best.objective = J;
+        best.lower_bound = MAL_MIN(best.lower_bound, J);
+    }
     best.seconds = mal_now() - t0;
     if (stats) *stats = best;
     return 0;
