@@ -37,6 +37,12 @@ int main(int argc, char **argv)
                  "\"rates\"); missing ranks are healthy (1.0)"},
         {MAL_OPT_INT, "window", 'w', "W", .target = &o.window, .lo = 1, .hi = 1000000000,
          .help = "metrics: average the last W samples (default 2)"},
+        {MAL_OPT_STRING, "links", 'l', "FILE", .target = &o.links_path,
+         .help = "slow links: {\"links\": [{\"a\", \"b\", \"rate\"}]}, or malleus-train\n"
+                 "metrics (\"link_rates\"); the plan keeps traffic off them"},
+        {MAL_OPT_FLAG, "compute-only", 0, .target = &o.compute_only, .ival = 1,
+         .help = "plan for compute alone: the slow links are priced in the\n"
+                 "reports (--explain, --simulate) but not placed around"},
         {MAL_OPT_SECTION, .help = "Batch:"},
         {MAL_OPT_INT, "micro-batch-size", 'b', "N", .target = &o.micro_batch_size, .lo = 1,
          .hi = 1000000000, .help = "samples per micro-batch (default 1)"},

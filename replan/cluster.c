@@ -60,6 +60,12 @@ double mal_cluster_rank_speed(const mal_cluster *c, int r)
     return c->types[c->type_of[c->node_of[r]]].speed / top;
 }
 
+void mal_cluster_effective_rates(const mal_cluster *c, const double *rates, double *out)
+{
+    for (int r = 0; r < c->world_size; r++)
+        out[r] = c->type_of ? MAL_MAX(rates[r], 1.0 / mal_cluster_rank_speed(c, r)) : rates[r];
+}
+
 /* "types": {NAME: {"memory_mb", "speed"}} and "node_types": [NAME per
  * node] (README "Mixed hardware"); the healthy groups' memory_mb becomes
  * the fastest type's (ties: the larger memory). */

@@ -57,6 +57,12 @@ typedef struct mal_cluster {
 double mal_cluster_rank_memory(const mal_cluster *c, int r);
 /* Speed of rank r relative to the fastest type (1.0 homogeneous).  Local. */
 double mal_cluster_rank_speed(const mal_cluster *c, int r);
+/* The rates the planner plans for on a mixed cluster: each rank's
+ * measured rate, or its type's 1 / speed (relative to the fastest type)
+ * where that is larger -- a slower type's rank is a straggler by nature,
+ * and a rate measured against the cluster's median already includes its
+ * type.  out may be rates; a homogeneous cluster copies.  Local. */
+void mal_cluster_effective_rates(const mal_cluster *c, const double *rates, double *out);
 
 /* Regular cluster: `ranks_per_node` consecutive ranks per node.  MAL_EINVAL
  * when world_size is not divisible into nodes.  `c` initialised here; fini it.

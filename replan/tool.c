@@ -39,7 +39,7 @@ static int heads_or_any(int n)
 
 /* --simulate: the plan in `path`, event by event, next to the closed form. */
 static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal_cluster *cl,
-                    const double *rates, FILE *out)
+                    const double *rates, const mal_links *ln, FILE *out)
 {
     mal_plan simp;
     mal_cost_eval ev = {0};
@@ -60,6 +60,30 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
     if ((rc = mal_sim_plan(&simp, prof, rates, cl->world_size, 0.0, &sim, pipe)) ||
         (rc = mal_cost_eval_plan(&simp, prof, cl, rates, &ev)))
         goto done;
+    /* with communication priced: the simulation and the closed form with
+     * the links' terms and the plan's warm-up depths */
+    if (prof->link_bandwidth > 0 && (mal_links_any(ln) || !prof->comm_in_alpha)) {
+        double simc, Tc = 0;
+        if ((rc = mal_sim_plan_links(&simp, prof, cl, rates, ln, &simc, pipe))) goto done;
+        for (int i = 0; i < simp.n_pipelines; i++) {
+            mal_plan_pipeline *pl = &simp.pipelines[i];
+            int *warm = malloc((size_t)pl->n_stages * sizeof *warm);
+            if (!warm) {
+                rc = MAL_ERR(MAL_ENOMEM, "out of memory");
+                goto done;
+            }
+            for (int j = 0; j < pl->n_stages; j++)
+                warm[j] = mal_plan_stage_warmup(pl, j);
+            rc = mal_cost_pipeline_links(pl, prof, cl, rates, ln, 0, warm, &ev.time[i], NULL);
+            free(warm);
+            if (rc) goto done;
+            Tc = MAL_MAX(Tc, ev.time[i]);
+        }
+        double dp = mal_cost_dp_comm(&simp, prof, cl, ln);
+        sim = simc;
+        ev.step_time = Tc + dp;
+        fprintf(out, "with communication (slow links, warm-up depths):\n");
+    }
     double lt = prof->layer_time;
     for (int i = 0; i < simp.n_pipelines; i++)
         fprintf(out,
@@ -140,6 +164,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     int rc = 0;
     mal_cluster cl = {0};
     mal_profile prof = {0};
+    mal_links links = {0};
     mal_plan cur, plan;
     double *rates = NULL;
     mal_plan_init(&cur);
@@ -154,6 +179,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     const mal_input_ref inputs[] = {{"--cluster", o->cluster_path},
                                     {"--profile", o->profile_path},
                                     {"--rates", o->rates_path},
+                                    {"--links", o->links_path},
                                     {"--current", o->current_path},
                                     {"--simulate", o->simulate_path}};
     if ((rc =
@@ -201,6 +227,11 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         rates[r] = 1.0;
     if (o->rates_path && (rc = mal_rates_read(o->rates_path, cl.world_size, o->window, rates)))
         goto done;
+    /* a mixed cluster: a slower type's ranks are stragglers by nature */
+    mal_cluster_effective_rates(&cl, rates, rates);
+    if (o->links_path &&
+        (rc = mal_links_read(o->links_path, cl.world_size, o->window, &links)))
+        goto done;
     if (o->current_path && (rc = mal_plan_read(&cur, o->current_path))) goto done;
     /* batch: micro-batches from the options, else from the current plan */
     int n_mb = o->n_micro_batches, dp = o->pipelines;
@@ -229,9 +260,10 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     in.current = o->current_path ? &cur : NULL;
     in.search = o->search;
     in.time_limit = o->time_limit;
+    in.links = &links;
 
     if (o->simulate_path) {
-        rc = simulate(o, &prof, &cl, rates, out);
+        rc = simulate(o, &prof, &cl, rates, &links, out);
         goto done;
     }
 
@@ -245,7 +277,11 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
             mal_cost_eval_fini(&ev);
         }
     } else {
-        rc = mal_replan(&in, &plan, &st);
+        /* --compute-only: the search and placement of a planner blind to
+         * links; the reports below still price them */
+        mal_replan_input blind = in;
+        if (o->compute_only) blind.links = NULL;
+        rc = mal_replan(&blind, &plan, &st);
         if (!rc && st.stop == MAL_REPLAN_STOP_TIME) {
             /* what the limit cost, whatever else was asked for */
             char line[256];
@@ -268,6 +304,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     if (o->summary) summary(&in, &plan, &st, rep);
 done:
     free(rates);
+    mal_links_fini(&links);
     mal_plan_fini(&cur);
     mal_plan_fini(&plan);
     mal_cluster_fini(&cl);
