@@ -67,8 +67,8 @@ void mal_cluster_effective_rates(const mal_cluster *c, const double *rates, doub
 }
 
 /* "types": {NAME: {"memory_mb", "speed"}} and "node_types": [NAME per
- * node] (README "Mixed hardware"); the healthy groups' memory_mb becomes
- * the fastest type's (ties: the larger memory). */
+ * node] (README "Mixed hardware"); memory_mb becomes the least of the
+ * types in use. */
 static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char *what)
 {
     if (!types && !nt) return 0;
@@ -90,18 +90,26 @@ static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char
     json_object_foreach(types, key, val)
     {
         mal_device_type *d = &c->types[t++];
+        if (strlen(key) >= sizeof d->name)
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: types: the name \"%.40s...\" is too long (at most %zu "
+                           "characters)",
+                           what, key, sizeof d->name - 1);
         snprintf(d->name, sizeof d->name, "%s", key);
         json_t *m = json_is_object(val) ? json_object_get(val, "memory_mb") : NULL;
         json_t *sp = json_is_object(val) ? json_object_get(val, "speed") : NULL;
         const char *k2;
         json_t *v2;
-        if (json_is_object(val))
-            json_object_foreach(val, k2, v2) if (strcmp(k2, "memory_mb") && strcmp(k2, "speed"))
-                return MAL_ERR(MAL_EFORMAT,
-                               "%s: types.%s: unknown key \"%s\" (memory_mb, speed)", what,
-                               key, k2);
-        if (!json_is_number(m) || !(json_number_value(m) > 0) ||
-            !isfinite(json_number_value(m)))
+        if (json_is_object(val)) {
+            json_object_foreach(val, k2, v2)
+            {
+                if (strcmp(k2, "memory_mb") && strcmp(k2, "speed"))
+                    return MAL_ERR(MAL_EFORMAT,
+                                   "%s: types.%s: unknown key \"%s\" (memory_mb, speed)", what, key,
+                                   k2);
+            }
+        }
+        if (!json_is_number(m) || !(json_number_value(m) > 0) || !isfinite(json_number_value(m)))
             return MAL_ERR(MAL_EINVAL,
                            "%s: types.%s.memory_mb (device memory per rank, MB) must be a "
                            "positive number",
@@ -124,13 +132,14 @@ static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char
         if (c->type_of[n] < 0)
             return MAL_ERR(MAL_EINVAL, "%s: node_types[%d] names no type of \"types\"", what, n);
     }
-    int best = 0;
-    for (int q = 1; q < c->n_types; q++)
-        if (c->types[q].speed > c->types[best].speed ||
-            (c->types[q].speed == c->types[best].speed &&
-             c->types[q].memory_mb > c->types[best].memory_mb))
-            best = q;
-    c->memory_mb = c->types[best].memory_mb;
+    /* the search sizes every stage for one memory: the smallest of the
+     * types in use, so that every plan fits every rank it places (a
+     * larger type's spare memory goes to deeper warm-ups, README "Mixed
+     * hardware") */
+    double least = INFINITY;
+    for (int n = 0; n < c->n_nodes; n++)
+        least = MAL_MIN(least, c->types[c->type_of[n]].memory_mb);
+    c->memory_mb = least;
     return 0;
 }
 
@@ -152,15 +161,17 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
     }
     json_t *mem = json_object_get(root, "memory_mb");
     json_t *types = json_object_get(root, "types"), *nt = json_object_get(root, "node_types");
-    if (!mem && types) mem = json_real(1.0); /* replaced by the types' */
-    else if (mem) json_incref(mem);
-    double mem_v = json_is_number(mem) ? json_number_value(mem) : 0;
-    json_decref(mem);
-    if (!(mem_v > 0))
+    if (mem && types)
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: a mixed cluster gives memory_mb per type (types.NAME.memory_mb), not "
+                       "for the whole cluster as well",
+                       what);
+    /* a mixed cluster's memory comes from its types (types_from_json) */
+    double memory_mb = types ? 1.0 : json_is_number(mem) ? json_number_value(mem) : 0;
+    if (!(memory_mb > 0) || !isfinite(memory_mb))
         return MAL_ERR(MAL_EINVAL,
                        "%s: memory_mb (device memory per rank, MB) must be a positive number",
                        what);
-    double memory_mb = mem_v;
     json_t *ws = json_object_get(root, "world_size");
     json_t *rpn = json_object_get(root, "ranks_per_node");
     json_t *nodes = json_object_get(root, "nodes");

@@ -91,15 +91,15 @@ static void explain_gap(FILE *f, const mal_replan_input *in, const mal_plan *pla
 }
 
 /* Where a slow link sits in the plan and what it costs there. */
-static void explain_links(FILE *f, const mal_replan_input *in, const mal_plan *plan)
+static int explain_links(FILE *f, const mal_replan_input *in, const mal_plan *plan)
 {
     const mal_profile *p = in->profile;
     const mal_links *ln = in->links;
-    if (!mal_links_any(ln)) return;
+    if (!mal_links_any(ln)) return 0;
     double lt = p->layer_time;
     if (!(p->link_bandwidth > 0)) {
         fprintf(f, "slow links: the profile prices no communication (link_bandwidth): ignored\n");
-        return;
+        return 0;
     }
     int n = 0;
     for (int i = 0; i < ln->n; i++)
@@ -107,6 +107,12 @@ static void explain_links(FILE *f, const mal_replan_input *in, const mal_plan *p
     fprintf(f, "slow links: %d (a slow link should carry the least traffic: best between "
                "pipelines, worst inside a TP group)\n",
             n);
+    double J;
+    int rc = mal_cost_plan_links(plan, p, in->cluster, in->rates, ln, NULL, &J);
+    if (rc) return rc;
+    fprintf(f, "  step time with communication: %.4f s (cost model; the table above is compute "
+               "alone)\n",
+            J * lt + p->sync_time);
     for (int i = 0, shown = 0; i < ln->n && shown < 32; i++) {
         int a = ln->l[i].a, b = ln->l[i].b;
         double r = mal_cost_floor(ln->l[i].rate);
@@ -141,6 +147,7 @@ static void explain_links(FILE *f, const mal_replan_input *in, const mal_plan *p
     if (mal_cost_dp_comm(plan, p, in->cluster, ln) > 0)
         fprintf(f, "  gradient sum over slow links: %.4f s per step\n",
                 mal_cost_dp_comm(plan, p, in->cluster, ln) * lt);
+    return 0;
 }
 
 /* A mixed cluster: each type's ranks, where they went and why. */
@@ -251,10 +258,10 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
         fprintf(f, "state to move from the current plan: %.3f GiB (%.0f bytes)\n",
                 bytes / 1073741824.0, bytes);
     }
-    explain_links(f, in, plan);
+    rc = explain_links(f, in, plan);
     explain_types(f, in, plan);
     mal_cost_eval_fini(&ev);
-    return 0;
+    return rc;
 }
 
 void mal_replan_explain_search(FILE *f, const mal_replan_input *in, const mal_replan_stats *st)

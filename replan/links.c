@@ -392,3 +392,24 @@ double mal_cost_dp_comm(const mal_plan *plan, const mal_profile *p, const mal_cl
     }
     return units(p, worst);
 }
+
+int mal_cost_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                        const double *rates, const mal_links *ln, double *time, double *J_out)
+{
+    double J = 0;
+    for (int i = 0; i < plan->n_pipelines; i++) {
+        const mal_plan_pipeline *pl = &plan->pipelines[i];
+        int *warm = malloc((size_t)pl->n_stages * sizeof *warm);
+        if (!warm) return MAL_ERR(MAL_ENOMEM, "cost model: out of memory");
+        for (int j = 0; j < pl->n_stages; j++)
+            warm[j] = mal_plan_stage_warmup(pl, j);
+        double T;
+        int rc = mal_cost_pipeline_links(pl, p, c, rates, ln, 0, warm, &T, NULL);
+        free(warm);
+        if (rc) return rc;
+        if (time) time[i] = T;
+        J = MAL_MAX(J, T);
+    }
+    *J_out = J + mal_cost_dp_comm(plan, p, c, ln);
+    return 0;
+}

@@ -1596,6 +1596,12 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
             mal_plan_fini(out);
             return rc;
         }
+        /* the placement is a local search over the exchanges of alike
+         * ranks: the compute search's optimality does not carry over */
+        if (mal_links_any(in->links) && J > best.objective * (1 + RP_TOL)) {
+            best.exhaustive = 0;
+            if (best.stop == MAL_REPLAN_STOP_OPTIMAL) best.stop = MAL_REPLAN_STOP_CONVERGED;
+        }
         best.objective = J;
         best.lower_bound = MAL_MIN(best.lower_bound, J);
     }

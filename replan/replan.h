@@ -39,15 +39,18 @@
 typedef struct mal_device_type {
     char name[32];
     double memory_mb; /* device memory of each rank of this type */
-    double speed;     /* compute speed relative to the profile's device */
+    double speed;     /* compute speed; the fastest type is the profile's
+                       * device (its layer_time), the others run at
+                       * speed / fastest of it */
 } mal_device_type;
 
 typedef struct mal_cluster {
     int world_size;
     int n_nodes;
     int *node_of;     /* [world_size]: node index of each rank */
-    double memory_mb; /* device memory capacity of every rank (mixed: of the
-                       * fastest type's, the healthy groups') */
+    double memory_mb; /* device memory capacity of every rank (mixed: the
+                       * least of the types in use, which the search sizes
+                       * stages for) */
     int n_types;      /* 0: homogeneous */
     mal_device_type *types; /* [n_types] */
     int *type_of;           /* [n_nodes] type index of each node (NULL: homogeneous) */
@@ -218,6 +221,11 @@ double mal_cost_dp_comm(const mal_plan *plan, const mal_profile *p, const mal_cl
 int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p,
                             const mal_cluster *c, const double *rates, const mal_links *ln,
                             int choose, int *warm, double *T_out, double *Peff_out);
+/* A whole plan with communication under its own warm-up depths: time[i]
+ * (NULL: not kept) each pipeline's, *J_out the step time (the slowest
+ * pipeline plus mal_cost_dp_comm), layer units.  Local. */
+int mal_cost_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                        const double *rates, const mal_links *ln, double *time, double *J_out);
 
 /* Share of a layer's (forward + backward) time spent in the forward pass
  * (backward computes two matrix products per forward one). */
@@ -286,7 +294,8 @@ enum { MAL_REPLAN_AUTO = 0, MAL_REPLAN_EXHAUSTIVE = 1, MAL_REPLAN_HEURISTIC = 2 
 typedef struct mal_replan_input {
     const mal_cluster *cluster;
     const mal_profile *profile;
-    const double *rates; /* [world_size], raw */
+    const double *rates; /* [world_size], raw (a mixed cluster: through
+                          * mal_cluster_effective_rates) */
     int micro_batch_size;
     int n_micro_batches;     /* M: total per step */
     int nominal_dp;          /* pipelines of the uniform plan (0: derived) */

@@ -139,8 +139,7 @@ int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates
 }
 
 int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
-                       const double *rates, const mal_links *ln, double *step_out,
-                       double *pipe_out)
+                       const double *rates, const mal_links *ln, double *step_out, double *pipe_out)
 {
     double step = 0;
     for (int i = 0; i < plan->n_pipelines; i++) {

@@ -63,25 +63,11 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
     /* with communication priced: the simulation and the closed form with
      * the links' terms and the plan's warm-up depths */
     if (prof->link_bandwidth > 0 && (mal_links_any(ln) || !prof->comm_in_alpha)) {
-        double simc, Tc = 0;
-        if ((rc = mal_sim_plan_links(&simp, prof, cl, rates, ln, &simc, pipe))) goto done;
-        for (int i = 0; i < simp.n_pipelines; i++) {
-            mal_plan_pipeline *pl = &simp.pipelines[i];
-            int *warm = malloc((size_t)pl->n_stages * sizeof *warm);
-            if (!warm) {
-                rc = MAL_ERR(MAL_ENOMEM, "out of memory");
-                goto done;
-            }
-            for (int j = 0; j < pl->n_stages; j++)
-                warm[j] = mal_plan_stage_warmup(pl, j);
-            rc = mal_cost_pipeline_links(pl, prof, cl, rates, ln, 0, warm, &ev.time[i], NULL);
-            free(warm);
-            if (rc) goto done;
-            Tc = MAL_MAX(Tc, ev.time[i]);
-        }
-        double dp = mal_cost_dp_comm(&simp, prof, cl, ln);
+        double simc;
+        if ((rc = mal_sim_plan_links(&simp, prof, cl, rates, ln, &simc, pipe)) ||
+            (rc = mal_cost_plan_links(&simp, prof, cl, rates, ln, ev.time, &ev.step_time)))
+            goto done;
         sim = simc;
-        ev.step_time = Tc + dp;
         fprintf(out, "with communication (slow links, warm-up depths):\n");
     }
     double lt = prof->layer_time;
@@ -176,12 +162,10 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         goto done;
     }
     /* -o replaces its file: never one of the inputs (read before it is) */
-    const mal_input_ref inputs[] = {{"--cluster", o->cluster_path},
-                                    {"--profile", o->profile_path},
-                                    {"--rates", o->rates_path},
-                                    {"--links", o->links_path},
-                                    {"--current", o->current_path},
-                                    {"--simulate", o->simulate_path}};
+    const mal_input_ref inputs[] = {
+        {"--cluster", o->cluster_path}, {"--profile", o->profile_path},
+        {"--rates", o->rates_path},     {"--links", o->links_path},
+        {"--current", o->current_path}, {"--simulate", o->simulate_path}};
     if ((rc =
              mal_output_check_inputs("--output", o->out_path, inputs, (int)MAL_ARRAY_SIZE(inputs))))
         goto done;
@@ -229,8 +213,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         goto done;
     /* a mixed cluster: a slower type's ranks are stragglers by nature */
     mal_cluster_effective_rates(&cl, rates, rates);
-    if (o->links_path &&
-        (rc = mal_links_read(o->links_path, cl.world_size, o->window, &links)))
+    if (o->links_path && (rc = mal_links_read(o->links_path, cl.world_size, o->window, &links)))
         goto done;
     if (o->current_path && (rc = mal_plan_read(&cur, o->current_path))) goto done;
     /* batch: micro-batches from the options, else from the current plan */

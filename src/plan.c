@@ -279,8 +279,7 @@ static int parse_json(mal_plan *plan, json_t *root, const char *what)
             if (wj) {
                 snprintf(field, sizeof field, "pipelines[%d].stages[%d].warmup", p, s);
                 if ((rc = get_int(wj, what, field, &st->warmup))) return rc;
-                if (st->warmup < 0)
-                    return MAL_ERR(MAL_EFORMAT, "%s: %s must be >= 0", what, field);
+                if (st->warmup < 0) return MAL_ERR(MAL_EFORMAT, "%s: %s must be >= 0", what, field);
             }
         }
     }
@@ -557,9 +556,8 @@ int mal_plan_validate(const mal_plan *plan, int world_size, int n_layers, int n_
                 goto cleanup;
             }
             int w = st->warmup > 0 ? st->warmup : pl->n_stages - s - 1;
-            int wn = s + 1 < pl->n_stages && pl->stages[s + 1].warmup > 0
-                         ? pl->stages[s + 1].warmup
-                         : pl->n_stages - s - 2;
+            int wn = s + 1 < pl->n_stages && pl->stages[s + 1].warmup > 0 ? pl->stages[s + 1].warmup
+                                                                          : pl->n_stages - s - 2;
             if (s + 1 < pl->n_stages && w < wn) {
                 rc = MAL_ERR(MAL_EINVAL,
                              "pipelines[%d].stages[%d].warmup: %d is below the next stage's %d "
