@@ -26,3 +26,7 @@ TESTS += tests/test_replan_inputs
 check_PROGRAMS += tests/test_replan_exact
 TESTS += tests/test_replan_exact
 EXTRA_DIST += tests/replan_ref.h
+
+# Slow links and mixed hardware: terms, placement, warm-up, exact reference.
+check_PROGRAMS += tests/test_replan_links
+TESTS += tests/test_replan_links

@@ -84,43 +84,100 @@ static int reeval(place *pc, int a, int b)
     return rc;
 }
 
-/* Exchanges of a slow link's ends with ranks of their classes, best first,
- * until none improves (each round tries every exchange; ties: the first
- * in rank order, so the result is deterministic). */
-static int exchanges(place *pc, double *J)
+/* The ends of the slow links that sit in the plan (the ranks worth
+ * moving), into ends[]; their count. */
+static int link_ends(const place *pc, int *ends)
 {
     const mal_links *ln = pc->in->links;
-    for (int round = 0; round < 4 * pc->world && ln; round++) {
+    int n = 0;
+    for (int i = 0; ln && i < ln->n; i++) {
+        if (mal_cost_floor(ln->l[i].rate) <= 1.0) continue;
+        for (int e = 0; e < 2; e++) {
+            int a = e ? ln->l[i].b : ln->l[i].a, seen = 0;
+            for (int q = 0; q < n; q++)
+                seen |= ends[q] == a;
+            if (!seen && pc->slot[a]) ends[n++] = a;
+        }
+    }
+    return n;
+}
+
+/* Whether exchanging a and b can change anything (alike, not both idle). */
+static int movable(const place *pc, int a, int b)
+{
+    return b != a && pc->slot[b] && pc->key[b] == pc->key[a] &&
+           (pc->pipe[a] >= 0 || pc->pipe[b] >= 0);
+}
+
+/* Exchanges of a slow link's ends with ranks of their classes, best first,
+ * until none improves (each round tries every exchange; ties: the first
+ * in rank order, so the result is deterministic).  Where no single
+ * exchange improves, pairs of them, both moving a link's end: bringing
+ * both ends of a link together into one group of a short pipeline takes
+ * two (the budget keeps this to small clusters). */
+#define RP_PLACE_PAIR_BUDGET 4096
+static int exchanges(place *pc, double *J)
+{
+    int *ends = malloc((size_t)2 * (pc->in->links ? pc->in->links->n : 0) * sizeof *ends + 1);
+    if (!ends) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+    int rc = 0;
+    for (int round = 0; round < 4 * pc->world; round++) {
+        int ne = link_ends(pc, ends);
         double best = *J * (1 - RP_TOL);
-        int ba = -1, bb = -1, rc;
-        for (int i = 0; i < ln->n; i++) {
-            if (mal_cost_floor(ln->l[i].rate) <= 1.0) continue;
-            for (int e = 0; e < 2; e++) {
-                int a = e ? ln->l[i].b : ln->l[i].a;
-                if (!pc->slot[a]) continue;
-                for (int b = 0; b < pc->world; b++) {
-                    if (b == a || pc->key[b] != pc->key[a] || !pc->slot[b]) continue;
-                    if (pc->pipe[a] < 0 && pc->pipe[b] < 0) continue;
-                    swap_ranks(pc, a, b);
-                    rc = reeval(pc, a, b);
-                    double Jn = rc ? INFINITY : objective(pc);
-                    swap_ranks(pc, a, b);
-                    int rc2 = reeval(pc, a, b);
-                    if (rc || rc2) return rc ? rc : rc2;
-                    if (Jn < best) {
-                        best = Jn;
-                        ba = a;
-                        bb = b;
-                    }
+        int ba = -1, bb = -1, bc = -1, bd = -1;
+        for (int i = 0; i < ne; i++) {
+            int a = ends[i];
+            for (int b = 0; b < pc->world; b++) {
+                if (!movable(pc, a, b)) continue;
+                swap_ranks(pc, a, b);
+                rc = reeval(pc, a, b);
+                double Jn = rc ? INFINITY : objective(pc);
+                swap_ranks(pc, a, b);
+                int rc2 = reeval(pc, a, b);
+                if (rc || (rc = rc2)) goto done;
+                if (Jn < best) {
+                    best = Jn;
+                    ba = a;
+                    bb = b;
                 }
             }
         }
+        if (ba < 0 && (long)ne * ne * pc->world * pc->world <= RP_PLACE_PAIR_BUDGET)
+            for (int i = 0; i < ne; i++)
+                for (int b = 0; b < pc->world; b++) {
+                    int a = ends[i];
+                    if (!movable(pc, a, b)) continue;
+                    swap_ranks(pc, a, b);
+                    for (int k = i + 1; k < ne && !rc; k++)
+                        for (int d = 0; d < pc->world && !rc; d++) {
+                            int c = ends[k];
+                            if (!movable(pc, c, d) || d == a || d == b || c == b) continue;
+                            swap_ranks(pc, c, d);
+                            double Jn = INFINITY;
+                            if (!(rc = reeval(pc, a, b)) && !(rc = reeval(pc, c, d)))
+                                Jn = objective(pc);
+                            swap_ranks(pc, c, d);
+                            if (!rc) rc = reeval(pc, c, d);
+                            if (Jn < best) {
+                                best = Jn;
+                                ba = a, bb = b, bc = c, bd = d;
+                            }
+                        }
+                    swap_ranks(pc, a, b);
+                    if (rc || (rc = reeval(pc, a, b))) goto done;
+                }
         if (ba < 0) break;
         swap_ranks(pc, ba, bb);
-        if ((rc = reeval(pc, ba, bb))) return rc;
+        if ((rc = reeval(pc, ba, bb))) goto done;
+        if (bc >= 0) {
+            swap_ranks(pc, bc, bd);
+            if ((rc = reeval(pc, bc, bd))) goto done;
+        }
         *J = objective(pc);
     }
-    return 0;
+done:
+    free(ends);
+    return rc;
 }
 
 /* Micro-batches from the pipeline that finishes last to the one that
