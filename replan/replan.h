@@ -149,7 +149,7 @@ typedef struct mal_links {
 } mal_links;
 
 /* Read slow links: a JSON object {"links": [{"a": 3, "b": 4, "rate": 8}]}
- * or malleus-train's metrics file, whose rows carry "link_rates":
+ * or JSON lines (a metrics file) whose rows carry "link_rates":
  * [[a, b, rate], ...]; then the mean of each pair's last `window`
  * samples.  Rates below the noise floor are dropped (healthy).  Ranks
  * outside the world, a == b, and rates that are not positive numbers are
