@@ -13,7 +13,7 @@ TESTS += tests/test_torch_ref.sh
 EXTRA_DIST += bench/data/rss.sh
 
 EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py \
-    bench/migrate/run.sh
+    bench/migrate/run.sh bench/links/run.sh
 
 # Online migration benchmark: built with the tests so that it keeps
 # compiling, run by hand (bench/migrate/run.sh), never by make check.
