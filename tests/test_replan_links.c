@@ -277,6 +277,7 @@ static void check_terms(void)
     CHECK_CLOSE(mal_cost_p2p(&q, &c, &ln, &s0, &s1), 3.0 * hop / lt, 1e-12, 0);
     mal_links_fini(&ln);
     mal_cluster_fini(&c);
+    mal_profile_fini(&p);
 }
 
 /* slow link inside a TP group: moved between pipelines */
@@ -312,6 +313,7 @@ static void check_tp_link(void)
     mal_plan_fini(&aware);
     mal_links_fini(&ln);
     mal_cluster_fini(&c);
+    mal_profile_fini(&p);
 }
 
 /* slow link across a stage boundary: off the boundary; and a boundary no
@@ -385,6 +387,7 @@ static void check_boundary_link(void)
     mal_plan_fini(&blind);
     mal_links_fini(&ln);
     mal_cluster_fini(&c);
+    mal_profile_fini(&p);
 }
 
 /* ---- exact reference ----------------------------------------------------- */
@@ -464,6 +467,7 @@ static void check_exact(int n, int strict)
         }
         mal_links_fini(&ln);
         mal_cluster_fini(&c);
+        mal_profile_fini(&p);
     }
     printf("exact: %d of %d instances planned, %d at the optimum, worst %.3fx it\n", done, n,
            at_opt, worst);
@@ -546,6 +550,7 @@ static void check_mixed(void)
     CHECK(slow_share < fast_share);
     mal_plan_fini(&pl);
     mal_cluster_fini(&c);
+    mal_profile_fini(&p);
 }
 
 int main(int argc, char **argv)
