@@ -23,6 +23,7 @@ median() { # the median step_ms of metrics file $1 over steps 3..
 }
 echo "case        factor  plan          median step (ms) per repetition   median"
 for c in "0 1 4" "0 1 8" "3 4 8"; do
+    # shellcheck disable=SC2086
     set -- $c
     a=$1 b=$2 f=$3
     echo "{\"links\": [{\"a\": $a, \"b\": $b, \"rate\": $f}]}" >"$W/links.json"
