@@ -104,14 +104,16 @@ static int explain_links(FILE *f, const mal_replan_input *in, const mal_plan *pl
     int n = 0;
     for (int i = 0; i < ln->n; i++)
         n += mal_cost_floor(ln->l[i].rate) > 1.0;
-    fprintf(f, "slow links: %d (a slow link should carry the least traffic: best between "
-               "pipelines, worst inside a TP group)\n",
+    fprintf(f,
+            "slow links: %d (a slow link should carry the least traffic: best between "
+            "pipelines, worst inside a TP group)\n",
             n);
     double J;
     int rc = mal_cost_plan_links(plan, p, in->cluster, in->rates, ln, NULL, &J);
     if (rc) return rc;
-    fprintf(f, "  step time with communication: %.4f s (cost model; the table above is compute "
-               "alone)\n",
+    fprintf(f,
+            "  step time with communication: %.4f s (cost model; the table above is compute "
+            "alone)\n",
             J * lt + p->sync_time);
     for (int i = 0, shown = 0; i < ln->n && shown < 32; i++) {
         int a = ln->l[i].a, b = ln->l[i].b;
@@ -125,7 +127,8 @@ static int explain_links(FILE *f, const mal_replan_input *in, const mal_plan *pl
             fprintf(f, "unused (a rank is suspended)\n");
         } else if (la.pipeline == lb.pipeline && la.stage == lb.stage) {
             const mal_plan_stage *st = &plan->pipelines[la.pipeline].stages[la.stage];
-            fprintf(f, "inside the TP group of pipeline %d stage %d: all-reduces %.4f s per layer\n",
+            fprintf(f,
+                    "inside the TP group of pipeline %d stage %d: all-reduces %.4f s per layer\n",
                     la.pipeline, la.stage,
                     mal_cost_tp_comm(p, in->cluster, ln, st->ranks, st->n_ranks) * lt);
         } else if (la.pipeline == lb.pipeline && abs(la.stage - lb.stage) == 1) {
@@ -155,8 +158,10 @@ static void explain_types(FILE *f, const mal_replan_input *in, const mal_plan *p
 {
     const mal_cluster *c = in->cluster;
     if (!c->type_of) return;
-    fprintf(f, "device types (a type's speed is a rate of 1/speed; TP groups never span nodes, so "
-               "each is of one type; stages hold layers by each group's speed and memory):\n");
+    fprintf(f,
+            "device types (a type's speed is a rate of 1/speed; TP groups never span nodes, so "
+            "each is of one type; stages are sized for the least memory, %.0f MB):\n",
+            c->memory_mb);
     double top = 0;
     for (int t = 0; t < c->n_types; t++)
         top = MAL_MAX(top, c->types[t].speed);
