@@ -2,7 +2,7 @@
 # The runtime side of slow links (replan/README.md "Links"), 4 ranks:
 #  - a plan stage's deeper 1F1B warm-up ("warmup") runs: the banner shows
 #    it and the losses are those of the default schedule, bit for bit;
-#  - --inject-link A:B:F stretches the messages between A and B: inside a
+#  - --inject-link A:B:16 stretches the messages between A and B: inside a
 #    TP group it slows every step (the all-reduces), between pipelines it
 #    touches only the gradient sum, so the first run is slower than the
 #    second in the same test; the losses do not change.
@@ -55,8 +55,8 @@ cat >"$W/dp.json" <<'EOP'
  "pipelines": [{"micro_batches": 3, "stages": [{"ranks": [0, 1], "layers": [0, 4]}]},
                {"micro_batches": 3, "stages": [{"ranks": [2, 3], "layers": [0, 4]}]}]}
 EOP
-run tp "$W/dp.json" 16 --inject-link 0:1:8
-run dp "$W/dp.json" 16 --inject-link 0:2:8
+run tp "$W/dp.json" 16 --inject-link 0:1:16
+run dp "$W/dp.json" 16 --inject-link 0:2:16
 [ "$(losses tp)" = "$(losses dp)" ] || fail "--inject-link changed the losses"
 TP=$(median tp step_ms)
 DP=$(median dp step_ms)
@@ -68,6 +68,6 @@ echo "rank 0's TP all-reduces per step: $TPA ms and $DPA ms"
 # stretched) and not between the pipelines; and the whole step pays
 awk -v a="$TPA" -v b="$DPA" 'BEGIN { exit !(a > 2 * b) }' ||
     fail "a slow TP link did not stretch rank 0's all-reduces"
-awk -v a="$TP" -v b="$DP" 'BEGIN { exit !(a > 1.2 * b) }' ||
+awk -v a="$TP" -v b="$DP" 'BEGIN { exit !(a > 1.3 * b) }' ||
     fail "a slow TP link did not slow the step more than a slow link between pipelines"
 echo "$TAG: ok"
