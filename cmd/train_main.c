@@ -202,6 +202,12 @@ int main(int argc, char **argv)
          .help = "TEST FEATURE: slow rank R by factor F from step FROM\n"
                  "to step TO (0-based, TO exclusive), as --inject-mode\n"
                  "says; repeatable"},
+        {MAL_OPT_FUNC, "inject-link", .metavar = "A:B:F[:FROM[:TO]]",
+         .fn = mal_train_cli_inject_link,
+         .help = "TEST FEATURE: every message between ranks A and B takes\n"
+                 "F times its measured time (sleeps) from step FROM to TO:\n"
+                 "stage-boundary sends, the TP all-reduces of a group\n"
+                 "holding both, their gradient sum; repeatable"},
         {MAL_OPT_CHOICE, "inject-mode", .metavar = "MODE", .target = &o->inject_mode,
          .choices = inject_modes, .values = inject_mode_values,
          .help = "how --inject slows a rank: sleep (default: sleeps of\n"

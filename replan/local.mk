@@ -2,7 +2,7 @@
 # re-plan trigger policy) behind malleus-replan.  Included by Makefile.am.
 libmalleus_a_SOURCES += replan/replan.h replan/cluster.c replan/profile.c replan/rates.c \
 	replan/cost.c replan/lp.c replan/search.h replan/options.c replan/layers.c replan/eval.c \
-	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
+	replan/planner.c replan/explain.c replan/sim.h replan/sim.c replan/links.c replan/place.c \
 	replan/policy.h replan/policy.c replan/tool.h replan/tool.c
 
 check_PROGRAMS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
@@ -26,3 +26,7 @@ TESTS += tests/test_replan_inputs
 check_PROGRAMS += tests/test_replan_exact
 TESTS += tests/test_replan_exact
 EXTRA_DIST += tests/replan_ref.h
+
+# Slow links and mixed hardware: terms, placement, warm-up, exact reference.
+check_PROGRAMS += tests/test_replan_links
+TESTS += tests/test_replan_links

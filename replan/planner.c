@@ -1587,6 +1587,24 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     best.stop = stop;
     best.time_limit = in->time_limit;
     best.exhaustive = exact && !skipped;
+    /* communication: the placement of alike ranks, warm-up depths and
+     * micro-batches for the slow links (the bound above, of compute alone,
+     * stays a bound: communication only adds) */
+    if (rp_place_needed(in)) {
+        double J;
+        if ((rc = rp_place(in, out, &J))) {
+            mal_plan_fini(out);
+            return rc;
+        }
+        /* the placement is a local search over the exchanges of alike
+         * ranks: the compute search's optimality does not carry over */
+        if (mal_links_any(in->links) && J > best.objective * (1 + RP_TOL)) {
+            best.exhaustive = 0;
+            if (best.stop == MAL_REPLAN_STOP_OPTIMAL) best.stop = MAL_REPLAN_STOP_CONVERGED;
+        }
+        best.objective = J;
+        best.lower_bound = MAL_MIN(best.lower_bound, J);
+    }
     best.seconds = mal_now() - t0;
     if (stats) *stats = best;
     return 0;

@@ -27,6 +27,20 @@
  * MAL_SIM_MAX_OPS).  Local. */
 double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p);
 
+/* The same with `hop[S - 1]` added to the hand-over at each boundary (j to
+ * j + 1, both ways; NULL: none) and stage j running `warm[j]` warm-up
+ * forwards (capped at m; non-increasing; NULL: the 1F1B default). */
+double mal_sim_pipeline_ex(int S, const double *fwd, const double *bwd, int m, double p2p,
+                           const double *hop, const int *warm);
+
+/* Simulate a plan with communication (README "Links"): stage time
+ * l (x alpha + TP all-reduces), each boundary's activation send
+ * (mal_cost_p2p), the plan's warm-up depths; the slowest gradient sum over
+ * a slow link added to the step.  Layer units.  Local. */
+int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                       const double *rates, const mal_links *ln, double *step_out,
+                       double *pipe_out);
+
 /* Simulate a plan under rates[] (raw; noise floor applied) and a profile:
  * stage time per micro-batch = y * layers (layer units), split by
  * MAL_SIM_FORWARD_SHARE.  *step_out = max over pipelines (layer units);

@@ -139,3 +139,7 @@ check-openmpi:
 .PHONY: check-openmpi
 clean-local:
 	-rm -rf san-build fuzz-build ompi-build
+
+# Slow links at run time: a plan's deeper warm-up, --inject-link (4 ranks).
+dist_check_SCRIPTS += tests/test_inject_link.sh
+TESTS += tests/test_inject_link.sh

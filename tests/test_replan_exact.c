@@ -535,7 +535,7 @@ int main(int argc, char **argv)
         CHECK_OK(mal_cluster_regular(&c, I.world, I.rpn, I.mem));
         make_profile(&I, &p);
         mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL,
-                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO, 0};
+                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO, 0, NULL};
         mal_plan plan;
         mal_replan_stats st;
         t0 = mal_now();

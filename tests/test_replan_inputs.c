@@ -107,7 +107,7 @@ static void test_huge_rate(void)
     CHECK_OK(mal_cluster_regular(&c, 8, 4, 100.0));
     CHECK_OK(mal_profile_preset(&p, "tiny", 1));
     CHECK_OK(mal_rates_parse_string("{\"3\": 1e12}", "r.json", 8, 2, rates));
-    mal_replan_input in = {&c, &p, rates, 1, 8, 0, NULL, MAL_REPLAN_AUTO, 0};
+    mal_replan_input in = {&c, &p, rates, 1, 8, 0, NULL, MAL_REPLAN_AUTO, 0, NULL};
     CHECK_OK(mal_replan(&in, &out, NULL));
     CHECK_EQ_INT(out.n_suspended, 1);
     CHECK_EQ_INT(out.suspended[0], 3);

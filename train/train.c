@@ -341,6 +341,9 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
             return rc;
         tally->times.dp_wait = mal_now() - d0;
         tally->times.dp += tally->times.dp_wait;
+        /* --inject-link: the step's gradient sum over a slow link */
+        if (tr->mon.link_dp_now > 1.0)
+            tally->times.dp = mal_inject_link_stretch(tr, -2, tally->times.dp);
     }
     /* Global loss and gradient norm: each loss is counted by TP rank 0 of
      * its pipeline's last stage, each gradient element by one holder;
@@ -470,8 +473,13 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         int n = snprintf(line, sizeof line, "m=%d:", pl->pipelines[p].micro_batches);
         for (int s = 0; s < pl->pipelines[p].n_stages && n < (int)sizeof line - 24; s++) {
             const mal_plan_stage *st = &pl->pipelines[p].stages[s];
-            n += snprintf(line + n, sizeof line - (size_t)n, " [L%d-%d tp%d]", st->layer_begin,
-                          st->layer_end, st->n_ranks);
+            /* a deeper 1F1B warm-up than the default: " w" and its depth */
+            char w[16] = "";
+            if (mal_plan_stage_warmup(&pl->pipelines[p], s) !=
+                MAL_MIN(pl->pipelines[p].n_stages - s - 1, pl->pipelines[p].micro_batches))
+                snprintf(w, sizeof w, " w%d", mal_plan_stage_warmup(&pl->pipelines[p], s));
+            n += snprintf(line + n, sizeof line - (size_t)n, " [L%d-%d tp%d%s]", st->layer_begin,
+                          st->layer_end, st->n_ranks, w);
         }
         fprintf(f, "|   pipeline %-9d | %-40.40s |\n", p, line);
     }

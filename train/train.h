@@ -28,6 +28,18 @@ typedef struct {
     int64_t from, to;
 } mal_inject;
 
+/* Link injection (tests, benchmarks): every message between ranks a and b
+ * takes `factor` times its measured time during steps [from, to) (to < 0:
+ * forever), by sleeping (README "Slow links").  The messages: the
+ * activations and gradients a stage boundary carries between them, the
+ * TP all-reduces of a group holding both, and the gradient sum of two
+ * pipelines' ranks that hold the same layers. */
+typedef struct {
+    int a, b;
+    double factor;
+    int64_t from, to;
+} mal_inject_link;
+
 /* How injection slows a rank.  SLEEP (the default): its measured compute is
  * stretched by extra sleep proportional to it, so on a shared machine (or
  * a GPU shared by several ranks) the slowed rank takes nothing from the
@@ -111,6 +123,8 @@ typedef struct {
     const mal_inject *inject;  /* [n_inject] */
     int n_inject;
     int inject_mode;           /* MAL_INJECT_*: how (SLEEP) */
+    const mal_inject_link *inject_links; /* [n_inject_links] */
+    int n_inject_links;
     int adapt;                 /* MAL_ADAPT_* */
     int check_every, window;   /* policy cadence K and window W (0: defaults 3, 2) */
     int persist;               /* checks a move must be seen at (0: default 1) */

@@ -28,44 +28,90 @@ void mal_train_cli_init(mal_train_cli *cli)
     cli->stop_timeout = MAL_TRAIN_STOP_TIMEOUT_DEFAULT;
 }
 
+/* RANK at `s` (up to ':'), into *r; the end in *end.  0, 1 (not a rank)
+ * or 2 (out of range). */
+static int parse_rank(const char *s, char **end, int *r)
+{
+    errno = 0;
+    long v = strtol(s, end, 10);
+    if (*end == s || **end != ':' || v < 0) return 1;
+    /* a rank past int is out of range, never wrapped onto another rank */
+    if (errno == ERANGE || v > INT_MAX) return 2;
+    *r = (int)v;
+    return 0;
+}
+
+/* FACTOR[:FROM[:TO]] at `s`.  0, 1 (malformed) or 2 (a step out of range). */
+static int parse_factor_steps(const char *s, double *f, long long *from, long long *to)
+{
+    char *end;
+    *f = strtod(s, &end);
+    if (!(*f >= 1.0 && *f <= 1000.0) || (*end && *end != ':')) return 1;
+    *from = 0;
+    *to = -1;
+    if (*end == ':') {
+        errno = 0;
+        *from = strtoll(end + 1, &end, 10);
+        if (errno == ERANGE) return 2;
+        if (*from < 0 || (*end && *end != ':')) return 1;
+        if (*end == ':') {
+            *to = strtoll(end + 1, &end, 10);
+            if (errno == ERANGE) return 2;
+            if (*end || *to <= *from) return 1;
+        }
+    }
+    return 0;
+}
+
 int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg)
 {
     mal_train_cli *cli = spec->ctx;
     char *end;
+    int r, rc;
+    double f;
+    long long from, to;
     if (cli->o.n_inject == MAL_TRAIN_CLI_MAX_INJECT)
         return mal_opts_bad(spec, "at most %d --inject flags", MAL_TRAIN_CLI_MAX_INJECT);
-    errno = 0;
-    long r = strtol(arg, &end, 10);
-    if (end == arg || *end != ':' || r < 0) goto bad;
-    /* a rank past int is out of range, never wrapped onto another rank */
-    if (errno == ERANGE || r > INT_MAX)
+    if ((rc = parse_rank(arg, &end, &r)) == 2)
         return mal_opts_bad(spec, "--inject %s: rank %.*s is out of range (at most %d)", arg,
                             (int)(end - arg), arg, INT_MAX);
-    double f = strtod(end + 1, &end);
-    if (!(f >= 1.0 && f <= 1000.0) || (*end && *end != ':')) goto bad;
-    long long from = 0, to = -1;
-    if (*end == ':') {
-        errno = 0;
-        from = strtoll(end + 1, &end, 10);
-        if (errno == ERANGE) goto range;
-        if (from < 0 || (*end && *end != ':')) goto bad;
-        if (*end == ':') {
-            to = strtoll(end + 1, &end, 10);
-            if (errno == ERANGE) goto range;
-            if (*end || to <= from) goto bad;
-        }
-    }
-    cli->injects[cli->o.n_inject++] = (mal_inject){(int)r, f, from, to};
+    if (rc || (rc = parse_factor_steps(end + 1, &f, &from, &to)) == 1)
+        return mal_opts_bad(spec,
+                            "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
+                            "[1, 1000] and FROM < TO, got '%s'",
+                            arg);
+    if (rc)
+        return mal_opts_bad(spec, "--inject '%s': a step is out of range (at most %lld)", arg,
+                            (long long)LLONG_MAX);
+    cli->injects[cli->o.n_inject++] = (mal_inject){r, f, from, to};
     cli->o.inject = cli->injects;
     return 0;
-range:
-    return mal_opts_bad(spec, "--inject '%s': a step is out of range (at most %lld)", arg,
-                        (long long)LLONG_MAX);
-bad:
-    return mal_opts_bad(spec,
-                        "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
-                        "[1, 1000] and FROM < TO, got '%s'",
-                        arg);
+}
+
+int mal_train_cli_inject_link(const mal_opts_spec *spec, const char *arg)
+{
+    mal_train_cli *cli = spec->ctx;
+    char *end;
+    int a, b, rc;
+    double f;
+    long long from, to;
+    if (cli->o.n_inject_links == MAL_TRAIN_CLI_MAX_INJECT)
+        return mal_opts_bad(spec, "at most %d --inject-link flags", MAL_TRAIN_CLI_MAX_INJECT);
+    if ((rc = parse_rank(arg, &end, &a)) == 0) rc = parse_rank(end + 1, &end, &b);
+    if (rc == 2)
+        return mal_opts_bad(spec, "--inject-link %s: a rank is out of range (at most %d)", arg,
+                            INT_MAX);
+    if (rc || (rc = parse_factor_steps(end + 1, &f, &from, &to)) == 1 || (!rc && a == b))
+        return mal_opts_bad(spec,
+                            "--inject-link expects A:B:FACTOR[:FROM_STEP[:TO_STEP]] with two "
+                            "different ranks, FACTOR in [1, 1000] and FROM < TO, got '%s'",
+                            arg);
+    if (rc)
+        return mal_opts_bad(spec, "--inject-link '%s': a step is out of range (at most %lld)", arg,
+                            (long long)LLONG_MAX);
+    cli->inject_links[cli->o.n_inject_links++] = (mal_inject_link){a, b, f, from, to};
+    cli->o.inject_links = cli->inject_links;
+    return 0;
 }
 
 /* Outputs that are inputs: --metrics (or --profile FILE) the same file as
@@ -256,6 +302,14 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
             if (lead)
                 fprintf(stderr, "malleus-train: --inject names rank %d but the job has %d ranks\n",
                         o->inject[i].rank, world->size);
+            return 2;
+        }
+    for (int i = 0; i < o->n_inject_links; i++)
+        if (MAL_MAX(o->inject_links[i].a, o->inject_links[i].b) >= world->size) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --inject-link names rank %d but the job has %d ranks\n",
+                        MAL_MAX(o->inject_links[i].a, o->inject_links[i].b), world->size);
             return 2;
         }
     if (cli->baseline_rates) {

@@ -59,7 +59,7 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
         (rc = mal_layout_part(plan, &tr->o.model, r, part, &active)) || !active)
         return rc;
     const mal_plan_pipeline *pl = &plan->pipelines[loc.pipeline];
-    int in_flight = MAL_MIN(pl->micro_batches, pl->n_stages - loc.stage);
+    int in_flight = MAL_MIN(pl->micro_batches, mal_plan_stage_warmup(pl, loc.stage) + 1);
     if ((rc = mal_model_bytes(&tr->o.model, part, plan->micro_batch_size, tr->k, in_flight, need)))
         return rc;
     int ovf = 0;
