@@ -190,7 +190,7 @@ int mal_gradsync_create(mal_gradsync **out, const mal_plan *plan, int rank, mal_
         max_floats = MAL_MAX(max_floats, g->groups[i].n_floats);
     /* the replica check packs each group twice (values and negated values) */
     g->buf_floats = 2 * max_floats;
-    if (!rc && !(g->norm_acc = mal_kern_alloc(m->k, sizeof(double))))
+    if (!rc && !(g->norm_acc = mal_kern_alloc_as(m->k, sizeof(double), MAL_MEM_COMM)))
         rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
     if (rc) {
         mal_gradsync_destroy(g);
@@ -253,7 +253,7 @@ static void pack_group(mal_gradsync *g, const sync_piece *pieces, int n_pieces, 
 static int need_buf(mal_gradsync *g)
 {
     if (g->buf || !g->buf_floats) return 0;
-    if (!(g->buf = mal_kern_alloc(g->m->k, g->buf_floats * sizeof(float))))
+    if (!(g->buf = mal_kern_alloc_as(g->m->k, g->buf_floats * sizeof(float), MAL_MEM_COMM)))
         return MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats", g->buf_floats);
     return 0;
 }
@@ -383,7 +383,7 @@ int mal_gradsync_buckets(mal_gradsync *g, size_t cap_bytes)
     }
     if (!g->bbuf) {
         /* one more copy of the replicated gradients, a region per bucket */
-        if (!(g->bbuf = mal_kern_alloc(m->k, total * sizeof(float))))
+        if (!(g->bbuf = mal_kern_alloc_as(m->k, total * sizeof(float), MAL_MEM_COMM)))
             return MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats for the buckets",
                            total);
         g->bbuf_floats = total;

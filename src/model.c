@@ -409,10 +409,12 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
         rc = MAL_ERR(MAL_ENOMEM, "model: out of memory");
         goto fail;
     }
-    m->params = mal_kern_alloc(k, bytes);
-    m->grads = mal_kern_alloc(k, bytes);
-    m->adam_m = mal_kern_alloc(k, bytes);
-    m->adam_v = mal_kern_alloc(k, bytes);
+    /* fp32 compute reads the master parameters themselves: they are the
+     * working weights */
+    m->params = mal_kern_alloc_as(k, bytes, work_bytes ? MAL_MEM_MASTER : MAL_MEM_WEIGHTS);
+    m->grads = mal_kern_alloc_as(k, bytes, MAL_MEM_GRADIENTS);
+    m->adam_m = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
+    m->adam_v = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
     if (!m->params || !m->grads || !m->adam_m || !m->adam_v) {
         rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate %zu bytes x4 for parameters and state",
                      bytes);
@@ -420,7 +422,7 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     }
     /* fp32 compute reads the master parameters themselves */
     m->work = m->params;
-    if (work_bytes && !(m->work = mal_kern_alloc(k, work_bytes))) {
+    if (work_bytes && !(m->work = mal_kern_alloc_as(k, work_bytes, MAL_MEM_WEIGHTS))) {
         rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate the %s working weights",
                      mal_dtype_name(k->compute));
         goto fail;
@@ -432,7 +434,7 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     scratch_slots(m, bufs);
     for (size_t i = 0; i < N_SCRATCH; i++) {
         if (!sizes[i]) continue; /* not needed by this part */
-        *bufs[i] = mal_kern_alloc(k, sizes[i]);
+        *bufs[i] = mal_kern_alloc_as(k, sizes[i], MAL_MEM_SCRATCH);
         if (!*bufs[i]) {
             rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate backward scratch");
             goto fail;
@@ -629,7 +631,7 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
         mal_acts_destroy(m, a);
         return MAL_ERR(MAL_EINVAL, "activations: the sizes for micro-batch %d overflow", B);
     }
-    if (ok) a->block = mal_kern_alloc(m->k, bytes);
+    if (ok) a->block = mal_kern_alloc_as(m->k, bytes, MAL_MEM_ACTIVATIONS);
     if (!ok || !a->block) {
         mal_acts_destroy(m, a);
         return MAL_ERR(MAL_ENOMEM, "activations: cannot allocate %zu bytes", bytes);
@@ -892,7 +894,7 @@ int mal_model_logits_row(mal_model *m, const mal_acts *a, int row, float *host)
     if (m->part.tp_size > 1) {
         /* the shards' columns into a zeroed row, summed over the group:
          * each element is one shard's value plus exact zeros */
-        if (!(full = mal_kern_alloc(m->k, V * e)))
+        if (!(full = mal_kern_alloc_as(m->k, V * e, MAL_MEM_SCRATCH)))
             return MAL_ERR(MAL_ENOMEM, "model: no memory for a row of %zu logits", V);
         mal_kern_copy(m->k, (char *)full + (size_t)m->vocab_first * e, src, Vl * e);
         if ((rc = tp_reduce(m, full, V))) goto out;

@@ -361,7 +361,8 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
                            .dp_wait_s = tally->times.dp_wait,
                            .probe_s = probe,
                            .probe_cost_s = probe_cost,
-                           .mem_bytes = mal_progress_memory(tr)};
+                           .mem_bytes = mal_progress_memory(tr),
+                           .mem_peak_bytes = mal_progress_memory_peak(tr)};
     mal_progress_record(tr, step_s);
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tally->rank_times, sizeof mine, 0))) return rc;
@@ -520,10 +521,10 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
                 "\"dp_ms\": %.3f, \"dp_wait_ms\": %.3f, \"idle_ms\": %.3f, "
-                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f}",
+                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f, \"mem_peak_mb\": %.3f}",
                 r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
                 1e3 * t->dp_s, 1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0),
-                1e3 * t->probe_s, 1e3 * t->probe_cost_s);
+                1e3 * t->probe_s, 1e3 * t->probe_cost_s, t->mem_peak_bytes / 1048576.0);
     }
     fprintf(f, "]");
     if (st->rates) {
@@ -635,5 +636,5 @@ int mal_trainer_run(mal_trainer *tr)
         return rc;
     if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
     mal_eval_summary(tr);
-    return 0;
+    return mal_progress_memory_summary(tr);
 }

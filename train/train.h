@@ -154,6 +154,8 @@ typedef struct {
     double probe_cost_s; /* wall time the monitor cost this step */
     double mem_bytes;    /* memory in use after the step: the device's, or the
                           * process's resident memory on CPU backends */
+    double mem_peak_bytes; /* the most bytes of the kernel table's buffers this rank
+                            * held at once so far (the memory accountant, kernels.h) */
 } mal_rank_times;
 
 typedef struct {
