@@ -15,7 +15,7 @@
 #     STAGES="setup build multirank" sh bench/gpu/run.sh    # any subset
 #
 # Before the first call, once per checkout, on the development machine:
-#     sh ../shared/gpu/fetch-debs.sh        # MPICH, parallel HDF5, ... -> .gpu-debs/
+#     sh bench/gpu/fetch-debs.sh            # MPICH, parallel HDF5, ... -> .gpu-debs/
 # then, with the device tool, from the checkout's root (NOTES.md):
 #     run(command="sh bench/gpu/run.sh call1", carry=[".gpu-debs"], timeout_s=280)
 #
@@ -28,7 +28,7 @@
 # started only where its minimum still fits (bench.py --until).
 #
 # Stages (the calls above list them in their order):
-#   setup       unpack .gpu-debs (shared/gpu/README.md's recipe)
+#   setup       unpack .gpu-debs (bench/gpu/setup-device.sh)
 #   build       configure --with-cuda (and NCCL), make -j and the test
 #               programs: nvcc for sm_90a only (NVCC_ARCH_FLAGS)
 #   kernels     tests/test_cuda_kernels: every kernel family vs float64
@@ -149,7 +149,7 @@ if has setup; then
         say "[$(elapsed) s] setup: done by an earlier call on this machine"
     elif [ ! -f .gpu-debs/setup-device.sh ]; then
         say "setup: FAILED: .gpu-debs/ is missing; on the development machine run"
-        say "       sh ../shared/gpu/fetch-debs.sh   and carry .gpu-debs with the command"
+        say "       sh bench/gpu/fetch-debs.sh   and carry .gpu-debs with the command"
         status=1
         finish
     else
@@ -162,7 +162,7 @@ fi
 
 if has build; then
     CCMPI=$(command -v mpicc.mpich || echo mpicc)
-    # the GPU machine has NCCL under /usr (shared/gpu/README.md); elsewhere
+    # the GPU machine has NCCL under /usr (bench/gpu/NOTES.md); elsewhere
     # configure looks in the CUDA directory
     NCCL=
     [ -f /usr/include/nccl.h ] && NCCL=--with-nccl=/usr
