@@ -286,6 +286,9 @@ struct mal_comm_ops {
      * order (the bits the small all-reduce gives), larger ones around the
      * ring of the list whose blocks are the regions; NCCL, one ncclReduce
      * (ncclBroadcast) per region rooted at its member, in one group.
+     * The buffer is read as it stands when the call is posted (in kernel
+     * queue order) and written at the wait: a second collective on the
+     * same buffer is posted after the first was waited for.
      * *req NULL when there is nothing to exchange. */
     int (*dp_ilist)(mal_comm *c, mal_kern k, mal_list_coll kind, const int *members, int n,
                     int tag, void *buf, const size_t *counts, mal_dtype dt, mal_comm_req **req);

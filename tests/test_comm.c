@@ -701,8 +701,12 @@ static void test_list_coll(mal_comm *w, const char *device)
         dev[li] = dev_upload(k, x, total[li]);
         free(x);
     }
-    /* reduce-scatters, then the all-gathers, all in flight at once */
-    for (int pass = 0; pass < 2; pass++)
+    /* the reduce-scatters all in flight at once, waited for in reverse;
+     * then the all-gathers alike (a request reads its buffer when it is
+     * posted -- staged copies on an opaque device -- so an all-gather
+     * posts after the reduce-scatter of its buffer was waited for, as the
+     * optimizer's step comes between them) */
+    for (int pass = 0; pass < 2; pass++) {
         for (int li = 0; li < NL; li++) {
             if (!in[li]) continue;
             CHECK_OK(mal_comm_dp_ilist(w, k, pass ? MAL_LIST_ALLGATHER : MAL_LIST_REDUCE_SCATTER,
@@ -710,7 +714,8 @@ static void test_list_coll(mal_comm *w, const char *device)
                                        MAL_F32, &req[pass * NL + li]));
             CHECK_OK(mal_comm_dp_progress(w));
         }
-    for (int q = 2 * NL - 1; q >= 0; q--) CHECK_OK(mal_comm_dp_waitall(w, 1, &req[q]));
+        for (int q = NL - 1; q >= 0; q--) CHECK_OK(mal_comm_dp_waitall(w, 1, &req[pass * NL + q]));
+    }
     for (int li = 0; li < NL; li++) {
         if (!in[li]) continue;
         float *got = malloc(total[li] * sizeof *got + 1);
@@ -722,9 +727,9 @@ static void test_list_coll(mal_comm *w, const char *device)
                 float want = lc_ref(nb_lists[li].m, nb_lists[li].n, total[li], j, i, li);
                 if (memcmp(&want, &got[i], sizeof want) != 0) {
                     fprintf(stderr,
-                            "world rank %d: reduce-scatter + all-gather: list %d, region %d, "
+                            "world rank %d (%s): reduce-scatter + all-gather: list %d, region %d, "
                             "element %zu: %.9g, want %.9g (bits differ)\n",
-                            w->rank, li, j, i, (double)got[i], (double)want);
+                            w->rank, device, li, j, i, (double)got[i], (double)want);
                     exit(1);
                 }
             }
