@@ -7,6 +7,7 @@
 
 #include "base/mal.h"
 #include "layout.h"
+#include "optim.h"
 #include "piece.h"
 #include "slices.h"
 
@@ -14,7 +15,7 @@
  * reductions (the sync after the backward pass, the replica check) and
  * the overlapped buckets, kept apart (comm.h: a distinct tag where both
  * kinds are used on one communicator). */
-enum { TAG_SYNC = 1, TAG_BUCKET = 2 };
+enum { TAG_SYNC = 1, TAG_BUCKET = 2, TAG_ZERO = 3 };
 
 /* One piece of a tensor that this rank sums with other replicas. */
 typedef struct {
@@ -31,6 +32,12 @@ typedef struct {
     int n_pieces, cap;
     sync_piece *pieces;
     size_t n_floats;
+    /* the sharded optimizer (mal_gradsync_zero): the packed buffer cut
+     * into a region per member (counts[n_ranks], in ranks order), this
+     * rank's region [r_off, r_off + r_len), and where its gradient sum and
+     * moments lie in the shard buffers */
+    size_t *counts;
+    size_t r_off, r_len, s_off;
 } sync_group;
 
 /* A range of a tensor whose gradient this rank counts in the global norm
@@ -38,6 +45,7 @@ typedef struct {
 typedef struct {
     int tensor;
     int64_t begin, end;
+    int synced; /* a piece summed over its holders (a group's) */
 } norm_range;
 
 /* Consecutive pieces of one holder set reduced together while the
@@ -71,6 +79,15 @@ struct mal_gradsync {
     int n_norm, cap_norm;
     norm_range *norm;
     double *norm_acc; /* device: one double */
+    /* the pieces this rank holds that no group sums: it steps them alone */
+    int n_local, cap_local;
+    sync_piece *local;
+    /* the sharded optimizer (mal_gradsync_zero): device shards of the
+     * owned regions' gradient sums (zg, zg_floats) and of the Adam moments
+     * of the owned regions then of the local pieces (zm, zv, z_floats) */
+    int zero;
+    float *zg, *zm, *zv;
+    size_t zg_floats, z_floats;
 };
 
 static int cmp_int(const void *a, const void *b)
@@ -150,9 +167,16 @@ static int plan_pieces(mal_gradsync *g, const mal_plan *plan, int rank)
                     rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
                     break;
                 }
-                g->norm[g->n_norm++] = (norm_range){ti, pc->begin, pc->end};
+                g->norm[g->n_norm++] = (norm_range){ti, pc->begin, pc->end, n_contrib >= 2};
             }
-            if (n_contrib < 2) continue; /* copies of one gradient: nothing to sum */
+            if (n_contrib < 2) { /* copies of one gradient: nothing to sum */
+                if (mal_grow(&g->local, &g->cap_local, g->n_local, sizeof *g->local, 32)) {
+                    rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+                    break;
+                }
+                g->local[g->n_local++] = (sync_piece){ti, pc->begin, pc->end, 1};
+                continue;
+            }
             for (int j = 0; j < pc->n_holders; j++)
                 rk[j] = h[hi[j]].rank;
             qsort(rk, (size_t)pc->n_holders, sizeof *rk, cmp_int);
@@ -206,7 +230,12 @@ void mal_gradsync_destroy(mal_gradsync *g)
     for (int i = 0; i < g->n_groups; i++) {
         free(g->groups[i].pieces);
         free(g->groups[i].ranks);
+        free(g->groups[i].counts);
     }
+    free(g->local);
+    mal_kern_free(g->m->k, g->zg);
+    mal_kern_free(g->m->k, g->zm);
+    mal_kern_free(g->m->k, g->zv);
     free(g->groups);
     /* buckets still in flight (only after an error): waited for, so that
      * no reduction is left writing into freed memory */
@@ -258,16 +287,23 @@ static int need_buf(mal_gradsync *g)
     return 0;
 }
 
-/* Packed `n` pieces at src back into the gradients. */
-static void unpack_pieces(mal_gradsync *g, const sync_piece *pieces, int n, const float *src)
+/* Packed `n` pieces at src back into state buffer `base`. */
+static void unpack_into(mal_gradsync *g, const sync_piece *pieces, int n, const float *src,
+                        float *base)
 {
     mal_model *m = g->m;
     for (int i = 0; i < n; i++) {
         const sync_piece *p = &pieces[i];
         const mal_tensor_info *t = &m->tensors[p->tensor];
-        mal_piece_unpack(m->k, t, m->grads, p->begin, p->end, src, MAL_COPY_D2D);
+        mal_piece_unpack(m->k, t, base, p->begin, p->end, src, MAL_COPY_D2D);
         src += mal_piece_floats(t, p->begin, p->end);
     }
+}
+
+/* Packed `n` pieces at src back into the gradients. */
+static void unpack_pieces(mal_gradsync *g, const sync_piece *pieces, int n, const float *src)
+{
+    unpack_into(g, pieces, n, src, g->m->grads);
 }
 
 int mal_gradsync_run(mal_gradsync *g)
@@ -463,8 +499,12 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out)
      * (also when it spans the whole width: the sums stay those of one run
      * per row). */
     mal_kern_zero(k, g->norm_acc, sizeof(double));
+    /* sharded: each summed element is counted by the owner of its region,
+     * from its shard of the sums (the holders' gradients are not summed) */
+    if (g->zero && g->zg_floats) mal_kern_sumsq(k, g->norm_acc, g->zg, 1, g->zg_floats, g->zg_floats);
     for (int i = 0; i < g->n_norm; i++) {
         const norm_range *r = &g->norm[i];
+        if (g->zero && r->synced) continue;
         const mal_tensor_info *t = &m->tensors[r->tensor];
         mal_piece_shape s;
         mal_piece_locate(t, r->begin, r->end, &s);
@@ -494,7 +534,8 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
      * exactly when all copies are identical. */
     for (int si = 0; si < g->n_groups && !rc; si++) {
         const sync_group *s = &g->groups[si];
-        for (int grp = 0; grp < MAL_STATE_N_SAVED && !rc; grp++) {
+        /* sharded, the moments are not replicated: the parameters only */
+        for (int grp = 0; grp < (g->zero ? 1 : MAL_STATE_N_SAVED) && !rc; grp++) {
             const float *base = mal_model_state(m, grp);
             pack_group(g, s->pieces, s->n_pieces, base, g->buf, 0);
             mal_kern_copy(k, g->buf + s->n_floats, g->buf, s->n_floats * sizeof(float));
@@ -511,4 +552,132 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
     free(host);
     *count = local;
     return rc;
+}
+
+/* ---- the sharded optimizer (ZeRO-1) ------------------------------------- */
+
+int mal_gradsync_zero(mal_gradsync *g, int rank)
+{
+    mal_model *m = g->m;
+    if (g->zero) return 0;
+    if (m->adam_m || m->adam_v)
+        return MAL_ERR(MAL_EINVAL, "sharded optimizer: the model keeps whole Adam moments (make "
+                                   "it with MAL_MODEL_NO_MOMENTS)");
+    size_t owned = 0, local = 0;
+    for (int si = 0; si < g->n_groups; si++) {
+        sync_group *s = &g->groups[si];
+        if (!(s->counts = malloc((size_t)s->n_ranks * sizeof *s->counts)))
+            return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+        /* regions as equal as the floats allow, in the order of the
+         * ranks (the members' list) */
+        size_t q = s->n_floats / (size_t)s->n_ranks, rem = s->n_floats % (size_t)s->n_ranks;
+        size_t off = 0;
+        for (int j = 0; j < s->n_ranks; j++) {
+            s->counts[j] = q + ((size_t)j < rem);
+            if (s->ranks[j] == rank) s->r_off = off, s->r_len = s->counts[j];
+            off += s->counts[j];
+        }
+        s->s_off = owned;
+        owned += s->r_len;
+    }
+    for (int i = 0; i < g->n_local; i++)
+        local += mal_piece_floats(&m->tensors[g->local[i].tensor], g->local[i].begin,
+                                  g->local[i].end);
+    g->zg_floats = owned;
+    g->z_floats = owned + local;
+    /* a rank that owns nothing still gets (one-float) buffers, never read */
+    g->zg = mal_kern_alloc_as(m->k, MAL_MAX(owned, 1) * sizeof(float), MAL_MEM_GRADIENTS);
+    g->zm = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MOMENTS);
+    g->zv = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MOMENTS);
+    if (!g->zg || !g->zm || !g->zv)
+        return MAL_ERR(MAL_ENOMEM, "sharded optimizer: cannot allocate %zu floats of moments",
+                       g->z_floats);
+    g->zero = 1;
+    return 0;
+}
+
+size_t mal_gradsync_zero_floats(const mal_gradsync *g) { return g->zero ? g->z_floats : 0; }
+
+int mal_gradsync_zero_reduce(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    int rc;
+    if ((rc = need_buf(g))) return rc;
+    for (int si = 0; si < g->n_groups; si++) {
+        const sync_group *s = &g->groups[si];
+        mal_comm_req *req = NULL;
+        pack_group(g, s->pieces, s->n_pieces, m->grads, g->buf, 1);
+        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_REDUCE_SCATTER, s->ranks, s->n_ranks,
+                                    TAG_ZERO, g->buf, s->counts, MAL_F32, &req)) ||
+            (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
+            return rc;
+        if (s->r_len)
+            mal_kern_copy(m->k, g->zg + s->s_off, g->buf + s->r_off, s->r_len * sizeof(float));
+    }
+    return 0;
+}
+
+/* One AdamW update of n elements (the step's settings). */
+static void adamw_run(mal_gradsync *g, const mal_optim_config *oc, float *param, void *work,
+                      const float *grad, size_t moff, size_t n, int decay, float lr, float scale,
+                      int t)
+{
+    mal_kern_adamw(g->m->k, param, work, grad, g->zm + moff, g->zv + moff, n, lr, oc->beta1,
+                   oc->beta2, oc->eps, decay ? oc->weight_decay : 0.0f, scale, t);
+}
+
+int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
+                           float grad_scale)
+{
+    mal_model *m = g->m;
+    const int t = (int)(step + 1);
+    int rc;
+    if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded optimizer: not set up");
+    if ((rc = need_buf(g))) return rc;
+    /* Summed pieces: every holder packs the parameters (the same on all of
+     * them), the owner of each region updates it in the packed buffer with
+     * its shard of the gradient sum and moments, and the regions are
+     * gathered back to every holder.  The update is the element-wise
+     * AdamW of the whole state: the same bits as an unsharded step given
+     * the same sums. */
+    for (int si = 0; si < g->n_groups; si++) {
+        const sync_group *s = &g->groups[si];
+        pack_group(g, s->pieces, s->n_pieces, m->params, g->buf, 0);
+        size_t po = 0, r_end = s->r_off + s->r_len;
+        for (int i = 0; i < s->n_pieces && po < r_end; i++) {
+            const sync_piece *p = &s->pieces[i];
+            const mal_tensor_info *ti = &m->tensors[p->tensor];
+            size_t n = mal_piece_floats(ti, p->begin, p->end);
+            size_t lo = MAL_MAX(po, s->r_off), hi = MAL_MIN(po + n, r_end);
+            if (lo < hi) /* the working copy: the packed master itself (refreshed below) */
+                adamw_run(g, oc, g->buf + lo, g->buf + lo, g->zg + s->s_off + (lo - s->r_off),
+                          s->s_off + (lo - s->r_off), hi - lo, ti->decay, lr, grad_scale, t);
+            po += n;
+        }
+        mal_comm_req *req = NULL;
+        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, s->ranks, s->n_ranks,
+                                    TAG_ZERO, g->buf, s->counts, MAL_F32, &req)) ||
+            (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
+            return rc;
+        unpack_into(g, s->pieces, s->n_pieces, g->buf, m->params);
+    }
+    if (g->n_groups && m->work != m->params) mal_model_refresh_working(m);
+    /* The pieces no group sums: updated in place, run by run (a column
+     * range of a matrix is a run per row), moments packed in that order. */
+    size_t moff = g->zg_floats;
+    for (int i = 0; i < g->n_local; i++) {
+        const sync_piece *p = &g->local[i];
+        const mal_tensor_info *ti = &m->tensors[p->tensor];
+        mal_piece_shape sh;
+        mal_piece_locate(ti, p->begin, p->end, &sh);
+        int64_t runs = sh.stride == sh.width ? 1 : sh.rows;
+        size_t len = sh.stride == sh.width ? (size_t)(sh.rows * sh.width) : (size_t)sh.width;
+        for (int64_t r = 0; r < runs; r++) {
+            size_t off = sh.offset + (size_t)(r * sh.stride);
+            adamw_run(g, oc, m->params + off, (char *)m->work + off * m->esz, m->grads + off, moff,
+                      len, ti->decay, lr, grad_scale, t);
+            moff += len;
+        }
+    }
+    return 0;
 }

@@ -43,12 +43,30 @@
  * the ring than its holder set's whole buffer does, so other members add
  * them up in another order).
  *
+ * The sharded optimizer (ZeRO-1, mal_gradsync_zero): the Adam moments of
+ * every summed piece are kept by one of its holders only.  Each holder
+ * set's packed buffer is cut into a region per member (as equal as the
+ * floats allow, in the order of the ranks): the gradients are
+ * reduce-scattered (mal_comm_dp_ilist), each member keeps the sum of its
+ * region, counts it in the global norm and updates it with its share of
+ * the moments, and the updated parameters are all-gathered to every
+ * holder.  The split follows the holder set of each piece, not a uniform
+ * data-parallel group, so it holds for replicas in pipelines of any depth
+ * and TP size.  Pieces no group sums are updated by their holder alone,
+ * moments kept compact.  The update being element-wise, a step gives the
+ * bits of the unsharded one given the same sums; the reduce-scatter adds
+ * in the order the all-reduce does for holder sets of up to 64 KiB of
+ * gradients (beyond, the ring's blocks are the regions: last bits may
+ * differ).  The fp32 master parameters stay whole on every holder (with
+ * fp32 compute they are the working weights the forward pass reads).
+ *
  * Core layer: plan, layout, slices, model, tensor pieces, comm. */
 #ifndef MAL_GRADSYNC_H
 #define MAL_GRADSYNC_H
 
 #include "comm/comm.h"
 #include "model.h"
+#include "optim.h"
 #include "plan.h"
 
 typedef struct mal_gradsync mal_gradsync;
@@ -106,6 +124,30 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out);
  * Adam moments this rank holds whose copies on the replicas are not
  * bitwise identical (this rank's count; sum it over the world). */
 int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count);
+
+/* Local.  Switch to the sharded optimizer (see the top): `m` must have
+ * been made without moments (MAL_MODEL_NO_MOMENTS); allocates this rank's
+ * shards of the moments (zero) and of the gradient sums, owned by the
+ * sync.  The gradient sum is then mal_gradsync_zero_reduce and the update
+ * mal_gradsync_zero_step (not mal_gradsync_run / _finish and
+ * mal_optim_update); the norm (mal_gradsync_norm_sumsq) counts the
+ * shards; the replica check compares parameters only. */
+int mal_gradsync_zero(mal_gradsync *g, int rank);
+
+/* Local.  Floats of Adam moments (each of m and v) this rank keeps under
+ * the sharded optimizer (0 when not sharded). */
+size_t mal_gradsync_zero_floats(const mal_gradsync *g);
+
+/* Collective over the holders of each piece, after the backward pass:
+ * reduce-scatter the gradients; this rank keeps the sums of its regions. */
+int mal_gradsync_zero_reduce(mal_gradsync *g);
+
+/* Collective like mal_gradsync_zero_reduce, after it and the norm: one
+ * AdamW update (mal_optim_update's, gradients times grad_scale) of this
+ * rank's regions and local pieces, then the parameters all-gathered to
+ * every holder and the working weights refreshed. */
+int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
+                           float grad_scale);
 
 /* Local.  Floats this rank exchanges per step (all groups). */
 size_t mal_gradsync_floats(const mal_gradsync *g);

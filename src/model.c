@@ -260,7 +260,7 @@ int mal_model_init_params(mal_model *m, uint64_t seed)
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                      int max_B, mal_kern k, uint64_t seed)
 {
-    return mal_model_create_ex(out, cfg, part, max_B, k, seed, 1);
+    return mal_model_create_ex(out, cfg, part, max_B, k, seed, MAL_MODEL_INIT);
 }
 
 /* Check a part against its config and fill the fields of `m` that say its
@@ -393,7 +393,7 @@ int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int
 }
 
 int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
-                        int max_B, mal_kern k, uint64_t seed, int init)
+                        int max_B, mal_kern k, uint64_t seed, int flags)
 {
     mal_model *m = calloc(1, sizeof *m);
     if (!m) return MAL_ERR(MAL_ENOMEM, "model: out of memory");
@@ -413,9 +413,12 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
      * working weights */
     m->params = mal_kern_alloc_as(k, bytes, work_bytes ? MAL_MEM_MASTER : MAL_MEM_WEIGHTS);
     m->grads = mal_kern_alloc_as(k, bytes, MAL_MEM_GRADIENTS);
-    m->adam_m = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
-    m->adam_v = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v) {
+    const int moments = !(flags & MAL_MODEL_NO_MOMENTS);
+    if (moments) {
+        m->adam_m = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
+        m->adam_v = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
+    }
+    if (!m->params || !m->grads || (moments && (!m->adam_m || !m->adam_v))) {
         rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate %zu bytes x4 for parameters and state",
                      bytes);
         goto fail;
@@ -440,7 +443,7 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
             goto fail;
         }
     }
-    if (init && (rc = mal_model_init_params(m, seed))) goto fail;
+    if ((flags & MAL_MODEL_INIT) && (rc = mal_model_init_params(m, seed))) goto fail;
     *out = m;
     return 0;
 fail:
@@ -515,14 +518,29 @@ const char *mal_model_state_name(int g)
     return g >= 0 && g <= MAL_STATE_GRAD ? names[g] : "?";
 }
 
+/* A group the model does not keep: the moments of a part made with
+ * MAL_MODEL_NO_MOMENTS (the sharded optimizer keeps its share). */
+static int state_missing(const mal_model *m, int g)
+{
+    if (mal_model_state(m, g)) return 0;
+    return MAL_ERR(MAL_ENOTSUP,
+                   "model: the %s state is not kept whole on this rank (the sharded optimizer, "
+                   "--zero 1, keeps only this rank's share)",
+                   mal_model_state_name(g));
+}
+
 int mal_model_state_to_host(const mal_model *m, int g, const mal_tensor_info *t, float *host)
 {
+    int rc = state_missing(m, g);
+    if (rc) return rc;
     mal_kern_to_host(m->k, host, mal_model_state(m, g) + t->offset, t->n * sizeof(float));
     return mal_kern_sync(m->k);
 }
 
 int mal_model_state_from_host(mal_model *m, int g, const mal_tensor_info *t, const float *host)
 {
+    int rc = state_missing(m, g);
+    if (rc) return rc;
     mal_kern_from_host(m->k, mal_model_state(m, g) + t->offset, host, t->n * sizeof(float));
     if (g == MAL_STATE_PARAM && m->work != m->params)
         mal_kern_cast_working(m->k, (char *)m->work + t->offset * m->esz,

@@ -23,6 +23,9 @@
 int mal_train_ckpt_save(struct mal_trainer *tr, const char *dir)
 {
     if (!dir) return MAL_ERR(MAL_EINVAL, "no --snapshot-dir to save into");
+    if (tr->o.zero)
+        return MAL_ERR(MAL_ENOTSUP, "snapshots of the sharded optimizer (--zero 1) are not "
+                                    "written yet: use --zero 0");
     /* one snapshot at a time, and HDF5 on one thread at a time */
     int rc = mal_trainer_snapshot_wait(tr);
     if (rc) return rc;

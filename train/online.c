@@ -76,6 +76,9 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     double t0 = mal_now();
     int rc;
     if (!tr->world) return MAL_ERR(MAL_EINVAL, "a plan change needs MPI");
+    if (tr->o.zero)
+        return MAL_ERR(MAL_ENOTSUP, "an online plan change does not move the sharded optimizer's "
+                                    "moments yet (--zero 1): use --zero 0");
     /* A background snapshot (of the old plan's blocks, in staging sized
      * for them) is finished first: one snapshot in flight, never across a
      * change. */

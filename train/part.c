@@ -50,8 +50,11 @@ int mal_trainer_build_part(mal_trainer *tr, int init_params)
     if ((rc = mal_plan_locate(&tr->plan, tr->world_rank, &p->loc))) return rc;
     if ((rc = mal_layout_part(&tr->plan, &tr->o.model, tr->world_rank, &part, &active)) || !active)
         return rc;
+    /* sharded, the gradient sync keeps this rank's share of the moments */
     return mal_model_create_ex(&p->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
-                               tr->o.seed, init_params);
+                               tr->o.seed,
+                               (init_params ? MAL_MODEL_INIT : 0) |
+                                   (tr->o.zero ? MAL_MODEL_NO_MOMENTS : 0));
 }
 
 int mal_trainer_wire_part(mal_trainer *tr)
@@ -74,6 +77,7 @@ int mal_trainer_wire_part(mal_trainer *tr)
     if (!p->model) return 0; /* suspended: no state to sync */
     if ((rc = mal_gradsync_create(&p->gsync, &tr->plan, tr->world_rank, p->model, p->sync_world)))
         return rc;
+    if (tr->o.zero && (rc = mal_gradsync_zero(p->gsync, tr->world_rank))) return rc;
     /* the overlapped sum's buckets follow the plan in force: made again
      * with the gradient sync after every online plan change */
     return tr->o.dp_overlap

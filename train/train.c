@@ -161,6 +161,18 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
+    if (o->zero != 0 && o->zero != 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
+    /* The snapshot writer, resume and online migration move whole Adam
+     * moments, which a sharded rank does not keep: refused rather than
+     * half done. */
+    if (o->zero && o->snapshot_dir)
+        return MAL_ERR(MAL_EINVAL,
+                       "--zero 1 does not write or resume snapshots yet (each rank keeps only "
+                       "its share of the Adam moments): drop --snapshot-dir, or use --zero 0");
+    if (o->zero && o->adapt == MAL_ADAPT_ONLINE)
+        return MAL_ERR(MAL_EINVAL,
+                       "--zero 1 does not move state between plans yet: use --adapt restart or "
+                       "off with it, or --zero 0 with --adapt online");
     if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 
@@ -168,6 +180,8 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
     mal_plan_init(&tr->plan);
     tr->o = *o;
+    /* sharded, the gradients are reduce-scattered after the backward pass */
+    if (tr->o.zero) tr->o.dp_overlap = 0;
     tr->world_rank = o->world ? o->world->rank : 0;
     tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
@@ -319,7 +333,9 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
          * posts the buckets from the model's gradient hook (pipeline.c) */
         if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         d0 = mal_now();
-        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs) : mal_gradsync_run(gs)))
+        if ((rc = tr->o.zero          ? mal_gradsync_zero_reduce(gs)
+                  : tr->o.dp_overlap ? mal_gradsync_finish(gs)
+                                     : mal_gradsync_run(gs)))
             return rc;
         tally->times.dp_wait = mal_now() - d0;
         tally->times.dp += tally->times.dp_wait;
@@ -342,8 +358,12 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     float lr = mal_optim_lr(&tr->o.optim, step);
     if (m) {
         c0 = mal_now();
-        mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
-        if ((rc = mal_kern_sync(m->k))) return rc;
+        float scale = mal_optim_clip_scale(&tr->o.optim, norm);
+        if (tr->o.zero)
+            rc = mal_gradsync_zero_step(gs, &tr->o.optim, step, lr, scale);
+        else
+            mal_optim_update(m, &tr->o.optim, step, lr, scale);
+        if (rc || (rc = mal_kern_sync(m->k))) return rc;
         tally->times.compute += mal_inject_stretch(tr, mal_now() - c0);
     }
     /* The monitor's probe starts on every rank right after the all-reduce
@@ -478,6 +498,8 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
             tr->world ? tr->comm_name : "none");
     fprintf(f, "| MFU against          | %-40.40s |\n", tr->prog.peak_what);
+    fprintf(f, "| Adam moments         | %-40.40s |\n",
+            tr->o.zero ? "sharded over the holders (--zero 1)" : "whole on every replica");
     if (tr->world) {
         char line[64];
         if (!tr->o.dp_overlap)

@@ -100,6 +100,12 @@ typedef struct {
     int dp_overlap;         /* data-parallel gradient sum overlapped with the backward
                              * pass in buckets (1, the default) or after it (0) */
     double dp_bucket_mb;    /* bucket size in MiB (default 25; 0: a bucket per layer) */
+    int zero;               /* 1: the sharded optimizer (ZeRO-1, gradsync.h): each rank
+                             * keeps the Adam moments of its region of every holder
+                             * set only; the gradients are reduce-scattered after the
+                             * backward pass (--dp-overlap does not apply).  No
+                             * snapshots or online plan changes yet.  0 (the default):
+                             * every holder keeps whole moments */
     int log_every;          /* print a step line every N steps (0: never) */
     double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
                              * devices, else no MFU) */
