@@ -556,13 +556,11 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
 
 /* ---- the sharded optimizer (ZeRO-1) ------------------------------------- */
 
-int mal_gradsync_zero(mal_gradsync *g, int rank)
+/* Cut every group's packed buffer into a region per member; *owned:
+ * floats of this rank's regions, *local: of its local pieces. */
+static int zero_regions(mal_gradsync *g, int rank, size_t *owned_out, size_t *local_out)
 {
-    mal_model *m = g->m;
-    if (g->zero) return 0;
-    if (m->adam_m || m->adam_v)
-        return MAL_ERR(MAL_EINVAL, "sharded optimizer: the model keeps whole Adam moments (make "
-                                   "it with MAL_MODEL_NO_MOMENTS)");
+    const mal_model *m = g->m;
     size_t owned = 0, local = 0;
     for (int si = 0; si < g->n_groups; si++) {
         sync_group *s = &g->groups[si];
@@ -583,6 +581,20 @@ int mal_gradsync_zero(mal_gradsync *g, int rank)
     for (int i = 0; i < g->n_local; i++)
         local += mal_piece_floats(&m->tensors[g->local[i].tensor], g->local[i].begin,
                                   g->local[i].end);
+    *owned_out = owned, *local_out = local;
+    return 0;
+}
+
+int mal_gradsync_zero(mal_gradsync *g, int rank)
+{
+    mal_model *m = g->m;
+    if (g->zero) return 0;
+    if (m->adam_m || m->adam_v)
+        return MAL_ERR(MAL_EINVAL, "sharded optimizer: the model keeps whole Adam moments (make "
+                                   "it with MAL_MODEL_NO_MOMENTS)");
+    size_t owned, local;
+    int rc = zero_regions(g, rank, &owned, &local);
+    if (rc) return rc;
     g->zg_floats = owned;
     g->z_floats = owned + local;
     /* a rank that owns nothing still gets (one-float) buffers, never read */
@@ -597,6 +609,26 @@ int mal_gradsync_zero(mal_gradsync *g, int rank)
 }
 
 size_t mal_gradsync_zero_floats(const mal_gradsync *g) { return g->zero ? g->z_floats : 0; }
+
+int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                           const mal_model_part *part, size_t *moments, size_t *sums)
+{
+    /* the sync's pieces from the part's tensor table alone: a model with
+     * nothing allocated (plan_pieces and the regions read its table) */
+    mal_model m = {.cfg = *cfg, .part = *part};
+    mal_gradsync *g = calloc(1, sizeof *g);
+    size_t owned = 0, local = 0;
+    *moments = *sums = 0;
+    if (!g) return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+    g->m = &m;
+    int rc = mal_model_layout(cfg, part, &m.tensors, &m.n_tensors, &m.n_params);
+    if (!rc) rc = plan_pieces(g, plan, rank);
+    if (!rc) rc = zero_regions(g, rank, &owned, &local);
+    *moments = owned + local, *sums = owned;
+    mal_gradsync_destroy(g); /* no device buffers to free: none were made */
+    free(m.tensors);
+    return rc;
+}
 
 int mal_gradsync_zero_reduce(mal_gradsync *g)
 {

@@ -138,6 +138,12 @@ int mal_gradsync_zero(mal_gradsync *g, int rank);
  * the sharded optimizer (0 when not sharded). */
 size_t mal_gradsync_zero_floats(const mal_gradsync *g);
 
+/* Local.  What the sharded optimizer keeps on world rank `rank` holding
+ * `part` under `plan` (computed from the plan, nothing allocated): floats
+ * of each Adam moment (*moments) and of its gradient sums (*sums). */
+int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                           const mal_model_part *part, size_t *moments, size_t *sums);
+
 /* Collective over the holders of each piece, after the backward pass:
  * reduce-scatter the gradients; this rank keeps the sums of its regions. */
 int mal_gradsync_zero_reduce(mal_gradsync *g);

@@ -5,8 +5,10 @@
 # tied embeddings on two stages): the same losses and parameters as one
 # process and bitwise those of --zero 0, each Adam moment kept once.  Then
 # malleus-train: what --zero 1 does not support yet is refused before
-# anything is written (exit 2, naming the flags), and a one-process run
-# reports its moments in the memory summary.
+# anything is written (exit 2, naming the flags), a one-process run
+# reports its moments in the memory summary, and the memory check before
+# allocating counts the sharded moments (a plan refused with --zero 0
+# fits with --zero 1).
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -37,5 +39,21 @@ expect "--zero expects an integer in \[0, 1\]" --zero 2
 "$TRAIN" $run >"$W/out" 2>&1 || { cat "$W/out"; echo "FAIL: --zero 1 run"; exit 1; }
 grep -q 'moments 1.50' "$W/out" && grep -q 'sharded over the holders' "$W/out" ||
     { cat "$W/out"; echo "FAIL: --zero 1 run: no moments in the summary"; fails=$((fails + 1)); }
+# The memory check before allocating counts a rank's share of the moments:
+# on four.json rank 2 needs 4571081 bytes whole, 4373445 sharded, and 17 MiB
+# over the 4 ranks of this machine leaves each 4456448.
+for z in 0 1; do
+    MALLEUS_MEMORY_MB=17 sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny \
+        --plan "$P/four.json" --global-batch 16 --steps 1 --threads 1 --zero $z \
+        >"$W/out" 2>&1
+    rc=$?
+    want=$((2 - 2 * z))
+    if [ $rc -eq $want ] && { [ $z = 1 ] || grep -q "does not fit in memory" "$W/out"; }; then
+        echo "ok: 4 ranks, 17 MiB, --zero $z -> $rc"
+    else
+        echo "FAIL: 4 ranks, 17 MiB, --zero $z -> exit $rc, wanted $want:"; cat "$W/out"
+        fails=$((fails + 1))
+    fi
+done
 [ $fails -eq 0 ] || { echo "test_zero.sh: $fails failures"; exit 1; }
 echo "test_zero.sh: PASS"
