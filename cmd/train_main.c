@@ -159,10 +159,10 @@ int main(int argc, char **argv)
         {MAL_OPT_INT, "zero", .metavar = "0|1", .target = &o->zero, .lo = 0, .hi = 1,
          .help = "1: shard the Adam moments over the holders of each\n"
                  "parameter slice (ZeRO-1): gradients reduce-scattered\n"
-                 "after the backward pass, each rank updates its share,\n"
-                 "parameters all-gathered; not yet with --snapshot-dir\n"
-                 "or --adapt online (refused). 0: whole moments on every\n"
-                 "replica (the default)"},
+                 "(in the --dp-overlap buckets), each rank updates its\n"
+                 "share, parameters all-gathered; not yet with\n"
+                 "--snapshot-dir or --adapt online (refused). 0: whole\n"
+                 "moments on every replica (the default)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

@@ -32,12 +32,6 @@ typedef struct {
     int n_pieces, cap;
     sync_piece *pieces;
     size_t n_floats;
-    /* the sharded optimizer (mal_gradsync_zero): the packed buffer cut
-     * into a region per member (counts[n_ranks], in ranks order), this
-     * rank's region [r_off, r_off + r_len), and where its gradient sum and
-     * moments lie in the shard buffers */
-    size_t *counts;
-    size_t r_off, r_len, s_off;
 } sync_group;
 
 /* A range of a tensor whose gradient this rank counts in the global norm
@@ -59,6 +53,23 @@ typedef struct {
                           * final in the backward pass */
     mal_comm_req *req;   /* in flight between post and finish */
 } sync_bucket;
+
+/* What the sharded optimizer reduce-scatters and gathers as one: a holder
+ * set's pieces (without buckets) or a bucket's.  Its packed buffer is cut
+ * into a region per member (counts[n_ranks], in the order of the ranks);
+ * this rank's is [r_off, r_off + r_len), its gradient sum and moments at
+ * s_off of the shard buffers. */
+typedef struct {
+    const int *ranks;
+    int n_ranks;
+    const sync_piece *pieces;
+    int n_pieces;
+    size_t n_floats;
+    float *buf; /* its region of the buckets' buffer; NULL: the shared g->buf */
+    size_t *counts;
+    size_t r_off, r_len, s_off;
+    mal_comm_req *req; /* the all-gather in flight */
+} zero_unit;
 
 struct mal_gradsync {
     mal_model *m;
@@ -86,6 +97,8 @@ struct mal_gradsync {
      * owned regions' gradient sums (zg, zg_floats) and of the Adam moments
      * of the owned regions then of the local pieces (zm, zv, z_floats) */
     int zero;
+    int n_units; /* the buckets' when there are buckets, else the groups' */
+    zero_unit *units;
     float *zg, *zm, *zv;
     size_t zg_floats, z_floats;
 };
@@ -227,10 +240,14 @@ int mal_gradsync_create(mal_gradsync **out, const mal_plan *plan, int rank, mal_
 void mal_gradsync_destroy(mal_gradsync *g)
 {
     if (!g) return;
+    for (int i = 0; i < g->n_units; i++) {
+        if (g->units[i].req) mal_comm_dp_waitall(g->comm, 1, &g->units[i].req);
+        free(g->units[i].counts);
+    }
+    free(g->units);
     for (int i = 0; i < g->n_groups; i++) {
         free(g->groups[i].pieces);
         free(g->groups[i].ranks);
-        free(g->groups[i].counts);
     }
     free(g->local);
     mal_kern_free(g->m->k, g->zg);
@@ -356,6 +373,9 @@ static void sort_buckets(sync_bucket *b, int n, const sync_piece *bp)
 int mal_gradsync_buckets(mal_gradsync *g, size_t cap_bytes)
 {
     mal_model *m = g->m;
+    if (g->zero)
+        return MAL_ERR(MAL_EINVAL, "gradient sync: the buckets are cut before the sharded "
+                                   "optimizer's regions, not after");
     size_t n_pieces = 0, total = 0;
     for (int si = 0; si < g->n_groups; si++)
         n_pieces += (size_t)g->groups[si].n_pieces, total += g->groups[si].n_floats;
@@ -452,13 +472,17 @@ int mal_gradsync_begin(mal_gradsync *g)
     return 0;
 }
 
-/* Pack and post bucket b. */
+/* Pack and post bucket b: its all-reduce, or sharded its reduce-scatter. */
 static int post_bucket(mal_gradsync *g, sync_bucket *b)
 {
     mal_model *m = g->m;
     const sync_group *s = &g->groups[b->group];
     float *dst = g->bbuf + b->off;
     pack_group(g, g->bpieces + b->first, b->n_pieces, m->grads, dst, 1);
+    if (g->zero)
+        return mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_REDUCE_SCATTER, s->ranks, s->n_ranks,
+                                 TAG_BUCKET, dst, g->units[b - g->buckets].counts, MAL_F32,
+                                 &b->req);
     return mal_comm_dp_iallreduce_list(g->comm, m->k, s->ranks, s->n_ranks, TAG_BUCKET, dst,
                                        b->n_floats, MAL_F32, MAL_OP_SUM, &b->req);
 }
@@ -485,7 +509,15 @@ int mal_gradsync_finish(mal_gradsync *g)
         sync_bucket *b = &g->buckets[bi];
         int rc2 = mal_comm_dp_waitall(g->comm, 1, &b->req);
         if (!rc) rc = rc2;
-        if (!rc) unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
+        if (rc) continue;
+        if (!g->zero) {
+            unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
+            continue;
+        }
+        /* sharded: this rank keeps the sum of its region */
+        const zero_unit *u = &g->units[bi];
+        if (u->r_len)
+            mal_kern_copy(g->m->k, g->zg + u->s_off, u->buf + u->r_off, u->r_len * sizeof(float));
     }
     return rc;
 }
@@ -556,27 +588,41 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
 
 /* ---- the sharded optimizer (ZeRO-1) ------------------------------------- */
 
-/* Cut every group's packed buffer into a region per member; *owned:
- * floats of this rank's regions, *local: of its local pieces. */
+/* The units (the buckets', else the groups'), every unit's packed buffer
+ * cut into a region per member; *owned: floats of this rank's regions,
+ * *local: of its local pieces. */
 static int zero_regions(mal_gradsync *g, int rank, size_t *owned_out, size_t *local_out)
 {
     const mal_model *m = g->m;
     size_t owned = 0, local = 0;
-    for (int si = 0; si < g->n_groups; si++) {
-        sync_group *s = &g->groups[si];
-        if (!(s->counts = malloc((size_t)s->n_ranks * sizeof *s->counts)))
+    int n = g->n_buckets ? g->n_buckets : g->n_groups;
+    if (n && !(g->units = calloc((size_t)n, sizeof *g->units)))
+        return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+    g->n_units = n;
+    for (int ui = 0; ui < n; ui++) {
+        zero_unit *u = &g->units[ui];
+        const sync_bucket *b = g->n_buckets ? &g->buckets[ui] : NULL;
+        const sync_group *s = &g->groups[b ? b->group : ui];
+        u->ranks = s->ranks, u->n_ranks = s->n_ranks;
+        if (b) {
+            u->pieces = g->bpieces + b->first, u->n_pieces = b->n_pieces;
+            u->n_floats = b->n_floats, u->buf = g->bbuf + b->off;
+        } else {
+            u->pieces = s->pieces, u->n_pieces = s->n_pieces, u->n_floats = s->n_floats;
+        }
+        if (!(u->counts = malloc((size_t)u->n_ranks * sizeof *u->counts)))
             return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
         /* regions as equal as the floats allow, in the order of the
          * ranks (the members' list) */
-        size_t q = s->n_floats / (size_t)s->n_ranks, rem = s->n_floats % (size_t)s->n_ranks;
+        size_t q = u->n_floats / (size_t)u->n_ranks, rem = u->n_floats % (size_t)u->n_ranks;
         size_t off = 0;
-        for (int j = 0; j < s->n_ranks; j++) {
-            s->counts[j] = q + ((size_t)j < rem);
-            if (s->ranks[j] == rank) s->r_off = off, s->r_len = s->counts[j];
-            off += s->counts[j];
+        for (int j = 0; j < u->n_ranks; j++) {
+            u->counts[j] = q + ((size_t)j < rem);
+            if (u->ranks[j] == rank) u->r_off = off, u->r_len = u->counts[j];
+            off += u->counts[j];
         }
-        s->s_off = owned;
-        owned += s->r_len;
+        u->s_off = owned;
+        owned += u->r_len;
     }
     for (int i = 0; i < g->n_local; i++)
         local += mal_piece_floats(&m->tensors[g->local[i].tensor], g->local[i].begin,
@@ -635,16 +681,17 @@ int mal_gradsync_zero_reduce(mal_gradsync *g)
     mal_model *m = g->m;
     int rc;
     if ((rc = need_buf(g))) return rc;
-    for (int si = 0; si < g->n_groups; si++) {
-        const sync_group *s = &g->groups[si];
+    for (int ui = 0; ui < g->n_units; ui++) {
+        const zero_unit *u = &g->units[ui];
+        float *buf = u->buf ? u->buf : g->buf;
         mal_comm_req *req = NULL;
-        pack_group(g, s->pieces, s->n_pieces, m->grads, g->buf, 1);
-        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_REDUCE_SCATTER, s->ranks, s->n_ranks,
-                                    TAG_ZERO, g->buf, s->counts, MAL_F32, &req)) ||
+        pack_group(g, u->pieces, u->n_pieces, m->grads, buf, 1);
+        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_REDUCE_SCATTER, u->ranks, u->n_ranks,
+                                    TAG_ZERO, buf, u->counts, MAL_F32, &req)) ||
             (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
             return rc;
-        if (s->r_len)
-            mal_kern_copy(m->k, g->zg + s->s_off, g->buf + s->r_off, s->r_len * sizeof(float));
+        if (u->r_len)
+            mal_kern_copy(m->k, g->zg + u->s_off, buf + u->r_off, u->r_len * sizeof(float));
     }
     return 0;
 }
@@ -672,28 +719,39 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
      * gathered back to every holder.  The update is the element-wise
      * AdamW of the whole state: the same bits as an unsharded step given
      * the same sums. */
-    for (int si = 0; si < g->n_groups; si++) {
-        const sync_group *s = &g->groups[si];
-        pack_group(g, s->pieces, s->n_pieces, m->params, g->buf, 0);
-        size_t po = 0, r_end = s->r_off + s->r_len;
-        for (int i = 0; i < s->n_pieces && po < r_end; i++) {
-            const sync_piece *p = &s->pieces[i];
+    for (int ui = 0; ui < g->n_units && !rc; ui++) {
+        zero_unit *u = &g->units[ui];
+        float *buf = u->buf ? u->buf : g->buf;
+        pack_group(g, u->pieces, u->n_pieces, m->params, buf, 0);
+        size_t po = 0, r_end = u->r_off + u->r_len;
+        for (int i = 0; i < u->n_pieces && po < r_end; i++) {
+            const sync_piece *p = &u->pieces[i];
             const mal_tensor_info *ti = &m->tensors[p->tensor];
             size_t n = mal_piece_floats(ti, p->begin, p->end);
-            size_t lo = MAL_MAX(po, s->r_off), hi = MAL_MIN(po + n, r_end);
+            size_t lo = MAL_MAX(po, u->r_off), hi = MAL_MIN(po + n, r_end);
             if (lo < hi) /* the working copy: the packed master itself (refreshed below) */
-                adamw_run(g, oc, g->buf + lo, g->buf + lo, g->zg + s->s_off + (lo - s->r_off),
-                          s->s_off + (lo - s->r_off), hi - lo, ti->decay, lr, grad_scale, t);
+                adamw_run(g, oc, buf + lo, buf + lo, g->zg + u->s_off + (lo - u->r_off),
+                          u->s_off + (lo - u->r_off), hi - lo, ti->decay, lr, grad_scale, t);
             po += n;
         }
-        mal_comm_req *req = NULL;
-        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, s->ranks, s->n_ranks,
-                                    TAG_ZERO, g->buf, s->counts, MAL_F32, &req)) ||
-            (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
-            return rc;
-        unpack_into(g, s->pieces, s->n_pieces, g->buf, m->params);
+        /* the buckets' gathers in flight together (a region each), a
+         * group's waited for at once (they share g->buf) */
+        rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
+                               TAG_ZERO, buf, u->counts, MAL_F32, &u->req);
+        if (!rc && !u->buf) {
+            rc = mal_comm_dp_waitall(g->comm, 1, &u->req);
+            if (!rc) unpack_into(g, u->pieces, u->n_pieces, buf, m->params);
+        }
     }
-    if (g->n_groups && m->work != m->params) mal_model_refresh_working(m);
+    for (int ui = 0; ui < g->n_units; ui++) {
+        zero_unit *u = &g->units[ui];
+        if (!u->buf) continue;
+        int rc2 = mal_comm_dp_waitall(g->comm, 1, &u->req);
+        if (!rc) rc = rc2;
+        if (!rc) unpack_into(g, u->pieces, u->n_pieces, u->buf, m->params);
+    }
+    if (rc) return rc;
+    if (g->n_units && m->work != m->params) mal_model_refresh_working(m);
     /* The pieces no group sums: updated in place, run by run (a column
      * range of a matrix is a run per row), moments packed in that order. */
     size_t moff = g->zg_floats;

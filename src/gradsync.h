@@ -44,13 +44,14 @@
  * them up in another order).
  *
  * The sharded optimizer (ZeRO-1, mal_gradsync_zero): the Adam moments of
- * every summed piece are kept by one of its holders only.  Each holder
- * set's packed buffer is cut into a region per member (as equal as the
+ * every summed piece are kept by one of its holders only.  Each bucket's
+ * (overlapped) or holder set's (after the backward pass) packed buffer is
+ * cut into a region per member (as equal as the
  * floats allow, in the order of the ranks): the gradients are
  * reduce-scattered (mal_comm_dp_ilist), each member keeps the sum of its
  * region, counts it in the global norm and updates it with its share of
  * the moments, and the updated parameters are all-gathered to every
- * holder.  The split follows the holder set of each piece, not a uniform
+ * holder (the buckets' gathers in flight together).  The split follows the holder set of each piece, not a uniform
  * data-parallel group, so it holds for replicas in pipelines of any depth
  * and TP size.  Pieces no group sums are updated by their holder alone,
  * moments kept compact.  The update being element-wise, a step gives the
@@ -112,7 +113,8 @@ int mal_gradsync_ready(mal_gradsync *g, int layer);
 
 /* Collective over the holders of each bucket: post the buckets not posted
  * yet, wait for all of them in order, and unpack the sums into the
- * gradients (kernels queued after it see them).  Ends the step's sum. */
+ * gradients (kernels queued after it see them; sharded, keep this rank's
+ * regions of the sums).  Ends the step's sum. */
 int mal_gradsync_finish(mal_gradsync *g);
 
 /* Local.  The sum of squares (double) of the gradient elements this rank
@@ -125,13 +127,16 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out);
  * bitwise identical (this rank's count; sum it over the world). */
 int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count);
 
-/* Local.  Switch to the sharded optimizer (see the top): `m` must have
+/* Local.  Switch to the sharded optimizer (see the top), after
+ * mal_gradsync_buckets if the sum is to be overlapped (the regions are
+ * the buckets'; buckets cannot be cut again afterwards): `m` must have
  * been made without moments (MAL_MODEL_NO_MOMENTS); allocates this rank's
  * shards of the moments (zero) and of the gradient sums, owned by the
- * sync.  The gradient sum is then mal_gradsync_zero_reduce and the update
- * mal_gradsync_zero_step (not mal_gradsync_run / _finish and
- * mal_optim_update); the norm (mal_gradsync_norm_sumsq) counts the
- * shards; the replica check compares parameters only. */
+ * sync.  The gradient sum is then mal_gradsync_begin / _ready / _finish
+ * (which reduce-scatter the buckets) or mal_gradsync_zero_reduce, and the
+ * update mal_gradsync_zero_step (not mal_optim_update); the norm
+ * (mal_gradsync_norm_sumsq) counts the shards; the replica check compares
+ * parameters only. */
 int mal_gradsync_zero(mal_gradsync *g, int rank);
 
 /* Local.  Floats of Adam moments (each of m and v) this rank keeps under
@@ -140,12 +145,15 @@ size_t mal_gradsync_zero_floats(const mal_gradsync *g);
 
 /* Local.  What the sharded optimizer keeps on world rank `rank` holding
  * `part` under `plan` (computed from the plan, nothing allocated): floats
- * of each Adam moment (*moments) and of its gradient sums (*sums). */
+ * of each Adam moment (*moments) and of its gradient sums (*sums), with
+ * the holder sets' regions (buckets' regions differ by less than a float
+ * per bucket). */
 int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
                            const mal_model_part *part, size_t *moments, size_t *sums);
 
-/* Collective over the holders of each piece, after the backward pass:
- * reduce-scatter the gradients; this rank keeps the sums of its regions. */
+/* Collective over the holders of each piece, after the backward pass
+ * (in place of mal_gradsync_run): reduce-scatter the gradients; this rank
+ * keeps the sums of its regions. */
 int mal_gradsync_zero_reduce(mal_gradsync *g);
 
 /* Collective like mal_gradsync_zero_reduce, after it and the norm: one

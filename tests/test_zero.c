@@ -2,7 +2,10 @@
  * one and as one process, and keeps each Adam moment once.
  *
  * Run under mpiexec with the plan's world size:
- *   test_zero PLAN.json [--model NAME PLAN.json ...]
+ *   test_zero [--model NAME] [--dp-overlap on|off] [--dp-bucket-mb X] PLAN.json ...
+ * (options apply to the plans after them; the sum overlapped in buckets of
+ * the default size unless they say otherwise: sharded, the regions are
+ * the buckets').
  * For each model (`tiny` until --model says otherwise) every rank trains it
  * in one process with --zero 0 (the reference) and --zero 1 (every piece
  * its own: the update of pieces no group sums); then, for each plan, the
@@ -113,6 +116,8 @@ int main(int argc, char **argv)
     mal_log_level = MAL_LOG_WARN;
     int failed = 0;
     const char *model = "tiny";
+    int overlap = 1;
+    double bucket_mb = -1;
     mal_trainer *ref = NULL;
     double ref_loss[STEPS];
     for (int a = 1; a < argc; a++) {
@@ -120,6 +125,14 @@ int main(int argc, char **argv)
             model = argv[++a];
             mal_trainer_destroy(ref);
             ref = NULL;
+            continue;
+        }
+        if (!strcmp(argv[a], "--dp-overlap") && a + 1 < argc) {
+            overlap = !strcmp(argv[++a], "on");
+            continue;
+        }
+        if (!strcmp(argv[a], "--dp-bucket-mb") && a + 1 < argc) {
+            bucket_mb = atof(argv[++a]);
             continue;
         }
         if (!ref) {
@@ -153,10 +166,13 @@ int main(int argc, char **argv)
         float *par[2];
         size_t n = 0;
         double worst[2] = {0, 0}, mismatch = 0;
+        int early = 0;
         for (int z = 0; z < 2; z++) {
             mal_train_options o = options(model, z);
             o.plan = &plan;
             o.world = world;
+            o.dp_overlap = overlap;
+            if (bucket_mb >= 0) o.dp_bucket_mb = bucket_mb;
             mal_trainer *tr = train(&o, loss[z]);
             par[z] = params_of(tr, &n);
             mom[z] = moment_bytes(tr);
@@ -165,7 +181,10 @@ int main(int argc, char **argv)
             mal_model *m = mal_trainer_model(tr);
             for (int i = 0; m && i < m->n_tensors; i++)
                 worst[1] = fmax(worst[1], rel_err(m, &m->tensors[i], par[z], rm));
-            if (z == 1) CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatch));
+            if (z == 1) {
+                CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatch));
+                mal_trainer_dp_buckets(tr, &early);
+            }
             mal_trainer_destroy(tr);
         }
         double diff = memcmp(loss[0], loss[1], sizeof loss[0]) != 0;
@@ -175,19 +194,25 @@ int main(int argc, char **argv)
         double own_ok = mom[0] == 8.0 * (double)n && mom[1] < mom[0];
         double sums[6] = {worst[0], worst[1], 0, 0, 0, 0};
         CHECK_OK(mal_comm_allreduce_max_f64(world, sums, 2));
-        double tot[5] = {diff, mismatch, mom[0], mom[1], !own_ok};
-        CHECK_OK(mal_comm_allreduce_f64(world, tot, 5));
+        double tot[6] = {diff, mismatch, mom[0], mom[1], !own_ok, early};
+        CHECK_OK(mal_comm_allreduce_f64(world, tot, 6));
+        /* a bucket per layer: some reduce-scatter was posted from the
+         * gradient hook, during the backward pass */
+        int hooked = !overlap || bucket_mb != 0 || tot[5] > 0;
         double whole = 8.0 * (double)rm->n_params;
         int ok = sums[0] <= 1e-4 && sums[1] <= 1e-4 && tot[0] == 0 && tot[1] == 0 &&
-                 tot[3] == whole && tot[4] == 0;
+                 tot[3] == whole && tot[4] == 0 && hooked;
         failed |= !ok;
         if (world->rank == 0)
-            printf("%s %s %s: max loss rel diff %.2e, max param rel diff %.2e (vs one process); "
+            printf("%s %s %s (dp overlap %s, buckets %g MiB): max loss rel diff %.2e, max param "
+                   "rel diff %.2e (vs one process); "
                    "zero 1 vs zero 0: %g values differ (bitwise), %g replica parameters differ; "
                    "moments over %d ranks: zero 0 %.0f bytes, zero 1 %.0f bytes (model's "
-                   "moments once: %.0f), rank 0 %.0f -> %.0f bytes\n",
-                   ok ? "PASS" : "FAIL", model, argv[a], sums[0], sums[1], tot[0], tot[1],
-                   world->size, tot[2], tot[3], whole, mom[0], mom[1]);
+                   "moments once: %.0f), rank 0 %.0f -> %.0f bytes; %g reduce-scatters posted "
+                   "during the backward pass\n",
+                   ok ? "PASS" : "FAIL", model, argv[a], overlap ? "on" : "off",
+                   bucket_mb >= 0 ? bucket_mb : 25.0, sums[0], sums[1], tot[0], tot[1], world->size,
+                   tot[2], tot[3], whole, mom[0], mom[1], tot[5]);
         free(par[0]);
         free(par[1]);
         mal_plan_fini(&plan);

@@ -2,8 +2,10 @@
 # The sharded optimizer (--zero 1, tests/test_zero.c) on 4 ranks: a TP-2
 # replica beside a two-stage pipeline (tests/plans/four.json: holder sets
 # of 3 and 2 ranks), `tiny` and `tiny-llama3` (grouped-query attention,
-# tied embeddings on two stages): the same losses and parameters as one
-# process and bitwise those of --zero 0, each Adam moment kept once.  Then
+# tied embeddings on two stages), the reduce-scatter in the buckets of the
+# overlapped sum (default size, and a bucket per layer: many regions) and
+# after the backward pass: the same losses and parameters as one process
+# and bitwise those of --zero 0, each Adam moment kept once.  Then
 # malleus-train: what --zero 1 does not support yet is refused before
 # anything is written (exit 2, naming the flags), a one-process run
 # reports its moments in the memory summary, and the memory check before
@@ -14,7 +16,8 @@ set -u
 : "${top_builddir:=.}"
 P="$top_srcdir/tests/plans"
 sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero" \
-    "$P/four.json" --model tiny-llama3 "$P/four.json" || exit 1
+    "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on --dp-bucket-mb 0 \
+    "$P/four.json" --dp-bucket-mb 25 --model tiny-llama3 "$P/four.json" || exit 1
 
 TRAIN="$top_builddir/malleus-train"
 W=$(mktemp -d /tmp/malleus-test-zero-XXXXXX)

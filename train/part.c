@@ -77,12 +77,13 @@ int mal_trainer_wire_part(mal_trainer *tr)
     if (!p->model) return 0; /* suspended: no state to sync */
     if ((rc = mal_gradsync_create(&p->gsync, &tr->plan, tr->world_rank, p->model, p->sync_world)))
         return rc;
-    if (tr->o.zero && (rc = mal_gradsync_zero(p->gsync, tr->world_rank))) return rc;
     /* the overlapped sum's buckets follow the plan in force: made again
-     * with the gradient sync after every online plan change */
-    return tr->o.dp_overlap
-               ? mal_gradsync_buckets(p->gsync, (size_t)(tr->o.dp_bucket_mb * 1024 * 1024))
-               : 0;
+     * with the gradient sync after every online plan change; sharded, the
+     * regions are the buckets' */
+    if (tr->o.dp_overlap &&
+        (rc = mal_gradsync_buckets(p->gsync, (size_t)(tr->o.dp_bucket_mb * 1024 * 1024))))
+        return rc;
+    return tr->o.zero ? mal_gradsync_zero(p->gsync, tr->world_rank) : 0;
 }
 
 void mal_trainer_unwire_part(mal_trainer *tr)

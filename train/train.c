@@ -180,8 +180,6 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!tr) return MAL_ERR(MAL_ENOMEM, "out of memory");
     mal_plan_init(&tr->plan);
     tr->o = *o;
-    /* sharded, the gradients are reduce-scattered after the backward pass */
-    if (tr->o.zero) tr->o.dp_overlap = 0;
     tr->world_rank = o->world ? o->world->rank : 0;
     tr->world_size = world_size;
     if (tr->o.optim.warmup_steps == 0) tr->o.optim.warmup_steps = 1;
@@ -333,9 +331,11 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
          * posts the buckets from the model's gradient hook (pipeline.c) */
         if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         d0 = mal_now();
-        if ((rc = tr->o.zero          ? mal_gradsync_zero_reduce(gs)
-                  : tr->o.dp_overlap ? mal_gradsync_finish(gs)
-                                     : mal_gradsync_run(gs)))
+        /* sharded, the buckets are reduce-scattered (mal_gradsync_finish
+         * knows), or after the backward pass the holder sets */
+        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs)
+                  : tr->o.zero     ? mal_gradsync_zero_reduce(gs)
+                                   : mal_gradsync_run(gs)))
             return rc;
         tally->times.dp_wait = mal_now() - d0;
         tally->times.dp += tally->times.dp_wait;

@@ -102,8 +102,8 @@ typedef struct {
     double dp_bucket_mb;    /* bucket size in MiB (default 25; 0: a bucket per layer) */
     int zero;               /* 1: the sharded optimizer (ZeRO-1, gradsync.h): each rank
                              * keeps the Adam moments of its region of every holder
-                             * set only; the gradients are reduce-scattered after the
-                             * backward pass (--dp-overlap does not apply).  No
+                             * set only; the gradients are reduce-scattered (in the
+                             * buckets of dp_overlap, or after the backward pass).  No
                              * snapshots or online plan changes yet.  0 (the default):
                              * every holder keeps whole moments */
     int log_every;          /* print a step line every N steps (0: never) */
