@@ -160,9 +160,9 @@ int main(int argc, char **argv)
          .help = "1: shard the Adam moments over the holders of each\n"
                  "parameter slice (ZeRO-1): gradients reduce-scattered\n"
                  "(in the --dp-overlap buckets), each rank updates its\n"
-                 "share, parameters all-gathered; not yet with\n"
-                 "--snapshot-dir or --adapt online (refused). 0: whole\n"
-                 "moments on every replica (the default)"},
+                 "share, parameters all-gathered; snapshots write each\n"
+                 "rank's share; not yet with --adapt online (refused).\n"
+                 "0: whole moments on every replica (the default)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

@@ -187,7 +187,9 @@ static int plan_pieces(mal_gradsync *g, const mal_plan *plan, int rank)
                     rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
                     break;
                 }
-                g->local[g->n_local++] = (sync_piece){ti, pc->begin, pc->end, 1};
+                /* contribute: here, whether this rank writes its moments
+                 * in a snapshot (the first holder, as for the norm) */
+                g->local[g->n_local++] = (sync_piece){ti, pc->begin, pc->end, me == 0};
                 continue;
             }
             for (int j = 0; j < pc->n_holders; j++)
@@ -770,4 +772,87 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
         }
     }
     return 0;
+}
+
+/* The blocks of packed floats [a, b) of piece p (a rectangle of its
+ * tensor, row-major when packed) whose first float is `at` of the shards:
+ * a partial row, whole rows, a partial row. */
+static int add_blocks(const mal_model *m, const sync_piece *p, size_t a, size_t b, size_t at,
+                      mal_zero_block **out, int *n, int *cap)
+{
+    const mal_tensor_info *t = &m->tensors[p->tensor];
+    int64_t r0 = 0, c0 = p->begin, W = p->end - p->begin; /* 1-D: one row */
+    if (t->ndim == 2 && t->axis == 0) r0 = p->begin, c0 = 0, W = t->shape[1];
+    if (t->ndim == 2 && t->axis == 1) r0 = 0, c0 = p->begin;
+    while (a < b) {
+        int64_t r = (int64_t)a / W, c = (int64_t)a % W, rows = 1, cols;
+        if (c != 0 || (int64_t)(b - a) < W)
+            cols = MAL_MIN(W - c, (int64_t)(b - a));
+        else
+            rows = (int64_t)(b - a) / W, cols = W;
+        if (mal_grow(out, cap, *n, sizeof **out, 32))
+            return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+        mal_zero_block *z = &(*out)[(*n)++];
+        memset(z, 0, sizeof *z);
+        z->tensor = p->tensor;
+        if (t->ndim == 1) {
+            z->offset[0] = c0 + c, z->extent[0] = cols;
+        } else {
+            z->offset[0] = r0 + r, z->extent[0] = rows;
+            z->offset[1] = c0 + c, z->extent[1] = cols;
+        }
+        z->at = at, z->n = (size_t)(rows * cols);
+        a += z->n, at += z->n;
+    }
+    return 0;
+}
+
+int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_block **out,
+                             int *n_out)
+{
+    const mal_model *m = g->m;
+    int n = 0, cap = 0, rc = 0;
+    *out = NULL;
+    *n_out = 0;
+    if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded optimizer: not set up");
+    /* this rank's region of every unit, piece by piece */
+    for (int ui = 0; ui < g->n_units && !rc; ui++) {
+        const zero_unit *u = &g->units[ui];
+        size_t po = 0, r_end = u->r_off + u->r_len;
+        for (int i = 0; i < u->n_pieces && po < r_end && !rc; i++) {
+            const sync_piece *p = &u->pieces[i];
+            size_t pn = mal_piece_floats(&m->tensors[p->tensor], p->begin, p->end);
+            size_t lo = MAL_MAX(po, u->r_off), hi = MAL_MIN(po + pn, r_end);
+            if (lo < hi)
+                rc = add_blocks(m, p, lo - po, hi - po, u->s_off + (lo - u->r_off), out, &n, &cap);
+            po += pn;
+        }
+    }
+    /* the local pieces: the first holder's, or all */
+    size_t at = g->zg_floats;
+    for (int i = 0; i < g->n_local && !rc; i++) {
+        const sync_piece *p = &g->local[i];
+        size_t pn = mal_piece_floats(&m->tensors[p->tensor], p->begin, p->end);
+        if (all_local || p->contribute) rc = add_blocks(m, p, 0, pn, at, out, &n, &cap);
+        at += pn;
+    }
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        return rc;
+    }
+    *n_out = n;
+    return 0;
+}
+
+void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst)
+{
+    mal_kern_to_host(g->m->k, dst, (grp == MAL_STATE_ADAM_M ? g->zm : g->zv) + at,
+                     n * sizeof(float));
+}
+
+void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src)
+{
+    mal_kern_from_host(g->m->k, (grp == MAL_STATE_ADAM_M ? g->zm : g->zv) + at, src,
+                       n * sizeof(float));
 }

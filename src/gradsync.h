@@ -163,6 +163,31 @@ int mal_gradsync_zero_reduce(mal_gradsync *g);
 int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
                            float grad_scale);
 
+/* A block of Adam moments the sharded optimizer keeps: a rectangle of
+ * tensor `tensor` (index in the model's table) in global coordinates
+ * (rows, columns; a 1-D tensor [0] only), row-major at float `at` of this
+ * rank's moment shards, n floats. */
+typedef struct {
+    int tensor;
+    int64_t offset[2], extent[2];
+    size_t at, n;
+} mal_zero_block;
+
+/* Local.  The blocks of this rank's moments (*out malloc'd, caller frees):
+ * its regions, cut into rectangles (a partial row, whole rows, a partial
+ * row per piece), and the pieces only it updates -- of those that several
+ * ranks hold alike (the copies of a TP group), the first holder's only
+ * unless all_local.  Without all_local, the blocks of all ranks tile every
+ * tensor once: what a snapshot stores; with it, all this rank reads back. */
+int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_block **out,
+                             int *n_out);
+
+/* Local.  Queue the copy of n floats at `at` of moment shard `grp`
+ * (MAL_STATE_ADAM_M or _V) to host memory / from it (kernel queue order;
+ * the caller synchronises). */
+void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst);
+void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src);
+
 /* Local.  Floats this rank exchanges per step (all groups). */
 size_t mal_gradsync_floats(const mal_gradsync *g);
 

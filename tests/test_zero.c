@@ -33,7 +33,7 @@
 #include "tiny_options.h"
 #include "train/train.h"
 
-enum { STEPS = 6 };
+enum { STEPS = 4 };
 
 static mal_train_options options(const char *model, int zero)
 {

@@ -64,10 +64,11 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
     if ((rc = mal_model_bytes(&tr->o.model, part, plan->micro_batch_size, tr->k, in_flight, need)))
         return rc;
     int ovf = 0;
+    size_t moments = 0;
     if (tr->o.zero) {
         /* sharded: the rank's share of both moments and its regions'
          * gradient sums, in place of the part's whole moments */
-        size_t moments, sums, n_params;
+        size_t sums, n_params;
         mal_tensor_info *lt = NULL;
         int nlt;
         if ((rc = mal_model_layout(&tr->o.model, part, &lt, &nlt, &n_params))) return rc;
@@ -85,6 +86,9 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
     if (tr->o.snapshot_async && tr->o.snapshot_dir &&
         (rc = mal_ckpt_staging_floats(plan, &tr->o.model, r, &staged)))
         return rc;
+    /* sharded, the staged moments are the rank's share (at most: the
+     * copies of a TP group are written by one of them) */
+    if (tr->o.zero && staged) staged = staged / MAL_STATE_N_SAVED + 2 * moments;
     *need = mal_size_add(*need, mal_size_mul(staged, sizeof(float), &ovf), &ovf);
     if (ovf) *need = SIZE_MAX;
     return 0;
