@@ -161,8 +161,8 @@ int main(int argc, char **argv)
                  "parameter slice (ZeRO-1): gradients reduce-scattered\n"
                  "(in the --dp-overlap buckets), each rank updates its\n"
                  "share, parameters all-gathered; snapshots write each\n"
-                 "rank's share; not yet with --adapt online (refused).\n"
-                 "0: whole moments on every replica (the default)"},
+                 "rank's share. 0: whole moments on every replica (the\n"
+                 "default)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

@@ -633,13 +633,87 @@ static int zero_regions(mal_gradsync *g, int rank, size_t *owned_out, size_t *lo
     return 0;
 }
 
+/* Whole moments (m->adam_m, adam_v) into this rank's shards, then freed:
+ * an online plan change hands them in. */
+static int zero_absorb(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    int rc = need_buf(g);
+    for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
+        const float *full = mal_model_state(m, grp);
+        float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
+        for (int ui = 0; ui < g->n_units; ui++) {
+            const zero_unit *u = &g->units[ui];
+            float *buf = u->buf ? u->buf : g->buf;
+            if (!u->r_len) continue;
+            pack_group(g, u->pieces, u->n_pieces, full, buf, 0);
+            mal_kern_copy(m->k, shard + u->s_off, buf + u->r_off, u->r_len * sizeof(float));
+        }
+        size_t moff = g->zg_floats;
+        for (int i = 0; i < g->n_local; i++) {
+            const sync_piece *p = &g->local[i];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            mal_piece_pack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
+            moff += mal_piece_floats(t, p->begin, p->end);
+        }
+    }
+    if (!rc) rc = mal_kern_sync(m->k);
+    if (rc) return rc;
+    mal_kern_free(m->k, m->adam_m);
+    mal_kern_free(m->k, m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+    return 0;
+}
+
+int mal_gradsync_zero_gather(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    size_t bytes = m->n_params * sizeof(float);
+    int rc;
+    if (!g->zero || m->adam_m) return 0;
+    if ((rc = need_buf(g))) return rc;
+    m->adam_m = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
+    m->adam_v = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
+    if (!m->adam_m || !m->adam_v) {
+        mal_kern_free(m->k, m->adam_m);
+        mal_kern_free(m->k, m->adam_v);
+        m->adam_m = m->adam_v = NULL;
+        return MAL_ERR(MAL_ENOMEM, "sharded optimizer: cannot allocate %zu bytes x2 for the "
+                                   "whole moments",
+                       bytes);
+    }
+    for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
+        float *full = mal_model_state(m, grp);
+        const float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
+        /* every unit's regions gathered from their owners */
+        for (int ui = 0; ui < g->n_units && !rc; ui++) {
+            const zero_unit *u = &g->units[ui];
+            float *buf = u->buf ? u->buf : g->buf;
+            mal_comm_req *req = NULL;
+            if (u->r_len)
+                mal_kern_copy(m->k, buf + u->r_off, shard + u->s_off, u->r_len * sizeof(float));
+            if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
+                                        TAG_ZERO, buf, u->counts, MAL_F32, &req)) ||
+                (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
+                break;
+            unpack_into(g, u->pieces, u->n_pieces, buf, full);
+        }
+        size_t moff = g->zg_floats;
+        for (int i = 0; i < g->n_local && !rc; i++) {
+            const sync_piece *p = &g->local[i];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            mal_piece_unpack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
+            moff += mal_piece_floats(t, p->begin, p->end);
+        }
+    }
+    if (!rc) rc = mal_kern_sync(m->k);
+    return rc;
+}
+
 int mal_gradsync_zero(mal_gradsync *g, int rank)
 {
     mal_model *m = g->m;
     if (g->zero) return 0;
-    if (m->adam_m || m->adam_v)
-        return MAL_ERR(MAL_EINVAL, "sharded optimizer: the model keeps whole Adam moments (make "
-                                   "it with MAL_MODEL_NO_MOMENTS)");
     size_t owned, local;
     int rc = zero_regions(g, rank, &owned, &local);
     if (rc) return rc;
@@ -653,7 +727,7 @@ int mal_gradsync_zero(mal_gradsync *g, int rank)
         return MAL_ERR(MAL_ENOMEM, "sharded optimizer: cannot allocate %zu floats of moments",
                        g->z_floats);
     g->zero = 1;
-    return 0;
+    return m->adam_m ? zero_absorb(g) : 0;
 }
 
 size_t mal_gradsync_zero_floats(const mal_gradsync *g) { return g->zero ? g->z_floats : 0; }

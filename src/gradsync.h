@@ -129,15 +129,22 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count);
 
 /* Local.  Switch to the sharded optimizer (see the top), after
  * mal_gradsync_buckets if the sum is to be overlapped (the regions are
- * the buckets'; buckets cannot be cut again afterwards): `m` must have
- * been made without moments (MAL_MODEL_NO_MOMENTS); allocates this rank's
- * shards of the moments (zero) and of the gradient sums, owned by the
- * sync.  The gradient sum is then mal_gradsync_begin / _ready / _finish
+ * the buckets'; buckets cannot be cut again afterwards): allocates this
+ * rank's shards of the moments and of the gradient sums, owned by the
+ * sync: zero when `m` was made without moments (MAL_MODEL_NO_MOMENTS),
+ * else this rank's share of m's whole moments, which are then freed (an
+ * online plan change hands whole moments over).  The gradient sum is then mal_gradsync_begin / _ready / _finish
  * (which reduce-scatter the buckets) or mal_gradsync_zero_reduce, and the
  * update mal_gradsync_zero_step (not mal_optim_update); the norm
  * (mal_gradsync_norm_sumsq) counts the shards; the replica check compares
  * parameters only. */
 int mal_gradsync_zero(mal_gradsync *g, int rank);
+
+/* Collective like mal_gradsync_zero_reduce.  Whole moments again: m's
+ * adam_m and adam_v allocated and filled from every holder's shards (an
+ * online plan change moves whole moments; the part is retired after).
+ * Nothing when not sharded or already whole. */
+int mal_gradsync_zero_gather(mal_gradsync *g);
 
 /* Local.  Floats of Adam moments (each of m and v) this rank keeps under
  * the sharded optimizer (0 when not sharded). */

@@ -2,10 +2,12 @@
  * one and as one process, and keeps each Adam moment once.
  *
  * Run under mpiexec with the plan's world size:
- *   test_zero [--model NAME] [--dp-overlap on|off] [--dp-bucket-mb X] PLAN.json ...
+ *   test_zero [--model NAME] [--dp-overlap on|off] [--dp-bucket-mb X]
+ *             [--change PLAN2] PLAN.json ...
  * (options apply to the plans after them; the sum overlapped in buckets of
  * the default size unless they say otherwise: sharded, the regions are
- * the buckets').
+ * the buckets'; --change: half way the runs move onto PLAN2 online, the
+ * sharded moments made whole, moved and shared out again).
  * For each model (`tiny` until --model says otherwise) every rank trains it
  * in one process with --zero 0 (the reference) and --zero 1 (every piece
  * its own: the update of pieces no group sums); then, for each plan, the
@@ -44,13 +46,15 @@ static mal_train_options options(const char *model, int zero)
     return o;
 }
 
-/* Train `o` for STEPS steps; the loss of each. */
-static mal_trainer *train(const mal_train_options *o, double loss[STEPS])
+/* Train `o` for STEPS steps, moving onto plan `change` (NULL: none)
+ * online half way; the loss of each. */
+static mal_trainer *train(const mal_train_options *o, const mal_plan *change, double loss[STEPS])
 {
     mal_trainer *tr;
     CHECK_OK(mal_trainer_create(&tr, o));
     for (int s = 0; s < STEPS; s++) {
         mal_step_stats st;
+        if (change && s == STEPS / 2) CHECK_OK(mal_trainer_change_plan(tr, change));
         CHECK_OK(mal_trainer_step(tr, &st));
         loss[s] = st.loss;
     }
@@ -118,6 +122,9 @@ int main(int argc, char **argv)
     const char *model = "tiny";
     int overlap = 1;
     double bucket_mb = -1;
+    const char *change_path = NULL;
+    mal_plan change;
+    mal_plan_init(&change);
     mal_trainer *ref = NULL;
     double ref_loss[STEPS];
     for (int a = 1; a < argc; a++) {
@@ -135,12 +142,19 @@ int main(int argc, char **argv)
             bucket_mb = atof(argv[++a]);
             continue;
         }
+        if (!strcmp(argv[a], "--change") && a + 1 < argc) {
+            change_path = argv[++a];
+            mal_plan_fini(&change);
+            mal_plan_init(&change);
+            CHECK_OK(mal_plan_read(&change, change_path));
+            continue;
+        }
         if (!ref) {
             /* one process: zero 1 updates every piece alone, bitwise as zero 0 */
             mal_train_options o0 = options(model, 0), o1 = options(model, 1);
             double l1[STEPS];
-            ref = train(&o0, ref_loss);
-            mal_trainer *one = train(&o1, l1);
+            ref = train(&o0, NULL, ref_loss);
+            mal_trainer *one = train(&o1, NULL, l1);
             size_t n0, n1, diff = 0;
             float *p0 = params_of(ref, &n0), *p1 = params_of(one, &n1);
             CHECK(n0 == n1);
@@ -173,7 +187,7 @@ int main(int argc, char **argv)
             o.world = world;
             o.dp_overlap = overlap;
             if (bucket_mb >= 0) o.dp_bucket_mb = bucket_mb;
-            mal_trainer *tr = train(&o, loss[z]);
+            mal_trainer *tr = train(&o, change_path ? &change : NULL, loss[z]);
             par[z] = params_of(tr, &n);
             mom[z] = moment_bytes(tr);
             for (int s = 0; s < STEPS; s++)
@@ -204,20 +218,23 @@ int main(int argc, char **argv)
                  tot[3] == whole && tot[4] == 0 && hooked;
         failed |= !ok;
         if (world->rank == 0)
-            printf("%s %s %s (dp overlap %s, buckets %g MiB): max loss rel diff %.2e, max param "
-                   "rel diff %.2e (vs one process); "
-                   "zero 1 vs zero 0: %g values differ (bitwise), %g replica parameters differ; "
-                   "moments over %d ranks: zero 0 %.0f bytes, zero 1 %.0f bytes (model's "
-                   "moments once: %.0f), rank 0 %.0f -> %.0f bytes; %g reduce-scatters posted "
-                   "during the backward pass\n",
-                   ok ? "PASS" : "FAIL", model, argv[a], overlap ? "on" : "off",
-                   bucket_mb >= 0 ? bucket_mb : 25.0, sums[0], sums[1], tot[0], tot[1], world->size,
-                   tot[2], tot[3], whole, mom[0], mom[1], tot[5]);
+            printf(
+                "%s %s %s%s%s (dp overlap %s, buckets %g MiB): max loss rel diff %.2e, max param "
+                "rel diff %.2e (vs one process); "
+                "zero 1 vs zero 0: %g values differ (bitwise), %g replica parameters differ; "
+                "moments over %d ranks: zero 0 %.0f bytes, zero 1 %.0f bytes (model's "
+                "moments once: %.0f), rank 0 %.0f -> %.0f bytes; %g reduce-scatters posted "
+                "during the backward pass\n",
+                ok ? "PASS" : "FAIL", model, argv[a], change_path ? ", online onto " : "",
+                change_path ? change_path : "", overlap ? "on" : "off",
+                bucket_mb >= 0 ? bucket_mb : 25.0, sums[0], sums[1], tot[0], tot[1], world->size,
+                tot[2], tot[3], whole, mom[0], mom[1], tot[5]);
         free(par[0]);
         free(par[1]);
         mal_plan_fini(&plan);
     }
     mal_trainer_destroy(ref);
+    mal_plan_fini(&change);
     mal_comm_finalize(world);
     return failed ? 1 : 0;
 }

@@ -76,9 +76,6 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     double t0 = mal_now();
     int rc;
     if (!tr->world) return MAL_ERR(MAL_EINVAL, "a plan change needs MPI");
-    if (tr->o.zero)
-        return MAL_ERR(MAL_ENOTSUP, "an online plan change does not move the sharded optimizer's "
-                                    "moments yet (--zero 1): use --zero 0");
     /* A background snapshot (of the old plan's blocks, in staging sized
      * for them) is finished first: one snapshot in flight, never across a
      * change. */
@@ -86,6 +83,14 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     if ((rc = mal_plan_copy(&next, next_in))) return rc;
     if ((rc = mal_plan_validate(&next, tr->world_size, tr->o.model.n_layers, tr->o.model.n_heads,
                                 tr->o.model.ffn_hidden, tr->o.global_batch))) {
+        mal_plan_fini(&next);
+        return rc;
+    }
+    /* Sharded (--zero 1), the moments are made whole on the old part first
+     * (collective over its holder sets) and moved whole; the new part's
+     * gradient sync keeps this rank's share of them (wire_part).  The
+     * change's peak holds whole moments, as without --zero 1. */
+    if (tr->part.gsync && (rc = mal_gradsync_zero_gather(tr->part.gsync))) {
         mal_plan_fini(&next);
         return rc;
     }
@@ -101,7 +106,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     int handed = 0; /* this rank's state buffers went to the new part */
     memset(&on->times, 0, sizeof on->times);
     /* every parameter is overwritten by the state moved in */
-    if ((rc = mal_trainer_build_part(tr, 0))) goto out;
+    if ((rc = mal_trainer_build_part(tr, 0, 1))) goto out;
     /* A rank whose new part begins with its old one - the same part (a
      * pipeline the change leaves alone) or one extended by later layers -
      * hands its state buffers over instead of copying them. */

@@ -25,7 +25,7 @@ int mal_trainer_part_init(mal_trainer *tr, int init_params)
     /* The gradient sync's messages get a communicator of their own, made
      * once (every rank, suspended or not, is here). */
     if (tr->world && (rc = mal_comm_split(tr->world, 0, tr->world_rank, &p->sync_world))) return rc;
-    if ((rc = mal_trainer_build_part(tr, init_params))) return rc;
+    if ((rc = mal_trainer_build_part(tr, init_params, 0))) return rc;
     return mal_trainer_wire_part(tr);
 }
 
@@ -41,7 +41,7 @@ void mal_trainer_part_fini(mal_trainer *tr)
     p->sync_world = NULL;
 }
 
-int mal_trainer_build_part(mal_trainer *tr, int init_params)
+int mal_trainer_build_part(mal_trainer *tr, int init_params, int whole_moments)
 {
     mal_train_part *p = &tr->part;
     int rc;
@@ -54,7 +54,7 @@ int mal_trainer_build_part(mal_trainer *tr, int init_params)
     return mal_model_create_ex(&p->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
                                tr->o.seed,
                                (init_params ? MAL_MODEL_INIT : 0) |
-                                   (tr->o.zero ? MAL_MODEL_NO_MOMENTS : 0));
+                                   (tr->o.zero && !whole_moments ? MAL_MODEL_NO_MOMENTS : 0));
 }
 
 int mal_trainer_wire_part(mal_trainer *tr)

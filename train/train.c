@@ -162,12 +162,6 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
     if (o->zero != 0 && o->zero != 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
-    /* Online migration moves whole Adam moments, which a sharded rank
-     * does not keep: refused rather than half done. */
-    if (o->zero && o->adapt == MAL_ADAPT_ONLINE)
-        return MAL_ERR(MAL_EINVAL,
-                       "--zero 1 does not move state between plans yet: use --adapt restart or "
-                       "off with it, or --zero 0 with --adapt online");
     if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 

@@ -104,8 +104,8 @@ typedef struct {
                              * keeps the Adam moments of its region of every holder
                              * set only; the gradients are reduce-scattered (in the
                              * buckets of dp_overlap, or after the backward pass);
-                             * snapshots write each rank's share.  No online plan
-                             * changes yet.  0 (the default):
+                             * snapshots write each rank's share; an online plan
+                             * change gathers the moments whole.  0 (the default):
                              * every holder keeps whole moments */
     int log_every;          /* print a step line every N steps (0: never) */
     double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
