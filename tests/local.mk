@@ -27,7 +27,7 @@ EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json 
 check_PROGRAMS += tests/test_zero
 dist_check_SCRIPTS += tests/test_zero.sh
 TESTS += tests/test_zero.sh
-EXTRA_DIST += tests/plans/four_moved.json
+EXTRA_DIST += tests/plans/four_moved.json tests/plans/three_replicas.json
 
 # Online fast path: straggler appears and recovers, state migrates in-job.
 check_PROGRAMS += tests/test_online

@@ -7,7 +7,9 @@
 # after the backward pass, and (tiny-llama3) moved online half way onto
 # another plan (tests/plans/four_moved.json: the moments made whole, moved,
 # shared out again): the same losses and parameters as one process and
-# bitwise those of --zero 0, each Adam moment kept once.  Then
+# bitwise those of --zero 0, each Adam moment kept once; and three
+# replicas (tests/plans/three_replicas.json: holder sets of 3 ranks over
+# the ring, within 1e-4 of one process, the moments a third).  Then
 # malleus-train: a --zero other than 0 or 1 is refused before anything is
 # written (exit 2, naming the flag); a one-process run
 # reports its moments in the memory summary, and the memory check before
@@ -19,7 +21,8 @@ set -u
 P="$top_srcdir/tests/plans"
 sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero" \
     "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on --dp-bucket-mb 0 \
-    "$P/four.json" --dp-bucket-mb 25 --model tiny-llama3 "$P/four.json" \
+    "$P/four.json" --dp-bucket-mb 25 --bitwise off "$P/three_replicas.json" --bitwise on \
+    --model tiny-llama3 "$P/four.json" \
     --change "$P/four_moved.json" "$P/four.json" || exit 1
 
 TRAIN="$top_builddir/malleus-train"
