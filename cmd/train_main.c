@@ -248,6 +248,14 @@ int main(int argc, char **argv)
          .help = "continue from the snapshot of step STEP instead: a\n"
                  "rollback (implies --resume; the snapshots after STEP\n"
                  "must go: --overwrite-snapshots)"},
+        {MAL_OPT_STRING, "init-from", .metavar = "SOURCE", .target = &o->init_from,
+         .help = "start a new run from pretrained weights: a snapshot (any\n"
+                 "plan; malleus-import's, or a run's) or a Hugging Face\n"
+                 "checkpoint directory (read as malleus-import reads it).\n"
+                 "Step 0, fresh optimizer state, this run's plan, batch,\n"
+                 "schedule and data; the model is the source's (a --model\n"
+                 "must have its shapes).  The fine-tuning path; not with\n"
+                 "--resume"},
         {MAL_OPT_FLAG, "overwrite-snapshots", .target = &o->overwrite_snapshots, .ival = 1,
          .help = "let the snapshots in --snapshot-dir that this run would\n"
                  "bury go: without --resume every one (another run's),\n"

@@ -18,7 +18,7 @@ TESTS += tests/test_replan_limits.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 
-# Hostile planner inputs (issue 16): refusals naming the field, no overflow.
+# Hostile planner inputs: refusals naming the field, no overflow.
 check_PROGRAMS += tests/test_replan_inputs
 TESTS += tests/test_replan_inputs
 

@@ -504,7 +504,7 @@ static int whole_option(const ctx *c, const nclass *k)
     return best;
 }
 
-/* Issue 4's choice: the option whose groups, in a nominal pipeline with the
+/* The first planner's choice: the option whose groups, in a nominal pipeline with the
  * node's remaining share of healthy groups, give the most throughput
  * m / ((m + S - 1) P). */
 static int proxy_option(ctx *c, const nclass *k, int *out)
@@ -677,7 +677,7 @@ static int constructions(search *s)
         if ((rc = fallback_plan(s, by_class))) goto done;
         if (!c->have_plan && (rc = fallback_plan(s, whole))) goto done;
     }
-    /* issue 4's: proxy options, bundles snaked over D blocks, D near the
+    /* the first planner's: proxy options, bundles snaked over D blocks, D near the
      * nominal pipeline count */
     for (int k = 0; k < c->n_classes; k++) {
         if (rp_out_of_time(c)) goto done;

@@ -10,6 +10,13 @@
 double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p)
 {
     if (S < 1 || m < 1) return MAL_ERR(MAL_EINVAL, "simulator: %d stages, %d micro-batches", S, m);
+    /* Its tables hold every op of every stage (24 bytes each): a plan file
+     * may name two billion micro-batches, which would ask for tens of GB. */
+    if ((long long)S * m > MAL_SIM_MAX_OPS)
+        return MAL_ERR(MAL_EINVAL,
+                       "simulator: %d stages x %d micro-batches is more than the %d stage-micro-batches "
+                       "it simulates (MAL_SIM_MAX_OPS)",
+                       S, m, MAL_SIM_MAX_OPS);
     /* per stage: its op sequence (+i = forward of micro-batch i, -(i+1) = backward) */
     int n_ops = 2 * m;
     int *seq = malloc((size_t)S * n_ops * sizeof *seq);

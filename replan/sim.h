@@ -13,12 +13,18 @@
  * (backward computes two matrix products per forward one). */
 #define MAL_SIM_FORWARD_SHARE MAL_REPLAN_FORWARD_SHARE
 
+/* The largest stages x micro-batches of one pipeline the simulator takes
+ * (its tables: 24 bytes per stage and micro-batch, 400 MB here); 128 stages
+ * of 32,768 micro-batches each fit. */
+#define MAL_SIM_MAX_OPS (1 << 24)
+
 /* Simulate one pipeline: S stages, stage j takes fwd[j] per forward and
  * bwd[j] per backward of one micro-batch, m micro-batches under 1F1B
  * (stage j runs min(S - j - 1, m) warm-up forwards, then alternates one
  * forward and one backward, then drains backwards); `p2p` is added to every
  * activation/gradient hand-over between stages.  Returns the time the last
- * backward finishes (>= 0) or a negative MAL_E* code.  Local. */
+ * backward finishes (>= 0) or a negative MAL_E* code (MAL_EINVAL beyond
+ * MAL_SIM_MAX_OPS).  Local. */
 double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p);
 
 /* Simulate a plan under rates[] (raw; noise floor applied) and a profile:

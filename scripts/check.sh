@@ -16,7 +16,7 @@
 #
 # MALLEUS_FUZZ_SECONDS=0 skips stage 2, MALLEUS_SANITIZE=0 stage 3,
 # MALLEUS_OPENMPI=0 stage 4 (on 2 cores stage 1 takes about 4 minutes, 2
-# about 5, 3 about 7.5, 4 about 2: README, "Tests").  The output ends with
+# about 5, 3 about 7.5, 4 about 2: docs/DEVELOPING.md, "Tests").  The output ends with
 # each stage's wall time and automake's summary of the test suites.
 set -eu
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ MALLEUS_NO_TORCH=${MALLEUS_NO_TORCH:-0} sh scripts/install-deps.sh
 jobs=$(nproc)
 times=""
 slowest() { # DIR: the slowest tests of the suite built in DIR, from the
-    # wall time build-aux/timed-test appends to each test's log -- where the
+    # wall time tests/timed-test appends to each test's log -- where the
     # CI time budget goes (printed after each suite, and when one fails)
     [ -f "$1/test-suite.log" ] || [ -d "$1/tests" ] || return 0
     echo "==== check.sh: slowest tests in ${1}:"

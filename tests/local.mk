@@ -2,7 +2,7 @@
 # tests in their local.mk).  EXTRA_DIST carries the shared test helpers.
 EXTRA_DIST += tests/mal_test.h tests/tiny_options.h
 
-# The library's layers point one way (README.md, "Layout"), and no two of
+# The library's layers point one way (docs/DEVELOPING.md, "Layout"), and no two of
 # its files call each other in a circle (read from the built objects).
 dist_check_SCRIPTS += tests/check_layers.sh tests/check_cycles.sh
 TESTS += tests/check_layers.sh tests/check_cycles.sh
@@ -44,7 +44,7 @@ TESTS += tests/test_loop.sh tests/test_slurm.sh
 dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh \
 	tests/test_slurm_preempt.sh
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
-EXTRA_DIST += tests/run_watch.sh
+EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
 
 # An online plan change leaves the same state as malleus-reshard.

@@ -2,7 +2,7 @@
 # malleus-replan command line: help and version, a tiny 8-rank plan that
 # passes the simulator's validation, determinism, --explain with a current
 # plan, and bad inputs (NaN / negative rates, unknown ranks, ranks not
-# divisible into nodes, memory too small, and issue 16's hostile inputs)
+# divisible into nodes, memory too small, and the hostile inputs)
 # refused with status 2 and a message naming the field.
 set -u
 BIN="${REPLAN_BIN:-${top_builddir:-.}/malleus-replan}"
@@ -90,7 +90,7 @@ echo '{"world_size": 8, "ranks_per_node": 4}' >"$T/cl.json"
 expect_fail 2 "memory_mb" -c "$T/cl.json" --model tiny -M 8
 expect_fail 2 "unknown preset" $C -M 8 --model 7b
 
-# issue 16's hostile planner inputs
+# the hostile planner inputs
 printf '{"step":1,"rates":[1,1,1,9,1,1,1,1,1,1]}\n' >"$T/long.jsonl"
 expect_fail 2 "rates for 10 ranks" $C -M 8 -r "$T/long.jsonl"
 # a world of 10^9 ranks is refused before it is allocated (it used to take

@@ -1,4 +1,4 @@
-/* The planner against an exact reference of the whole problem (issue 14):
+/* The planner against an exact reference of the whole problem:
  * on random clusters of 16-32 ranks (1-2 stragglers per node at rates
  * 1.2-15, memory tight or loose, random TP-size sets), the planner's
  * objective must equal the optimum that an independent exhaustive

@@ -1,6 +1,6 @@
 /* The planner's parsers of outside input (cluster, model profile, rates and
  * metrics lines, and the plan through the planner) against hostile but
- * realistic input (issue 16, "Planner inputs"): each case must be refused with
+ * realistic input (a review of the planner's inputs): each case must be refused with
  * a message naming the field, or give a correct plan -- never read freed
  * memory, overflow, allocate without bound or fail inside lp_solve.  The
  * byte-buffer entry points (no terminating NUL, embedded NULs) are the ones

@@ -17,6 +17,7 @@
 #include "ckpt/load.h"
 #include "ckpt/snapshot.h"
 #include "ckpt_start.h"
+#include "init_from.h"
 #include "src/data.h"
 #include "train_internal.h"
 
@@ -119,10 +120,11 @@ int mal_train_ckpt_init(struct mal_trainer *tr)
     c->saved_step = -1;
     c->stats.step = -1;
     /* the directory first (refusals before anything is loaded), then the
-     * state, then what --overwrite-snapshots lets go: only once the state
-     * it continues from has loaded */
+     * state (resumed, or the parameters a new run starts from), then what
+     * --overwrite-snapshots lets go: only once the state has loaded */
     if ((tr->o.snapshot_dir && (rc = mal_ckpt_start(tr, path, sizeof path))) ||
-        (tr->o.resume && (rc = restore(tr, path))) || (rc = mal_ckpt_start_clear(tr))) {
+        (tr->o.resume && (rc = restore(tr, path))) ||
+        (tr->o.init_from && (rc = mal_train_init_from(tr))) || (rc = mal_ckpt_start_clear(tr))) {
         mal_ckpt_start_release(tr, 1);
         return rc; /* agreed */
     }

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,8 +72,9 @@ static int make_plan(mal_trainer *tr)
 /* Build this rank's share of the run.  Collective over the world. */
 static int setup_layout(mal_trainer *tr)
 {
-    /* a resumed run overwrites every parameter */
-    int rc = mal_trainer_part_init(tr, !tr->o.resume);
+    /* a resumed run, or one started from pretrained weights, overwrites
+     * every parameter */
+    int rc = mal_trainer_part_init(tr, !tr->o.resume && !tr->o.init_from);
     if (rc) return rc;
     if (tr->world_rank == 0) {
         tr->tally.rank_times = calloc((size_t)tr->world_size, sizeof *tr->tally.rank_times);
@@ -157,6 +159,22 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (o->optim.warmup_steps < 0) return MAL_ERR(MAL_EINVAL, "--warmup must be >= 0");
     if (o->resume && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
+    if (o->init_from && o->resume)
+        return MAL_ERR(MAL_EINVAL,
+                       "--init-from starts a new run from a model's weights and --resume "
+                       "continues a run from its snapshot: give one of them");
+    if (o->init_from && o->snapshot_dir) {
+        /* the source must outlive the run's own snapshots: retention and
+         * --overwrite-snapshots manage what lies in the directory */
+        struct stat a, b;
+        if (mal_snapshot_dir_owns(o->snapshot_dir, o->init_from) ||
+            (stat(o->init_from, &a) == 0 && stat(o->snapshot_dir, &b) == 0 &&
+             a.st_dev == b.st_dev && a.st_ino == b.st_ino))
+            return MAL_ERR(MAL_EINVAL,
+                           "--init-from %s lies in --snapshot-dir %s, whose snapshots this run "
+                           "replaces: write the run's snapshots into another directory",
+                           o->init_from, o->snapshot_dir);
+    }
     if (o->snapshot_async && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)

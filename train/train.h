@@ -81,6 +81,9 @@ typedef struct {
     int resume;             /* continue from the newest committed snapshot in snapshot_dir */
     int64_t resume_from;    /* with resume: from the snapshot of this step instead (a
                              * rollback; -1, the default: the newest) */
+    const char *init_from;  /* a new run whose parameters are read from this snapshot or
+                             * Hugging Face checkpoint directory (train/init_from.h: the
+                             * fine-tuning path; not with resume); NULL: drawn at random */
     int overwrite_snapshots; /* snapshots in snapshot_dir that the run would bury or write
                               * again (another run's; with resume_from, those after it) are
                               * removed at start instead of refusing the run */

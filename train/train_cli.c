@@ -14,6 +14,7 @@
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "kernels/kernels.h"
+#include "init_from.h"
 #include "preempt.h"
 #include "replan/replan.h"
 #include "resume.h"
@@ -299,6 +300,36 @@ static int resume_defaults(mal_train_cli *cli, const mal_opts_spec *spec, mal_co
     return 0;
 }
 
+/* --init-from: without --model the run's model is the source's; with it,
+ * the tensors' shapes must be the source's (checked after --model is
+ * loaded, init_check).  0, or an exit status (rank 0 printed why). */
+static int init_defaults(mal_train_cli *cli, const mal_opts_spec *spec, mal_comm *world)
+{
+    mal_train_options *o = &cli->o;
+    if (!o->init_from || flag_given((void *)spec, "model")) return 0;
+    mal_init_source src;
+    int rc = mal_init_source_read(o->init_from, 0, &src);
+    if (rc) {
+        if (world->rank == 0) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return mal_exit_status(rc);
+    }
+    o->model = src.model;
+    cli->model_from_snapshot = 1;
+    return 0;
+}
+
+static int init_check(mal_train_cli *cli, mal_comm *world)
+{
+    mal_train_options *o = &cli->o;
+    if (!o->init_from || cli->model_from_snapshot) return 0;
+    mal_init_source src;
+    char notes[512];
+    int rc = mal_init_source_read(o->init_from, o->model.seq_len, &src);
+    if (!rc) rc = mal_init_source_check_model(&src, &o->model, notes, sizeof notes);
+    if (rc && world->rank == 0) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+    return rc ? mal_exit_status(rc) : 0;
+}
+
 void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t comm_len)
 {
     char names[256];
@@ -327,6 +358,9 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     if (cli->plan_path && (o->dp || o->tp || o->pp))
         return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
     if (cli->resume_from_given) o->resume = 1;
+    if (o->init_from && o->resume)
+        return mal_opts_bad(spec, "--init-from starts a new run from a model's weights; --resume "
+                                  "continues a run: give one of them");
     if (cli->measure_path) return measure(cli, argc, argv);
 
     int status = 1, rc;
@@ -352,8 +386,10 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     }
     /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
     if (!lead) mal_log_level = MAL_LOG_ERROR;
-    if ((status = resume_defaults(cli, spec, world, &rs))) goto out;
-    if ((status = check_inputs(cli, world, &plan))) goto out;
+    if ((status = resume_defaults(cli, spec, world, &rs)) ||
+        (status = init_defaults(cli, spec, world)) || (status = check_inputs(cli, world, &plan)) ||
+        (status = init_check(cli, world)))
+        goto out;
     status = 1;
     o->world = world;
     if (cli->quiet > 0) mal_log_level = MAL_LOG_WARN;

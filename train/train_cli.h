@@ -26,7 +26,7 @@ typedef struct {
     const char *measure_path;   /* --profile FILE: measure a planner profile and exit */
     int quiet;                  /* 1: --quiet, -1: --verbose */
     int micro_given;            /* --micro-batch was given */
-    int model_from_snapshot;    /* --resume without --model: the snapshot's */
+    int model_from_snapshot;    /* --resume or --init-from without --model: the source's */
     int stop_timeout;           /* --stop-timeout seconds (preempt.h) */
     int resume_from_given;      /* --resume-from was given (it implies --resume) */
     mal_inject injects[MAL_TRAIN_CLI_MAX_INJECT];

@@ -1,4 +1,4 @@
-/* The paper's experiment, simulated (issue 14): Malleus's planner against
+/* The paper's experiment, simulated: Malleus's planner against
  * three baselines on the paper's three settings and a grid of straggler
  * situations, every plan's step time by the cost model and by the
  * event-level 1F1B simulator, each against the capacity bound.
