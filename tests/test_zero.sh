@@ -22,8 +22,7 @@ P="$top_srcdir/tests/plans"
 sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero" \
     "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on --dp-bucket-mb 0 \
     "$P/four.json" --dp-bucket-mb 25 --bitwise off "$P/three_replicas.json" --bitwise on \
-    --model tiny-llama3 "$P/four.json" \
-    --change "$P/four_moved.json" "$P/four.json" || exit 1
+    --model tiny-llama3 --change "$P/four_moved.json" "$P/four.json" || exit 1
 
 TRAIN="$top_builddir/malleus-train"
 W=$(mktemp -d /tmp/malleus-test-zero-XXXXXX)
