@@ -156,6 +156,13 @@ int main(int argc, char **argv)
          .fhi = 1e6,
          .help = "with --dp-overlap on: MiB of gradients per bucket\n"
                  "(default: 25, as PyTorch DDP; 0: a bucket per layer)"},
+        {MAL_OPT_INT, "zero", .metavar = "0|1", .target = &o->zero, .lo = 0, .hi = 1,
+         .help = "1: shard the Adam moments over the holders of each\n"
+                 "parameter slice (ZeRO-1): gradients reduce-scattered\n"
+                 "(in the --dp-overlap buckets), each rank updates its\n"
+                 "share, parameters all-gathered; snapshots write each\n"
+                 "rank's share. 0: whole moments on every replica (the\n"
+                 "default)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

@@ -23,6 +23,12 @@ EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json 
 	tests/plans/mixed_tp.json tests/plans/uneven_stages.json tests/plans/suspended.json \
 	tests/plans/keep_extend.json tests/models/gqa_straddle.json
 
+# The sharded optimizer (ZeRO-1) against the unsharded one and one process.
+check_PROGRAMS += tests/test_zero
+dist_check_SCRIPTS += tests/test_zero.sh
+TESTS += tests/test_zero.sh
+EXTRA_DIST += tests/plans/four_moved.json tests/plans/three_replicas.json
+
 # Online fast path: straggler appears and recovers, state migrates in-job.
 check_PROGRAMS += tests/test_online
 dist_check_SCRIPTS += tests/test_online.sh

@@ -73,10 +73,10 @@ int mal_pipeline_init(struct mal_trainer *tr)
         p->gsend_reqs[s] = calloc((size_t)p->max_fanout, sizeof(mal_comm_req *));
         if (!p->send_reqs[s] || !p->gsend_reqs[s])
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
-        if (j > 0 && !(p->grad_send[s] = mal_kern_alloc(m->k, NC)))
+        if (j > 0 && !(p->grad_send[s] = mal_kern_alloc_as(m->k, NC, MAL_MEM_COMM)))
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     }
-    if (j + 1 < p->n_stages && !(p->grad_recv = mal_kern_alloc(m->k, NC)))
+    if (j + 1 < p->n_stages && !(p->grad_recv = mal_kern_alloc_as(m->k, NC, MAL_MEM_COMM)))
         return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     /* the tokens of one micro-batch, loaded on the host (mal_pass) */
     size_t N = (size_t)B * (size_t)tr->o.model.seq_len;

@@ -179,6 +179,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
+    if (o->zero != 0 && o->zero != 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
     if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 
@@ -337,7 +338,11 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
          * posts the buckets from the model's gradient hook (pipeline.c) */
         if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         d0 = mal_now();
-        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs) : mal_gradsync_run(gs)))
+        /* sharded, the buckets are reduce-scattered (mal_gradsync_finish
+         * knows), or after the backward pass the holder sets */
+        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs)
+                  : tr->o.zero     ? mal_gradsync_zero_reduce(gs)
+                                   : mal_gradsync_run(gs)))
             return rc;
         tally->times.dp_wait = mal_now() - d0;
         tally->times.dp += tally->times.dp_wait;
@@ -363,8 +368,12 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     float lr = mal_optim_lr(&tr->o.optim, step);
     if (m) {
         c0 = mal_now();
-        mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
-        if ((rc = mal_kern_sync(m->k))) return rc;
+        float scale = mal_optim_clip_scale(&tr->o.optim, norm);
+        if (tr->o.zero)
+            rc = mal_gradsync_zero_step(gs, &tr->o.optim, step, lr, scale);
+        else
+            mal_optim_update(m, &tr->o.optim, step, lr, scale);
+        if (rc || (rc = mal_kern_sync(m->k))) return rc;
         tally->times.compute += mal_inject_stretch(tr, mal_now() - c0);
     }
     /* The monitor's probe starts on every rank right after the all-reduce
@@ -382,7 +391,8 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
                            .dp_wait_s = tally->times.dp_wait,
                            .probe_s = probe,
                            .probe_cost_s = probe_cost,
-                           .mem_bytes = mal_progress_memory(tr)};
+                           .mem_bytes = mal_progress_memory(tr),
+                           .mem_peak_bytes = mal_progress_memory_peak(tr)};
     mal_progress_record(tr, step_s);
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tally->rank_times, sizeof mine, 0))) return rc;
@@ -503,6 +513,8 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
             tr->world ? tr->comm_name : "none");
     fprintf(f, "| MFU against          | %-40.40s |\n", tr->prog.peak_what);
+    fprintf(f, "| Adam moments         | %-40.40s |\n",
+            tr->o.zero ? "sharded over the holders (--zero 1)" : "whole on every replica");
     if (tr->world) {
         char line[64];
         if (!tr->o.dp_overlap)
@@ -546,10 +558,10 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
                 "\"dp_ms\": %.3f, \"dp_wait_ms\": %.3f, \"idle_ms\": %.3f, "
-                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f}",
+                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f, \"mem_peak_mb\": %.3f}",
                 r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
                 1e3 * t->dp_s, 1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0),
-                1e3 * t->probe_s, 1e3 * t->probe_cost_s);
+                1e3 * t->probe_s, 1e3 * t->probe_cost_s, t->mem_peak_bytes / 1048576.0);
     }
     fprintf(f, "]");
     if (st->rates) {
@@ -661,5 +673,5 @@ int mal_trainer_run(mal_trainer *tr)
         return rc;
     if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
     mal_eval_summary(tr);
-    return 0;
+    return mal_progress_memory_summary(tr);
 }

@@ -115,6 +115,13 @@ typedef struct {
     int dp_overlap;         /* data-parallel gradient sum overlapped with the backward
                              * pass in buckets (1, the default) or after it (0) */
     double dp_bucket_mb;    /* bucket size in MiB (default 25; 0: a bucket per layer) */
+    int zero;               /* 1: the sharded optimizer (ZeRO-1, gradsync.h): each rank
+                             * keeps the Adam moments of its region of every holder
+                             * set only; the gradients are reduce-scattered (in the
+                             * buckets of dp_overlap, or after the backward pass);
+                             * snapshots write each rank's share; an online plan
+                             * change gathers the moments whole.  0 (the default):
+                             * every holder keeps whole moments */
     int log_every;          /* print a step line every N steps (0: never) */
     double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
                              * devices, else no MFU) */
@@ -171,6 +178,8 @@ typedef struct {
     double probe_cost_s; /* wall time the monitor cost this step */
     double mem_bytes;    /* memory in use after the step: the device's, or the
                           * process's resident memory on CPU backends */
+    double mem_peak_bytes; /* the most bytes of the kernel table's buffers this rank
+                            * held at once so far (the memory accountant, kernels.h) */
 } mal_rank_times;
 
 typedef struct {
