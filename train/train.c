@@ -99,8 +99,7 @@ static int load_inputs(mal_trainer *tr)
                        tr->k->name);
     tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
     const mal_comm_backend *cb;
-    if ((rc = mal_comm_lookup(tr->comm_name, &cb)) ||
-        (rc = mal_comm_check_device(cb, tr->k->name)))
+    if ((rc = mal_comm_lookup(tr->comm_name, &cb)) || (rc = mal_comm_check_device(cb, tr->k->name)))
         return rc;
     if ((rc = make_plan(tr))) return rc;
     if (o->data_path) {
@@ -123,8 +122,7 @@ static int load_inputs(mal_trainer *tr)
     if (rc) return rc;
     if ((rc = mal_data_check_vocab(tr->data, o->model.vocab))) return rc;
     if (mal_data_n_tokens(tr->data) < (uint64_t)o->model.seq_len + 1)
-        return MAL_ERR(MAL_EINVAL,
-                       "data %s has %llu tokens, fewer than one sequence of %d + 1",
+        return MAL_ERR(MAL_EINVAL, "data %s has %llu tokens, fewer than one sequence of %d + 1",
                        mal_data_name(tr->data), (unsigned long long)mal_data_n_tokens(tr->data),
                        o->model.seq_len);
     return mal_eval_init(tr); /* the validation data, the same way */
@@ -240,7 +238,10 @@ void mal_trainer_destroy(mal_trainer *tr)
     free(tr);
 }
 
-int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
+int64_t mal_trainer_steps_done(const mal_trainer *tr)
+{
+    return tr->step;
+}
 
 int mal_trainer_exit_status(const mal_trainer *tr, int rc)
 {
@@ -250,9 +251,18 @@ int mal_trainer_exit_status(const mal_trainer *tr, int rc)
      * failure of the run */
     return status == 2 && tr && tr->step > tr->ckpt.start_step ? 1 : status;
 }
-mal_model *mal_trainer_model(mal_trainer *tr) { return tr->part.model; }
-mal_kern mal_trainer_kernels(const mal_trainer *tr) { return tr->k; }
-const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
+mal_model *mal_trainer_model(mal_trainer *tr)
+{
+    return tr->part.model;
+}
+mal_kern mal_trainer_kernels(const mal_trainer *tr)
+{
+    return tr->k;
+}
+const mal_plan *mal_trainer_plan(const mal_trainer *tr)
+{
+    return &tr->plan;
+}
 
 int mal_trainer_dp_buckets(const mal_trainer *tr, int *posted_early)
 {
@@ -559,14 +569,15 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
                 "\"dp_ms\": %.3f, \"dp_wait_ms\": %.3f, \"idle_ms\": %.3f, "
                 "\"probe_ms\": %.4f, \"monitor_ms\": %.4f, \"mem_peak_mb\": %.3f}",
-                r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
-                1e3 * t->dp_s, 1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0),
-                1e3 * t->probe_s, 1e3 * t->probe_cost_s, t->mem_peak_bytes / 1048576.0);
+                r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s, 1e3 * t->dp_s,
+                1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0), 1e3 * t->probe_s,
+                1e3 * t->probe_cost_s, t->mem_peak_bytes / 1048576.0);
     }
     fprintf(f, "]");
     if (st->rates) {
         fprintf(f, ", \"rates\": [");
-        for (int r = 0; r < tr->world_size; r++) fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
+        for (int r = 0; r < tr->world_size; r++)
+            fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
         fprintf(f, "]");
     }
     if (tr->mon.hostnames && st->step % tr->mon.check_every_all == 0) {
@@ -594,6 +605,7 @@ static int stop_on_request(mal_trainer *tr, int sig)
      * it read its flag for the step: by now it has */
     if (sig < 0 && mal_preempt_signal()) sig = mal_preempt_signal();
     const char *why = sig > 0 ? mal_preempt_signal_name(sig) : "a signal to another rank";
+    mal_preempt_boundary();
     double t0 = mal_now();
     int rc = 0;
     if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step) rc = mal_trainer_save(tr);
@@ -632,12 +644,32 @@ int mal_trainer_run(mal_trainer *tr)
     if (tr->o.eval_only) return mal_eval_only(tr);
     mal_change_predict(tr);
     mal_progress_begin(tr);
+    double longest = 0; /* the longest step so far */
+    unsigned bound = 0; /* the step bound from it (preempt.h); 0: none yet */
+    int n_timed = 0;    /* steps of this run; the first (mostly setup) is not timed */
     while (tr->step < tr->o.steps) {
         mal_step_stats st;
+        double step_t0 = mal_now();
         /* A step's failure (an evaluation's too), or rank 0's alone in
          * writing the metrics, may leave the peers blocked: the fatal path.
-         * (Snapshot failures below are agreed by every rank and returned.) */
-        if ((rc = mal_trainer_step(tr, &st))) return mal_trainer_fatal(tr, rc);
+         * (Snapshot failures below are agreed by every rank and returned.)
+         * The step bound (preempt.h) covers the step alone: evaluations,
+         * samples and snapshots have the stop timeout. */
+        mal_preempt_step_bound(bound);
+        rc = mal_trainer_step(tr, &st);
+        mal_preempt_step_bound(0);
+        if (!rc && st.stop_signal) mal_preempt_boundary(); /* agreed: every peer is alive */
+        if (rc) return mal_trainer_fatal(tr, rc);
+        /* A stop request must reach the end of a step within the bound;
+         * one that cannot (a peer died: its step never ends) ends the rank
+         * instead of waiting for the launcher's kill.  From the second
+         * step of the run on: the first one's time is mostly setup. */
+        double dt = mal_now() - step_t0;
+        if (n_timed++ > 0) {
+            longest = dt > longest ? dt : longest;
+            bound = (unsigned)(MAL_PREEMPT_STEP_BOUND_BASE +
+                               MAL_PREEMPT_STEP_BOUND_STEPS * longest + 0.5);
+        }
         if ((rc = mal_eval_after_step(tr, &st))) return mal_trainer_fatal(tr, rc);
         if (lead && (rc = write_metrics(tr, &st))) return mal_trainer_fatal(tr, rc);
         if (lead) mal_progress_step(tr, &st);
