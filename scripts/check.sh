@@ -16,8 +16,9 @@
 #
 # MALLEUS_FUZZ_SECONDS=0 skips stage 2, MALLEUS_SANITIZE=0 stage 3,
 # MALLEUS_OPENMPI=0 stage 4 (on 2 cores stage 1 takes about 4 minutes, 2
-# about 5, 3 about 7.5, 4 about 2: docs/DEVELOPING.md, "Tests").  The output ends with
-# each stage's wall time and automake's summary of the test suites.
+# about 6, 3 about 5, 4 under 1: docs/DEVELOPING.md, "Tests").  The output
+# ends with each stage's wall time, each suite's slowest tests and
+# automake's summary of the test suites.
 set -eu
 cd "$(dirname "$0")/.."
 MALLEUS_NO_TORCH=${MALLEUS_NO_TORCH:-0} sh scripts/install-deps.sh
