@@ -1,6 +1,6 @@
 #!/bin/sh
 # The planner's memory per rank against the runtime's, plan by plan (run by
-# hand; bench/README.md "Memory: predicted against measured").
+# hand; bench/README.md, "memory/run.sh").
 #
 # For each model (default: tiny tiny-llama3 small) and each plan (default:
 # the valid plans of tests/plans plus two deep pipelines for the 4-layer
@@ -31,7 +31,7 @@ while getopts m:s:o:h opt; do
     m) models=$OPTARG ;;
     s) steps=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
