@@ -13,7 +13,7 @@ TESTS += tests/test_torch_ref.sh
 EXTRA_DIST += bench/data/rss.sh
 
 EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py \
-    bench/migrate/run.sh bench/links/run.sh
+    bench/migrate/run.sh bench/links/run.sh bench/memory/run.sh
 
 # The fine-tuning path end to end (run by hand): bench/finetune/run.sh.
 EXTRA_DIST += bench/finetune/run.sh bench/finetune/setup.py

@@ -62,8 +62,9 @@ int main(int argc, char **argv)
         {MAL_OPT_STRING, "output", 'o', "PLAN", .target = &o.out_path,
          .help = "write the plan here (atomically); default stdout"},
         {MAL_OPT_FLAG, "explain", 'e', .target = &o.explain, .ival = 1,
-         .help = "report groups, stages, predicted times, state to move\n"
-                 "(stdout, or stderr when the plan goes to stdout)"},
+         .help = "report groups, stages, predicted times, each stage's\n"
+                 "memory terms, state to move (stdout, or stderr when the\n"
+                 "plan goes to stdout; with --simulate: the memory terms)"},
         {MAL_OPT_STRING, "simulate", 's', "PLAN", .target = &o.simulate_path,
          .help = "do not plan: simulate PLAN event by event (1F1B) and\n"
                  "compare with the cost model's closed form"},

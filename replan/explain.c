@@ -185,6 +185,43 @@ static void explain_types(FILE *f, const mal_replan_input *in, const mal_plan *p
     }
 }
 
+/* The terms of one stage's memory, as mal_cost_stage_memory_d adds them:
+ * its layers at the per-layer memory k[d] of its warm-up depth d (state
+ * and d + 1 micro-batches of activations in flight), the embedding and/or
+ * LM head of a first/last stage, both scaled from the nominal TP size to
+ * the stage's, plus the fixed per-rank overhead X.  The printed total is
+ * the sum of the printed terms (tests/test_replan_memory.sh checks it). */
+static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
+                                 const mal_plan_pipeline *pl, int j)
+{
+    const mal_plan_stage *st = &pl->stages[j];
+    int l = st->layer_end - st->layer_begin, d = mal_plan_stage_warmup(pl, j);
+    int ne = (j == 0) + (j == pl->n_stages - 1);
+    double scale = (double)p->tp / st->n_ranks;
+    double layers = mal_profile_k(p, d) * l * scale, embed = p->embed_mb * ne * scale;
+    fprintf(f,
+            "    memory terms (MB per rank): layers %d x %.3f (k[%d]) x TP %d/%d = %.3f + "
+            "embedding/head %d x %.3f x TP %d/%d = %.3f + overhead %.3f = total %.3f of %.0f\n",
+            l, mal_profile_k(p, d), d, p->tp, st->n_ranks, layers, ne, p->embed_mb, p->tp,
+            st->n_ranks, embed, p->overhead_mb, layers + embed + p->overhead_mb,
+            mal_cluster_rank_memory(c, st->ranks[0]));
+}
+
+void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
+                               const mal_plan *plan)
+{
+    fprintf(f, "memory per rank of every stage (the planner's model):\n");
+    for (int i = 0; i < plan->n_pipelines; i++)
+        for (int j = 0; j < plan->pipelines[i].n_stages; j++) {
+            const mal_plan_stage *st = &plan->pipelines[i].stages[j];
+            fprintf(f, "  pipeline %d stage %d: TP %d ranks [", i, j, st->n_ranks);
+            for (int k = 0; k < st->n_ranks; k++)
+                fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
+            fprintf(f, "]  layers [%d, %d)\n", st->layer_begin, st->layer_end);
+            explain_stage_memory(f, p, c, &plan->pipelines[i], j);
+        }
+}
+
 int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan)
 {
     const mal_profile *p = in->profile;
@@ -242,6 +279,7 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
                     mal_cost_stage_memory_d(p, st->n_ranks, pl->n_stages, j, l,
                                             mal_plan_stage_warmup(pl, j)),
                     mal_cluster_rank_memory(c, st->ranks[0]));
+            explain_stage_memory(f, p, c, pl, j);
         }
     }
     double bound = mal_cost_capacity_bound(p, world, in->rates, in->n_micro_batches);

@@ -15,6 +15,9 @@ TESTS += tests/test_policy_run.sh
 # Time and memory bounded at 131,072 and 2^20 ranks (--time-limit).
 dist_check_SCRIPTS += tests/test_replan_limits.sh
 TESTS += tests/test_replan_limits.sh
+# --explain's memory terms per stage exist and add up.
+dist_check_SCRIPTS += tests/test_replan_memory.sh
+TESTS += tests/test_replan_memory.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 

@@ -346,6 +346,11 @@ int mal_replan_default_dp(const mal_cluster *c, const mal_profile *p, int n_micr
 
 /* Human-readable report of `plan` for `in` (see --explain).  Local. */
 int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan);
+/* --simulate --explain: every stage of `plan` with the terms of its memory
+ * per rank (its layers at k[warm-up depth], embedding / LM head, overhead;
+ * the total is their sum) against its rank's capacity.  Local. */
+void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
+                               const mal_plan *plan);
 /* The search's outcome in one line of `buf` ("best found X s, bound Y s, gap
  * Z %, <why it stopped>"; seconds by the profile's layer_time); returns what
  * snprintf returns.  Local. */

@@ -80,6 +80,7 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
     fprintf(out, "step: simulated %.6f s, closed form %.6f s, shaped bubble %.6f s%s\n",
             sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
             ev.shaped * lt + prof->sync_time, ev.memory_ok ? "" : " (plan exceeds memory)");
+    if (o->explain) mal_replan_explain_memory(out, prof, cl, &simp);
     if (o->summary) {
         char a[32], b[32], c[32], d[32];
         fprintf(out,
