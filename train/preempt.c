@@ -51,16 +51,23 @@ static void on_timeout(int sig)
     _exit(1);
 }
 
+/* The alarm of a pending request: the sooner of the stop timeout and
+ * `bound` (0: none).  Async-signal-safe. */
+static void arm(unsigned bound)
+{
+    unsigned t = stop_timeout;
+    if (bound > 0 && (t == 0 || bound < t)) t = bound;
+    bound_armed = t != stop_timeout;
+    alarm(t); /* 0 cancels */
+}
+
 static void on_stop(int sig)
 {
     int saved = errno;
     if (!first_signal) {
         first_ms = (sig_atomic_t)now_ms();
         first_signal = sig;
-        unsigned t = stop_timeout;
-        if (step_bound > 0 && (t == 0 || (unsigned)step_bound < t)) t = (unsigned)step_bound;
-        bound_armed = t != stop_timeout;
-        if (t) alarm(t);
+        arm((unsigned)step_bound);
     } else if (now_ms() - (unsigned)first_ms >= 1000u) {
         /* asked twice: stop now, as the signal would without us */
         say("malleus-train: second stop signal: exiting now\n");
@@ -76,10 +83,7 @@ void mal_preempt_step_bound(unsigned seconds)
     /* a request already made waits under the bound of the phase now
      * starting: a step's, or the stop timeout outside steps */
     if (first_signal && !at_boundary) {
-        unsigned t = stop_timeout;
-        if (seconds > 0 && (t == 0 || seconds < t)) t = seconds;
-        bound_armed = t != stop_timeout;
-        alarm(t);
+        arm(seconds);
     }
 }
 
