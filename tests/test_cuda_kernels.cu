@@ -293,6 +293,7 @@ static void test_elementwise(int bf, size_t n, int offset)
     mal_cu_swiglu_fwd(0, bf, po, pg, pu, n);
     mal_cu_swiglu_bwd(0, bf, (char *)dg.p() + offset * es, (char *)du.p() + offset * es, pdy, pg,
                       pu, n);
+    settle(); /* buf::get reads managed memory: the kernels must have finished */
     dvec ro(n), rdg(n), rdu(n), go(n), gdg(n), gdu(n);
     for (size_t i = 0; i < n; i++) {
         double a = G[i + offset], b = U[i + offset], d = DY[i + offset];
@@ -311,6 +312,7 @@ static void test_elementwise(int bf, size_t n, int offset)
     check(what, gdu, rdu, tol_of(bf, 1e-6));
     /* add, in place on a (the residual adds) */
     mal_cu_add(0, bf, pg, pg, pu, n);
+    settle();
     dvec ra(n), ga(n);
     for (size_t i = 0; i < n; i++) ra[i] = G[i + offset] + U[i + offset], ga[i] = g.get(i + offset);
     snprintf(what, sizeof what, "add (out = a) %s", dt(bf));
@@ -323,6 +325,7 @@ static void test_fp32_vec(size_t n, int offset)
     dvec Y = tod(y), X = tod(x);
     mal_cu_accumulate(0, y.data() + offset, x.data() + offset, n);
     mal_cu_scale(0, y.data() + offset, n, 0.75f);
+    settle();
     dvec r(n), got(n);
     for (size_t i = 0; i < n; i++)
         r[i] = (Y[i + offset] + X[i + offset]) * 0.75, got[i] = y[i + offset];

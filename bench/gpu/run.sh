@@ -145,8 +145,6 @@ finish() {
     exit $status
 }
 PY=$(command -v python3)
-MPIEXEC=$(command -v mpiexec.mpich || echo mpiexec)
-export MPIEXEC
 say "run.sh ${CALL:-}: stages: $STAGES (deadline ${DEADLINE} s)"
 
 if has setup; then
@@ -164,6 +162,13 @@ if has setup; then
         touch /tmp/malleus-gpu-setup.done
     fi
 fi
+
+# MPICH's mpiexec exists only after setup has unpacked it: chosen before,
+# a fresh machine's first call took the image's Open MPI mpiexec, which
+# refuses root and runs MPICH programs as singletons (seen 2026-11-26)
+MPIEXEC=$(command -v mpiexec.mpich || echo mpiexec)
+export MPIEXEC
+[ "$MPIEXEC" = mpiexec ] && say "note: no mpiexec.mpich; the multi-rank stages use $(command -v mpiexec || echo nothing)"
 
 if has build; then
     CCMPI=$(command -v mpicc.mpich || echo mpicc)
@@ -216,7 +221,7 @@ for s in 1b 124m; do
 done
 
 # ---- call 2: training, the benchmark against PyTorch, the injected slowdown
-has train && test_stage train 150 60 tests/test_cuda_train.sh
+has train && test_stage train 200 60 tests/test_cuda_train.sh
 if has bench; then
     # bench.py starts each run only where its minimum still fits before
     # --until; a run it leaves out is in the table as NOT RUN

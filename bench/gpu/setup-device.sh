@@ -22,6 +22,12 @@ done
 [ -e "$lib/pkgconfig/openblas.pc" ] ||
     ln -s "$lib/openblas-pthread/pkgconfig/openblas.pc" "$lib/pkgconfig/openblas.pc"
 ldconfig
+# every multi-rank stage starts with mpiexec.mpich: say here if it cannot run
+mpiexec.mpich --version >/dev/null 2>&1 || {
+    echo "setup-device: mpiexec.mpich does not run; missing libraries:" >&2
+    ldd /usr/bin/mpiexec.mpich | grep 'not found' >&2
+    exit 1
+}
 echo "setup-device: $(mpicc.mpich -v 2>&1 | head -1); hdf5-mpich $(pkg-config --modversion hdf5-mpich);" \
     "$(nvcc --version | tail -1); NCCL $(grep -m1 'define NCCL_VERSION_CODE' /usr/include/nccl.h |
         awk '{print $3}'); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
