@@ -131,6 +131,14 @@ double mal_inject_link_stretch(struct mal_trainer *tr, int peer, double dt)
     return dt - mon->link_min[kind] + sleep_extra(f, mon->link_min[kind]);
 }
 
+double mal_inject_link_probe(struct mal_trainer *tr, int peer, double dt)
+{
+    /* the probe's own round trip, not a least one seen: the probe takes
+     * the least of its repetitions itself, and its peer is never late
+     * (the handshake) */
+    return sleep_extra(link_factor(tr, peer, tr->mon.link_step), dt);
+}
+
 int mal_inject_begin_step(struct mal_trainer *tr, int64_t step)
 {
     mal_monitor *mon = &tr->mon;
@@ -219,6 +227,7 @@ int mal_monitor_init(struct mal_trainer *tr)
     mal_policy_params pp;
     mal_policy_defaults(&pp);
     mon->check_every_all = tr->o.check_every > 0 ? tr->o.check_every : pp.check_every;
+    if ((rc = mal_linkprobe_init(tr))) return rc;
     if (tr->world_rank != 0) return 0;
 
     if (tr->o.check_every > 0) pp.check_every = tr->o.check_every;
@@ -266,6 +275,7 @@ void mal_monitor_fini(struct mal_trainer *tr)
         if (k) mal_kern_event_destroy(k, mon->probe_ev[i]);
         mon->probe_ev[i] = NULL;
     }
+    mal_linkprobe_fini(tr);
     mal_policy_destroy(mon->policy);
     mon->policy = NULL;
     free(mon->hostnames);

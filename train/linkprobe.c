@@ -1,0 +1,409 @@
+/* The per-link monitor: an active probe of the links the plan in force
+ * uses, separated from compute and from waiting on a slow peer.
+ *
+ * Timing the messages training sends does not measure a link: a receive
+ * waits for the sender to finish its compute, so on a shared machine it
+ * reads the peer's schedule (a stage boundary with nothing injected read
+ * 1.26x on one link and 0.2-0.6x on its neighbour).  So every K steps, at
+ * the step boundary after the step-wide all-reduce, the ranks run a
+ * ping-pong of a fixed size with each peer they share traffic with: stage
+ * neighbours (the pairs the 1F1B schedule sends between), the members of
+ * a TP group, and the ranks of other pipelines holding some of the same
+ * layers (the gradient sum).  A handshake first makes both sides ready
+ * (the responder has posted its receive before it answers), so the timed
+ * round trip is the two transfers, not the peer's compute; the least of
+ * MAL_LINK_PROBE_REPS round trips is the pair's figure (a descheduled
+ * rank only ever makes one slower).
+ *
+ * The pairs run in rounds, a rank in at most one pair per round (a greedy
+ * edge colouring every rank computes alike from the plan); each rank walks
+ * its pairs in round order, so a rank waits only on one in the same or an
+ * earlier round, and the earliest waiting pair always proceeds: no cycle.
+ *
+ * Rank 0 gathers the round trips and rates each pair against the median
+ * pair of its class (both ends on one node, or on two: different kinds of
+ * links), so load that slows every link alike is no slow link; the rates
+ * feed a re-plan policy of their own over the pairs (replan/policy.h: the
+ * same window, gap and noise floor as the compute monitor's, one sample
+ * per probe).  --inject-link stretches the probe's round trips between its
+ * two ranks like every other message between them (monitor.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mal.h"
+#include "comm/comm.h"
+#include "replan/policy.h"
+#include "train_internal.h"
+
+/* Tags of the probe's messages: above any micro-batch's (pipeline.c) */
+enum { TAG_HELLO = 30001, TAG_PING = 30002, TAG_PONG = 30003 };
+
+static int cmp_pair(const void *x, const void *y)
+{
+    const int *a = x, *b = y;
+    return a[0] != b[0] ? (a[0] > b[0]) - (a[0] < b[0]) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* Add pair {x, y} to list[2 n] (duplicates are removed later). */
+static int add_pair(int **list, int *n, int *cap, int x, int y)
+{
+    if (x == y) return 0;
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 64;
+        int *p = realloc(*list, sizeof *p * 2 * (size_t)nc);
+        if (!p) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
+        *list = p;
+        *cap = nc;
+    }
+    (*list)[2 * *n] = x < y ? x : y;
+    (*list)[2 * *n + 1] = x < y ? y : x;
+    (*n)++;
+    return 0;
+}
+
+/* The pairs of the plan: a TP group's members, the pairs across each stage
+ * boundary (receiver r of the next stage gets activations from sender
+ * r mod a, gradients go back from i mod b to i), and the ranks of two
+ * pipelines that hold a layer in common. */
+static int plan_pairs(const mal_plan *pl, int **out, int *n_out)
+{
+    int *list = NULL, n = 0, cap = 0, rc = 0;
+    for (int p = 0; p < pl->n_pipelines && !rc; p++) {
+        const mal_plan_pipeline *pp = &pl->pipelines[p];
+        for (int s = 0; s < pp->n_stages && !rc; s++) {
+            const mal_plan_stage *st = &pp->stages[s];
+            for (int i = 0; i < st->n_ranks && !rc; i++)
+                for (int j = i + 1; j < st->n_ranks && !rc; j++)
+                    rc = add_pair(&list, &n, &cap, st->ranks[i], st->ranks[j]);
+            if (s + 1 < pp->n_stages) {
+                const mal_plan_stage *nx = &pp->stages[s + 1];
+                for (int r = 0; r < nx->n_ranks && !rc; r++)
+                    rc = add_pair(&list, &n, &cap, st->ranks[r % st->n_ranks], nx->ranks[r]);
+                for (int i = 0; i < st->n_ranks && !rc; i++)
+                    rc = add_pair(&list, &n, &cap, st->ranks[i], nx->ranks[i % nx->n_ranks]);
+            }
+            for (int q = p + 1; q < pl->n_pipelines && !rc; q++) {
+                const mal_plan_pipeline *pq = &pl->pipelines[q];
+                for (int t = 0; t < pq->n_stages && !rc; t++) {
+                    const mal_plan_stage *so = &pq->stages[t];
+                    if (MAL_MIN(so->layer_end, st->layer_end) <=
+                        MAL_MAX(so->layer_begin, st->layer_begin))
+                        continue;
+                    for (int i = 0; i < st->n_ranks && !rc; i++)
+                        for (int j = 0; j < so->n_ranks && !rc; j++)
+                            rc = add_pair(&list, &n, &cap, st->ranks[i], so->ranks[j]);
+                }
+            }
+        }
+    }
+    if (rc) {
+        free(list);
+        return rc;
+    }
+    if (n) qsort(list, (size_t)n, 2 * sizeof *list, cmp_pair);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (m == 0 || list[2 * i] != list[2 * (m - 1)] ||
+            list[2 * i + 1] != list[2 * (m - 1) + 1]) {
+            list[2 * m] = list[2 * i];
+            list[2 * m + 1] = list[2 * i + 1];
+            m++;
+        }
+    *out = list;
+    *n_out = m;
+    return 0;
+}
+
+/* The pairs and their rounds for the plan in force; rank 0's policy over
+ * them anew when they changed (a plan change). */
+static int update_pairs(struct mal_trainer *tr)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    int *pairs = NULL, n = 0, rc;
+    if ((rc = plan_pairs(&tr->plan, &pairs, &n))) return rc;
+    if (lp->pairs && n == lp->n_pairs && !memcmp(pairs, lp->pairs, sizeof *pairs * 2 * (size_t)n)) {
+        free(pairs);
+        return 0;
+    }
+    free(lp->pairs);
+    free(lp->round);
+    free(lp->rtt);
+    free(lp->rates);
+    free(lp->least);
+    free(lp->hist);
+    free(lp->scratch);
+    lp->pairs = pairs;
+    lp->n_pairs = n;
+    lp->round = malloc(sizeof *lp->round * (size_t)(n ? n : 1));
+    lp->rtt = malloc(sizeof *lp->rtt * (size_t)(n ? n : 1));
+    lp->rates = malloc(sizeof *lp->rates * (size_t)(n ? n : 1));
+    lp->least = malloc(sizeof *lp->least * (size_t)(n ? n : 1));
+    lp->scratch = malloc(sizeof *lp->scratch * (size_t)(n ? n : 1));
+    lp->hist = malloc(sizeof *lp->hist * (size_t)(n ? n : 1) * MAL_LINK_PROBE_KEEP);
+    /* the last round each rank is busy in, to colour greedily */
+    int *busy = malloc(sizeof *busy * (size_t)tr->world_size * (size_t)(2 * n + 1));
+    if (!lp->round || !lp->rtt || !lp->rates || !lp->least || !lp->scratch || !lp->hist || !busy) {
+        free(busy);
+        return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
+    }
+    /* busy[r * (2n + 1) + k]: rank r has a pair in round k (at most 2n
+     * rounds are ever needed) */
+    size_t stride = (size_t)(2 * n + 1);
+    memset(busy, 0, sizeof *busy * (size_t)tr->world_size * stride);
+    for (int i = 0; i < n; i++) {
+        int a = pairs[2 * i], b = pairs[2 * i + 1], k = 0;
+        while (busy[(size_t)a * stride + (size_t)k] || busy[(size_t)b * stride + (size_t)k])
+            k++;
+        busy[(size_t)a * stride + (size_t)k] = busy[(size_t)b * stride + (size_t)k] = 1;
+        lp->round[i] = k;
+        lp->rtt[i] = NAN;
+        lp->rates[i] = NAN;
+    }
+    free(busy);
+    lp->advised = 0;
+    lp->trigger_pair = -1;
+    if (tr->world_rank != 0) return 0;
+    mal_policy_destroy(lp->policy);
+    lp->policy = NULL;
+    lp->n_probes = 0;
+    if (!n) return 0;
+    mal_policy_params pp;
+    mal_policy_defaults(&pp);
+    pp.check_every = 1; /* every probe is a check: probes are already K steps apart */
+    if (tr->o.window > 0) pp.window = tr->o.window;
+    if (tr->o.persist > 0) pp.persist = tr->o.persist;
+    if (tr->o.gap > 0) pp.gap = tr->o.gap;
+    if (tr->o.threshold > 0) pp.threshold = tr->o.threshold;
+    /* a link's own noise floor: a shared machine's load moves a round
+     * trip far more than a probe matmul's CPU time */
+    pp.noise_floor = lp->noise_floor;
+    pp.threshold = MAL_MAX(pp.threshold, pp.noise_floor);
+    return mal_policy_create(&pp, n, &lp->policy);
+}
+
+int mal_linkprobe_init(struct mal_trainer *tr)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    lp->every = tr->o.link_probe_every;
+    lp->bytes = tr->o.link_probe_bytes > 0 ? (size_t)tr->o.link_probe_bytes
+                                           : (size_t)MAL_LINK_PROBE_BYTES_DEFAULT;
+    lp->trigger_pair = -1;
+    lp->reps = MAL_LINK_PROBE_REPS;
+    lp->noise_floor =
+        tr->o.link_noise_floor > 0 ? tr->o.link_noise_floor : MAL_LINK_NOISE_FLOOR_DEFAULT;
+    lp->burst = MAL_LINK_PROBE_BURST;
+    if (!tr->world || tr->world_size < 2 || lp->every <= 0) {
+        lp->every = 0;
+        return 0;
+    }
+    for (int i = 0; i < 2; i++)
+        if (!(lp->buf[i] = mal_kern_alloc(tr->k, lp->bytes)))
+            return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory for %zu-byte messages",
+                           lp->bytes);
+    lp->rtt_row = calloc((size_t)tr->world_size, sizeof *lp->rtt_row);
+    if (!lp->rtt_row) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
+    if (tr->world_rank == 0) {
+        lp->rtt_all = calloc((size_t)tr->world_size * (size_t)tr->world_size, sizeof *lp->rtt_all);
+        if (!lp->rtt_all) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
+    }
+    return update_pairs(tr);
+}
+
+void mal_linkprobe_fini(struct mal_trainer *tr)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    for (int i = 0; i < 2; i++)
+        if (lp->buf[i] && tr->k) mal_kern_free(tr->k, lp->buf[i]);
+    free(lp->pairs);
+    free(lp->round);
+    free(lp->rtt_row);
+    free(lp->rtt_all);
+    free(lp->rtt);
+    free(lp->rates);
+    free(lp->least);
+    free(lp->hist);
+    free(lp->scratch);
+    mal_policy_destroy(lp->policy);
+    memset(lp, 0, sizeof *lp);
+}
+
+int mal_linkprobe_due(const struct mal_trainer *tr, int64_t step)
+{
+    const mal_linkprobe *lp = &tr->mon.link;
+    return lp->every > 0 && (step + 1) % lp->every == 0;
+}
+
+static int wait1(struct mal_trainer *tr, mal_comm_req *req)
+{
+    return mal_comm_dp_waitall(tr->world, 1, &req);
+}
+
+/* The initiator's side of one pair: the handshake, then timed bursts; the
+ * least of them, stretched by an injected slow link. */
+static int ping(struct mal_trainer *tr, int peer, double *best)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    mal_comm *w = tr->world;
+    mal_kern k = tr->k;
+    mal_comm_req *rq[MAL_LINK_PROBE_BURST + 1];
+    int rc;
+    {
+        /* hello there and back: the peer has posted the burst's receives
+         * before it answers */
+        if ((rc = mal_comm_dp_isend(w, k, lp->buf[0], 1, peer, TAG_HELLO, &rq[0])) ||
+            (rc = mal_comm_dp_irecv(w, k, lp->buf[1], 1, peer, TAG_HELLO, &rq[1])) ||
+            (rc = mal_comm_dp_waitall(w, 2, rq)))
+            return rc;
+        double t0 = mal_now();
+        if ((rc = mal_comm_dp_irecv(w, k, lp->buf[1], 1, peer, TAG_PONG, &rq[lp->burst])))
+            return rc;
+        for (int i = 0; i < lp->burst; i++)
+            if ((rc = mal_comm_dp_isend(w, k, lp->buf[0], lp->bytes, peer, TAG_PING, &rq[i])))
+                return rc;
+        if ((rc = mal_comm_dp_waitall(w, lp->burst + 1, rq))) return rc;
+        /* every message crossed the link: an injected factor stretches
+         * the burst (sleeping the difference, as for every message) */
+        *best = mal_inject_link_probe(tr, peer, mal_now() - t0);
+    }
+    return 0;
+}
+
+/* The responder's side: the burst's receives are posted before the
+ * handshake's answer, so the initiator never waits on this rank. */
+static int pong(struct mal_trainer *tr, int peer)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    mal_comm *w = tr->world;
+    mal_kern k = tr->k;
+    mal_comm_req *rq[MAL_LINK_PROBE_BURST + 1];
+    int rc;
+    {
+        /* the messages of a burst land in one buffer, in turn: only their
+         * time matters */
+        for (int i = 0; i < lp->burst; i++)
+            if ((rc = mal_comm_dp_irecv(w, k, lp->buf[0], lp->bytes, peer, TAG_PING, &rq[i])))
+                return rc;
+        if ((rc = mal_comm_dp_irecv(w, k, lp->buf[1], 1, peer, TAG_HELLO, &rq[lp->burst])) ||
+            (rc = wait1(tr, rq[lp->burst])) ||
+            (rc = mal_comm_dp_isend(w, k, lp->buf[1], 1, peer, TAG_HELLO, &rq[lp->burst])) ||
+            (rc = wait1(tr, rq[lp->burst])) || (rc = mal_comm_dp_waitall(w, lp->burst, rq)) ||
+            (rc = mal_comm_dp_isend(w, k, lp->buf[1], 1, peer, TAG_PONG, &rq[0])) ||
+            (rc = wait1(tr, rq[0])))
+            return rc;
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Rank 0: each pair's least round trip over its last MAL_LINK_PROBE_KEEP
+ * probes, over the median pair's of its class (a slow link is slow at
+ * every probe; load on a shared machine slows a pair now and then). */
+static void rate_pairs(struct mal_trainer *tr)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    const char *host = tr->mon.hostnames;
+    const int keep = MAL_LINK_PROBE_KEEP, slot = (int)(lp->n_probes % keep);
+    for (int i = 0; i < lp->n_pairs; i++) {
+        int a = lp->pairs[2 * i], b = lp->pairs[2 * i + 1];
+        lp->rtt[i] = lp->rtt_all[(size_t)a * (size_t)tr->world_size + (size_t)b];
+        lp->hist[(size_t)i * keep + (size_t)slot] = lp->rtt[i];
+        /* no rate before `keep` probes: one probe alone is too easily
+         * caught by a burst of load */
+        double m = INFINITY;
+        for (int k = 0; k < keep; k++)
+            m = MAL_MIN(m, lp->hist[(size_t)i * keep + (size_t)k]);
+        lp->least[i] = lp->n_probes + 1 >= keep ? m : NAN;
+    }
+    for (int c = 0; c < 2; c++) {
+        /* class 0: both ends on one node; 1: on two */
+        int m = 0;
+        for (int i = 0; i < lp->n_pairs; i++) {
+            int a = lp->pairs[2 * i], b = lp->pairs[2 * i + 1];
+            int cross = strcmp(host + (size_t)a * MAL_HOSTNAME_LEN,
+                               host + (size_t)b * MAL_HOSTNAME_LEN) != 0;
+            if (cross == c && lp->least[i] > 0) lp->scratch[m++] = lp->least[i];
+        }
+        if (!m) continue;
+        qsort(lp->scratch, (size_t)m, sizeof *lp->scratch, cmp_double);
+        double med =
+            m % 2 ? lp->scratch[m / 2] : 0.5 * (lp->scratch[m / 2 - 1] + lp->scratch[m / 2]);
+        for (int i = 0; i < lp->n_pairs; i++) {
+            int a = lp->pairs[2 * i], b = lp->pairs[2 * i + 1];
+            int cross = strcmp(host + (size_t)a * MAL_HOSTNAME_LEN,
+                               host + (size_t)b * MAL_HOSTNAME_LEN) != 0;
+            if (cross == c) lp->rates[i] = lp->least[i] > 0 && med > 0 ? lp->least[i] / med : NAN;
+        }
+    }
+}
+
+int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    double t0 = mal_now();
+    int rc, me = tr->world_rank;
+    *cost_s = 0;
+    if ((rc = update_pairs(tr))) return rc;
+    for (int r = 0; r < tr->world_size; r++)
+        lp->rtt_row[r] = 0;
+    /* this rank's pairs in round order */
+    /* every pair once per pass, the passes one after another: a pair's
+     * repetitions are spread over the whole probe, so a burst of load
+     * that slows one moment does not slow them all */
+    for (int rep = 0; rep < lp->reps; rep++) {
+        int last = -1;
+        for (;;) {
+            int next = -1, pi = -1;
+            for (int i = 0; i < lp->n_pairs; i++)
+                if ((lp->pairs[2 * i] == me || lp->pairs[2 * i + 1] == me) && lp->round[i] > last &&
+                    (next < 0 || lp->round[i] < next)) {
+                    next = lp->round[i];
+                    pi = i;
+                }
+            if (pi < 0) break;
+            last = next;
+            int a = lp->pairs[2 * pi], b = lp->pairs[2 * pi + 1];
+            double dt;
+            if (a == me) {
+                rc = ping(tr, b, &dt);
+                if (!rc && (rep == 0 || dt < lp->rtt_row[b])) lp->rtt_row[b] = dt;
+            } else {
+                rc = pong(tr, a);
+            }
+            if (rc) return rc;
+        }
+    }
+    lp->cost_s = *cost_s = mal_now() - t0;
+    if ((rc = mal_comm_gather(tr->world, lp->rtt_row, lp->rtt_all,
+                              sizeof *lp->rtt_row * (size_t)tr->world_size, 0)))
+        return rc;
+    if (me != 0 || !lp->n_pairs) return 0;
+    rate_pairs(tr);
+    rc = mal_policy_observe(lp->policy, ++lp->n_probes, lp->rates);
+    if (rc < 0) return rc;
+    lp->advised = rc == 1;
+    lp->trigger_pair = rc == 1 ? mal_policy_trigger_rank(lp->policy) : -1;
+    return 0;
+}
+
+int mal_linkprobe_means(const struct mal_trainer *tr, double *out)
+{
+    const mal_linkprobe *lp = &tr->mon.link;
+    if (!lp->policy || !lp->n_probes) return 0;
+    double *m = malloc(sizeof *m * (size_t)lp->n_pairs);
+    if (!m) return 0;
+    mal_policy_means(lp->policy, m);
+    for (int i = 0; i < lp->n_pairs; i++) {
+        out[3 * i] = lp->pairs[2 * i];
+        out[3 * i + 1] = lp->pairs[2 * i + 1];
+        out[3 * i + 2] = m[i];
+    }
+    free(m);
+    return lp->n_pairs;
+}

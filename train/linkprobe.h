@@ -1,0 +1,71 @@
+/* The per-link monitor (linkprobe.c): an active ping-pong between the rank
+ * pairs that share traffic in the plan in force, every K steps, and the
+ * per-link slowness rates rank 0 derives from it.  Not installed. */
+#ifndef MAL_TRAIN_LINKPROBE_H
+#define MAL_TRAIN_LINKPROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mal_trainer;
+struct mal_policy;
+
+/* Defaults (README "--link-probe-every"): a probe every 50 steps; per
+ * pair the least of 3 bursts of 8 messages of 64 KiB, and of the last 3
+ * probes; rates below 2.0 count as 1.0. */
+enum {
+    MAL_LINK_PROBE_EVERY_DEFAULT = 50,
+    MAL_LINK_PROBE_BYTES_DEFAULT = 65536,
+    MAL_LINK_PROBE_REPS = 3,
+    MAL_LINK_PROBE_BURST = 8,
+    MAL_LINK_PROBE_KEEP = 3
+};
+#define MAL_LINK_NOISE_FLOOR_DEFAULT 2.0
+
+/* Owned by linkprobe.c (mal_linkprobe_init / _fini). */
+typedef struct {
+    int every;          /* probe every `every` steps (0: never) */
+    size_t bytes;       /* the ping-pong's message size */
+    int reps;           /* timed bursts per pair and probe */
+    double noise_floor; /* rates below count as 1.0 */
+    int burst;          /* messages per burst (at most MAL_LINK_PROBE_BURST) */
+    void *buf[2];       /* device buffers of `bytes` */
+    int n_pairs;        /* the pairs of the plan in force */
+    int *pairs;         /* [2 n_pairs]: a < b, sorted */
+    int *round;         /* [n_pairs]: the round each pair runs in */
+    double *rtt_row;    /* [world]: this rank's least round trip to each higher peer */
+    double cost_s;      /* wall time this rank's last probe took */
+    /* rank 0 */
+    double *rtt_all;           /* [world x world] gathered rows */
+    double *rtt;               /* [n_pairs] the last probe's round trips, seconds */
+    double *hist;              /* [n_pairs x MAL_LINK_PROBE_KEEP] the last probes' */
+    double *least;             /* [n_pairs] the least of them */
+    double *scratch;           /* [n_pairs] */
+    double *rates;             /* [n_pairs] rates now: least over the median pair's
+                                * (NaN: not measured) */
+    struct mal_policy *policy; /* over the pairs, one sample per probe */
+    long n_probes;             /* probes so far (the policy's clock) */
+    int advised;               /* the last probe advised a re-plan (a link moved) */
+    int trigger_pair;          /* its pair (-1: none) */
+} mal_linkprobe;
+
+/* Collective over the world: buffers and rank 0's policy for the plan in
+ * force.  _fini (local) frees them; after a failed _init too. */
+int mal_linkprobe_init(struct mal_trainer *tr);
+void mal_linkprobe_fini(struct mal_trainer *tr);
+
+/* Local: whether step `step` (0-based, the one just done) probes the links. */
+int mal_linkprobe_due(const struct mal_trainer *tr, int64_t step);
+
+/* Collective over the world, on every rank at the same step boundary
+ * (after a step-wide collective released them together): ping-pong with
+ * each peer of the plan in force, gather the round trips on rank 0 and
+ * turn them into rates (tr->mon.link); *cost_s: this rank's wall time. */
+int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s);
+
+/* Local; rank 0: the windowed, floored mean rate of every pair of the plan
+ * in force (what a re-plan plans for), as [a, b, rate] triples into
+ * out[3 n_pairs]; returns n_pairs (0 before the first probe). */
+int mal_linkprobe_means(const struct mal_trainer *tr, double *out);
+
+#endif /* MAL_TRAIN_LINKPROBE_H */
