@@ -11,14 +11,14 @@ struct mal_trainer;
 struct mal_policy;
 
 /* Defaults (README "--link-probe-every"): a probe every 50 steps; per
- * pair the least of 3 bursts of 8 messages of 64 KiB, and of the last 3
+ * pair the least of 3 bursts of 8 messages of 64 KiB, and of the last 4
  * probes; rates below 2.0 count as 1.0. */
 enum {
     MAL_LINK_PROBE_EVERY_DEFAULT = 50,
     MAL_LINK_PROBE_BYTES_DEFAULT = 65536,
     MAL_LINK_PROBE_REPS = 3,
     MAL_LINK_PROBE_BURST = 8,
-    MAL_LINK_PROBE_KEEP = 3
+    MAL_LINK_PROBE_KEEP = 4
 };
 #define MAL_LINK_NOISE_FLOOR_DEFAULT 2.0
 

@@ -1,0 +1,76 @@
+#!/bin/sh
+# The link monitor (README "Link monitor"), 4 ranks, two pipelines of TP 2
+# (pairs: the TP groups 0-1 and 2-3, the gradient-sum peers 0-2 0-3 1-2
+# 1-3), a probe every 2 steps:
+#  1. nothing injected: every probe step carries each pair's round trip,
+#     rates from the fourth probe on; the monitor never says a link moved
+#     and malleus-replan --links reads no slow link from the metrics;
+#  2. --inject-link 0:1:8 (a slow link inside a TP group): the probe's own
+#     messages are stretched, the monitor says link 0-1 moved and rates it
+#     between 3 and 16 while every other pair stays healthy, as
+#     malleus-replan --links reads the metrics;
+#  3. --inject 1:8 (a slow rank, not a slow link): no link moves;
+#  4. --link-probe-every 0: no probe, no link fields.
+set -u
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+TAG=test_link_monitor
+TRAIN=$top_builddir/malleus-train
+REPLAN=$top_builddir/malleus-replan
+MPIRUN="sh $top_srcdir/tests/mpirun.sh"
+[ -x "$TRAIN" ] || { echo "$TAG: $TRAIN not built"; exit 99; }
+W=$(mktemp -d "${TMPDIR:-/tmp}/$TAG.XXXXXX") || exit 99
+trap 'rm -rf "$W"' EXIT
+fail() { echo "$TAG: FAIL: $*"; exit 1; }
+COMMON="--model tiny --global-batch 8 --micro-batch 2 --threads 1 --dp 2 --tp 2 --log-every 0"
+
+run() { # NAME STEPS [ARGS...]
+    name=$1 steps=$2
+    shift 2
+    # shellcheck disable=SC2086
+    $MPIRUN 4 120 "$TRAIN" $COMMON --steps "$steps" --metrics "$W/$name.jsonl" "$@" \
+        >"$W/$name.log" 2>&1 || { cat "$W/$name.log"; fail "run $name"; }
+}
+# every [a, b, x] triple of field F in the rows of file NAME, one per line
+triples() {
+    sed -n "s/.*\"$2\": \[\(\[[^]]*\]\(, \[[^]]*\]\)*\)\].*/\1/p" "$W/$1.jsonl" |
+        sed 's/\], \[/\n/g; s/[][]//g; s/,//g'
+}
+
+# 1. healthy
+run healthy 20 --link-probe-every 2
+probes=$(grep -c '"link_rtt_us": \[\[' "$W/healthy.jsonl")
+[ "$probes" -eq 10 ] || fail "expected 10 probe rows in 20 steps, got $probes"
+[ "$(triples healthy link_rtt_us | awk '{print $1 "-" $2}' | sort -u | tr '\n' ' ')" = \
+    "0-1 0-2 0-3 1-2 1-3 2-3 " ] || fail "the probe does not cover the plan's pairs: $(triples healthy link_rtt_us | head -6)"
+grep '"step": 6,' "$W/healthy.jsonl" | grep -q '"link_rates": \[\]' ||
+    fail "a rate before the fourth probe"
+triples healthy link_rates_raw | awk '{ if ($3 > m) m = $3 } END { print "healthy: largest rate " m }'
+grep -q link_moved "$W/healthy.jsonl" && fail "the monitor says a healthy link moved"
+replan() { # NAME: the planner's reading of its metrics
+    "$REPLAN" --world-size 4 --ranks-per-node 4 --memory-mb 16384 --model tiny \
+        --micro-batches 4 --links "$W/$1.jsonl" --explain >"$W/$1.plan" 2>&1 ||
+        { cat "$W/$1.plan"; fail "malleus-replan --links $1.jsonl"; }
+}
+replan healthy
+grep 'link [0-9]' "$W/healthy.plan" && fail "the planner reads a slow link from a healthy run"
+
+# 2. a slow link inside TP group 0-1
+run slow 20 --link-probe-every 2 --inject-link 0:1:8
+grep -q '"link_moved": \[0, 1\]' "$W/slow.jsonl" || fail "the monitor did not find link 0-1"
+replan slow
+grep 'link [0-9]' "$W/slow.plan"
+grep 'link [0-9]' "$W/slow.plan" | grep -v 'link 0-1 (rate' && fail "the planner reads another slow link"
+# the planner's rate: the mean of the last two probes' (1.0 below the
+# link noise floor, 2.0)
+grep 'link 0-1 (rate' "$W/slow.plan" | sed 's/.*rate \([0-9.]*\).*/\1/' |
+    awk '{ exit !($1 >= 3 && $1 <= 16) }' || fail "link 0-1 is not rated between 3 and 16"
+
+# 3. a slow rank is no slow link: its compute is 8x, its links are healthy
+run straggler 16 --link-probe-every 2 --inject 1:8
+grep -q link_moved "$W/straggler.jsonl" && fail "a straggling rank made its links look slow"
+
+# 4. off
+run off 4 --link-probe-every 0
+grep -q link_ "$W/off.jsonl" && fail "--link-probe-every 0 still probes"
+echo "$TAG: ok"
