@@ -31,6 +31,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/mal.h"
 #include "comm/comm.h"
@@ -116,6 +117,27 @@ static int plan_pairs(const mal_plan *pl, int **out, int *n_out)
     return 0;
 }
 
+/* round[n]: a round for each of pairs[2 n], a rank in at most one pair
+ * per round (greedy, in the pairs' order: every rank computes the same). */
+static int colour(const int *pairs, int n, int world, int *round)
+{
+    /* busy[r * (2n + 1) + k]: rank r has a pair in round k (at most 2n
+     * rounds are ever needed) */
+    size_t stride = (size_t)(2 * n + 1);
+    unsigned char *busy = calloc((size_t)world * stride, 1);
+    if (!busy) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
+    for (int i = 0; i < n; i++) {
+        size_t a = (size_t)pairs[2 * i] * stride, b = (size_t)pairs[2 * i + 1] * stride;
+        int k = 0;
+        while (busy[a + (size_t)k] || busy[b + (size_t)k])
+            k++;
+        busy[a + (size_t)k] = busy[b + (size_t)k] = 1;
+        round[i] = k;
+    }
+    free(busy);
+    return 0;
+}
+
 /* The pairs and their rounds for the plan in force; rank 0's policy over
  * them anew when they changed (a plan change). */
 static int update_pairs(struct mal_trainer *tr)
@@ -142,26 +164,11 @@ static int update_pairs(struct mal_trainer *tr)
     lp->least = malloc(sizeof *lp->least * (size_t)(n ? n : 1));
     lp->scratch = malloc(sizeof *lp->scratch * (size_t)(n ? n : 1));
     lp->hist = malloc(sizeof *lp->hist * (size_t)(n ? n : 1) * MAL_LINK_PROBE_KEEP);
-    /* the last round each rank is busy in, to colour greedily */
-    int *busy = malloc(sizeof *busy * (size_t)tr->world_size * (size_t)(2 * n + 1));
-    if (!lp->round || !lp->rtt || !lp->rates || !lp->least || !lp->scratch || !lp->hist || !busy) {
-        free(busy);
+    if (!lp->round || !lp->rtt || !lp->rates || !lp->least || !lp->scratch || !lp->hist)
         return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
-    }
-    /* busy[r * (2n + 1) + k]: rank r has a pair in round k (at most 2n
-     * rounds are ever needed) */
-    size_t stride = (size_t)(2 * n + 1);
-    memset(busy, 0, sizeof *busy * (size_t)tr->world_size * stride);
-    for (int i = 0; i < n; i++) {
-        int a = pairs[2 * i], b = pairs[2 * i + 1], k = 0;
-        while (busy[(size_t)a * stride + (size_t)k] || busy[(size_t)b * stride + (size_t)k])
-            k++;
-        busy[(size_t)a * stride + (size_t)k] = busy[(size_t)b * stride + (size_t)k] = 1;
-        lp->round[i] = k;
-        lp->rtt[i] = NAN;
-        lp->rates[i] = NAN;
-    }
-    free(busy);
+    if ((rc = colour(pairs, n, tr->world_size, lp->round))) return rc;
+    for (int i = 0; i < n; i++)
+        lp->rtt[i] = lp->rates[i] = NAN;
     lp->advised = 0;
     lp->trigger_pair = -1;
     if (tr->world_rank != 0) return 0;
@@ -235,63 +242,102 @@ int mal_linkprobe_due(const struct mal_trainer *tr, int64_t step)
     return lp->every > 0 && (step + 1) % lp->every == 0;
 }
 
-static int wait1(struct mal_trainer *tr, mal_comm_req *req)
+/* What one pass of ping-pongs needs: the data plane, two device buffers
+ * of `bytes`, and the trainer whose --inject-link stretches the bursts
+ * (NULL: none). */
+typedef struct {
+    mal_comm *w;
+    mal_kern k;
+    void *buf[2];
+    size_t bytes;
+    int burst;
+    struct mal_trainer *tr;
+} probe_ctx;
+
+static int wait1(const probe_ctx *c, mal_comm_req *req)
 {
-    return mal_comm_dp_waitall(tr->world, 1, &req);
+    return mal_comm_dp_waitall(c->w, 1, &req);
 }
 
-/* The initiator's side of one pair: the handshake, then timed bursts; the
- * least of them, stretched by an injected slow link. */
-static int ping(struct mal_trainer *tr, int peer, double *best)
+/* The initiator's side of one pair: the handshake, then a timed burst,
+ * stretched by an injected slow link, into *dt. */
+static int ping(const probe_ctx *c, int peer, double *dt)
 {
-    mal_linkprobe *lp = &tr->mon.link;
-    mal_comm *w = tr->world;
-    mal_kern k = tr->k;
     mal_comm_req *rq[MAL_LINK_PROBE_BURST + 1];
     int rc;
-    {
-        /* hello there and back: the peer has posted the burst's receives
-         * before it answers */
-        if ((rc = mal_comm_dp_isend(w, k, lp->buf[0], 1, peer, TAG_HELLO, &rq[0])) ||
-            (rc = mal_comm_dp_irecv(w, k, lp->buf[1], 1, peer, TAG_HELLO, &rq[1])) ||
-            (rc = mal_comm_dp_waitall(w, 2, rq)))
+    /* hello there and back: the peer has posted the burst's receives
+     * before it answers */
+    if ((rc = mal_comm_dp_isend(c->w, c->k, c->buf[0], 1, peer, TAG_HELLO, &rq[0])) ||
+        (rc = mal_comm_dp_irecv(c->w, c->k, c->buf[1], 1, peer, TAG_HELLO, &rq[1])) ||
+        (rc = mal_comm_dp_waitall(c->w, 2, rq)))
+        return rc;
+    double t0 = mal_now();
+    if ((rc = mal_comm_dp_irecv(c->w, c->k, c->buf[1], 1, peer, TAG_PONG, &rq[c->burst])))
+        return rc;
+    for (int i = 0; i < c->burst; i++)
+        if ((rc = mal_comm_dp_isend(c->w, c->k, c->buf[0], c->bytes, peer, TAG_PING, &rq[i])))
             return rc;
-        double t0 = mal_now();
-        if ((rc = mal_comm_dp_irecv(w, k, lp->buf[1], 1, peer, TAG_PONG, &rq[lp->burst])))
-            return rc;
-        for (int i = 0; i < lp->burst; i++)
-            if ((rc = mal_comm_dp_isend(w, k, lp->buf[0], lp->bytes, peer, TAG_PING, &rq[i])))
-                return rc;
-        if ((rc = mal_comm_dp_waitall(w, lp->burst + 1, rq))) return rc;
-        /* every message crossed the link: an injected factor stretches
-         * the burst (sleeping the difference, as for every message) */
-        *best = mal_inject_link_probe(tr, peer, mal_now() - t0);
-    }
+    if ((rc = mal_comm_dp_waitall(c->w, c->burst + 1, rq))) return rc;
+    *dt = mal_now() - t0;
+    /* every message crossed the link: an injected factor stretches the
+     * burst (sleeping the difference, as for every message) */
+    if (c->tr) *dt = mal_inject_link_probe(c->tr, peer, *dt);
     return 0;
 }
 
 /* The responder's side: the burst's receives are posted before the
  * handshake's answer, so the initiator never waits on this rank. */
-static int pong(struct mal_trainer *tr, int peer)
+static int pong(const probe_ctx *c, int peer)
 {
-    mal_linkprobe *lp = &tr->mon.link;
-    mal_comm *w = tr->world;
-    mal_kern k = tr->k;
     mal_comm_req *rq[MAL_LINK_PROBE_BURST + 1];
     int rc;
-    {
-        /* the messages of a burst land in one buffer, in turn: only their
-         * time matters */
-        for (int i = 0; i < lp->burst; i++)
-            if ((rc = mal_comm_dp_irecv(w, k, lp->buf[0], lp->bytes, peer, TAG_PING, &rq[i])))
-                return rc;
-        if ((rc = mal_comm_dp_irecv(w, k, lp->buf[1], 1, peer, TAG_HELLO, &rq[lp->burst])) ||
-            (rc = wait1(tr, rq[lp->burst])) ||
-            (rc = mal_comm_dp_isend(w, k, lp->buf[1], 1, peer, TAG_HELLO, &rq[lp->burst])) ||
-            (rc = wait1(tr, rq[lp->burst])) || (rc = mal_comm_dp_waitall(w, lp->burst, rq)) ||
-            (rc = mal_comm_dp_isend(w, k, lp->buf[1], 1, peer, TAG_PONG, &rq[0])) ||
-            (rc = wait1(tr, rq[0])))
+    /* the messages of a burst land in one buffer, in turn: only their
+     * time matters */
+    for (int i = 0; i < c->burst; i++)
+        if ((rc = mal_comm_dp_irecv(c->w, c->k, c->buf[0], c->bytes, peer, TAG_PING, &rq[i])))
             return rc;
+    if ((rc = mal_comm_dp_irecv(c->w, c->k, c->buf[1], 1, peer, TAG_HELLO, &rq[c->burst])) ||
+        (rc = wait1(c, rq[c->burst])) ||
+        (rc = mal_comm_dp_isend(c->w, c->k, c->buf[1], 1, peer, TAG_HELLO, &rq[c->burst])) ||
+        (rc = wait1(c, rq[c->burst])) || (rc = mal_comm_dp_waitall(c->w, c->burst, rq)) ||
+        (rc = mal_comm_dp_isend(c->w, c->k, c->buf[1], 1, peer, TAG_PONG, &rq[0])) ||
+        (rc = wait1(c, rq[0])))
+        return rc;
+    return 0;
+}
+
+/* `reps` passes over pairs[2 n] in their rounds; row[peer] (this rank
+ * initiates pairs with higher ranks): the least burst time.  Every pair
+ * once per pass, the passes one after another: a pair's repetitions are
+ * spread over the whole probe, so a burst of load that slows one moment
+ * does not slow them all. */
+static int probe_pairs(const probe_ctx *c, int me, const int *pairs, const int *round, int n,
+                       int reps, double *row)
+{
+    int rc;
+    for (int rep = 0; rep < reps; rep++) {
+        int last = -1;
+        for (;;) {
+            /* this rank's next pair in round order */
+            int next = -1, pi = -1;
+            for (int i = 0; i < n; i++)
+                if ((pairs[2 * i] == me || pairs[2 * i + 1] == me) && round[i] > last &&
+                    (next < 0 || round[i] < next)) {
+                    next = round[i];
+                    pi = i;
+                }
+            if (pi < 0) break;
+            last = next;
+            int a = pairs[2 * pi], b = pairs[2 * pi + 1];
+            double dt;
+            if (a == me) {
+                rc = ping(c, b, &dt);
+                if (!rc && (rep == 0 || dt < row[b])) row[b] = dt;
+            } else {
+                rc = pong(c, a);
+            }
+            if (rc) return rc;
+        }
     }
     return 0;
 }
@@ -352,33 +398,9 @@ int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s)
     if ((rc = update_pairs(tr))) return rc;
     for (int r = 0; r < tr->world_size; r++)
         lp->rtt_row[r] = 0;
-    /* this rank's pairs in round order */
-    /* every pair once per pass, the passes one after another: a pair's
-     * repetitions are spread over the whole probe, so a burst of load
-     * that slows one moment does not slow them all */
-    for (int rep = 0; rep < lp->reps; rep++) {
-        int last = -1;
-        for (;;) {
-            int next = -1, pi = -1;
-            for (int i = 0; i < lp->n_pairs; i++)
-                if ((lp->pairs[2 * i] == me || lp->pairs[2 * i + 1] == me) && lp->round[i] > last &&
-                    (next < 0 || lp->round[i] < next)) {
-                    next = lp->round[i];
-                    pi = i;
-                }
-            if (pi < 0) break;
-            last = next;
-            int a = lp->pairs[2 * pi], b = lp->pairs[2 * pi + 1];
-            double dt;
-            if (a == me) {
-                rc = ping(tr, b, &dt);
-                if (!rc && (rep == 0 || dt < lp->rtt_row[b])) lp->rtt_row[b] = dt;
-            } else {
-                rc = pong(tr, a);
-            }
-            if (rc) return rc;
-        }
-    }
+    probe_ctx c = {tr->world, tr->k, {lp->buf[0], lp->buf[1]}, lp->bytes, lp->burst, tr};
+    if ((rc = probe_pairs(&c, me, lp->pairs, lp->round, lp->n_pairs, lp->reps, lp->rtt_row)))
+        return rc;
     lp->cost_s = *cost_s = mal_now() - t0;
     if ((rc = mal_comm_gather(tr->world, lp->rtt_row, lp->rtt_all,
                               sizeof *lp->rtt_row * (size_t)tr->world_size, 0)))
@@ -406,4 +428,98 @@ int mal_linkprobe_means(const struct mal_trainer *tr, double *out)
     }
     free(m);
     return lp->n_pairs;
+}
+
+static double median_of(double *v, int m)
+{
+    qsort(v, (size_t)m, sizeof *v, cmp_double);
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+void mal_link_figures_fini(mal_link_figures *f)
+{
+    free(f->pair);
+    memset(f, 0, sizeof *f);
+}
+
+int mal_linkprobe_figures(mal_comm *world, mal_kern k, mal_link_figures *out)
+{
+    memset(out, 0, sizeof *out);
+    const int nr = world->size, me = world->rank, n = nr * (nr - 1) / 2;
+    const size_t bytes = MAL_LINK_PROBE_BYTES_DEFAULT;
+    if (nr < 2) return 0;
+    int *pairs = malloc(sizeof *pairs * 2 * (size_t)n), *round = malloc(sizeof *round * (size_t)n);
+    double *row = calloc(2 * (size_t)nr, sizeof *row), *all = NULL, *v = NULL;
+    char name[MAL_HOSTNAME_LEN], *hosts = NULL;
+    void *buf[2] = {mal_kern_alloc(k, bytes), mal_kern_alloc(k, bytes)};
+    int rc = 0;
+    if (me == 0) {
+        all = calloc(2 * (size_t)nr * (size_t)nr, sizeof *all);
+        hosts = calloc((size_t)nr, MAL_HOSTNAME_LEN);
+        v = malloc(sizeof *v * (size_t)n);
+        out->pair = malloc(sizeof *out->pair * 5 * (size_t)n);
+    }
+    if (!pairs || !round || !row || !buf[0] || !buf[1] ||
+        (me == 0 && (!all || !hosts || !v || !out->pair))) {
+        rc = MAL_ERR(MAL_ENOMEM, "link figures: out of memory");
+        goto cleanup;
+    }
+    int i = 0;
+    for (int a = 0; a < nr; a++)
+        for (int b = a + 1; b < nr; b++, i++) {
+            pairs[2 * i] = a;
+            pairs[2 * i + 1] = b;
+        }
+    if ((rc = colour(pairs, n, nr, round))) goto cleanup;
+    /* latency: a 1-byte message and its 1-byte answer; bandwidth: a burst
+     * less that, both the least of 9 */
+    probe_ctx small = {world, k, {buf[0], buf[1]}, 1, 1, NULL};
+    probe_ctx big = {world, k, {buf[0], buf[1]}, bytes, MAL_LINK_PROBE_BURST, NULL};
+    if ((rc = probe_pairs(&small, me, pairs, round, n, 9, row)) ||
+        (rc = probe_pairs(&big, me, pairs, round, n, 9, row + nr)))
+        goto cleanup;
+    memset(name, 0, sizeof name);
+    if (gethostname(name, sizeof name - 1) != 0) snprintf(name, sizeof name, "unknown");
+    if ((rc = mal_comm_gather(world, row, all, sizeof *row * 2 * (size_t)nr, 0)) ||
+        (rc = mal_comm_gather(world, name, hosts, MAL_HOSTNAME_LEN, 0)) || me != 0)
+        goto cleanup;
+    out->n = n;
+    for (i = 0; i < n; i++) {
+        int a = pairs[2 * i], b = pairs[2 * i + 1];
+        double ts = all[(size_t)a * 2 * (size_t)nr + (size_t)b];
+        double tb = all[(size_t)a * 2 * (size_t)nr + (size_t)nr + (size_t)b];
+        double *f = out->pair + 5 * (size_t)i;
+        f[0] = a;
+        f[1] = b;
+        f[4] =
+            strcmp(hosts + (size_t)a * MAL_HOSTNAME_LEN, hosts + (size_t)b * MAL_HOSTNAME_LEN) != 0;
+        f[2] = ts / 2;
+        /* a burst no slower than the latency's round trip: timer noise;
+         * its whole time then bounds the bandwidth from below */
+        f[3] = (double)bytes * MAL_LINK_PROBE_BURST / (tb > ts ? tb - ts : tb);
+    }
+    for (int c = 0; c < 2; c++)
+        for (int q = 2; q < 4; q++) {
+            int m = 0;
+            for (i = 0; i < n; i++)
+                if (out->pair[5 * (size_t)i + 4] == c)
+                    v[m++] = out->pair[5 * (size_t)i + (size_t)q];
+            if (!m) continue;
+            double med = median_of(v, m);
+            if (c == 0 && q == 2) out->latency = med;
+            if (c == 0 && q == 3) out->bandwidth = med;
+            if (c == 1 && q == 2) out->node_latency = med;
+            if (c == 1 && q == 3) out->node_bandwidth = med;
+        }
+cleanup:
+    for (int b = 0; b < 2; b++)
+        if (buf[b]) mal_kern_free(k, buf[b]);
+    free(pairs);
+    free(round);
+    free(row);
+    free(all);
+    free(hosts);
+    free(v);
+    if (rc) mal_link_figures_fini(out);
+    return rc;
 }

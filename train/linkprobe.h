@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
+
 struct mal_trainer;
 struct mal_policy;
 
@@ -67,5 +69,24 @@ int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s);
  * in force (what a re-plan plans for), as [a, b, rate] triples into
  * out[3 n_pairs]; returns n_pairs (0 before the first probe). */
 int mal_linkprobe_means(const struct mal_trainer *tr, double *out);
+
+/* Link figures of the whole job (malleus-train --profile): every rank
+ * pair's latency (half the least round trip of a 1-byte message) and
+ * bandwidth (a burst of 8 x 64 KiB, less that round trip), by the same
+ * handshake and ping-pong as the monitor; the medians of the pairs within
+ * a node and of those between nodes (0 where there are none). */
+typedef struct mal_link_figures {
+    double latency, bandwidth;           /* s, bytes/s */
+    double node_latency, node_bandwidth; /* between nodes */
+    int n;                               /* rank 0: the pairs */
+    double *pair; /* rank 0: [n x 5] a, b, latency, bandwidth, 1 between nodes (else 0) */
+} mal_link_figures;
+
+/* Collective over `world` (every rank, its kernel instance k for the
+ * buffers); the figures on rank 0 (*out owned by the caller, freed with
+ * mal_link_figures_fini; zero for one rank). */
+struct mal_comm;
+int mal_linkprobe_figures(struct mal_comm *world, mal_kern k, mal_link_figures *out);
+void mal_link_figures_fini(mal_link_figures *f);
 
 #endif /* MAL_TRAIN_LINKPROBE_H */

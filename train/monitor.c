@@ -227,7 +227,6 @@ int mal_monitor_init(struct mal_trainer *tr)
     mal_policy_params pp;
     mal_policy_defaults(&pp);
     mon->check_every_all = tr->o.check_every > 0 ? tr->o.check_every : pp.check_every;
-    if ((rc = mal_linkprobe_init(tr))) return rc;
     if (tr->world_rank != 0) return 0;
 
     if (tr->o.check_every > 0) pp.check_every = tr->o.check_every;
@@ -275,7 +274,6 @@ void mal_monitor_fini(struct mal_trainer *tr)
         if (k) mal_kern_event_destroy(k, mon->probe_ev[i]);
         mon->probe_ev[i] = NULL;
     }
-    mal_linkprobe_fini(tr);
     mal_policy_destroy(mon->policy);
     mon->policy = NULL;
     free(mon->hostnames);

@@ -81,7 +81,8 @@ static int setup_layout(mal_trainer *tr)
         tr->tally.rank_times = calloc((size_t)tr->world_size, sizeof *tr->tally.rank_times);
         if (!tr->tally.rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
     }
-    return mal_monitor_init(tr);
+    if ((rc = mal_monitor_init(tr))) return rc;
+    return mal_linkprobe_init(tr);
 }
 
 /* The local part of set-up: kernel instance, plan, data and its checks. */
@@ -227,6 +228,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_train_ckpt_fini(tr);
     if (tr->metrics) fclose(tr->metrics);
     mal_trainer_part_fini(tr);
+    mal_linkprobe_fini(tr);
     mal_monitor_fini(tr);
     mal_comm_destroy(tr->world);
     mal_data_destroy(tr->data);

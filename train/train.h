@@ -366,11 +366,14 @@ struct mal_sample_options;
 int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_new,
                        const struct mal_sample_options *so, int *out);
 
+struct mal_link_figures;
 /* Local.  Measure a planner profile of `cfg` on kernel instance k (one
  * layer's forward + backward per TP size up to nominal_tp, memory from the
- * runtime's own layout) and write it as JSON to f (replan/README.md). */
+ * runtime's own layout) and write it as JSON to f (replan/README.md), with
+ * the job's link figures `links` measured before (linkprobe.h; NULL or
+ * no pairs: none). */
 int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int micro_batch, int nominal_tp,
-                        FILE *f);
+                        const struct mal_link_figures *links, FILE *f);
 
 /* Local.  The kernel instance the trainer computes on (owned by it). */
 mal_kern mal_trainer_kernels(const mal_trainer *tr);
