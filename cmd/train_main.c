@@ -205,6 +205,10 @@ int main(int argc, char **argv)
         {MAL_OPT_DOUBLE, "link-noise-floor", .metavar = "X", .target = &o->link_noise_floor,
          .flo = 1, .fhi = 1000,
          .help = "link rates below X count as 1.0 (default: 2.0)"},
+        {MAL_OPT_DOUBLE, "link-gap", .metavar = "G", .target = &o->link_gap, .flo = 0.01,
+         .fhi = 20,
+         .help = "a link's rate moved when it changed by 2^G times\n"
+                 "(default: 1, a doubling or a halving)"},
         {MAL_OPT_INT, "ranks-per-node", .metavar = "N", .target = &o->ranks_per_node, .lo = 1,
          .hi = 1 << 20, .help = "node size for the online planner (default: all ranks)"},
         {MAL_OPT_DOUBLE, "device-memory-mb", .metavar = "X", .target = &o->device_memory_mb,

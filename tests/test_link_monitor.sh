@@ -10,7 +10,9 @@
 #     between 3 and 16 while every other pair stays healthy, as
 #     malleus-replan --links reads the metrics;
 #  3. --inject 1:8 (a slow rank, not a slow link): no link moves;
-#  4. --link-probe-every 0: no probe, no link fields.
+#  4. --adapt online with that slow link: a re-plan advised by the link,
+#     an online plan change that moves the TP group off it;
+#  5. --link-probe-every 0: no probe, no link fields.
 set -u
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
@@ -70,7 +72,19 @@ grep 'link 0-1 (rate' "$W/slow.plan" | sed 's/.*rate \([0-9.]*\).*/\1/' |
 run straggler 16 --link-probe-every 2 --inject 1:8
 grep -q link_moved "$W/straggler.jsonl" && fail "a straggling rank made its links look slow"
 
-# 4. off
+# 4. --adapt online: the slow link inside TP group 0-1 advises a re-plan,
+#    the planner plans for the measured link and the job changes plan so
+#    that no TP group holds both 0 and 1
+run online 24 --link-probe-every 2 --inject-link 0:1:8 --adapt online --change-cost 0
+grep -q 'monitor: re-plan advised at step [0-9]* (link 0-1, rate' "$W/online.log" ||
+    fail "the slow link advised no re-plan: $(grep -i 're-plan' "$W/online.log")"
+change=$(grep 'plan change (online) at step' "$W/online.log" | head -1)
+echo "${change#*: }" | cut -c1-160
+groups=$(echo "$change" | sed 's/.*new plan [0-9a-f]*: //; s/, predicted.*//' | grep -o '\[[0-9,]*:')
+[ -n "$groups" ] || fail "no online plan change: $(grep -i 're-plan' "$W/online.log")"
+echo "$groups" | grep -q -e '\[0,1:' -e '\[1,0:' && fail "the new plan keeps link 0-1 inside a TP group"
+
+# 5. off
 run off 4 --link-probe-every 0
 grep -q link_ "$W/off.jsonl" && fail "--link-probe-every 0 still probes"
 echo "$TAG: ok"

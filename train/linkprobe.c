@@ -36,6 +36,7 @@
 #include "base/mal.h"
 #include "comm/comm.h"
 #include "replan/policy.h"
+#include "replan/replan.h"
 #include "train_internal.h"
 
 /* Tags of the probe's messages: above any micro-batch's (pipeline.c) */
@@ -138,6 +139,18 @@ static int colour(const int *pairs, int n, int world, int *round)
     return 0;
 }
 
+/* A link rate on the policy's scale, and back (rates below 1 are healthy
+ * links alike). */
+static double to_log(double rate)
+{
+    return isnan(rate) ? rate : 1.0 + log2(MAL_MAX(rate, 1.0));
+}
+
+static double from_log(double v)
+{
+    return exp2(v - 1.0);
+}
+
 /* The pairs and their rounds for the plan in force; rank 0's policy over
  * them anew when they changed (a plan change). */
 static int update_pairs(struct mal_trainer *tr)
@@ -181,13 +194,23 @@ static int update_pairs(struct mal_trainer *tr)
     pp.check_every = 1; /* every probe is a check: probes are already K steps apart */
     if (tr->o.window > 0) pp.window = tr->o.window;
     if (tr->o.persist > 0) pp.persist = tr->o.persist;
-    if (tr->o.gap > 0) pp.gap = tr->o.gap;
-    if (tr->o.threshold > 0) pp.threshold = tr->o.threshold;
-    /* a link's own noise floor: a shared machine's load moves a round
-     * trip far more than a probe matmul's CPU time */
-    pp.noise_floor = lp->noise_floor;
-    pp.threshold = MAL_MAX(pp.threshold, pp.noise_floor);
-    return mal_policy_create(&pp, n, &lp->policy);
+    /* The policy sees each rate on a log scale, 1 + log2(rate): a link's
+     * time scatters in proportion to it (a link at 8x reads 6.4-9 from one
+     * probe to the next), so a move is a factor, --link-gap in doublings.
+     * Its own noise floor: a shared machine's load moves a round trip far
+     * more than a probe matmul's CPU time. */
+    pp.gap = tr->o.link_gap > 0 ? tr->o.link_gap : MAL_LINK_GAP_DEFAULT;
+    pp.noise_floor = to_log(lp->noise_floor);
+    pp.threshold = pp.noise_floor;
+    if ((rc = mal_policy_create(&pp, n, &lp->policy))) return rc;
+    /* the new plan was made for the links as last measured: a pair already
+     * known slow is no news */
+    for (int i = 0; i < n; i++) {
+        double k =
+            lp->known[(size_t)pairs[2 * i] * (size_t)tr->world_size + (size_t)pairs[2 * i + 1]];
+        lp->scratch[i] = to_log(k > 0 ? k : 1.0);
+    }
+    return mal_policy_set_plan(lp->policy, lp->scratch, NULL);
 }
 
 int mal_linkprobe_init(struct mal_trainer *tr)
@@ -213,7 +236,8 @@ int mal_linkprobe_init(struct mal_trainer *tr)
     if (!lp->rtt_row) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
     if (tr->world_rank == 0) {
         lp->rtt_all = calloc((size_t)tr->world_size * (size_t)tr->world_size, sizeof *lp->rtt_all);
-        if (!lp->rtt_all) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
+        lp->known = calloc((size_t)tr->world_size * (size_t)tr->world_size, sizeof *lp->known);
+        if (!lp->rtt_all || !lp->known) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
     }
     return update_pairs(tr);
 }
@@ -227,6 +251,7 @@ void mal_linkprobe_fini(struct mal_trainer *tr)
     free(lp->round);
     free(lp->rtt_row);
     free(lp->rtt_all);
+    free(lp->known);
     free(lp->rtt);
     free(lp->rates);
     free(lp->least);
@@ -407,27 +432,48 @@ int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s)
         return rc;
     if (me != 0 || !lp->n_pairs) return 0;
     rate_pairs(tr);
-    rc = mal_policy_observe(lp->policy, ++lp->n_probes, lp->rates);
+    for (int i = 0; i < lp->n_pairs; i++)
+        lp->scratch[i] = to_log(lp->rates[i]);
+    rc = mal_policy_observe(lp->policy, ++lp->n_probes, lp->scratch);
     if (rc < 0) return rc;
     lp->advised = rc == 1;
     lp->trigger_pair = rc == 1 ? mal_policy_trigger_rank(lp->policy) : -1;
+    lp->pending |= lp->advised;
+    if (lp->n_probes >= MAL_LINK_PROBE_KEEP) {
+        mal_policy_means(lp->policy, lp->scratch);
+        for (int i = 0; i < lp->n_pairs; i++)
+            lp->known[(size_t)lp->pairs[2 * i] * (size_t)tr->world_size +
+                      (size_t)lp->pairs[2 * i + 1]] = from_log(lp->scratch[i]);
+    }
     return 0;
 }
 
-int mal_linkprobe_means(const struct mal_trainer *tr, double *out)
+int mal_linkprobe_links(const struct mal_trainer *tr, mal_links *ln)
 {
     const mal_linkprobe *lp = &tr->mon.link;
-    if (!lp->policy || !lp->n_probes) return 0;
+    const int w = tr->world_size;
+    int rc = 0;
+    memset(ln, 0, sizeof *ln);
+    if (!lp->known) return 0;
+    for (int a = 0; a < w && !rc; a++)
+        for (int b = a + 1; b < w && !rc; b++)
+            if (lp->known[(size_t)a * (size_t)w + (size_t)b] > 1.0)
+                rc = mal_links_set(ln, a, b, lp->known[(size_t)a * (size_t)w + (size_t)b]);
+    if (rc) mal_links_fini(ln);
+    return rc;
+}
+
+int mal_linkprobe_rebase(struct mal_trainer *tr)
+{
+    mal_linkprobe *lp = &tr->mon.link;
+    lp->pending = 0;
+    if (tr->world_rank != 0 || !lp->policy || !lp->n_probes) return 0;
     double *m = malloc(sizeof *m * (size_t)lp->n_pairs);
-    if (!m) return 0;
+    if (!m) return MAL_ERR(MAL_ENOMEM, "link monitor: out of memory");
     mal_policy_means(lp->policy, m);
-    for (int i = 0; i < lp->n_pairs; i++) {
-        out[3 * i] = lp->pairs[2 * i];
-        out[3 * i + 1] = lp->pairs[2 * i + 1];
-        out[3 * i + 2] = m[i];
-    }
+    int rc = mal_policy_set_plan(lp->policy, m, NULL);
     free(m);
-    return lp->n_pairs;
+    return rc;
 }
 
 static double median_of(double *v, int m)

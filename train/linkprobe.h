@@ -23,6 +23,8 @@ enum {
     MAL_LINK_PROBE_KEEP = 4
 };
 #define MAL_LINK_NOISE_FLOOR_DEFAULT 2.0
+/* A link's rate has moved when it doubled or halved (--link-gap 1). */
+#define MAL_LINK_GAP_DEFAULT 1.0
 
 /* Owned by linkprobe.c (mal_linkprobe_init / _fini). */
 typedef struct {
@@ -46,8 +48,12 @@ typedef struct {
     double *rates;             /* [n_pairs] rates now: least over the median pair's
                                 * (NaN: not measured) */
     struct mal_policy *policy; /* over the pairs, one sample per probe */
+    double *known;             /* [world x world] each pair's latest windowed rate, kept
+                                * across plan changes (0: never measured) */
     long n_probes;             /* probes so far (the policy's clock) */
     int advised;               /* the last probe advised a re-plan (a link moved) */
+    int pending;               /* a link moved since the plan's baseline was set: the next
+                                * check step advises a re-plan (--adapt) */
     int trigger_pair;          /* its pair (-1: none) */
 } mal_linkprobe;
 
@@ -65,10 +71,14 @@ int mal_linkprobe_due(const struct mal_trainer *tr, int64_t step);
  * turn them into rates (tr->mon.link); *cost_s: this rank's wall time. */
 int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s);
 
-/* Local; rank 0: the windowed, floored mean rate of every pair of the plan
- * in force (what a re-plan plans for), as [a, b, rate] triples into
- * out[3 n_pairs]; returns n_pairs (0 before the first probe). */
-int mal_linkprobe_means(const struct mal_trainer *tr, double *out);
+struct mal_links;
+/* Local; rank 0: the slow links now (the policy's windowed, floored mean
+ * rate of each pair of the plan in force above 1) into *ln (owned by the
+ * caller, empty before: mal_links_fini). */
+int mal_linkprobe_links(const struct mal_trainer *tr, struct mal_links *ln);
+/* Local; rank 0 (a no-op elsewhere): the links' rates now become the
+ * policy's baseline (after a re-plan, or a decision to keep the plan). */
+int mal_linkprobe_rebase(struct mal_trainer *tr);
 
 /* Link figures of the whole job (malleus-train --profile): every rank
  * pair's latency (half the least round trip of a 1-byte message) and

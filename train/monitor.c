@@ -327,6 +327,11 @@ int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st)
         if (rc < 0) return rc;
         advise[0] = rc == 1 && tr->o.adapt != MAL_ADAPT_OFF;
         advise[1] = rc == 1 ? mal_policy_trigger_rank(mon->policy) : -1;
+        /* a link that moved (linkprobe.c) advises at a check step: no
+         * rank triggered it */
+        if (!advise[0] && mon->link.pending && tr->o.adapt != MAL_ADAPT_OFF &&
+            tr->step % mon->check_every_all == 0)
+            advise[0] = 1;
         if (st) st->rates = mon->rates;
     }
     /* Only check steps can advise; every rank knows which they are. */

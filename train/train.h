@@ -143,6 +143,7 @@ typedef struct {
                                 * mal_train_defaults: 20) */
     int link_probe_bytes;      /* its message size (0: 64 KiB) */
     double link_noise_floor;   /* link rates below count as 1.0 (0: default 2.0) */
+    double link_gap;           /* a link rate moved by 2^gap times (0: default 1) */
     int ranks_per_node;        /* for the planner (0: all ranks on one node) */
     double device_memory_mb;   /* for the planner (0: 16384) */
     const char *profile;       /* planner profile: preset name or JSON file (NULL: derived) */
