@@ -40,9 +40,9 @@ triples() {
 }
 
 # 1. healthy
-run healthy 20 --link-probe-every 2
+run healthy 16 --link-probe-every 2
 probes=$(grep -c '"link_rtt_us": \[\[' "$W/healthy.jsonl")
-[ "$probes" -eq 10 ] || fail "expected 10 probe rows in 20 steps, got $probes"
+[ "$probes" -eq 8 ] || fail "expected 8 probe rows in 16 steps, got $probes"
 [ "$(triples healthy link_rtt_us | awk '{print $1 "-" $2}' | sort -u | tr '\n' ' ')" = \
     "0-1 0-2 0-3 1-2 1-3 2-3 " ] || fail "the probe does not cover the plan's pairs: $(triples healthy link_rtt_us | head -6)"
 grep '"step": 6,' "$W/healthy.jsonl" | grep -q '"link_rates": \[\]' ||
@@ -58,7 +58,7 @@ replan healthy
 grep 'link [0-9]' "$W/healthy.plan" && fail "the planner reads a slow link from a healthy run"
 
 # 2. a slow link inside TP group 0-1
-run slow 20 --link-probe-every 2 --inject-link 0:1:8
+run slow 16 --link-probe-every 2 --inject-link 0:1:8
 grep -q '"link_moved": \[0, 1\]' "$W/slow.jsonl" || fail "the monitor did not find link 0-1"
 replan slow
 grep 'link [0-9]' "$W/slow.plan"
@@ -69,7 +69,7 @@ grep 'link 0-1 (rate' "$W/slow.plan" | sed 's/.*rate \([0-9.]*\).*/\1/' |
     awk '{ exit !($1 >= 3 && $1 <= 16) }' || fail "link 0-1 is not rated between 3 and 16"
 
 # 3. a slow rank is no slow link: its compute is 8x, its links are healthy
-run straggler 16 --link-probe-every 2 --inject 1:8
+run straggler 12 --link-probe-every 2 --inject 1:8
 grep -q link_moved "$W/straggler.jsonl" && fail "a straggling rank made its links look slow"
 
 # 4. --adapt online: the slow link inside TP group 0-1 advises a re-plan,
