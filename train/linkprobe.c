@@ -10,23 +10,29 @@
  * neighbours (the pairs the 1F1B schedule sends between), the members of
  * a TP group, and the ranks of other pipelines holding some of the same
  * layers (the gradient sum).  A handshake first makes both sides ready
- * (the responder has posted its receive before it answers), so the timed
- * round trip is the two transfers, not the peer's compute; the least of
- * MAL_LINK_PROBE_REPS round trips is the pair's figure (a descheduled
- * rank only ever makes one slower).
+ * (the responder has posted its receives before it answers), so the timed
+ * burst (MAL_LINK_PROBE_BURST messages and a 1-byte answer) is the
+ * transfers, not the peer's compute; the least of MAL_LINK_PROBE_REPS
+ * bursts, spread over the probe, is the pair's figure (a descheduled rank
+ * only ever makes one slower).
  *
  * The pairs run in rounds, a rank in at most one pair per round (a greedy
  * edge colouring every rank computes alike from the plan); each rank walks
  * its pairs in round order, so a rank waits only on one in the same or an
  * earlier round, and the earliest waiting pair always proceeds: no cycle.
  *
- * Rank 0 gathers the round trips and rates each pair against the median
- * pair of its class (both ends on one node, or on two: different kinds of
- * links), so load that slows every link alike is no slow link; the rates
- * feed a re-plan policy of their own over the pairs (replan/policy.h: the
- * same window, gap and noise floor as the compute monitor's, one sample
- * per probe).  --inject-link stretches the probe's round trips between its
- * two ranks like every other message between them (monitor.c).
+ * Rank 0 gathers the times and rates each pair: its least time over the
+ * last MAL_LINK_PROBE_KEEP probes against the median pair's of its class
+ * (both ends on one node, or on two: different kinds of links), so load
+ * that slows every link alike is no slow link.  The rates feed a re-plan
+ * policy of their own over the pairs (replan/policy.h, one sample per
+ * probe, on a log scale: below); a link that moved advises a re-plan at
+ * the next check step (monitor.c), which plans for the links as measured
+ * (change.c).  --inject-link stretches the probe's bursts between its two
+ * ranks like every other message between them (monitor.c).
+ *
+ * The same ping-pong measures every pair's latency and bandwidth for
+ * malleus-train --profile (mal_linkprobe_figures).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -57,8 +57,9 @@ typedef struct {
     int trigger_pair;          /* its pair (-1: none) */
 } mal_linkprobe;
 
-/* Collective over the world: buffers and rank 0's policy for the plan in
- * force.  _fini (local) frees them; after a failed _init too. */
+/* Local, on every rank (a no-op without MPI or with one rank): buffers,
+ * the pairs of the plan in force and rank 0's policy.  _fini (local) frees
+ * them; after a failed _init too. */
 int mal_linkprobe_init(struct mal_trainer *tr);
 void mal_linkprobe_fini(struct mal_trainer *tr);
 
@@ -72,9 +73,9 @@ int mal_linkprobe_due(const struct mal_trainer *tr, int64_t step);
 int mal_linkprobe_run(struct mal_trainer *tr, double *cost_s);
 
 struct mal_links;
-/* Local; rank 0: the slow links now (the policy's windowed, floored mean
- * rate of each pair of the plan in force above 1) into *ln (owned by the
- * caller, empty before: mal_links_fini). */
+/* Local; rank 0: the slow links now (each pair's windowed, floored rate
+ * as last measured, under this plan or an earlier one, above 1) into *ln
+ * (owned by the caller: mal_links_fini). */
 int mal_linkprobe_links(const struct mal_trainer *tr, struct mal_links *ln);
 /* Local; rank 0 (a no-op elsewhere): the links' rates now become the
  * policy's baseline (after a re-plan, or a decision to keep the plan). */
