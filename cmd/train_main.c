@@ -228,7 +228,8 @@ int main(int argc, char **argv)
          .help = "TEST FEATURE: every message between ranks A and B takes\n"
                  "F times its measured time (sleeps) from step FROM to TO:\n"
                  "stage-boundary sends, the TP all-reduces of a group\n"
-                 "holding both, their gradient sum; repeatable"},
+                 "holding both, their gradient sum, the link monitor's\n"
+                 "probe; repeatable"},
         {MAL_OPT_CHOICE, "inject-mode", .metavar = "MODE", .target = &o->inject_mode,
          .choices = inject_modes, .values = inject_mode_values,
          .help = "how --inject slows a rank: sleep (default: sleeps of\n"

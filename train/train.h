@@ -32,8 +32,9 @@ typedef struct {
  * takes `factor` times its measured time during steps [from, to) (to < 0:
  * forever), by sleeping (README "Slow links").  The messages: the
  * activations and gradients a stage boundary carries between them, the
- * TP all-reduces of a group holding both, and the gradient sum of two
- * pipelines' ranks that hold the same layers. */
+ * TP all-reduces of a group holding both, the gradient sum of two
+ * pipelines' ranks that hold the same layers, and the link monitor's
+ * probe between them (linkprobe.h). */
 typedef struct {
     int a, b;
     double factor;
