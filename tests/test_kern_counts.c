@@ -7,8 +7,9 @@
  * drains they make on the CUDA backend (each operation's launches read
  * from the CUDA launchers, the table below).  Checks that the optimizer
  * and the gradient norm are one multi-tensor operation each, not one per
- * tensor; that a layer zeroes what the backward accumulates into and no
- * more; and that the step's drains are the ones the host needs.
+ * tensor; and that a layer's memsets, the step's full drains and its
+ * event waits are no more than today's (9, 6 and 5: bench/gpu/NOTES.md
+ * lists them and which the host needs).
  * Usage: test_kern_counts [preset ...] (default: 124m 1b). */
 #include <stdio.h>
 #include <string.h>
@@ -129,14 +130,16 @@ static void report(const char *preset)
     CHECK(c[MAL_KOP_ADAMW_MULTI] == 1 && c[MAL_KOP_ADAMW] == 0);
     CHECK(c[MAL_KOP_SUMSQ_MULTI] == 1 && c[MAL_KOP_SUMSQ] == 0);
     CHECK(d[MAL_KOP_ADAMW_MULTI] == 1 && d[MAL_KOP_SUMSQ_MULTI] == 1);
-    /* a layer's backward zeroes the activation gradients it accumulates
-     * into: d_s, d_g, d_u, d_h (MLP), d_ao, d_q, d_k, d_v, d_h (attention) */
-    CHECK(c[MAL_KOP_ZERO] - d[MAL_KOP_ZERO] == 9);
-    /* drains: the batch upload and the loss read (the host's arrays), the
+    /* No more than today (a change that removes one lowers the bound
+     * here).  A layer's backward zeroes the activation gradients it
+     * accumulates into: d_s, d_g, d_u, d_h (MLP), d_ao, d_q, d_k, d_v, d_h
+     * (attention). */
+    CHECK(c[MAL_KOP_ZERO] - d[MAL_KOP_ZERO] <= 9);
+    /* Drains: the batch upload and the loss read (the host's arrays), the
      * forward's and the backward's ends, the norm's read, the optimizer's
-     * end; the monitor's probe waits for each of its five samples */
-    CHECK(drains == 6);
-    CHECK(c[MAL_KOP_EVENT_WAIT] == 5);
+     * end; the monitor's probe waits for each of its five samples. */
+    CHECK(drains <= 6);
+    CHECK(c[MAL_KOP_EVENT_WAIT] <= 5);
 }
 
 int main(int argc, char **argv)
