@@ -218,7 +218,7 @@ typedef struct {
  * kernel launches, zero a memset, sync and queue_wait a full wait for the
  * queue (a drain), event_elapsed a wait for one event. */
 typedef enum {
-    MAL_KOP_ZERO,
+    MAL_KOP_ZERO, /* zero, or zero_multi of several buffers */
     MAL_KOP_COPY, /* memcpy2d and its wrappers, any direction */
     MAL_KOP_SYNC,
     MAL_KOP_QUEUE_WAIT,
@@ -287,6 +287,10 @@ struct mal_kernels_ops {
     void (*host_free)(mal_kern k, void *p);
     /* bytes of device buffer x = 0 (queued). */
     void (*zero)(mal_kern k, void *x, size_t bytes);
+    /* Optional (NULL: mal_kern_zero_multi calls zero per buffer).  bytes[i]
+     * of device buffer bufs[i] = 0 for each of `count` buffers (queued),
+     * in as few launches as the backend can. */
+    void (*zero_multi)(mal_kern k, void *const *bufs, const size_t *bytes, int count);
     /* Strided 2-D copy (queued), cudaMemcpy2DAsync's semantics: `rows` runs
      * of `width` bytes, the i-th from src + i*spitch to dst + i*dpitch
      * (pitches >= width when rows > 1).  `kind` says which side is device
@@ -644,6 +648,19 @@ static inline void mal_kern_zero(mal_kern k, void *x, size_t bytes)
 {
     mal_kern_count(k, MAL_KOP_ZERO);
     k->ops->zero(k, x, bytes);
+}
+/* Several buffers zeroed by one operation (counted as one zero): one
+ * launch on a GPU instead of a memset each. */
+static inline void mal_kern_zero_multi(mal_kern k, void *const *bufs, const size_t *bytes,
+                                       int count)
+{
+    mal_kern_count(k, MAL_KOP_ZERO);
+    if (k->ops->zero_multi) {
+        k->ops->zero_multi(k, bufs, bytes, count);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        k->ops->zero(k, bufs[i], bytes[i]);
 }
 static inline void mal_kern_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src,
                                      size_t spitch, size_t width, size_t rows, mal_copy_kind kind)

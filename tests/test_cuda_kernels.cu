@@ -612,6 +612,45 @@ static void test_adamw_multi(int bf)
     check_bits("adamw multi-tensor param, no working copy", p2, p);
 }
 
+/* Several buffers zeroed by one launch (the backward's activation
+ * gradients): every byte of each buffer zero, every byte around them
+ * untouched, at any alignment and length (the 16-byte stores start at the
+ * first boundary), more buffers than a launch's table holds. */
+static void test_zero_multi(void)
+{
+    const int nb = MAL_CU_ZERO_MT + 9;
+    std::vector<size_t> off(nb), len(nb);
+    size_t at = 16;
+    for (int j = 0; j < nb; j++) {
+        const size_t sizes[] = {0, 1, 15, 16, 17, 255, 4096, 16383, 16384, 16385, 40000};
+        len[j] = sizes[j % 11] + (j % 4 == 3 ? (size_t)(urand() * 100) : 0);
+        off[j] = at + (j % 5); /* 0..4 bytes past a 16-byte boundary */
+        at = (off[j] + len[j] + 16 + 15) & ~(size_t)15;
+    }
+    mvec<unsigned char> mem(at + 16, 0xab);
+    std::vector<unsigned char> want(mem.begin(), mem.end());
+    std::vector<void *> bufs(nb);
+    for (int j = 0; j < nb; j++) {
+        bufs[j] = mem.data() + off[j];
+        memset(want.data() + off[j], 0, len[j]);
+    }
+    const int launches = mal_cu_zero_multi(0, bufs.data(), len.data(), nb);
+    settle();
+    size_t bad = 0;
+    for (size_t i = 0; i < mem.size(); i++) bad += mem[i] != want[i];
+    int nonzero = 0;
+    for (int j = 0; j < nb; j++) nonzero += len[j] > 0;
+    const int wl = (nonzero + MAL_CU_ZERO_MT - 1) / MAL_CU_ZERO_MT;
+    dvec got(1, (double)bad);
+    check("zero multi-buffer: bytes not as expected", got, dvec(1, 0.0), 0);
+    if (launches != wl) {
+        printf("zero multi-buffer: %d launches for %d buffers, expected %d   <-- FAIL\n", launches,
+               nonzero, wl);
+        failures++;
+    }
+    if (pass == 0) printf("zero multi-buffer: %d buffers in %d launches\n", nb, launches);
+}
+
 /* The runs of the gradient norm (whole tensors, column shards of
  * row-major matrices, empty ones) in tables of `cap` runs (the launcher's
  * own capacity, or a small one that takes several tables: the emulation
@@ -1085,6 +1124,7 @@ static void run_kernels(void)
         test_adamw(bf, 1001);
         test_adamw_multi(bf);
     }
+    test_zero_multi();
     test_fp32_vec(4099, 0);
     test_fp32_vec(1000, 3);
     test_attention_limits();

@@ -522,6 +522,22 @@ static void test_multi_tensor(void)
            ok ? "the same bits" : "DIFFER   <-- FAIL");
     failures += !ok;
     mal_kern_free(G, a1), mal_kern_free(G, a2);
+    /* several buffers zeroed by one operation: views of Gr at odd byte
+     * offsets and lengths; the bytes between them untouched */
+    {
+        float *before = down(G, Gr.g, n, 0), *after;
+        void *const zb[] = {(char *)Gr.g + 3, (char *)Gr.g + 1000, (char *)Gr.g + 20000};
+        const size_t zn[] = {70, 16385, 7};
+        mal_kern_zero_multi(G, zb, zn, 3);
+        after = down(G, Gr.g, n, 0);
+        unsigned char *b = (unsigned char *)before, *a = (unsigned char *)after;
+        for (int i = 0; i < 3; i++)
+            memset(b + ((char *)zb[i] - (char *)Gr.g), 0, zn[i]);
+        const int zok = !memcmp(a, b, n * sizeof(float));
+        printf("zero of several buffers: %s\n", zok ? "ok" : "WRONG BYTES   <-- FAIL");
+        failures += !zok;
+        free(before), free(after);
+    }
     drop(&P), drop(&Gr), drop(&M), drop(&Vv), drop(&W), drop(&P2), drop(&M2), drop(&V2), drop(&W2);
     free(p), free(g), free(m), free(v), free(w0);
 }

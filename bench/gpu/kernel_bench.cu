@@ -617,6 +617,36 @@ static void bench_optimizer(const shape &s)
     drop(g), drop(p1), drop(m1), drop(v1), drop(w1), drop(p2), drop(m2), drop(v2), drop(w2);
 }
 
+/* The MLP block's zeroing in the backward (d_s, d_g, d_u, d_h, bf16): a
+ * memset each, as the step did first, against one multi-buffer launch. */
+static void bench_zero(const shape &s)
+{
+    const size_t NF = (size_t)s.B * s.T * s.F * 2, NC = (size_t)s.B * s.T * s.C * 2;
+    void *b[4];
+    const size_t n[4] = {NF, NF, NF, NC};
+    for (int i = 0; i < 4; i++) b[i] = mal_kern_alloc(K, n[i]);
+    auto each = [&] {
+        for (int i = 0; i < 4; i++) CU(cudaMemsetAsync(b[i], 0, n[i], S));
+    };
+    auto multi = [&] { mal_cu_zero_multi(S, b, n, 4); };
+    /* filled with ones, then zeroed: sampled bytes (the last of each too) */
+    for (int i = 0; i < 4; i++) CU(cudaMemsetAsync(b[i], 0xff, n[i], S));
+    multi();
+    errs ez;
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k <= SAMPLES; k++) {
+            unsigned char h = 1;
+            const size_t at = k == SAMPLES ? n[i] - 1 : pick(n[i]);
+            CU(cudaMemcpyAsync(&h, (unsigned char *)b[i] + at, 1, cudaMemcpyDeviceToHost, S));
+            CU(cudaStreamSynchronize(S));
+            ez.add(h, 0);
+        }
+    const double bytes = 3.0 * NF + NC;
+    row("zero MLP grads x4 memset", s, time_us(each), 0, bytes, ez, 0);
+    row("zero MLP grads, one kernel", s, time_us(multi), 0, bytes, ez, 0);
+    for (int i = 0; i < 4; i++) mal_kern_free(K, b[i]);
+}
+
 static void bench_embedding(const shape &s)
 {
     const int N = s.B * s.T, C = s.C, V = s.V;
@@ -843,6 +873,7 @@ static void bench_shape(const shape &s)
     bench_attention(s);
     bench_elementwise(s);
     bench_optimizer(s);
+    bench_zero(s);
     bench_matmul(s, "w1/w3 (one)", N, s.C, s.F);
     bench_swiglu(s);
     bench_matmul(s, "w2", N, s.F, s.C);

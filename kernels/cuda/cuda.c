@@ -216,6 +216,13 @@ static void op_zero(mal_kern k, void *x, size_t bytes)
     if (bytes) cu_ok(st, cudaMemsetAsync(x, 0, bytes, st->stream), "zero");
 }
 
+static void op_zero_multi(mal_kern k, void *const *bufs, const size_t *bytes, int count)
+{
+    cu_state *st = st_of(k);
+    mal_cu_zero_multi(st->stream, bufs, bytes, count);
+    launched(st, "zero (several buffers)");
+}
+
 static void op_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src, size_t spitch,
                         size_t width, size_t rows, mal_copy_kind kind)
 {
@@ -898,6 +905,7 @@ static const mal_kernels_ops cuda_ops = {
     .host_alloc = op_host_alloc,
     .host_free = op_host_free,
     .zero = op_zero,
+    .zero_multi = op_zero_multi,
     .memcpy2d = op_memcpy2d,
     .sync = op_sync,
     .queue_wait = op_queue_wait,

@@ -56,6 +56,11 @@ void mal_cu_swiglu_bwd(mal_cu_stream s, int bf16, void *dgate, void *dup, const 
 void mal_cu_add(mal_cu_stream s, int bf16, void *out, const void *a, const void *b, size_t n);
 void mal_cu_accumulate(mal_cu_stream s, float *y, const float *x, size_t n);
 void mal_cu_scale(mal_cu_stream s, float *x, size_t n, float f);
+/* bytes[i] of bufs[i] = 0 for each of `count` buffers, in one launch per
+ * MAL_CU_ZERO_MT of them (the table in the kernel's parameters) instead
+ * of a memset each; returns the launches it queued. */
+enum { MAL_CU_ZERO_MT = 64 };
+int mal_cu_zero_multi(mal_cu_stream s, void *const *bufs, const size_t *bytes, int count);
 
 /* acc[0] (device double) += sum of squares of `rows` runs of `width`
  * floats `pitch` apart; scratch: mal_cu_sumsq_scratch_bytes(). */
