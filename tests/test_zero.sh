@@ -7,7 +7,8 @@
 # after the backward pass, and (tiny-llama3) moved online half way onto
 # another plan (tests/plans/four_moved.json: the moments made whole, moved,
 # shared out again): the same losses and parameters as one process and
-# bitwise those of --zero 0, each Adam moment kept once; and three
+# bitwise those of --zero 0, each Adam moment kept once, each rank's peak
+# memory lower by (at least 0.9 x) the moments it saves; and three
 # replicas (tests/plans/three_replicas.json: holder sets of 3 ranks over
 # the ring, within 1e-4 of one process, the moments a third).  Then
 # malleus-train: a --zero other than 0 or 1 is refused before anything is
@@ -46,7 +47,8 @@ expect "--zero expects an integer in \[0, 1\]" --zero 2 --snapshot-dir "$W/snap"
 grep -q 'moments 1.50' "$W/out" && grep -q 'sharded over the holders' "$W/out" ||
     { cat "$W/out"; echo "FAIL: --zero 1 run: no moments in the summary"; fails=$((fails + 1)); }
 # The memory check before allocating counts a rank's share of the moments:
-# on four.json rank 2 needs 4571081 bytes whole, 4373445 sharded, and 17 MiB
+# on four.json rank 2 needs 4571081 bytes whole, 4176497 sharded (the sums of
+# its regions stay in the buckets), and 17 MiB
 # over the 4 ranks of this machine leaves each 4456448.
 for z in 0 1; do
     MALLEUS_MEMORY_MB=17 sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny \
