@@ -188,6 +188,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     rc = o->profile_path ? mal_profile_read(&prof, o->profile_path, o->micro_batch_size)
                          : mal_profile_preset(&prof, o->model, o->micro_batch_size);
     if (rc) goto done;
+    prof.zero = o->zero;
     if (o->print_profile) {
         rc = mal_profile_write(&prof, out);
         goto done;

@@ -807,8 +807,8 @@ static void adamw_run(mal_gradsync *g, const mal_optim_config *oc, float *param,
  * range of a matrix is a run per row), the gradient sums and moments read
  * packed.  The parameters of the region need no packed copy beside the
  * sums: the update is made where they live, then packed for the gather. */
-static void step_region(mal_gradsync *g, const mal_optim_config *oc, const zero_unit *u,
-                        float lr, float scale, int t)
+static void step_region(mal_gradsync *g, const mal_optim_config *oc, const zero_unit *u, float lr,
+                        float scale, int t)
 {
     mal_model *m = g->m;
     const float *sums = region_sums(g, u);
