@@ -56,8 +56,9 @@
  * updated parameters are packed into the same buffer and all-gathered to
  * every holder (the buckets' gathers in flight together).  The split
  * follows the holder set of each piece, not a uniform data-parallel
- * group, so it holds for replicas in pipelines of any depth and TP size.  Pieces no group sums are updated by their holder alone,
- * moments kept compact.  The update being element-wise, a step gives the
+ * group, so it holds for replicas in pipelines of any depth and TP size.
+ * Pieces no group sums are updated by their holder alone, moments kept
+ * compact.  The update being element-wise, a step gives the
  * bits of the unsharded one given the same sums; the reduce-scatter adds
  * in the order the all-reduce does for holder sets of up to 64 KiB of
  * gradients (beyond, the ring's blocks are the regions: last bits may

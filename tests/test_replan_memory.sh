@@ -6,6 +6,11 @@
 # figure the stage line reports (the cost model's), and every stage has
 # its line -- in a plan's report and in --simulate --explain, on a uniform
 # plan, a two-stage pipeline beside a TP-2 replica and uneven stages.
+# The plan-dependent terms: the scratch and pipeline buffers, the gradient
+# sum's copy of the gradients (only where a stage's layers have replicas),
+# the moments a --zero 1 rank does not keep (half on two pipelines), a
+# tied embedding held once by a one-stage pipeline, and a layer measured
+# at the stage's own TP size (a profile that has the figures per size).
 set -u
 BIN="${REPLAN_BIN:-${top_builddir:-.}/malleus-replan}"
 P="${top_srcdir:-.}/tests/plans"
@@ -94,6 +99,12 @@ EXPECT_G=1 ZERO_RATIO=1 run "simulate four.json --zero 1" 3 $C --model tiny \
     --simulate "$P/four.json" --explain --zero 1
 EXPECT_G=0 run "simulate one.json" 1 --world-size 1 --ranks-per-node 1 --memory-mb 1000 -b 2 \
     -M 8 --model tiny --simulate "$P/one.json" --explain --zero 1
+# Tied embeddings (tiny-llama3): a one-stage pipeline holds the
+# embedding's state once, the LM head's logits besides.
+run "simulate one.json, tied embeddings" 1 --world-size 1 --ranks-per-node 1 --memory-mb 1000 \
+    -b 2 -M 8 --model tiny-llama3 --simulate "$P/one.json" --explain
+grep -q "embedding/head 2 x [0-9.]* x TP [0-9]*/1 - tied [0-9.]* =" "$T/out" ||
+    { echo "FAIL: no tied copy left out"; cat "$T/out"; fails=$((fails + 1)); }
 # A profile with a layer's memory measured at every TP size (as
 # malleus-train --profile writes it): each stage's layers come from its
 # own size's figures, not the nominal size's scaled.
