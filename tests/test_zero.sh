@@ -15,7 +15,8 @@
 # written (exit 2, naming the flag); a one-process run
 # reports its moments in the memory summary, and the memory check before
 # allocating counts the sharded moments (a plan refused with --zero 0
-# fits with --zero 1).
+# fits with --zero 1); without --zero, a plan with replicas is sharded and
+# one process is not.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -63,6 +64,14 @@ for z in 0 1; do
         fails=$((fails + 1))
     fi
 done
+# The default: sharded where the plan has replicas (four.json: two
+# pipelines), whole where it has none (one process).
+sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny --plan "$P/four.json" \
+    --global-batch 16 --steps 1 --threads 1 >"$W/out" 2>&1 &&
+    grep -q 'sharded over the holders' "$W/out" &&
+    "$TRAIN" --model tiny --steps 1 --global-batch 4 --micro-batch 2 --threads 1 >"$W/out1" 2>&1 &&
+    grep -q 'whole on every replica' "$W/out1" && echo "ok: default --zero: 1 on four.json, 0 alone" ||
+    { cat "$W/out" "$W/out1"; echo "FAIL: default --zero"; fails=$((fails + 1)); }
 # Snapshots: each rank writes the moments it keeps (its regions, as
 # rectangles); a snapshot is read whatever wrote it.  On four.json, the
 # snapshots of step 2 (runs with snapshots every 2 steps) resume to the
