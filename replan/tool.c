@@ -28,6 +28,9 @@ void mal_replan_opts_init(mal_replan_opts *o)
     o->micro_batch_size = 1;
     o->search = MAL_REPLAN_AUTO;
     o->time_limit = MAL_REPLAN_TIME_LIMIT;
+    /* malleus-train's default: sharded wherever a plan has replicas (a
+     * plan without them has no moments to share out either way) */
+    o->zero = 1;
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them

@@ -87,7 +87,7 @@ run() { # NAME STAGES ARGS...
 }
 C="--world-size 4 --ranks-per-node 4 --memory-mb 1000 -b 2 -M 8"
 run "plan, tiny, 4 ranks" 2 $C --model tiny --uniform --explain -o "$T/plan.json"
-run "simulate four.json" 3 $C --model tiny --simulate "$P/four.json" --explain
+run "simulate four.json --zero 0" 3 $C --model tiny --simulate "$P/four.json" --explain --zero 0
 run "simulate uneven_stages.json" 7 --world-size 8 --ranks-per-node 8 --memory-mb 1000 -b 2 \
     -M 8 --model tiny --simulate "$P/uneven_stages.json" --explain
 run "plan, 70b, 64 ranks" 8 --world-size 64 --ranks-per-node 8 --memory-mb 81920 --model 70b \
