@@ -11,7 +11,8 @@
 # nominal TP size of the plan's largest group.  The runtime's figure is each
 # rank's peak of the memory accountant (the kernel table's buffers, the
 # "memory peak per rank" summary) after STEPS steps under mpiexec with
-# --zero 0 and --zero 1.  The planner's fixed overhead X is process memory
+# --zero 0 and --zero 1, each against the planner's --zero 0 / --zero 1
+# prediction.  The planner's fixed overhead X is process memory
 # (the preset's guess, or the resident set the profile measured) that the
 # accountant does not count, so the ratio is measured / (prediction - X).
 #
@@ -31,7 +32,7 @@ while getopts m:s:o:h opt; do
     m) models=$OPTARG ;;
     s) steps=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -116,8 +117,9 @@ INFO
         C="--world-size $world --ranks-per-node $world --memory-mb 1048576 -b $mbs -M $nmb"
         ok=1
         "$BUILD/malleus-replan" $C -p "$out/preset-$model-tp$tp.json" --simulate "$plan" \
-            --explain >"$pre.preset" 2>&1 &&
-            "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain >"$pre.measured" 2>&1 &&
+            --explain --zero 0 >"$pre.preset" 2>&1 &&
+            "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain --zero 0 \
+                >"$pre.measured" 2>&1 &&
             "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain --zero 1 \
                 >"$pre.measured1" 2>&1 || ok=0
         for z in 0 1; do
