@@ -272,6 +272,7 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
                                        "rank_state_mb",
                                        "rank_acts_mb",
                                        "tied_embeddings",
+                                       "links", /* measured pairs: --links reads them */
                                        NULL};
     int rc;
     const char *key;
