@@ -46,6 +46,11 @@ int main(int argc, char **argv)
         {MAL_OPT_FLAG, "compute-only", 0, .target = &o.compute_only, .ival = 1,
          .help = "plan for compute alone: the slow links are priced in the\n"
                  "reports (--explain, --simulate) but not placed around"},
+        {MAL_OPT_INT, "zero", 0, "0|1", .target = &o.zero, .lo = 0, .hi = 1,
+         .help = "the run's Adam moments: 0 whole on every replica, 1\n"
+                 "sharded over each layer's replicas (the default, as\n"
+                 "malleus-train's where a plan has replicas): a stage's\n"
+                 "memory then depends on the plan's pipelines"},
         {MAL_OPT_SECTION, .help = "Batch:"},
         {MAL_OPT_INT, "micro-batch-size", 'b', "N", .target = &o.micro_batch_size, .lo = 1,
          .hi = 1000000000, .help = "samples per micro-batch (default 1)"},

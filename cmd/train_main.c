@@ -161,8 +161,9 @@ int main(int argc, char **argv)
                  "parameter slice (ZeRO-1): gradients reduce-scattered\n"
                  "(in the --dp-overlap buckets), each rank updates its\n"
                  "share, parameters all-gathered; snapshots write each\n"
-                 "rank's share. 0: whole moments on every replica (the\n"
-                 "default)"},
+                 "rank's share. 0: whole moments on every replica.\n"
+                 "Default: 1 where the plan has more than one pipeline\n"
+                 "(replicas), else 0"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

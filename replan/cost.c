@@ -8,28 +8,82 @@
 #include "base/mal.h"
 #include "replan.h"
 
-double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int l, int d)
+/* The profile measured a layer's memory at TP size `size`. */
+static int has_k_at(const mal_profile *p, int size)
 {
-    int ne = (j == 0) + (j == S - 1);
-    return (mal_profile_k(p, d) * l + p->embed_mb * ne) * ((double)p->tp / size) + p->overhead_mb;
+    for (int l = 0; l <= MAL_REPLAN_MAX_TP_LOG; l++)
+        if ((1 << l) == size) return p->rank_state_mb[l] > 0;
+    return 0;
 }
 
-double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l)
+double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int l, int d)
 {
     /* the first stage holds the embedding, the last the LM head; a
      * single-stage pipeline holds both (DESIGN writes E * [first or last];
      * counting both is the stricter, correct reading for S = 1) */
     int ne = (j == 0) + (j == S - 1);
-    double per_gpu = (mal_profile_k(p, S - 1 - j) * l + p->embed_mb * ne) * ((double)p->tp / size);
-    return per_gpu + p->overhead_mb;
+    if (has_k_at(p, size))
+        return mal_profile_k_at(p, d, size) * l + p->embed_mb * ne * ((double)p->tp / size) +
+               p->overhead_mb;
+    return (mal_profile_k(p, d) * l + p->embed_mb * ne) * ((double)p->tp / size) + p->overhead_mb;
+}
+
+double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l)
+{
+    return mal_cost_stage_memory_d(p, size, S, j, l, S - 1 - j);
+}
+
+void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, int j,
+                           mal_cost_memory *out)
+{
+    const mal_plan_pipeline *pl = &plan->pipelines[i];
+    const mal_plan_stage *st = &pl->stages[j];
+    const int S = pl->n_stages, l = st->layer_end - st->layer_begin, size = st->n_ranks;
+    const int ne = (j == 0) + (j == S - 1);
+    const double scale = (double)p->tp / size, MB = 1048576.0;
+    const double bpp = p->state_bytes > 0 ? p->state_bytes : 16.0;
+    memset(out, 0, sizeof *out);
+    out->depth = mal_plan_stage_warmup(pl, j);
+    out->replicas = plan->n_pipelines;
+    out->slots = MAL_MIN(pl->micro_batches, out->depth + 1);
+    out->layers = mal_profile_k_at(p, out->depth, size) * l;
+    out->k_at_size = has_k_at(p, size);
+    /* a one-stage pipeline of a tied model holds the embedding's state
+     * once (the LM head's logits still count) */
+    const int tied = p->tied_embeddings, ne_state = tied && ne == 2 ? 1 : ne;
+    out->embed_tied = (ne - ne_state) * p->embed_state_mb / p->tp * scale;
+    out->embed = p->embed_mb * ne * scale - out->embed_tied;
+    int lg = 0;
+    while ((1 << lg) < size && lg < MAL_REPLAN_MAX_TP_LOG)
+        lg++;
+    out->scratch = (1 << lg) == size ? p->scratch_mb[lg] : 0.0;
+    out->p2p = p->activation_bytes / MB * ((j > 0) * out->slots + (j < S - 1));
+    /* the rank's share of the state of its layers and of its embedding /
+     * head (all shards, over the stage's TP size), and how many ranks of a
+     * TP position hold them: one per pipeline, and a tied embedding the
+     * first and the last stage of each pipeline deeper than one */
+    const double st_layers = p->layer_state_mb * l / size;
+    const double st_embed = p->embed_state_mb * ne_state / size;
+    const int h_layers = out->replicas, h_embed = out->replicas * (tied && S > 1 ? 2 : 1);
+    const double held = (h_layers > 1 ? st_layers : 0) + (h_embed > 1 ? st_embed : 0);
+    out->dp_grads = held * 4.0 / bpp;
+    if (p->zero)
+        out->zero_saved = 8.0 / bpp *
+                          ((h_layers > 1 ? st_layers * (1.0 - 1.0 / h_layers) : 0) +
+                           (h_embed > 1 ? st_embed * (1.0 - 1.0 / h_embed) : 0));
+    out->overhead = p->overhead_mb;
+    out->total = out->layers + out->embed + out->scratch + out->p2p + out->dp_grads -
+                 out->zero_saved + out->overhead;
 }
 
 int mal_cost_layer_cap(const mal_profile *p, double memory_mb, int size, int S, int j)
 {
     int ne = (j == 0) + (j == S - 1);
     double room = (memory_mb - p->overhead_mb) * size / (double)p->tp - p->embed_mb * ne;
-    if (room < 0) return 0;
     double k = mal_profile_k(p, S - 1 - j);
+    if (has_k_at(p, size)) /* per rank: room and k at the group's own size */
+        room = room * p->tp / size, k = mal_profile_k_at(p, S - 1 - j, size);
+    if (room < 0) return 0;
     if (k <= 0) return p->n_layers;
     double l = floor(room / k * (1 + 1e-12) + 1e-9);
     if (l > p->n_layers) return p->n_layers;

@@ -185,26 +185,51 @@ static void explain_types(FILE *f, const mal_replan_input *in, const mal_plan *p
     }
 }
 
-/* The terms of one stage's memory, as mal_cost_stage_memory_d adds them:
- * its layers at the per-layer memory k[d] of its warm-up depth d (state
- * and d + 1 micro-batches of activations in flight), the embedding and/or
- * LM head of a first/last stage, both scaled from the nominal TP size to
- * the stage's, plus the fixed per-rank overhead X.  The printed total is
- * the sum of the printed terms (tests/test_replan_memory.sh checks it). */
+/* The terms of one stage's memory per rank, as mal_cost_memory_terms adds
+ * them: its layers at the per-layer memory k[d] of its warm-up depth d
+ * (state and d + 1 micro-batches of activations in flight), the embedding
+ * and/or LM head of a first/last stage, both scaled from the nominal TP
+ * size to the stage's, the scratch buffers, the pipeline's gradient
+ * buffers, the gradient sum's copy of the gradients, less the moments a
+ * --zero 1 rank does not keep, plus the fixed per-rank overhead X.  The
+ * printed total is the sum of the printed terms
+ * (tests/test_replan_memory.sh checks it). */
 static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
-                                 const mal_plan_pipeline *pl, int j)
+                                 const mal_plan *plan, int i, int j)
 {
+    const mal_plan_pipeline *pl = &plan->pipelines[i];
     const mal_plan_stage *st = &pl->stages[j];
-    int l = st->layer_end - st->layer_begin, d = mal_plan_stage_warmup(pl, j);
+    int l = st->layer_end - st->layer_begin;
     int ne = (j == 0) + (j == pl->n_stages - 1);
-    double scale = (double)p->tp / st->n_ranks;
-    double layers = mal_profile_k(p, d) * l * scale, embed = p->embed_mb * ne * scale;
+    int nb = j < pl->n_stages - 1;
+    mal_cost_memory t;
+    mal_cost_memory_terms(p, plan, i, j, &t);
+    nb += (j > 0) * t.slots;
+    /* a layer measured at the stage's TP size, or scaled from the nominal */
+    fprintf(f, "    memory terms (MB per rank): layers %d x ", l);
+    if (!t.k_at_size)
+        fprintf(f, "%.3f (k[%d]) x TP %d/%d", mal_profile_k(p, t.depth), t.depth, p->tp,
+                st->n_ranks);
+    else
+        fprintf(f, "%.3f (k[%d] of TP %d) x TP 1/1", mal_profile_k_at(p, t.depth, st->n_ranks),
+                t.depth, st->n_ranks);
+    fprintf(f, " = %.3f + embedding/head %d x %.3f x TP %d/%d", t.layers, ne, p->embed_mb, p->tp,
+            st->n_ranks);
+    if (t.embed_tied > 0) fprintf(f, " - tied %.3f", t.embed_tied);
     fprintf(f,
-            "    memory terms (MB per rank): layers %d x %.3f (k[%d]) x TP %d/%d = %.3f + "
-            "embedding/head %d x %.3f x TP %d/%d = %.3f + overhead %.3f = total %.3f of %.0f\n",
-            l, mal_profile_k(p, d), d, p->tp, st->n_ranks, layers, ne, p->embed_mb, p->tp,
-            st->n_ranks, embed, p->overhead_mb, layers + embed + p->overhead_mb,
+            " = %.3f + scratch %.3f + pipeline buffers %d x %.3f = %.3f + gradient sum %.3f - "
+            "moments not kept %.3f (%s, %d replicas) + overhead %.3f = total %.3f of %.0f\n",
+            t.embed, t.scratch, nb, p->activation_bytes / 1048576.0, t.p2p, t.dp_grads,
+            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas, t.overhead, t.total,
             mal_cluster_rank_memory(c, st->ranks[0]));
+}
+
+/* The total of those terms. */
+static double stage_total(const mal_profile *p, const mal_plan *plan, int i, int j)
+{
+    mal_cost_memory t;
+    mal_cost_memory_terms(p, plan, i, j, &t);
+    return t.total;
 }
 
 void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
@@ -218,7 +243,7 @@ void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster 
             for (int k = 0; k < st->n_ranks; k++)
                 fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
             fprintf(f, "]  layers [%d, %d)\n", st->layer_begin, st->layer_end);
-            explain_stage_memory(f, p, c, &plan->pipelines[i], j);
+            explain_stage_memory(f, p, c, plan, i, j);
         }
 }
 
@@ -276,10 +301,8 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
                     "]  rate %.2f  %.4f s per layer  layers [%d, %d) = %d  stage time %.4f s  "
                     "memory %.0f / %.0f MB\n",
                     x, y * lt, st->layer_begin, st->layer_end, l, y * l * lt,
-                    mal_cost_stage_memory_d(p, st->n_ranks, pl->n_stages, j, l,
-                                            mal_plan_stage_warmup(pl, j)),
-                    mal_cluster_rank_memory(c, st->ranks[0]));
-            explain_stage_memory(f, p, c, pl, j);
+                    stage_total(p, plan, i, j), mal_cluster_rank_memory(c, st->ranks[0]));
+            explain_stage_memory(f, p, c, plan, i, j);
         }
     }
     double bound = mal_cost_capacity_bound(p, world, in->rates, in->n_micro_batches);

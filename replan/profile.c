@@ -46,6 +46,14 @@ double mal_profile_k(const mal_profile *p, int d)
     return p->k[p->n_k - 1] + step * (d - (p->n_k - 1));
 }
 
+double mal_profile_k_at(const mal_profile *p, int d, int size)
+{
+    int l = log2i(size);
+    if (l >= 0 && l <= MAL_REPLAN_MAX_TP_LOG && p->rank_state_mb[l] > 0)
+        return p->rank_state_mb[l] + p->rank_acts_mb[l] * (d + 1);
+    return mal_profile_k(p, d) * ((double)p->tp / size);
+}
+
 /* Device assumptions per preset; the model shapes themselves come from
  * src/config.c's presets (mal_config_load), so the two cannot drift. */
 typedef struct preset_shape {
@@ -163,6 +171,7 @@ int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size
     p->layer_time = (6 * params_rank * T * b + 12 * T * T * C * b / t) / s->flops;
     p->layer_state_mb = state / MB;
     p->embed_state_mb = 16 * V * C / MB;
+    p->tied_embeddings = cfg.tie_embeddings;
     p->sync_time = 0.0;
     /* Links: a CPU preset's ranks move fp32 activations through shared
      * memory; a GPU preset's bf16 over NVLink within a node and a 200 Gb/s
@@ -209,6 +218,31 @@ static int get_posint(json_t *o, const char *key, const char *what, int *out, in
     return 0;
 }
 
+/* {"size": number} by power-of-two TP size into out[log2 size]: positive
+ * numbers (`positive`), else non-negative ones. */
+static int get_size_map(json_t *o, const char *name, const char *what, int positive, double *out)
+{
+    const char *key;
+    json_t *val;
+    if (!json_is_object(o))
+        return MAL_ERR(MAL_EFORMAT, "%s: %s must be an object {\"size\": number}", what, name);
+    json_object_foreach(o, key, val)
+    {
+        char *end;
+        long sz = strtol(key, &end, 10);
+        int l = (*end || sz < 1 || sz > (1 << MAL_REPLAN_MAX_TP_LOG)) ? -1 : log2i((int)sz);
+        if (l < 0)
+            return MAL_ERR(MAL_EINVAL, "%s: %s key \"%s\" is not a power-of-two TP size", what,
+                           name, key);
+        double x = json_is_number(val) ? json_number_value(val) : NAN;
+        if (!(positive ? x > 0 : x >= 0) || !isfinite(x))
+            return MAL_ERR(MAL_EINVAL, "%s: %s[\"%s\"] must be a %s number", what, name, key,
+                           positive ? "positive" : "non-negative");
+        out[l] = x;
+    }
+    return 0;
+}
+
 static int profile_from_json(mal_profile *p, json_t *root, const char *what, int mbs)
 {
     static const char *const keys[] = {"preset",
@@ -233,6 +267,11 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
                                        "tp_allreduces",
                                        "grad_bytes",
                                        "comm_in_alpha",
+                                       "state_bytes",
+                                       "scratch_mb",
+                                       "rank_state_mb",
+                                       "rank_acts_mb",
+                                       "tied_embeddings",
                                        "links", /* measured pairs: --links reads them */
                                        NULL};
     int rc;
@@ -275,23 +314,8 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
                        1 << MAL_REPLAN_MAX_TP_LOG);
     json_t *al = json_object_get(root, "alpha");
     if (al) {
-        if (!json_is_object(al))
-            return MAL_ERR(MAL_EFORMAT, "%s: alpha must be an object {\"size\": factor}", what);
         memset(p->alpha, 0, sizeof p->alpha);
-        json_object_foreach(al, key, val)
-        {
-            char *end;
-            long sz = strtol(key, &end, 10);
-            int l = (*end || sz < 1 || sz > (1 << MAL_REPLAN_MAX_TP_LOG)) ? -1 : log2i((int)sz);
-            if (l < 0)
-                return MAL_ERR(MAL_EINVAL, "%s: alpha key \"%s\" is not a power-of-two TP size",
-                               what, key);
-            if (!json_is_number(val) || !(json_number_value(val) > 0) ||
-                !isfinite(json_number_value(val)))
-                return MAL_ERR(MAL_EINVAL, "%s: alpha[\"%s\"] must be a positive number", what,
-                               key);
-            p->alpha[l] = json_number_value(val);
-        }
+        if ((rc = get_size_map(al, "alpha", what, 1, p->alpha))) return rc;
     } else if (req) {
         return MAL_ERR(MAL_EFORMAT, "%s: alpha is missing from the model profile", what);
     }
@@ -326,6 +350,13 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
     if ((rc = get_num(root, "layer_state_mb", what, &p->layer_state_mb, 0))) return rc;
     if ((rc = get_num(root, "embedding_state_mb", what, &p->embed_state_mb, 0))) return rc;
     if ((rc = get_num(root, "sync_time", what, &p->sync_time, 0))) return rc;
+    if ((rc = get_num(root, "state_bytes", what, &p->state_bytes, 0))) return rc;
+    json_t *sm = json_object_get(root, "scratch_mb");
+    if (sm && (rc = get_size_map(sm, "scratch_mb", what, 0, p->scratch_mb))) return rc;
+    json_t *rs = json_object_get(root, "rank_state_mb"),
+           *ra = json_object_get(root, "rank_acts_mb");
+    if (rs && (rc = get_size_map(rs, "rank_state_mb", what, 1, p->rank_state_mb))) return rc;
+    if (ra && (rc = get_size_map(ra, "rank_acts_mb", what, 0, p->rank_acts_mb))) return rc;
     static const char *const link_keys[] = {"link_latency",        "link_bandwidth",
                                             "node_link_latency",   "node_link_bandwidth",
                                             "activation_bytes",    "tp_allreduces",
@@ -339,6 +370,10 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
     if (cia && !json_is_boolean(cia))
         return MAL_ERR(MAL_EINVAL, "%s: comm_in_alpha must be true or false", what);
     if (cia) p->comm_in_alpha = json_is_true(cia);
+    json_t *tie = json_object_get(root, "tied_embeddings");
+    if (tie && !json_is_boolean(tie))
+        return MAL_ERR(MAL_EINVAL, "%s: tied_embeddings must be true or false", what);
+    if (tie) p->tied_embeddings = json_is_true(tie);
     if (p->link_bandwidth > 0 && !(p->activation_bytes > 0))
         return MAL_ERR(MAL_EINVAL,
                        "%s: link_bandwidth prices communication, which needs activation_bytes "
@@ -389,6 +424,19 @@ int mal_profile_read(mal_profile *p, const char *path, int mbs)
     return rc;
 }
 
+/* ,\n  "name": {"size": x, ...} of the sizes with x > 0 (nothing when none). */
+static void write_size_map(FILE *f, const char *name, const double *x)
+{
+    int first = 1;
+    for (int l = 0; l <= MAL_REPLAN_MAX_TP_LOG; l++)
+        if (x[l] > 0) {
+            if (first) fprintf(f, ",\n  \"%s\": {", name);
+            fprintf(f, "%s\"%d\": %.6g", first ? "" : ", ", 1 << l, x[l]);
+            first = 0;
+        }
+    if (!first) fprintf(f, "}");
+}
+
 int mal_profile_write(const mal_profile *p, FILE *f)
 {
     fprintf(
@@ -410,6 +458,11 @@ int mal_profile_write(const mal_profile *p, FILE *f)
             p->embed_mb, p->overhead_mb, p->layer_time);
     fprintf(f, "  \"layer_state_mb\": %.6g, \"embedding_state_mb\": %.6g, \"sync_time\": %.6g",
             p->layer_state_mb, p->embed_state_mb, p->sync_time);
+    if (p->state_bytes > 0) fprintf(f, ", \"state_bytes\": %.6g", p->state_bytes);
+    if (p->tied_embeddings) fprintf(f, ", \"tied_embeddings\": true");
+    write_size_map(f, "scratch_mb", p->scratch_mb);
+    write_size_map(f, "rank_state_mb", p->rank_state_mb);
+    write_size_map(f, "rank_acts_mb", p->rank_acts_mb);
     if (p->link_bandwidth > 0)
         fprintf(f,
                 ",\n  \"link_latency\": %.6g, \"link_bandwidth\": %.6g, \"node_link_latency\": "

@@ -93,6 +93,29 @@ typedef struct mal_profile {
     double layer_time;     /* seconds of one layer, one micro-batch, healthy nominal group */
     double layer_state_mb; /* full state (params+grads+optimizer) of one layer, all shards */
     double embed_state_mb; /* full state of the embedding (= that of the LM head) */
+    /* Bytes of that state per parameter (0 read as 16: fp32 master, gradient,
+     * Adam m and v; more where a working copy is kept apart): of which the
+     * fp32 gradient is 4 and the moments 8 (mal_cost_memory_terms). */
+    double state_bytes;
+    /* Per-rank buffers outside the state and the activations, by TP size
+     * (scratch_mb[log2 size], 0 = not measured): the backward pass's
+     * scratch, which one layer at a time reuses, and the monitor's probe. */
+    double scratch_mb[MAL_REPLAN_MAX_TP_LOG + 1];
+    /* Measured per TP size (0 = not measured: k[d] scaled from the nominal
+     * size instead): one layer's state per rank and its activations per
+     * micro-batch in flight, so a rank of size 2^l holds
+     * rank_state_mb[l] + rank_acts_mb[l] x (d + 1) per layer -- what every
+     * rank of a group holds whole (norm weights, the residual stream) is
+     * not divided as the nominal scaling would. */
+    double rank_state_mb[MAL_REPLAN_MAX_TP_LOG + 1];
+    double rank_acts_mb[MAL_REPLAN_MAX_TP_LOG + 1];
+    /* The run being planned shards the Adam moments over each layer's
+     * replicas (the trainer's --zero 1; malleus-replan --zero). */
+    int zero;
+    /* The LM head is the token embedding: a one-stage pipeline holds its
+     * state once, and the first and last stages of a deeper one sum its
+     * gradient as replicas do. */
+    int tied_embeddings;
     double sync_time;      /* seconds added to every step for gradient sync */
     /* Links (README "Links"): a healthy link moves a message of n bytes in
      * latency + n / bandwidth seconds, within a node and between nodes;
@@ -133,6 +156,10 @@ int mal_profile_write(const mal_profile *p, FILE *f);
 void mal_profile_fini(mal_profile *p);
 /* k[d] with linear extrapolation past the list's end.  Local. */
 double mal_profile_k(const mal_profile *p, int d);
+/* Memory (MB) of one layer on a rank of a TP group of `size` at distance
+ * d: measured for that size (rank_state_mb, rank_acts_mb), else
+ * k[d] x tp / size.  Local. */
+double mal_profile_k_at(const mal_profile *p, int d, int size);
 /* alpha for a TP size, 0 when the size is not allowed.  Local. */
 double mal_profile_alpha(const mal_profile *p, int size);
 
@@ -197,6 +224,27 @@ double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l
 /* The same with `d` + 1 micro-batches of activations in flight (a stage
  * whose 1F1B warm-up is d forwards deep; the default is S - 1 - j). */
 double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int l, int d);
+
+/* The memory of a rank of stage j of pipeline i of a whole plan, term by
+ * term (MB): what mal_cost_stage_memory_d counts (layers at k[warm-up
+ * depth], embedding / LM head, both scaled from the nominal TP size to the
+ * stage's, and the overhead X) and what depends on the plan or is outside
+ * the per-layer figure: the scratch buffers at the stage's TP size, the
+ * pipeline's gradient buffers (one activation per micro-batch in flight
+ * on a stage after the first, one on a stage before the last), the
+ * gradient sum's copy of the rank's gradients where its layers have
+ * replicas (the other pipelines: every pipeline holds every layer), and
+ * with p->zero the moments the rank does not keep (all but 1 / replicas,
+ * subtracted).  total = layers + embed + scratch + p2p + dp_grads -
+ * zero_saved + overhead. */
+typedef struct {
+    double layers, embed, scratch, p2p, dp_grads, zero_saved, overhead, total;
+    double embed_tied; /* of embed: the second copy a tied one-stage part does not hold */
+    int depth, replicas, slots;
+    int k_at_size; /* layers from the profile's figures at the stage's TP size */
+} mal_cost_memory;
+void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, int j,
+                           mal_cost_memory *out);
 
 /* Communication terms (README "Links"), layer units, 0 when the profile
  * prices no communication.  Local.

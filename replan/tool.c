@@ -28,6 +28,9 @@ void mal_replan_opts_init(mal_replan_opts *o)
     o->micro_batch_size = 1;
     o->search = MAL_REPLAN_AUTO;
     o->time_limit = MAL_REPLAN_TIME_LIMIT;
+    /* malleus-train's default: sharded wherever a plan has replicas (a
+     * plan without them has no moments to share out either way) */
+    o->zero = 1;
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
@@ -188,6 +191,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     rc = o->profile_path ? mal_profile_read(&prof, o->profile_path, o->micro_batch_size)
                          : mal_profile_preset(&prof, o->model, o->micro_batch_size);
     if (rc) goto done;
+    prof.zero = o->zero;
     if (o->print_profile) {
         rc = mal_profile_write(&prof, out);
         goto done;

@@ -33,10 +33,11 @@ typedef struct mal_replan_opts {
     int print_profile;         /* --print-profile */
     int search;                /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
     double time_limit;         /* --time-limit seconds (0: none) */
+    int zero;                  /* --zero: the run shards the Adam moments (0 or 1, default 1) */
 } mal_replan_opts;
 
 /* The defaults (window 2, micro-batch size 1, automatic search, time limit
- * MAL_REPLAN_TIME_LIMIT).  Local. */
+ * MAL_REPLAN_TIME_LIMIT, --zero 1).  Local. */
 void mal_replan_opts_init(mal_replan_opts *o);
 
 /* Carry out `o`: the plan (or the simulation report, or the profile) goes to

@@ -93,9 +93,11 @@ struct mal_gradsync {
     /* the pieces this rank holds that no group sums: it steps them alone */
     int n_local, cap_local;
     sync_piece *local;
-    /* the sharded optimizer (mal_gradsync_zero): device shards of the
-     * owned regions' gradient sums (zg, zg_floats) and of the Adam moments
-     * of the owned regions then of the local pieces (zm, zv, z_floats) */
+    /* the sharded optimizer (mal_gradsync_zero): the Adam moments of the
+     * owned regions then of the local pieces (zm, zv, z_floats; the
+     * regions' zg_floats first); the owned regions' gradient sums stay in
+     * the buckets' regions, or without buckets (every unit shares g->buf)
+     * are copied to the device shard zg (zg_floats) */
     int zero;
     int n_units; /* the buckets' when there are buckets, else the groups' */
     zero_unit *units;
@@ -512,16 +514,19 @@ int mal_gradsync_finish(mal_gradsync *g)
         int rc2 = mal_comm_dp_waitall(g->comm, 1, &b->req);
         if (!rc) rc = rc2;
         if (rc) continue;
-        if (!g->zero) {
-            unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
-            continue;
-        }
-        /* sharded: this rank keeps the sum of its region */
-        const zero_unit *u = &g->units[bi];
-        if (u->r_len)
-            mal_kern_copy(g->m->k, g->zg + u->s_off, u->buf + u->r_off, u->r_len * sizeof(float));
+        /* sharded: the sum of this rank's region stays in the bucket's
+         * region until mal_gradsync_zero_step (no second copy) */
+        if (!g->zero) unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
     }
     return rc;
+}
+
+/* Where the sums of this rank's region of unit u are between the
+ * reduce-scatter and the update: in the bucket's region itself, else in
+ * the shard zg. */
+static float *region_sums(const mal_gradsync *g, const zero_unit *u)
+{
+    return u->buf ? u->buf + u->r_off : g->zg + u->s_off;
 }
 
 int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out)
@@ -536,17 +541,19 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out)
     /* One multi-tensor operation over every range (a launch pair per ~100
      * ranges on a GPU instead of one per range; the same bits); without
      * memory for the table, one range at a time. */
-    mal_kern_run one, *runs = malloc((size_t)(g->n_norm + 1) * sizeof *runs);
+    mal_kern_run one, *runs = malloc((size_t)(g->n_norm + g->n_units + 1) * sizeof *runs);
     int n = 0;
     /* sharded: each summed element is counted by the owner of its region,
-     * from its shard of the sums (the holders' gradients are not summed) */
-    if (g->zero && g->zg_floats) {
-        one = (mal_kern_run){g->zg, 1, g->zg_floats, g->zg_floats};
-        if (runs)
-            runs[n++] = one;
-        else
-            mal_kern_sumsq_multi(k, g->norm_acc, &one, 1);
-    }
+     * from its region's sums (the holders' gradients are not summed) */
+    for (int ui = 0; g->zero && ui < g->n_units; ui++)
+        if (g->units[ui].r_len) {
+            const zero_unit *u = &g->units[ui];
+            one = (mal_kern_run){region_sums(g, u), 1, u->r_len, u->r_len};
+            if (runs)
+                runs[n++] = one;
+            else
+                mal_kern_sumsq_multi(k, g->norm_acc, &one, 1);
+        }
     for (int i = 0; i < g->n_norm; i++) {
         const norm_range *r = &g->norm[i];
         if (g->zero && r->synced) continue;
@@ -650,12 +657,19 @@ static int zero_regions(mal_gradsync *g, int rank, size_t *owned_out, size_t *lo
     return 0;
 }
 
+/* g->buf for the sharded optimizer's units: only when they have no
+ * bucket regions of their own (a sum after the backward pass). */
+static int zero_need_buf(mal_gradsync *g)
+{
+    return g->n_buckets ? 0 : need_buf(g);
+}
+
 /* Whole moments (m->adam_m, adam_v) into this rank's shards, then freed:
  * an online plan change hands them in. */
 static int zero_absorb(mal_gradsync *g)
 {
     mal_model *m = g->m;
-    int rc = need_buf(g);
+    int rc = zero_need_buf(g);
     for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
         const float *full = mal_model_state(m, grp);
         float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
@@ -688,7 +702,7 @@ int mal_gradsync_zero_gather(mal_gradsync *g)
     size_t bytes = m->n_params * sizeof(float);
     int rc;
     if (!g->zero || m->adam_m) return 0;
-    if ((rc = need_buf(g))) return rc;
+    if ((rc = zero_need_buf(g))) return rc;
     m->adam_m = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
     m->adam_v = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
     if (!m->adam_m || !m->adam_v) {
@@ -736,11 +750,14 @@ int mal_gradsync_zero(mal_gradsync *g, int rank)
     if (rc) return rc;
     g->zg_floats = owned;
     g->z_floats = owned + local;
-    /* a rank that owns nothing still gets (one-float) buffers, never read */
-    g->zg = mal_kern_alloc_as(m->k, MAL_MAX(owned, 1) * sizeof(float), MAL_MEM_GRADIENTS);
+    /* a rank that owns nothing still gets (one-float) buffers, never read;
+     * the sums need a shard of their own only without buckets (the
+     * buckets' regions keep them until the update) */
+    if (!g->n_buckets)
+        g->zg = mal_kern_alloc_as(m->k, MAL_MAX(owned, 1) * sizeof(float), MAL_MEM_GRADIENTS);
     g->zm = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MOMENTS);
     g->zv = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MOMENTS);
-    if (!g->zg || !g->zm || !g->zv)
+    if ((!g->n_buckets && !g->zg) || !g->zm || !g->zv)
         return MAL_ERR(MAL_ENOMEM, "sharded optimizer: cannot allocate %zu floats of moments",
                        g->z_floats);
     g->zero = 1;
@@ -750,7 +767,8 @@ int mal_gradsync_zero(mal_gradsync *g, int rank)
 size_t mal_gradsync_zero_floats(const mal_gradsync *g) { return g->zero ? g->z_floats : 0; }
 
 int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
-                           const mal_model_part *part, size_t *moments, size_t *sums)
+                           const mal_model_part *part, int overlapped, size_t *moments,
+                           size_t *sums)
 {
     /* the sync's pieces from the part's tensor table alone: a model with
      * nothing allocated (plan_pieces and the regions read its table) */
@@ -763,7 +781,9 @@ int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, in
     int rc = mal_model_layout(cfg, part, &m.tensors, &m.n_tensors, &m.n_params);
     if (!rc) rc = plan_pieces(g, plan, rank);
     if (!rc) rc = zero_regions(g, rank, &owned, &local);
-    *moments = owned + local, *sums = owned;
+    /* overlapped, the sums stay in the buckets' regions (counted with
+     * the buckets) */
+    *moments = owned + local, *sums = overlapped ? 0 : owned;
     mal_gradsync_destroy(g); /* no device buffers to free: none were made */
     free(m.tensors);
     return rc;
@@ -798,6 +818,37 @@ static void adamw_run(mal_gradsync *g, const mal_optim_config *oc, float *param,
                    oc->beta2, oc->eps, decay ? oc->weight_decay : 0.0f, scale, t);
 }
 
+/* AdamW on packed floats [a, b) of unit u's pieces (within this rank's
+ * region), in place in the parameters' own layout, run by run (a column
+ * range of a matrix is a run per row), the gradient sums and moments read
+ * packed.  The parameters of the region need no packed copy beside the
+ * sums: the update is made where they live, then packed for the gather. */
+static void step_region(mal_gradsync *g, const mal_optim_config *oc, const zero_unit *u, float lr,
+                        float scale, int t)
+{
+    mal_model *m = g->m;
+    const float *sums = region_sums(g, u);
+    size_t po = 0, r_end = u->r_off + u->r_len;
+    for (int i = 0; i < u->n_pieces && po < r_end; i++) {
+        const sync_piece *p = &u->pieces[i];
+        const mal_tensor_info *ti = &m->tensors[p->tensor];
+        size_t n = mal_piece_floats(ti, p->begin, p->end);
+        size_t lo = MAL_MAX(po, u->r_off), hi = MAL_MIN(po + n, r_end);
+        mal_piece_shape sh;
+        mal_piece_locate(ti, p->begin, p->end, &sh);
+        const size_t w = (size_t)sh.width, contiguous = sh.stride == sh.width;
+        for (size_t a = lo - po; a < hi - po;) {
+            size_t col = a % w, len = contiguous ? hi - po - a : MAL_MIN(w - col, hi - po - a);
+            size_t off = sh.offset + (contiguous ? a : a / w * (size_t)sh.stride + col);
+            size_t at = po + a - u->r_off; /* in the region's sums and moments */
+            adamw_run(g, oc, m->params + off, (char *)m->work + off * m->esz, sums + at,
+                      u->s_off + at, len, ti->decay, lr, scale, t);
+            a += len;
+        }
+        po += n;
+    }
+}
+
 int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
                            float grad_scale)
 {
@@ -805,28 +856,19 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
     const int t = (int)(step + 1);
     int rc;
     if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded optimizer: not set up");
-    if ((rc = need_buf(g))) return rc;
-    /* Summed pieces: every holder packs the parameters (the same on all of
-     * them), the owner of each region updates it in the packed buffer with
-     * its shard of the gradient sum and moments, and the regions are
+    if ((rc = zero_need_buf(g))) return rc;
+    /* Summed pieces: the owner of each region updates it in place with its
+     * region's gradient sums and its moments, then every holder packs the
+     * parameters (its own updated region, the others' old values) into the
+     * unit's buffer -- the sums there are spent -- and the regions are
      * gathered back to every holder.  The update is the element-wise
      * AdamW of the whole state: the same bits as an unsharded step given
      * the same sums. */
     for (int ui = 0; ui < g->n_units && !rc; ui++) {
         zero_unit *u = &g->units[ui];
         float *buf = u->buf ? u->buf : g->buf;
+        step_region(g, oc, u, lr, grad_scale, t);
         pack_group(g, u->pieces, u->n_pieces, m->params, buf, 0);
-        size_t po = 0, r_end = u->r_off + u->r_len;
-        for (int i = 0; i < u->n_pieces && po < r_end; i++) {
-            const sync_piece *p = &u->pieces[i];
-            const mal_tensor_info *ti = &m->tensors[p->tensor];
-            size_t n = mal_piece_floats(ti, p->begin, p->end);
-            size_t lo = MAL_MAX(po, u->r_off), hi = MAL_MIN(po + n, r_end);
-            if (lo < hi) /* the working copy: the packed master itself (refreshed below) */
-                adamw_run(g, oc, buf + lo, buf + lo, g->zg + u->s_off + (lo - u->r_off),
-                          u->s_off + (lo - u->r_off), hi - lo, ti->decay, lr, grad_scale, t);
-            po += n;
-        }
         /* the buckets' gathers in flight together (a region each), a
          * group's waited for at once (they share g->buf) */
         rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,

@@ -49,12 +49,16 @@
  * cut into a region per member (as equal as the
  * floats allow, in the order of the ranks): the gradients are
  * reduce-scattered (mal_comm_dp_ilist), each member keeps the sum of its
- * region, counts it in the global norm and updates it with its share of
- * the moments, and the updated parameters are all-gathered to every
- * holder (the buckets' gathers in flight together).  The split follows the holder set of each piece, not a uniform
- * data-parallel group, so it holds for replicas in pipelines of any depth
- * and TP size.  Pieces no group sums are updated by their holder alone,
- * moments kept compact.  The update being element-wise, a step gives the
+ * region (in the bucket's own region: no buffer beside the buckets; after
+ * the backward pass, where the holder sets share one packing buffer, in a
+ * shard of its own), counts it in the global norm and updates its region
+ * of the parameters in place with its share of the moments, and the
+ * updated parameters are packed into the same buffer and all-gathered to
+ * every holder (the buckets' gathers in flight together).  The split
+ * follows the holder set of each piece, not a uniform data-parallel
+ * group, so it holds for replicas in pipelines of any depth and TP size.
+ * Pieces no group sums are updated by their holder alone, moments kept
+ * compact.  The update being element-wise, a step gives the
  * bits of the unsharded one given the same sums; the reduce-scatter adds
  * in the order the all-reduce does for holder sets of up to 64 KiB of
  * gradients (beyond, the ring's blocks are the regions: last bits may
@@ -152,11 +156,13 @@ size_t mal_gradsync_zero_floats(const mal_gradsync *g);
 
 /* Local.  What the sharded optimizer keeps on world rank `rank` holding
  * `part` under `plan` (computed from the plan, nothing allocated): floats
- * of each Adam moment (*moments) and of its gradient sums (*sums), with
- * the holder sets' regions (buckets' regions differ by less than a float
- * per bucket). */
+ * of each Adam moment (*moments) and of the gradient sums of its regions
+ * that it keeps apart (*sums: 0 when `overlapped`, where they stay in the
+ * buckets' regions), with the holder sets' regions (buckets' regions
+ * differ by less than a float per bucket). */
 int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
-                           const mal_model_part *part, size_t *moments, size_t *sums);
+                           const mal_model_part *part, int overlapped, size_t *moments,
+                           size_t *sums);
 
 /* Collective over the holders of each piece, after the backward pass
  * (in place of mal_gradsync_run): reduce-scatter the gradients; this rank

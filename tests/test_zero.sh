@@ -7,14 +7,16 @@
 # after the backward pass, and (tiny-llama3) moved online half way onto
 # another plan (tests/plans/four_moved.json: the moments made whole, moved,
 # shared out again): the same losses and parameters as one process and
-# bitwise those of --zero 0, each Adam moment kept once; and three
+# bitwise those of --zero 0, each Adam moment kept once, each rank's peak
+# memory lower by (at least 0.9 x) the moments it saves; and three
 # replicas (tests/plans/three_replicas.json: holder sets of 3 ranks over
 # the ring, within 1e-4 of one process, the moments a third).  Then
 # malleus-train: a --zero other than 0 or 1 is refused before anything is
 # written (exit 2, naming the flag); a one-process run
 # reports its moments in the memory summary, and the memory check before
 # allocating counts the sharded moments (a plan refused with --zero 0
-# fits with --zero 1).
+# fits with --zero 1); without --zero, a plan with replicas is sharded and
+# one process is not.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -46,7 +48,8 @@ expect "--zero expects an integer in \[0, 1\]" --zero 2 --snapshot-dir "$W/snap"
 grep -q 'moments 1.50' "$W/out" && grep -q 'sharded over the holders' "$W/out" ||
     { cat "$W/out"; echo "FAIL: --zero 1 run: no moments in the summary"; fails=$((fails + 1)); }
 # The memory check before allocating counts a rank's share of the moments:
-# on four.json rank 2 needs 4571081 bytes whole, 4373445 sharded, and 17 MiB
+# on four.json rank 2 needs 4571081 bytes whole, 4176497 sharded (the sums of
+# its regions stay in the buckets), and 17 MiB
 # over the 4 ranks of this machine leaves each 4456448.
 for z in 0 1; do
     MALLEUS_MEMORY_MB=17 sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny \
@@ -61,6 +64,14 @@ for z in 0 1; do
         fails=$((fails + 1))
     fi
 done
+# The default: sharded where the plan has replicas (four.json: two
+# pipelines), whole where it has none (one process).
+sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny --plan "$P/four.json" \
+    --global-batch 16 --steps 1 --threads 1 >"$W/out" 2>&1 &&
+    grep -q 'sharded over the holders' "$W/out" &&
+    "$TRAIN" --model tiny --steps 1 --global-batch 4 --micro-batch 2 --threads 1 >"$W/out1" 2>&1 &&
+    grep -q 'whole on every replica' "$W/out1" && echo "ok: default --zero: 1 on four.json, 0 alone" ||
+    { cat "$W/out" "$W/out1"; echo "FAIL: default --zero"; fails=$((fails + 1)); }
 # Snapshots: each rank writes the moments it keeps (its regions, as
 # rectangles); a snapshot is read whatever wrote it.  On four.json, the
 # snapshots of step 2 (runs with snapshots every 2 steps) resume to the

@@ -38,10 +38,13 @@
 static int load_profile(const struct mal_trainer *tr, mal_profile *prof)
 {
     const mal_train_options *o = &tr->o;
-    if (o->profile && strchr(o->profile, '.'))
-        return mal_profile_read(prof, o->profile, tr->plan.micro_batch_size);
-    return mal_profile_preset(prof, o->profile ? o->profile : o->model.name,
-                              tr->plan.micro_batch_size);
+    int rc = o->profile && strchr(o->profile, '.')
+                 ? mal_profile_read(prof, o->profile, tr->plan.micro_batch_size)
+                 : mal_profile_preset(prof, o->profile ? o->profile : o->model.name,
+                                      tr->plan.micro_batch_size);
+    /* the run's moments, sharded or whole, in the memory of every plan */
+    prof->zero = o->zero;
+    return rc;
 }
 
 static int load_cluster(const struct mal_trainer *tr, mal_cluster *cl)

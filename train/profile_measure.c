@@ -19,6 +19,47 @@
 #include "src/model.h"
 #include "train.h"
 
+/* The straggler monitor's probe holds three n x n matrices in the compute
+ * dtype at its default size (monitor.c: 192) and, while it fills them, an
+ * fp32 one: buffers of every rank outside the model, counted with the
+ * scratch (the fp32 one is in the peak of a small part, whose set-up is
+ * its largest moment). */
+enum { PROBE_N = 192 };
+
+/* Bytes of the buffers a rank of TP size t holds beside the state and the
+ * activations: the backward scratch of its layers (the model's own count,
+ * mal_model_bytes without activations, less its state) and the probe. */
+static int scratch_bytes(mal_kern k, const mal_model_config *cfg, int B, int t, double *out)
+{
+    mal_model_part part = {0, 1, 0, 0, t, 0};
+    mal_tensor_info *tens;
+    int n_t, rc;
+    size_t np, all;
+    if ((rc = mal_model_layout(cfg, &part, &tens, &n_t, &np))) return rc;
+    free(tens);
+    if ((rc = mal_model_bytes(cfg, &part, B, k, 0, &all))) return rc;
+    /* the state (4 buffers of fp32) and a working copy apart (its dtype) */
+    double state = 16.0 * (double)np, esz = (double)mal_dtype_bytes(k->compute);
+    if (k->compute != MAL_F32) state += esz * (double)(np + 1);
+    *out = (double)all - state + (3.0 * esz + 4.0) * PROBE_N * PROBE_N;
+    return 0;
+}
+
+/* One layer on rank 0 of a TP group of t: its state (per_param bytes per
+ * parameter) and one micro-batch's activations. */
+static int layer_bytes(mal_kern k, const mal_model_config *cfg, int B, int t, double per_param,
+                       double *state, double *acts)
+{
+    mal_model_part part = {0, 1, 0, 0, t, 0};
+    mal_model *m;
+    int rc = mal_model_create(&m, cfg, &part, B, k, 1);
+    if (rc) return rc;
+    *state = per_param * (double)m->n_params;
+    *acts = (double)mal_acts_bytes(m, B);
+    mal_model_destroy(m);
+    return 0;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -148,9 +189,11 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
     size_t n_layer_full;
     if ((rc = mal_model_layout(cfg, &fpart, &tens, &n_t, &n_layer_full))) return rc;
     free(tens);
-    mal_model_part hpart = {0, 0, 1, 0, nominal_tp, 0};
-    size_t n_embed;
+    mal_model_part hpart = {0, 0, 1, 0, nominal_tp, 0}, hfull = {0, 0, 1, 0, 1, 0};
+    size_t n_embed, n_embed_full;
     if ((rc = mal_model_layout(cfg, &hpart, &tens, &n_t, &n_embed))) return rc;
+    free(tens);
+    if ((rc = mal_model_layout(cfg, &hfull, &tens, &n_t, &n_embed_full))) return rc;
     free(tens);
     mal_model *m;
     if ((rc = mal_model_create(&m, cfg, &lpart, B, k, 1))) return rc;
@@ -179,10 +222,34 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
             (per_param * (double)n_embed + logits) / MB);
     fprintf(f, "  \"overhead_mb\": %.1f,\n  \"layer_time\": %.6g,\n", overhead, times[ln]);
     fprintf(f, "  \"layer_state_mb\": %.4f,\n  \"embedding_state_mb\": %.4f,\n",
-            per_param * (double)n_layer_full / MB, per_param * (double)n_embed / MB);
+            per_param * (double)n_layer_full / MB, per_param * (double)n_embed_full / MB);
+    if (cfg->tie_embeddings) fprintf(f, "  \"tied_embeddings\": true,\n");
+    fprintf(f, "  \"state_bytes\": %.4g,\n  \"scratch_mb\": {", per_param);
+    for (int l = 0; l < n_sizes; l++) {
+        double sb;
+        if ((rc = scratch_bytes(k, cfg, B, 1 << l, &sb))) return rc;
+        fprintf(f, "%s\"%d\": %.4f", l ? ", " : "", 1 << l, sb / MB);
+    }
+    /* a layer at every TP size: what the ranks of a group hold whole (norm
+     * weights, the residual stream's activations) is not split */
+    double st[11], ac[11];
+    for (int l = 0; l < n_sizes; l++)
+        if ((rc = layer_bytes(k, cfg, B, 1 << l, per_param, &st[l], &ac[l]))) return rc;
+    fprintf(f, "},\n  \"rank_state_mb\": {");
+    for (int l = 0; l < n_sizes; l++)
+        fprintf(f, "%s\"%d\": %.4f", l ? ", " : "", 1 << l, st[l] / MB);
+    fprintf(f, "},\n  \"rank_acts_mb\": {");
+    for (int l = 0; l < n_sizes; l++)
+        fprintf(f, "%s\"%d\": %.4f", l ? ", " : "", 1 << l, ac[l] / MB);
+    fprintf(f, "},\n");
+    /* one micro-batch's activation (B, T, C) in the compute dtype: the
+     * pipeline's gradient buffers are of its size (the link keys carry it
+     * where the links were measured) */
     if (links && links->n > 0 && links->bandwidth > 0)
         write_links(f, links, esz * (double)B * cfg->seq_len * cfg->d_model,
                     4.0 * (double)n_layer_full);
+    else
+        fprintf(f, "  \"activation_bytes\": %.0f,\n", esz * B * cfg->seq_len * cfg->d_model);
     fprintf(f, "  \"sync_time\": 0.0\n}\n");
     return ferror(f) ? MAL_ERR(MAL_EIO, "profile: write failed") : 0;
 }

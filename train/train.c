@@ -36,6 +36,7 @@ mal_train_options mal_train_defaults(void)
     o.log_every = 1;
     o.dp_overlap = 1;
     o.dp_bucket_mb = 25; /* PyTorch DDP's default */
+    o.zero = -1;         /* 1 where the plan has replicas (make_plan) */
     o.change_cost = -1;  /* measured at the last change, else estimated */
     o.resume_from = -1;
     o.link_probe_every = MAL_LINK_PROBE_EVERY_DEFAULT;
@@ -67,6 +68,10 @@ static int make_plan(mal_trainer *tr)
         return MAL_ERR(MAL_EINVAL, "the plan is for %d ranks but the job has %d",
                        mal_plan_world_size(&tr->plan), tr->world_size);
     tr->o.micro_batch = tr->plan.micro_batch_size;
+    /* --zero by default: sharded wherever the plan replicates its layers
+     * (more than one pipeline), where it saves memory; for the run, also
+     * after an online change */
+    if (tr->o.zero < 0) tr->o.zero = tr->plan.n_pipelines > 1;
     return 0;
 }
 
@@ -179,7 +184,7 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
-    if (o->zero != 0 && o->zero != 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
+    if (o->zero < -1 || o->zero > 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
     if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 

@@ -121,8 +121,9 @@ typedef struct {
                              * set only; the gradients are reduce-scattered (in the
                              * buckets of dp_overlap, or after the backward pass);
                              * snapshots write each rank's share; an online plan
-                             * change gathers the moments whole.  0 (the default):
-                             * every holder keeps whole moments */
+                             * change gathers the moments whole.  0: every holder
+                             * keeps whole moments.  -1 (the default): 1 where the
+                             * plan has more than one pipeline, else 0 */
     int log_every;          /* print a step line every N steps (0: never) */
     double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
                              * devices, else no MFU) */

@@ -73,7 +73,8 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
         int nlt;
         if ((rc = mal_model_layout(&tr->o.model, part, &lt, &nlt, &n_params))) return rc;
         free(lt);
-        if ((rc = mal_gradsync_zero_need(plan, &tr->o.model, r, part, &moments, &sums)))
+        if ((rc = mal_gradsync_zero_need(plan, &tr->o.model, r, part, tr->o.dp_overlap, &moments,
+                                         &sums)))
             return rc;
         *need -= 2 * n_params * sizeof(float);
         *need = mal_size_add(*need, mal_size_mul(2 * moments + sums, sizeof(float), &ovf), &ovf);

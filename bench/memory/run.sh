@@ -11,7 +11,8 @@
 # nominal TP size of the plan's largest group.  The runtime's figure is each
 # rank's peak of the memory accountant (the kernel table's buffers, the
 # "memory peak per rank" summary) after STEPS steps under mpiexec with
-# --zero 0 and --zero 1.  The planner's fixed overhead X is process memory
+# --zero 0 and --zero 1, each against the planner's --zero 0 / --zero 1
+# prediction.  The planner's fixed overhead X is process memory
 # (the preset's guess, or the resident set the profile measured) that the
 # accountant does not count, so the ratio is measured / (prediction - X).
 #
@@ -31,7 +32,7 @@ while getopts m:s:o:h opt; do
     m) models=$OPTARG ;;
     s) steps=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -116,9 +117,11 @@ INFO
         C="--world-size $world --ranks-per-node $world --memory-mb 1048576 -b $mbs -M $nmb"
         ok=1
         "$BUILD/malleus-replan" $C -p "$out/preset-$model-tp$tp.json" --simulate "$plan" \
-            --explain >"$pre.preset" 2>&1 &&
-            "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain >"$pre.measured" 2>&1 ||
-            ok=0
+            --explain --zero 0 >"$pre.preset" 2>&1 &&
+            "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain --zero 0 \
+                >"$pre.measured" 2>&1 &&
+            "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain --zero 1 \
+                >"$pre.measured1" 2>&1 || ok=0
         for z in 0 1; do
             [ $ok = 1 ] || break
             "$MPIEXEC" -n "$world" "$BUILD/malleus-train" --model "$model" --plan "$plan" \
@@ -139,10 +142,6 @@ TERMS = re.compile(r"memory terms .*= total ([0-9.]+)")
 STAGE = re.compile(r"pipeline (\d+) stage (\d+): TP \d+ ranks \[([0-9 ]+)\]")
 OVER = re.compile(r"overhead ([0-9.]+)")
 RANK = re.compile(r"^\s*rank (\d+): ([0-9.]+) =(.*)")
-# the accountant's categories the planner's terms stand for (state, and
-# activations in flight); the others (other, scratch, comm, staging) it
-# leaves to the fixed overhead X
-MODELLED = {"weights", "master", "moments", "gradients", "activations"}
 
 def stages(path):
     rows, cur = [], None
@@ -157,15 +156,14 @@ def stages(path):
             cur = None
     return rows
 
-def peaks(path):  # rank -> (total, modelled categories)
+def peaks(path):  # rank -> total
     out, on = {}, False
     for line in open(path):
         if "memory peak per rank" in line:
             on = True
         elif on and RANK.match(line):
             m = RANK.match(line)
-            mod = sum(float(v) for c, v in re.findall(r"([a-z]+) ([0-9.]+)", m[3]) if c in MODELLED)
-            out[int(m[1])] = (float(m[2]), mod)
+            out[int(m[1])] = float(m[2])
     return out
 
 def ranks_str(r):
@@ -174,34 +172,33 @@ def ranks_str(r):
 
 print("memory per rank, MiB. pred: the planner's stage memory without its fixed overhead X "
       "(process memory the accountant does not count), from the preset profile and from a "
-      "profile malleus-train --profile measured here. z0 / z1: the accountant's peak with "
-      "--zero 0 / 1 (the largest rank of the stage); z0 mod: of z0, the categories the "
-      "planner models (weights, master, moments, gradients, activations)")
-hdr = ("model", "plan", "p.s", "ranks", "pred pre", "pred meas", "z0", "z1", "z0 mod",
-       "z0/pre", "z0/meas", "z1/meas", "mod/meas")
-fmt = "%-11s %-14s %-4s %-7s %8s %9s %8s %8s %8s %6s %7s %7s %8s"
+      "profile malleus-train --profile measured here (m0: --zero 0, m1: --zero 1). z0 / z1: "
+      "the accountant's peak with --zero 0 / 1 (the largest rank of the stage)")
+hdr = ("model", "plan", "p.s", "ranks", "pred pre", "pred m0", "pred m1", "z0", "z1",
+       "z0/pre", "z0/m0", "z1/m1")
+fmt = "%-11s %-14s %-4s %-7s %8s %8s %8s %8s %8s %6s %6s %6s"
 print(fmt % hdr)
 rows = []
 for line in open(sys.argv[1]):
     model, name, pre = line.split()
-    sp, sm = stages(pre + ".preset"), stages(pre + ".measured")
+    sp, sm, s1 = stages(pre + ".preset"), stages(pre + ".measured"), stages(pre + ".measured1")
     z0, z1 = peaks(pre + ".z0"), peaks(pre + ".z1")
-    for (i, j, ranks, p), (_, _, _, q) in zip(sp, sm):
-        r0 = max(ranks, key=lambda r: z0.get(r, (0, 0))[0])
-        a, amod = z0.get(r0, (0, 0))
-        b = max(z1.get(r, (0, 0))[0] for r in ranks)
+    for (i, j, ranks, p), (_, _, _, q), (_, _, _, q1) in zip(sp, sm, s1):
+        a = max(z0.get(r, 0) for r in ranks)
+        b = max(z1.get(r, 0) for r in ranks)
         print(fmt % (model, name, "%d.%d" % (i, j), ranks_str(ranks), "%.3f" % p, "%.3f" % q,
-                     "%.3f" % a, "%.3f" % b, "%.3f" % amod, "%.2f" % (a / p), "%.2f" % (a / q),
-                     "%.2f" % (b / q), "%.2f" % (amod / q)))
-        rows.append((model, a / q, b / q, amod / q, a / p))
+                     "%.3f" % q1, "%.3f" % a, "%.3f" % b, "%.2f" % (a / p), "%.2f" % (a / q),
+                     "%.2f" % (b / q1)))
+        rows.append((model, a / q, b / q1, a / p))
 for model in dict.fromkeys(r[0] for r in rows):
     rs = [r for r in rows if r[0] == model]
     def span(k):
         v = [r[k] for r in rs]
         return "%.2f-%.2f" % (min(v), max(v))
-    within = sum(1 for r in rs if abs(r[1] - 1) <= 0.10)
-    print("%s: %d stages; z0/pred(measured profile) %s (within 10%%: %d), z1 %s, modelled "
-          "categories %s; z0/pred(preset) %s" % (model, len(rs), span(1), within, span(2),
-                                                 span(3), span(4)))
+    def within(k):
+        return sum(1 for r in rs if abs(r[k] - 1) <= 0.10)
+    print("%s: %d stages; measured profile: z0/pred %s (within 10%%: %d), z1/pred(--zero 1) %s "
+          "(within 10%%: %d); z0/pred(preset) %s" % (model, len(rs), span(1), within(1), span(2),
+                                                    within(2), span(3)))
 PY
 exit $((fails > 0))
