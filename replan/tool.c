@@ -117,7 +117,7 @@ static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_
         n_strag += in->rates[r] >= MAL_REPLAN_NOISE_FLOOR;
     /* JSON has no NaN or inf: a time that does not exist (no uniform plan
      * for these pipelines) or overflowed (a huge layer time) is null */
-    char us[32], uss[32], ps[32], ss[32], bs[32];
+    char us[32], uss[32], ps[32], ss[32], bs[32], lbs[32];
     fprintf(f,
             "{\"ranks\": %d, \"stragglers\": %d, \"suspended\": %d, \"pipelines\": %d, "
             "\"plan_seconds\": %.6f, \"step\": %s, \"simulated\": %s, \"uniform\": %s, "
