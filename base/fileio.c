@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,14 @@
 #include <unistd.h>
 
 #include "mal.h"
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
 
 const char *mal_file_kind(unsigned mode)
 {
@@ -284,13 +293,14 @@ int mal_file_read(const char *path, const char *what, size_t max_bytes, int flag
                      what, path, mal_file_kind(st.st_mode));
         goto fail;
     }
-    if (S_ISFIFO(st.st_mode)) {
-        /* A FIFO opened without waiting reads as empty until a writer
-         * comes: open it again, waiting for one, as `cat fifo` does. */
-        close(fd);
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0)
-            return MAL_ERR(MAL_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    } else {
+    /* A FIFO stays on this descriptor, non-blocking: closing it and opening
+     * the FIFO again to wait for a writer lost a writer that came, wrote and
+     * left in between (the data goes with the last descriptor), and the
+     * second open then waited for a writer that never came (a hang seen in
+     * test_fileio under the sanitizers).  The read loop below waits with
+     * poll() instead, as `cat fifo` waits in open(). */
+    int fifo = S_ISFIFO(st.st_mode), seen_writer = 0;
+    if (!fifo) {
         int fl = fcntl(fd, F_GETFL);
         if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
             rc = MAL_ERR(MAL_EIO, "cannot read %s %s: %s", what, path, strerror(errno));
@@ -332,12 +342,23 @@ int mal_file_read(const char *path, const char *what, size_t max_bytes, int flag
             cap = ncap;
         }
         ssize_t r = read(fd, data + n, cap - n);
+        if (fifo && (r == 0 ? !seen_writer : r < 0 && errno == EAGAIN)) {
+            /* 0 before any writer: none has opened it yet; EAGAIN: one is
+             * there but has not written.  Wait for data, or for a writer
+             * that came and went (POLLHUP: then the next read says EOF). */
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+                ;
+            seen_writer = 1;
+            continue;
+        }
         if (r < 0) {
             if (errno == EINTR) continue;
             rc = MAL_ERR(MAL_EIO, "cannot read %s %s: %s", what, path, strerror(errno));
             goto fail;
         }
         if (r == 0) break;
+        seen_writer = 1;
         n += (size_t)r;
     }
     close(fd);
@@ -426,4 +447,82 @@ void mal_file_map_release(const mal_file_map *m, size_t off, size_t len)
     uintptr_t a = (uintptr_t)(m->data + off) & ~(uintptr_t)(page - 1);
     size_t n = (size_t)((uintptr_t)(m->data + off + len) - a);
     (void)madvise((void *)a, n, MADV_DONTNEED);
+}
+
+/* ---- identities --------------------------------------------------------- */
+
+uint64_t mal_fnv1a64(const void *p, size_t n)
+{
+    return fnv1a(0xcbf29ce484222325ull, p, n);
+}
+
+/* The fingerprint of `bytes` bytes read through `get` (which copies n
+ * bytes at an offset into buf, returning 0 or a MAL_E* code): the first
+ * block, then blocks at evenly spread offsets up to the end. */
+static int fingerprint(uint64_t bytes,
+                       int (*get)(const void *src, uint64_t off, void *buf, size_t n),
+                       const void *src, uint64_t *out)
+{
+    unsigned char buf[MAL_FILE_ID_BLOCK];
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, &bytes, sizeof bytes);
+    uint64_t blk = bytes < MAL_FILE_ID_BLOCK ? bytes : MAL_FILE_ID_BLOCK;
+    for (int i = 0; i <= MAL_FILE_ID_SAMPLES && blk > 0; i++) {
+        uint64_t off = (bytes - blk) / MAL_FILE_ID_SAMPLES * (uint64_t)i;
+        int rc = get(src, off, buf, (size_t)blk);
+        if (rc) return rc;
+        h = fnv1a(h, buf, (size_t)blk);
+    }
+    *out = h;
+    return 0;
+}
+
+static int get_memory(const void *src, uint64_t off, void *buf, size_t n)
+{
+    memcpy(buf, (const unsigned char *)src + off, n);
+    return 0;
+}
+
+uint64_t mal_fingerprint_memory(const void *p, uint64_t bytes)
+{
+    uint64_t h = 0;
+    fingerprint(bytes, get_memory, p, &h); /* never fails */
+    return h;
+}
+
+typedef struct {
+    int fd;
+    const char *path, *what;
+} id_file;
+
+static int get_file(const void *src, uint64_t off, void *buf, size_t n)
+{
+    const id_file *f = src;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(f->fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return MAL_ERR(MAL_EIO, "%s %s: cannot read it again for its identity: %s", f->what,
+                           f->path, r < 0 ? strerror(errno) : "it became shorter");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+int mal_file_fingerprint(const char *path, const char *what, uint64_t *bytes, uint64_t *fp)
+{
+    id_file f = {open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), path, what};
+    struct stat st;
+    if (f.fd < 0)
+        return MAL_ERR(MAL_EIO, "%s %s: cannot open it again for its identity: %s", what, path,
+                       strerror(errno));
+    int rc = 0;
+    if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = MAL_ERR(MAL_EIO, "%s %s is no longer a regular file", what, path);
+    if (!rc) {
+        *bytes = (uint64_t)st.st_size;
+        rc = fingerprint(*bytes, get_file, &f, fp);
+    }
+    close(f.fd);
+    return rc;
 }

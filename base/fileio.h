@@ -27,6 +27,7 @@
 #define MAL_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* One output being written.  Caller-owned storage: mal_output_open()
@@ -137,5 +138,27 @@ void mal_file_map_release(const mal_file_map *m, size_t off, size_t len);
 /* What kind of file a stat mode is, for messages ("a character device",
  * "a FIFO", "a directory", ...). */
 const char *mal_file_kind(unsigned mode);
+
+/* Identities of inputs: enough to tell whether a file is the one a run
+ * recorded (a resumed run's data, the checkpoint a fine-tuning run started
+ * from) without reading it whole. */
+
+/* FNV-1a 64 of `n` bytes. */
+uint64_t mal_fnv1a64(const void *p, size_t n);
+
+enum { MAL_FILE_ID_BLOCK = 4096, MAL_FILE_ID_SAMPLES = 16 };
+
+/* The fingerprint of `bytes` bytes at `p`: FNV-1a 64 of the size, the
+ * first MAL_FILE_ID_BLOCK bytes and MAL_FILE_ID_SAMPLES blocks of that
+ * size spread evenly over the rest, so contents replaced, regenerated,
+ * truncated or extended are told apart with a few reads of data of any
+ * size. */
+uint64_t mal_fingerprint_memory(const void *p, uint64_t bytes);
+
+/* The same of the file at `path` (a regular file), read again with
+ * MAL_FILE_ID_SAMPLES + 1 preads; *bytes its size.  `what` names it in
+ * messages ("data file").  MAL_EIO naming it when it cannot be opened or
+ * read, or is no regular file. */
+int mal_file_fingerprint(const char *path, const char *what, uint64_t *bytes, uint64_t *fp);
 
 #endif /* MAL_FILEIO_H */

@@ -13,14 +13,17 @@ TESTS += tests/test_torch_ref.sh
 EXTRA_DIST += bench/data/rss.sh
 
 EXTRA_DIST += bench/parallel/run.py bench/parallel/overlap.py bench/adapt/run.py \
-    bench/migrate/run.sh
+    bench/migrate/run.sh bench/links/run.sh bench/memory/run.sh
+
+# The fine-tuning path end to end (run by hand): bench/finetune/run.sh.
+EXTRA_DIST += bench/finetune/run.sh bench/finetune/setup.py
 
 # Online migration benchmark: built with the tests so that it keeps
 # compiling, run by hand (bench/migrate/run.sh), never by make check.
 check_PROGRAMS += bench/migrate/bench_migrate
 bench_migrate_bench_migrate_SOURCES = bench/migrate/bench_migrate.c
 
-# The paper's experiment simulated (issue 14): built with the tests so that
+# The paper's experiment simulated: built with the tests so that
 # it keeps compiling, run by hand (bench/paper/run.sh), never by make check.
 check_PROGRAMS += bench/paper/bench_paper
 bench_paper_bench_paper_SOURCES = bench/paper/bench_paper.c

@@ -9,6 +9,11 @@
 
 int mal_load_state(mal_snapshot *s, mal_model *m, int n_groups)
 {
+    return mal_load_state_from(mal_snapshot_read_fn, s, m, n_groups);
+}
+
+int mal_load_state_from(mal_snap_read_fn read, void *ctx, mal_model *m, int n_groups)
+{
     if (n_groups < 1 || n_groups > MAL_STATE_N_SAVED)
         return MAL_ERR(MAL_EINVAL, "load: %d state groups", n_groups);
     size_t max_t = 0;
@@ -30,7 +35,7 @@ int mal_load_state(mal_snapshot *s, mal_model *m, int n_groups)
                 want.offset[d] = d == t->split_dim ? t->split_off : 0;
                 want.extent[d] = t->local_shape[d];
             }
-            if (!(rc = mal_snapshot_read_block(s, &want)))
+            if (!(rc = read(ctx, &want)))
                 rc = mal_model_state_from_host(m, g, t, host);
         }
     free(host);

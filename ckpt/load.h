@@ -19,6 +19,10 @@
  * host and the reader's chunk. */
 int mal_load_state(mal_snapshot *s, mal_model *m, int n_groups);
 
+/* Local.  The same from any reader of blocks (snapshot.h: a snapshot, or a
+ * Hugging Face checkpoint's parameters, ckpt/hf.h, with n_groups 1). */
+int mal_load_state_from(mal_snap_read_fn read, void *ctx, mal_model *m, int n_groups);
+
 /* Local.  Open the committed snapshot at `path` (a directory with `latest`
  * or a step directory) and build the whole model of its config on this
  * process (TP 1, micro-batches of up to max_B, kernel instance k, which

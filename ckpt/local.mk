@@ -9,7 +9,8 @@ libmalleus_a_SOURCES += ckpt/snapshot.h ckpt/snap_internal.h ckpt/snap_fault.c \
 	ckpt/snap_index.c ckpt/snap_read.c ckpt/snap_coord.c ckpt/snap_commit.c \
 	ckpt/snap_write.c ckpt/reshard.h ckpt/reshard.c \
 	ckpt/reshard_cli.c ckpt/export.h ckpt/export.c ckpt/export_tok.h ckpt/export_tok.c \
-	ckpt/load.h ckpt/load.c
+	ckpt/load.h ckpt/load.c ckpt/safetensors.h ckpt/safetensors.c ckpt/hf.h ckpt/hf.c \
+	ckpt/import.h ckpt/import.c
 EXTRA_DIST += ckpt/README.md
 
 # One process: CRC-32C, blocks and tiling, commit protocol, corruption,
@@ -62,4 +63,11 @@ EXTRA_DIST += bench/snapshot/run.sh bench/snapshot/run_async.sh bench/snapshot/R
 # (CI), and transformers' LlamaForCausalLM where it can be had (else 77).
 dist_check_SCRIPTS += tests/test_export.sh tests/test_export_hf.sh
 TESTS += tests/test_export.sh tests/test_export_hf.sh
-EXTRA_DIST += tests/export_setup.sh tests/hf_ref.py
+EXTRA_DIST += tests/export_setup.sh tests/hf_ref.py tests/hf_site.sh
+
+# malleus-import and malleus-train --init-from: checkpoints written by
+# malleus-export and by numpy (CI), every refusal; and checkpoints made by
+# transformers itself (tests/test_import_hf.sh) where it can be had (else 77).
+dist_check_SCRIPTS += tests/test_import.sh tests/test_import_hf.sh
+TESTS += tests/test_import.sh tests/test_import_hf.sh
+EXTRA_DIST += tests/hf_import_ref.py

@@ -126,7 +126,8 @@ typedef struct {
     mal_model_config cfg;
     mal_tensor_info *full; /* the whole model's tensor table */
     int n_full;
-    char (*names)[96]; /* [N_GROUPS * n_full] "group/name" */
+    int n_groups;      /* N_GROUPS, or 1 for a weights-only snapshot (an import) */
+    char (*names)[96]; /* [n_groups * n_full] "group/name" */
     rs_shard *sh;
     int n_sh;
 } rs_plan;
@@ -162,9 +163,9 @@ static int rs_layout(rs_plan *p, const mal_plan *plan)
         if (nob > 0) {
             rs_shard *s = &p->sh[p->n_sh];
             s->rank = r;
-            s->b = calloc((size_t)N_GROUPS * (size_t)nob, sizeof *s->b);
+            s->b = calloc((size_t)p->n_groups * (size_t)nob, sizeof *s->b);
             if (!s->b) rc = MAL_ERR(MAL_ENOMEM, "reshard: out of memory");
-            for (int g = 0; !rc && g < N_GROUPS; g++)
+            for (int g = 0; !rc && g < p->n_groups; g++)
                 for (int i = 0; !rc && i < nob; i++) {
                     const mal_tensor_info *t = &lt[ob[i].tensor];
                     int f = rs_find_full(p, t->name);
@@ -232,7 +233,7 @@ static int rs_assign(rs_plan *p, int n_procs)
 static int rs_check_tensors(const rs_plan *p, mal_snapshot *s, const char *src)
 {
     int n = mal_snapshot_n_tensors(s);
-    for (int g = 0; g < N_GROUPS; g++)
+    for (int g = 0; g < p->n_groups; g++)
         for (int f = 0; f < p->n_full; f++) {
             const char *want = p->names[g * p->n_full + f];
             const mal_tensor_info *t = &p->full[f];
@@ -257,11 +258,11 @@ static int rs_check_tensors(const rs_plan *p, mal_snapshot *s, const char *src)
                                "training state",
                                src, want);
         }
-    if (n != N_GROUPS * p->n_full)
+    if (n != p->n_groups * p->n_full)
         return MAL_ERR(MAL_EMISMATCH,
                        "snapshot %s holds %d tensors; its model's state has %d: it holds state "
                        "malleus-reshard does not know how to move",
-                       src, n, N_GROUPS * p->n_full);
+                       src, n, p->n_groups * p->n_full);
     return 0;
 }
 
@@ -422,14 +423,9 @@ static void rs_progress_draw(rs_progress *pr, int tensors_done, int final)
     fflush(pr->f);
 }
 
-/* Stream one destination block from the source into the writer, in slabs
- * that fit `buf` (`cap` floats): whole rows of the block's first
- * dimension, or, for 2-D blocks whose single row is larger, pieces of one
- * row; both are contiguous in the block's row-major order. */
-static int rs_copy_block(mal_snapshot *src, mal_snap_writer *w, const rs_block *x, float *buf,
-                         size_t cap)
+int mal_reshard_stream_block(mal_snap_writer *w, int h, int index, const mal_snap_tensor *b,
+                             mal_snap_read_fn read, void *ctx, float *buf, size_t cap)
 {
-    const mal_snap_tensor *b = &x->b;
     int64_t row = 1;
     for (int d = 1; d < b->ndim; d++)
         row *= b->extent[d];
@@ -441,9 +437,8 @@ static int rs_copy_block(mal_snapshot *src, mal_snap_writer *w, const rs_block *
         for (int64_t r0 = 0; r0 < b->extent[0]; r0 += rows) {
             part.offset[0] = b->offset[0] + r0;
             part.extent[0] = MAL_MIN(rows, b->extent[0] - r0);
-            if ((rc = mal_snapshot_read_block(src, &part)) ||
-                (rc = mal_snap_writer_put(w, x->handle, x->index, buf,
-                                          (size_t)(part.extent[0] * row))))
+            if ((rc = read(ctx, &part)) ||
+                (rc = mal_snap_writer_put(w, h, index, buf, (size_t)(part.extent[0] * row))))
                 return rc;
         }
         return 0;
@@ -454,8 +449,8 @@ static int rs_copy_block(mal_snapshot *src, mal_snap_writer *w, const rs_block *
             part.offset[0] = b->offset[0] + r;
             part.offset[1] = b->offset[1] + c0;
             part.extent[1] = MAL_MIN((int64_t)cap, b->extent[1] - c0);
-            if ((rc = mal_snapshot_read_block(src, &part)) ||
-                (rc = mal_snap_writer_put(w, x->handle, x->index, buf, (size_t)part.extent[1])))
+            if ((rc = read(ctx, &part)) ||
+                (rc = mal_snap_writer_put(w, h, index, buf, (size_t)part.extent[1])))
                 return rc;
         }
     return 0;
@@ -503,7 +498,7 @@ static int rs_write_mine(rs_plan *p, mal_snapshot *src, mal_snap_writer *w, int 
     mal_snap_tensor *decl = NULL;
     size_t cap = (o->mem_bytes ? o->mem_bytes : MAL_RESHARD_MEM_DEFAULT) / sizeof(float);
     float *buf = NULL;
-    rs_progress pr = {me == 0 ? o->progress : NULL, mal_now(), 0, 0, 0, N_GROUPS * p->n_full};
+    rs_progress pr = {me == 0 ? o->progress : NULL, mal_now(), 0, 0, 0, p->n_groups * p->n_full};
     int total_blocks = 0;
     for (int i = 0; i < p->n_sh; i++)
         if (p->sh[i].proc == me) {
@@ -544,7 +539,7 @@ static int rs_write_mine(rs_plan *p, mal_snapshot *src, mal_snap_writer *w, int 
      * verified, once); otherwise block by block, in slabs. */
     qsort(work, (size_t)n_work, sizeof *work, rs_cmp_work);
     int k = 0;
-    for (int g = 0; g < N_GROUPS; g++)
+    for (int g = 0; g < p->n_groups; g++)
         for (int f = 0; f < p->n_full; f++) {
             int e = k;
             while (e < n_work && work[e]->group == g && work[e]->tensor == f)
@@ -570,7 +565,10 @@ static int rs_write_mine(rs_plan *p, mal_snapshot *src, mal_snap_writer *w, int 
                         if ((rc = rs_put_from_box(w, work[i], &box))) goto out;
                 } else {
                     for (int i = k; i < e; i++)
-                        if ((rc = rs_copy_block(src, w, work[i], buf, MAL_MAX(cap, 1)))) goto out;
+                        if ((rc = mal_reshard_stream_block(w, work[i]->handle, work[i]->index,
+                                                           &work[i]->b, mal_snapshot_read_fn, src,
+                                                           buf, MAL_MAX(cap, 1))))
+                            goto out;
                 }
                 for (int i = k; i < e; i++) {
                     int64_t c = 1;
@@ -582,7 +580,7 @@ static int rs_write_mine(rs_plan *p, mal_snapshot *src, mal_snap_writer *w, int 
             k = e;
             rs_progress_draw(&pr, g * p->n_full + f + 1, 0);
         }
-    rs_progress_draw(&pr, N_GROUPS * p->n_full, 1);
+    rs_progress_draw(&pr, p->n_groups * p->n_full, 1);
 out:
     *written = pr.done;
     free(work);
@@ -616,22 +614,30 @@ int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats 
         goto agreed;
     }
     if ((rc = mal_config_from_json(&p.cfg, meta->config_json, step_dir))) goto agreed;
+    /* A weights-only snapshot (an import, import.h) moves its parameters
+     * alone, and has no run whose batch the plan must keep: any plan's
+     * own batch fits it. */
+    p.n_groups = mal_snapshot_has_group(src, "adam_m") ? N_GROUPS : 1;
     json_error_t jerr;
     tj = meta->train_json ? json_loads(meta->train_json, 0, &jerr) : NULL;
     json_t *gbj = tj ? json_object_get(tj, "global_batch") : NULL;
-    if (!json_is_integer(gbj)) {
-        rc = MAL_ERR(MAL_EFORMAT, "snapshot %s stores no global batch in its training settings",
-                     step_dir);
-        goto agreed;
+    int gb = mal_plan_global_batch(o->plan);
+    if (p.n_groups == N_GROUPS || gbj) {
+        if (!json_is_integer(gbj)) {
+            rc = MAL_ERR(MAL_EFORMAT, "snapshot %s stores no global batch in its training settings",
+                         step_dir);
+            goto agreed;
+        }
+        /* outside input: a batch past int is out of range, not wrapped */
+        if (json_integer_value(gbj) < 1 || json_integer_value(gbj) > INT_MAX) {
+            rc = MAL_ERR(MAL_EFORMAT,
+                         "snapshot %s: global batch %lld in its training settings is out of "
+                         "range (1..%d)",
+                         step_dir, (long long)json_integer_value(gbj), INT_MAX);
+            goto agreed;
+        }
+        gb = (int)json_integer_value(gbj);
     }
-    /* outside input: a batch past int is out of range, not wrapped */
-    if (json_integer_value(gbj) < 1 || json_integer_value(gbj) > INT_MAX) {
-        rc = MAL_ERR(MAL_EFORMAT, "snapshot %s: global batch %lld in its training settings is out "
-                                  "of range (1..%d)",
-                     step_dir, (long long)json_integer_value(gbj), INT_MAX);
-        goto agreed;
-    }
-    int gb = (int)json_integer_value(gbj);
     if ((rc = mal_plan_validate(o->plan, mal_plan_world_size(o->plan), p.cfg.n_layers,
                                 p.cfg.n_heads, p.cfg.ffn_hidden, gb))) {
         char why[1024];
@@ -645,12 +651,12 @@ int mal_reshard(mal_comm *comm, const mal_reshard_options *o, mal_reshard_stats 
     if ((rc = mal_reshard_check_dest(step_dir, o->dst_dir))) goto agreed;
     mal_model_part full = mal_model_part_full(&p.cfg);
     if ((rc = mal_model_layout(&p.cfg, &full, &p.full, &p.n_full, NULL))) goto agreed;
-    p.names = calloc((size_t)N_GROUPS * (size_t)p.n_full, sizeof *p.names);
+    p.names = calloc((size_t)p.n_groups * (size_t)p.n_full, sizeof *p.names);
     if (!p.names) {
         rc = MAL_ERR(MAL_ENOMEM, "reshard: out of memory");
         goto agreed;
     }
-    for (int g = 0; g < N_GROUPS; g++)
+    for (int g = 0; g < p.n_groups; g++)
         for (int f = 0; f < p.n_full; f++)
             snprintf(p.names[g * p.n_full + f], sizeof p.names[0], "%s/%s", groups[g],
                      p.full[f].name);
@@ -675,7 +681,7 @@ agreed:
             goto out;
         memset(st, 0, sizeof *st);
         st->step = nm.step;
-        st->n_tensors = N_GROUPS * p.n_full;
+        st->n_tensors = p.n_groups * p.n_full;
         st->n_shards = p.n_sh;
         st->n_procs = n_procs;
         st->bytes_read = (uint64_t)sums[0];

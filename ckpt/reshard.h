@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
+#include "snapshot.h"
 #include "src/config.h"
 #include "src/layout.h"
 #include "src/model.h"
@@ -46,6 +47,15 @@
 int mal_reshard_rank_blocks(const mal_plan *plan, const mal_model_config *cfg, int rank,
                             mal_tensor_info **tensors, int *n_tensors, mal_owned_block **blocks,
                             int *n_blocks);
+
+/* Local.  Put block `b` -- block `index` of the writer's shard handle
+ * `h` -- into `w`, read from `read`/`ctx` in slabs that fit `buf` (`cap`
+ * floats, cap >= 1): whole rows of the block's first dimension, or, for
+ * 2-D blocks whose single row is larger, pieces of one row; both are
+ * contiguous in the block's row-major order.  The streaming copy of
+ * malleus-reshard and malleus-import. */
+int mal_reshard_stream_block(mal_snap_writer *w, int h, int index, const mal_snap_tensor *b,
+                             mal_snap_read_fn read, void *ctx, float *buf, size_t cap);
 
 /* The smallest part a piece is cut into for sharing the writing (bytes;
  * default 1 MiB).  A tuning knob and a test hook: it changes how the

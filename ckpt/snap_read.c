@@ -150,6 +150,23 @@ uint64_t mal_snapshot_bytes_read(const mal_snapshot *s)
     return s ? s->bytes_read : 0;
 }
 
+int mal_snapshot_read_fn(void *snapshot, const mal_snap_tensor *want)
+{
+    return mal_snapshot_read_block(snapshot, want);
+}
+
+int mal_snapshot_has_group(const mal_snapshot *s, const char *group)
+{
+    size_t n = strlen(group);
+    for (int i = 0; i < mal_snapshot_n_tensors(s); i++) {
+        mal_snap_tensor info;
+        if (!mal_snapshot_tensor_info(s, i, &info) && !strncmp(info.name, group, n) &&
+            info.name[n] == '/')
+            return 1;
+    }
+    return 0;
+}
+
 static int snap_cmp_tinfo(const void *a, const void *b)
 {
     return strcmp(((const snap_tinfo *)a)->name, ((const snap_tinfo *)b)->name);

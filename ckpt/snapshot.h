@@ -289,10 +289,22 @@ int mal_snapshot_block_info(const mal_snapshot *s, int i, int k, mal_snap_tensor
  * global shape differs from want's; MAL_EINVAL: the block does not fit. */
 int mal_snapshot_read_block(mal_snapshot *s, const mal_snap_tensor *want);
 
+/* A source of blocks with mal_snapshot_read_block's contract: a snapshot
+ * (mal_snapshot_read_fn, ctx the mal_snapshot) or another reader of
+ * parameters (a Hugging Face checkpoint, ckpt/hf.h), for code that streams
+ * from either. */
+typedef int (*mal_snap_read_fn)(void *ctx, const mal_snap_tensor *want);
+int mal_snapshot_read_fn(void *snapshot, const mal_snap_tensor *want);
+
 /* Local.  Read the whole tensor `name` into `data` (room for `n` floats,
  * n >= prod(shape)); shape must equal the stored one (see read_block). */
 int mal_snapshot_read(mal_snapshot *s, const char *name, int ndim, const int64_t *shape,
                       float *data, size_t n);
+
+/* Local.  1 when the snapshot holds a tensor of state group `group` (a
+ * name "GROUP/..."), else 0.  A weights-only snapshot (an import,
+ * ckpt/import.h) holds "param" alone: no "adam_m". */
+int mal_snapshot_has_group(const mal_snapshot *s, const char *group);
 
 /* Local.  Bytes of tensor data read from shard files so far. */
 uint64_t mal_snapshot_bytes_read(const mal_snapshot *s);

@@ -17,7 +17,9 @@ int main(int argc, char **argv)
     const mal_opt opts[] = {
         {MAL_OPT_SECTION, .help = "Cluster (one of):"},
         {MAL_OPT_STRING, "cluster", 'c', "FILE", .target = &o.cluster_path,
-         .help = "cluster JSON: {\"world_size\", \"ranks_per_node\" | \"nodes\", \"memory_mb\"}"},
+         .help = "cluster JSON: {\"world_size\", \"ranks_per_node\" | \"nodes\", \"memory_mb\"};\n"
+                 "mixed hardware: \"types\": {NAME: {\"memory_mb\", \"speed\"}} and\n"
+                 "\"node_types\": [NAME per node] instead of \"memory_mb\""},
         {MAL_OPT_INT, "world-size", 0, "N", .target = &o.world_size, .lo = 1, .hi = 1000000000,
          .help = "number of ranks (with --ranks-per-node and --memory-mb)"},
         {MAL_OPT_INT, "ranks-per-node", 0, "G", .target = &o.ranks_per_node, .lo = 1,
@@ -37,6 +39,13 @@ int main(int argc, char **argv)
                  "\"rates\"); missing ranks are healthy (1.0)"},
         {MAL_OPT_INT, "window", 'w', "W", .target = &o.window, .lo = 1, .hi = 1000000000,
          .help = "metrics: average the last W samples (default 2)"},
+        {MAL_OPT_STRING, "links", 'l', "FILE", .target = &o.links_path,
+         .help = "slow links: {\"links\": [{\"a\", \"b\", \"rate\"}]} (rate: times a healthy\n"
+                 "link's time), or JSON lines with \"link_rates\": [[a, b, rate]];\n"
+                 "the plan keeps traffic off them (replan/README.md \"Links\")"},
+        {MAL_OPT_FLAG, "compute-only", 0, .target = &o.compute_only, .ival = 1,
+         .help = "plan for compute alone: the slow links are priced in the\n"
+                 "reports (--explain, --simulate) but not placed around"},
         {MAL_OPT_SECTION, .help = "Batch:"},
         {MAL_OPT_INT, "micro-batch-size", 'b', "N", .target = &o.micro_batch_size, .lo = 1,
          .hi = 1000000000, .help = "samples per micro-batch (default 1)"},
@@ -53,8 +62,9 @@ int main(int argc, char **argv)
         {MAL_OPT_STRING, "output", 'o', "PLAN", .target = &o.out_path,
          .help = "write the plan here (atomically); default stdout"},
         {MAL_OPT_FLAG, "explain", 'e', .target = &o.explain, .ival = 1,
-         .help = "report groups, stages, predicted times, state to move\n"
-                 "(stdout, or stderr when the plan goes to stdout)"},
+         .help = "report groups, stages, predicted times, each stage's\n"
+                 "memory terms, state to move (stdout, or stderr when the\n"
+                 "plan goes to stdout; with --simulate: the memory terms)"},
         {MAL_OPT_STRING, "simulate", 's', "PLAN", .target = &o.simulate_path,
          .help = "do not plan: simulate PLAN event by event (1F1B) and\n"
                  "compare with the cost model's closed form"},

@@ -156,6 +156,13 @@ int main(int argc, char **argv)
          .fhi = 1e6,
          .help = "with --dp-overlap on: MiB of gradients per bucket\n"
                  "(default: 25, as PyTorch DDP; 0: a bucket per layer)"},
+        {MAL_OPT_INT, "zero", .metavar = "0|1", .target = &o->zero, .lo = 0, .hi = 1,
+         .help = "1: shard the Adam moments over the holders of each\n"
+                 "parameter slice (ZeRO-1): gradients reduce-scattered\n"
+                 "(in the --dp-overlap buckets), each rank updates its\n"
+                 "share, parameters all-gathered; snapshots write each\n"
+                 "rank's share. 0: whole moments on every replica (the\n"
+                 "default)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,
@@ -202,6 +209,12 @@ int main(int argc, char **argv)
          .help = "TEST FEATURE: slow rank R by factor F from step FROM\n"
                  "to step TO (0-based, TO exclusive), as --inject-mode\n"
                  "says; repeatable"},
+        {MAL_OPT_FUNC, "inject-link", .metavar = "A:B:F[:FROM[:TO]]",
+         .fn = mal_train_cli_inject_link,
+         .help = "TEST FEATURE: every message between ranks A and B takes\n"
+                 "F times its measured time (sleeps) from step FROM to TO:\n"
+                 "stage-boundary sends, the TP all-reduces of a group\n"
+                 "holding both, their gradient sum; repeatable"},
         {MAL_OPT_CHOICE, "inject-mode", .metavar = "MODE", .target = &o->inject_mode,
          .choices = inject_modes, .values = inject_mode_values,
          .help = "how --inject slows a rank: sleep (default: sleeps of\n"
@@ -241,6 +254,14 @@ int main(int argc, char **argv)
          .help = "continue from the snapshot of step STEP instead: a\n"
                  "rollback (implies --resume; the snapshots after STEP\n"
                  "must go: --overwrite-snapshots)"},
+        {MAL_OPT_STRING, "init-from", .metavar = "SOURCE", .target = &o->init_from,
+         .help = "start a new run from pretrained weights: a snapshot (any\n"
+                 "plan; malleus-import's, or a run's) or a Hugging Face\n"
+                 "checkpoint directory (read as malleus-import reads it).\n"
+                 "Step 0, fresh optimizer state, this run's plan, batch,\n"
+                 "schedule and data; the model is the source's (a --model\n"
+                 "must have its shapes).  The fine-tuning path; not with\n"
+                 "--resume"},
         {MAL_OPT_FLAG, "overwrite-snapshots", .target = &o->overwrite_snapshots, .ival = 1,
          .help = "let the snapshots in --snapshot-dir that this run would\n"
                  "bury go: without --resume every one (another run's),\n"

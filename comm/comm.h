@@ -188,6 +188,10 @@ typedef struct mal_comm_ops mal_comm_ops;
 /* Reductions of the data plane. */
 typedef enum { MAL_OP_SUM = 0, MAL_OP_MAX = 1 } mal_reduce_op;
 
+/* Member-list collectives with a region per member (dp_ilist): the two
+ * halves of an all-reduce, as the sharded optimizer uses them. */
+typedef enum { MAL_LIST_REDUCE_SCATTER = 1, MAL_LIST_ALLGATHER = 2 } mal_list_coll;
+
 struct mal_comm_ops {
     const char *name; /* "mpi", "nccl" */
 
@@ -263,6 +267,31 @@ struct mal_comm_ops {
     int (*dp_iallreduce_list)(mal_comm *c, mal_kern k, const int *members, int n, int tag,
                               void *buf, size_t count, mal_dtype dt, mal_reduce_op op,
                               mal_comm_req **req);
+    /* Local (each member's part of a collective over the `n` listed ranks
+     * of c, as dp_iallreduce_list): `buf` (device) holds n regions back to
+     * back, region i of counts[i] elements of dt being member i's (counts
+     * the same on every member; any may be 0).
+     *  - MAL_LIST_REDUCE_SCATTER (fp32, sum): member i ends with the sum
+     *    over the members of their region i in its region i (the sharded
+     *    optimizer's gradient: each owner receives its pieces summed); the
+     *    rest of buf is undefined afterwards.
+     *  - MAL_LIST_ALLGATHER (any dt): every member ends with member i's
+     *    region i in its region i, for every i (each owner's updated
+     *    weights to every holder).
+     * The same queue, ordering, progress and deadlock rules as
+     * dp_iallreduce_list (one FIFO per communicator shared with it, waited
+     * for by dp_waitall); bitwise the same result on every run.  How a
+     * region's sum is combined: MPI, small buffers (<= 64 KiB in all)
+     * straight from every member to the region's owner, added in list
+     * order (the bits the small all-reduce gives), larger ones around the
+     * ring of the list whose blocks are the regions; NCCL, one ncclReduce
+     * (ncclBroadcast) per region rooted at its member, in one group.
+     * The buffer is read as it stands when the call is posted (in kernel
+     * queue order) and written at the wait: a second collective on the
+     * same buffer is posted after the first was waited for.
+     * *req NULL when there is nothing to exchange. */
+    int (*dp_ilist)(mal_comm *c, mal_kern k, mal_list_coll kind, const int *members, int n,
+                    int tag, void *buf, const size_t *counts, mal_dtype dt, mal_comm_req **req);
     /* Local: advance the non-blocking reductions outstanding on c (MPI:
      * test the head's messages, combine, post its next step, start the
      * next reduction); never waits.  0, or the first error met (the failed
@@ -487,6 +516,12 @@ static inline int mal_comm_dp_iallreduce_list(mal_comm *c, mal_kern k, const int
     return c->ops->dp_iallreduce_list(c, k, members, n, tag, buf, count, dt, op, req);
 }
 static inline int mal_comm_dp_progress(mal_comm *c) { return c->ops->dp_progress(c); }
+static inline int mal_comm_dp_ilist(mal_comm *c, mal_kern k, mal_list_coll kind,
+                                    const int *members, int n, int tag, void *buf,
+                                    const size_t *counts, mal_dtype dt, mal_comm_req **req)
+{
+    return c->ops->dp_ilist(c, k, kind, members, n, tag, buf, counts, dt, req);
+}
 static inline int mal_comm_dp_isend(mal_comm *c, mal_kern k, const void *buf, size_t bytes,
                                     int peer, int tag, mal_comm_req **req)
 {

@@ -86,6 +86,10 @@ struct mal_comm_req {
     float *host; /* what the ring reduces: dev itself or the staged copy */
     size_t count;
     mal_reduce_op op;
+    /* a collective with a region per member (dp_ilist): its kind (0: the
+     * all-reduce), the regions' element counts [n] and element size */
+    int kind;
+    size_t *counts, es;
     mal_ring *ring;
     mal_comm_req *next;
 };
@@ -896,7 +900,9 @@ static int list_progress(mal_comm *c)
                 /* the ring's scratch is kept with the communicator (one
                  * reduction runs at a time): a reduction every step must
                  * not allocate every step */
-                size_t need = mal_comm_ring_scratch_bytes(r->count, r->n);
+                size_t need = r->kind ? mal_comm_ring_scratch_bytes_v(r->kind, r->counts, r->n,
+                                                                      r->es)
+                                      : mal_comm_ring_scratch_bytes(r->count, r->n);
                 if (need > im->ring_scratch_bytes) {
                     void *p = realloc(im->ring_scratch, need);
                     if (!p)
@@ -905,7 +911,11 @@ static int list_progress(mal_comm *c)
                     else
                         im->ring_scratch = p, im->ring_scratch_bytes = need;
                 }
-                if (!rc)
+                if (!rc && r->kind)
+                    rc = mal_comm_ring_start_v(im->comm, c->rank, r->members, r->n, r->tag,
+                                               r->host, r->es, r->counts, r->kind, r->op,
+                                               im->ring_scratch, &r->ring);
+                else if (!rc)
                     rc = mal_comm_ring_start(im->comm, c->rank, r->members, r->n, r->tag, r->host,
                                              r->count, r->op, im->ring_scratch, &r->ring);
             }
@@ -942,24 +952,26 @@ static int list_wait(mal_comm_req *r)
         err = MAL_ERR(MAL_EINVAL, "member-list all-reduce: its communicator was destroyed before "
                                   "the wait");
     if (r->stage) {
-        if (!err) mal_kern_from_host(r->k, r->dev, r->stage, r->count * sizeof(float));
+        if (!err) mal_kern_from_host(r->k, r->dev, r->stage, r->count * r->es);
         mal_kern_queue_wait(r->k);
         mal_kern_host_free(r->k, r->stage);
     }
     free(r->members);
+    free(r->counts);
     free(r);
     return err;
 }
 
-static int mpi_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
-                                  void *buf, size_t count, mal_dtype dt, mal_reduce_op op,
-                                  mal_comm_req **out)
+/* Queue a member-list collective (an all-reduce, kind 0, or one with a
+ * region per member: `counts`) of `count` elements of `es` bytes of device
+ * buffer buf; *out NULL when there is nothing to combine. */
+static int list_enqueue(mal_comm *c, mal_kern k, const char *what, const int *members, int n,
+                        int tag, void *buf, size_t count, size_t es, mal_reduce_op op, int kind,
+                        const size_t *counts, mal_comm_req **out)
 {
-    const char *what = "member-list all-reduce";
     mpi_impl *im = c->impl;
-    int rc = check_f32(dt, what), me = -1;
+    int rc, me = -1;
     *out = NULL;
-    if (rc) return rc;
     if (n < 1) return MAL_ERR(MAL_EINVAL, "%s: %d members; list at least one", what, n);
     if (tag < 0) return MAL_ERR(MAL_EINVAL, "%s: tag %d is negative", what, tag);
     for (int i = 0; i < n; i++) {
@@ -974,20 +986,25 @@ static int mpi_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, i
                        c->rank, n);
     if (n == 1 || count == 0) return 0; /* nothing to combine: no request */
     mal_comm_req *r = calloc(1, sizeof *r);
-    if (!r || !(r->members = malloc((size_t)n * sizeof *members))) {
+    if (!r || !(r->members = malloc((size_t)n * sizeof *members)) ||
+        (kind && !(r->counts = malloc((size_t)n * sizeof *counts)))) {
+        if (r) free(r->members);
         free(r);
         return MAL_ERR(MAL_ENOMEM, "%s: out of memory for a request", what);
     }
     memcpy(r->members, members, (size_t)n * sizeof *members);
+    if (kind) memcpy(r->counts, counts, (size_t)n * sizeof *counts);
     r->req = MPI_REQUEST_NULL;
     r->is_list = 1;
     r->c = c, r->n = n, r->tag = tag, r->count = count, r->op = op;
+    r->kind = kind, r->es = es;
     r->k = k, r->dev = buf;
     /* rule 1: staged (device -> pinned host) or used in place after the
      * kernel queue has passed everything queued before this call */
     void *host = NULL;
-    if ((rc = dp_stage(k, buf, count * sizeof(float), &host, &r->stage))) {
+    if ((rc = dp_stage(k, buf, count * es, &host, &r->stage))) {
         free(r->members);
+        free(r->counts);
         free(r);
         return rc;
     }
@@ -999,6 +1016,35 @@ static int mpi_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, i
     list_progress(c);
     *out = r;
     return 0;
+}
+
+static int mpi_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, int n, int tag,
+                                  void *buf, size_t count, mal_dtype dt, mal_reduce_op op,
+                                  mal_comm_req **out)
+{
+    const char *what = "member-list all-reduce";
+    int rc = check_f32(dt, what);
+    *out = NULL;
+    if (rc) return rc;
+    return list_enqueue(c, k, what, members, n, tag, buf, count, sizeof(float), op, 0, NULL, out);
+}
+
+static int mpi_dp_ilist(mal_comm *c, mal_kern k, mal_list_coll kind, const int *members, int n,
+                        int tag, void *buf, const size_t *counts, mal_dtype dt,
+                        mal_comm_req **out)
+{
+    const char *what =
+        kind == MAL_LIST_ALLGATHER ? "member-list all-gather" : "member-list reduce-scatter";
+    *out = NULL;
+    if (kind != MAL_LIST_REDUCE_SCATTER && kind != MAL_LIST_ALLGATHER)
+        return MAL_ERR(MAL_EINVAL, "member-list collective: unknown kind %d", (int)kind);
+    int rc = kind == MAL_LIST_REDUCE_SCATTER ? check_f32(dt, what) : 0;
+    if (rc) return rc;
+    size_t count = 0;
+    for (int i = 0; i < n; i++)
+        count += counts[i];
+    return list_enqueue(c, k, what, members, n, tag, buf, count, mal_dtype_bytes(dt), MAL_OP_SUM,
+                        kind, counts, out);
 }
 
 static int mpi_dp_progress(mal_comm *c) { return list_progress(c); }
@@ -1036,6 +1082,7 @@ const mal_comm_ops mal_comm_mpi_ops = {
     .dp_allreduce = mpi_dp_allreduce,
     .dp_allreduce_list = mpi_dp_allreduce_list,
     .dp_iallreduce_list = mpi_dp_iallreduce_list,
+    .dp_ilist = mpi_dp_ilist,
     .dp_progress = mpi_dp_progress,
     .dp_isend = mpi_dp_isend,
     .dp_irecv = mpi_dp_irecv,

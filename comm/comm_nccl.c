@@ -932,6 +932,66 @@ static int nccl_dp_iallreduce_list(mal_comm *c, mal_kern k, const int *members, 
     return 0;
 }
 
+/* The collectives with a region per member (comm.h, dp_ilist), posted
+ * like the non-blocking all-reduce above: one ncclReduce (reduce-scatter)
+ * or ncclBroadcast (all-gather) per non-empty region, rooted at the
+ * region's member (its index in the list is its rank in the list's
+ * communicator), in one NCCL group on the list's stream, then the
+ * request's `done` event. */
+static int nccl_dp_ilist(mal_comm *c, mal_kern k, mal_list_coll kind, const int *members, int n,
+                         int tag, void *buf, const size_t *counts, mal_dtype dt,
+                         mal_comm_req **out)
+{
+    const char *what = kind == MAL_LIST_ALLGATHER ? "member-list all-gather (non-blocking)"
+                                                  : "member-list reduce-scatter (non-blocking)";
+    ncclDataType_t t = ncclFloat32;
+    channel *ch = NULL;
+    int rc;
+    *out = NULL;
+    if (kind != MAL_LIST_REDUCE_SCATTER && kind != MAL_LIST_ALLGATHER)
+        return MAL_ERR(MAL_EINVAL, "member-list collective: unknown kind %d", (int)kind);
+    if ((rc = gpu_instance(k, what)) || (rc = dtype_of(dt, &t, what))) return rc;
+    if (!(ch = list_channel_cached(c, members, n)) &&
+        /* creating it blocks on the members: held sends go first */
+        ((rc = launch_held()) || (rc = list_channel_get(c, members, n, tag, &ch))))
+        return rc;
+    if ((rc = alive(ch, what))) return rc;
+    size_t total = 0, es = mal_dtype_bytes(dt);
+    for (int j = 0; j < n; j++)
+        total += counts[j];
+    if (n == 1 || total == 0) return 0;
+    nccl_req *q = NULL;
+    nccl_req tmpl = {.magic = REQ_MAGIC,
+                     .is_coll = 1,
+                     .ch = ch,
+                     .k = k,
+                     .buf = buf,
+                     .bytes = total * es,
+                     .peer = -1,
+                     .world_peer = -1};
+    if ((rc = req_new(&tmpl, what, &q))) return rc;
+    ncclResult_t r = ncclGroupStart();
+    size_t off = 0;
+    for (int j = 0; j < n && r == ncclSuccess; off += counts[j], j++) {
+        if (!counts[j]) continue;
+        char *p = (char *)buf + off * es;
+        r = kind == MAL_LIST_REDUCE_SCATTER
+                ? ncclReduce(p, p, counts[j], t, ncclSum, j, ch->comm, ch->stream)
+                : ncclBroadcast(p, p, counts[j], t, j, ch->comm, ch->stream);
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    rc = called(ch, r != ncclSuccess ? r : r2, what);
+    int e;
+    if (!rc && (e = mal_gpu_event_record(q->done, ch->stream))) rc = cuda_err(e, what);
+    if (rc) {
+        req_free(q);
+        return rc;
+    }
+    q->launched = 1;
+    *out = (mal_comm_req *)(void *)q;
+    return 0;
+}
+
 /* Nothing to advance: the GPU runs what was launched, and held sends stay
  * held until a call that may block (comm.h). */
 static int nccl_dp_progress(mal_comm *c)
@@ -1041,7 +1101,7 @@ static int nccl_dp_waitall(mal_comm *c, int n, mal_comm_req **reqs)
         const char *what = q->is_recv ? "receive" : "send";
         char desc[96];
         if (q->is_coll)
-            snprintf(desc, sizeof desc, "member-list all-reduce of %zu bytes", q->bytes);
+            snprintf(desc, sizeof desc, "member-list collective of %zu bytes", q->bytes);
         else
             snprintf(desc, sizeof desc, "%s of %zu bytes %s world rank %d", what, q->bytes,
                      q->is_recv ? "from" : "to", q->world_peer);
@@ -1079,6 +1139,7 @@ static const mal_comm_ops nccl_ops = {
     .dp_allreduce = nccl_dp_allreduce,
     .dp_allreduce_list = nccl_dp_allreduce_list,
     .dp_iallreduce_list = nccl_dp_iallreduce_list,
+    .dp_ilist = nccl_dp_ilist,
     .dp_progress = nccl_dp_progress,
     .dp_isend = nccl_dp_isend,
     .dp_irecv = nccl_dp_irecv,

@@ -15,7 +15,9 @@
  * order depends only on the list, so reruns are bitwise reproducible.
  * Small buffers (<= 64 KiB) go to the first member, which combines them in
  * list order and sends the result back (two rounds of latency instead of
- * 2(n-1)).  Messages are cut at 1 GiB.
+ * 2(n-1)).  Messages are cut at 1 GiB.  The same machine runs the two
+ * halves alone with a region per member (mal_comm_ring_start_v): the
+ * reduce-scatter and all-gather of the sharded optimizer.
  *
  * The reduction is a state machine (mal_ring): start posts the first
  * step's messages, progress tests them without waiting and, when a step's
@@ -42,6 +44,11 @@ typedef struct mal_ring mal_ring;
  * needs (the first member of a small reduction keeps n-1 copies). */
 size_t mal_comm_ring_scratch_bytes(size_t count, int n);
 
+/* Bytes of scratch a collective of kind `kind` (mal_list_coll: reduce-
+ * scatter or all-gather) over `n` members with regions of counts[0..n)
+ * elements of `es` bytes needs. */
+size_t mal_comm_ring_scratch_bytes_v(int kind, const size_t *counts, int n, size_t es);
+
 /* Local (the members' reductions of one list form a collective).  Start
  * the in-place reduction (sum or max) of `count` floats of host memory
  * `buf` over the `n` listed ranks of MPI communicator `comm`, of which the
@@ -53,6 +60,22 @@ size_t mal_comm_ring_scratch_bytes(size_t count, int n);
  * (messages between two ranks on a tag match in the order posted). */
 int mal_comm_ring_start(MPI_Comm comm, int rank, const int *members, int n, int tag, float *buf,
                         size_t count, mal_reduce_op op, void *scratch, mal_ring **out);
+
+/* Local (the members' collectives of one list form a collective).  Start
+ * a collective with a region per member (comm.h, dp_ilist): `buf` holds n
+ * regions back to back, region i of counts[i] elements of `es` bytes.
+ * MAL_LIST_REDUCE_SCATTER (fp32, es 4, `op`): member i ends with the
+ * combination of every member's region i in its region i; the rest of buf
+ * is left undefined.  MAL_LIST_ALLGATHER (any es): every member ends with
+ * member i's region i, for every i.  The same state machine as the
+ * all-reduce: small buffers (all regions <= 64 KiB) go straight from
+ * member to member in one step, each region combined by its member in list
+ * order; larger ones around the ring, whose blocks are the regions (block
+ * b is region b-1, so that the reduce-scatter half of the ring leaves each
+ * member with its own).  counts is copied. */
+int mal_comm_ring_start_v(MPI_Comm comm, int rank, const int *members, int n, int tag, void *buf,
+                          size_t es, const size_t *counts, int kind, mal_reduce_op op,
+                          void *scratch, mal_ring **out);
 
 /* Local.  Test the current step's messages (never waits); when they are
  * complete, combine and post the next step, as long as steps complete.

@@ -188,6 +188,7 @@ typedef mal_kernels *mal_kern;
 typedef struct mal_kernels_ops mal_kernels_ops;
 typedef struct mal_kern_event mal_kern_event;
 struct mal_kern_host_pool;
+struct mal_kern_mem;
 
 /* What ops->device_info reports. */
 typedef struct {
@@ -216,6 +217,7 @@ struct mal_kernels {
     int host_addressable; /* 1: the host may dereference device buffers */
     void *impl;           /* backend state (queue, handles, workspace) */
     struct mal_kern_host_pool *host_pool; /* pinned buffers (kernels/hostpool.c) */
+    struct mal_kern_mem *mem;             /* the memory accountant (kernels/memacct.c) */
 };
 
 struct mal_kernels_ops {
@@ -497,13 +499,68 @@ void mal_kern_host_stats_get(mal_kern k, mal_kern_host_stats *out);
 int mal_kern_host_pool_create(mal_kern k);
 void mal_kern_host_pool_destroy(mal_kern k);
 
+/* ---- the memory accountant ------------------------------------------- */
+
+/* What a device buffer holds.  Every buffer allocated through the table
+ * (mal_kern_alloc_as) is counted under one category until it is freed, so
+ * that a run's peak memory per rank can be reported by what it is made of
+ * and compared with the planner's memory model (replan/README.md, "Memory
+ * model").  The instance's own workspaces (a backend's cuBLASLt workspace,
+ * a CUDA context) are not allocations of the table and are not counted. */
+typedef enum {
+    MAL_MEM_OTHER = 0,   /* not classified: tests, tools, the monitor's probe */
+    MAL_MEM_WEIGHTS,     /* working weights (fp32 compute: the parameters themselves) */
+    MAL_MEM_MASTER,      /* fp32 master weights kept apart from the working ones */
+    MAL_MEM_MOMENTS,     /* Adam m and v */
+    MAL_MEM_GRADIENTS,   /* fp32 gradients */
+    MAL_MEM_ACTIVATIONS, /* activations of the micro-batches in flight, and the
+                          * recomputation workspace */
+    MAL_MEM_SCRATCH,     /* the backward pass's scratch, the loss exchange */
+    MAL_MEM_COMM,        /* communication buffers: gradient buckets, pipeline
+                          * gradient buffers, the norm's accumulator */
+    MAL_MEM_STAGING,     /* device staging copies: migration, optimizer packing */
+    MAL_MEM_N
+} mal_mem_cat;
+
+/* Local, pure.  "weights", "master", ...: the categories' names in metrics
+ * and summaries ("?" out of range). */
+const char *mal_mem_cat_name(int cat);
+
+/* What an instance's buffers held (bytes). */
+typedef struct {
+    size_t now[MAL_MEM_N];     /* held now, per category */
+    size_t peak[MAL_MEM_N];    /* each category's own peak */
+    size_t at_peak[MAL_MEM_N]; /* the categories at the moment the total peaked */
+    size_t total;              /* held now, all categories */
+    size_t total_peak;         /* the most ever held at once */
+    size_t n_buffers;          /* buffers held now */
+} mal_kern_mem_stats;
+
+/* Local, thread-safe.  A device buffer of `bytes` (as ops->alloc: zeroed;
+ * NULL on failure), counted under `cat` until mal_kern_free. */
+void *mal_kern_alloc_as(mal_kern k, size_t bytes, mal_mem_cat cat);
+/* Local, thread-safe.  Free a buffer of the table (NULL: nothing). */
+void mal_kern_free(mal_kern k, void *p);
+/* Local, thread-safe.  ops->resize, the buffer keeping its category. */
+void *mal_kern_resize(mal_kern k, void *p, size_t old_bytes, size_t new_bytes);
+/* Local, thread-safe.  The accountant's counts of instance k (all 0 for an
+ * instance made outside the registry, which has none). */
+void mal_kern_mem_get(mal_kern k, mal_kern_mem_stats *out);
+/* Local, thread-safe.  Start the peaks again from what is held now (a
+ * measurement of one phase: the training steps, not the set-up). */
+void mal_kern_mem_reset_peak(mal_kern k);
+
+/* The registry's (registry.c): the accountant of a new instance (0 or
+ * MAL_ENOMEM), and its end (buffers still held are reported at debug
+ * level: they are the caller's leak, freed by the backend's destroy). */
+int mal_kern_mem_create(mal_kern k);
+void mal_kern_mem_destroy(mal_kern k);
+
 /* ---- call-site wrappers ------------------------------------------------- */
 
-static inline void *mal_kern_alloc(mal_kern k, size_t bytes) { return k->ops->alloc(k, bytes); }
-static inline void mal_kern_free(mal_kern k, void *p) { k->ops->free(k, p); }
-static inline void *mal_kern_resize(mal_kern k, void *p, size_t old_bytes, size_t new_bytes)
+static inline void *mal_kern_alloc(mal_kern k, size_t bytes)
 {
-    return k->ops->resize(k, p, old_bytes, new_bytes);
+    return mal_kern_alloc_as(k, bytes, MAL_MEM_OTHER);
 }
 static inline void mal_kern_zero(mal_kern k, void *x, size_t bytes) { k->ops->zero(k, x, bytes); }
 static inline void mal_kern_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src,

@@ -1,10 +1,17 @@
 # kernels/: the compute-operation table (kernels.h) and its CPU backend;
 # this fragment is included by Makefile.am.
 
-libmalleus_a_SOURCES += kernels/kernels.h kernels/registry.c kernels/hostpool.c kernels/cpu.c
+libmalleus_a_SOURCES += kernels/kernels.h kernels/registry.c kernels/hostpool.c \
+	kernels/memacct.c kernels/cpu.c
 
 # every CPU operation against a naive double-precision reference and
 # finite differences
 check_PROGRAMS += tests/test_ops
 TESTS += tests/test_ops
 tests_test_ops_SOURCES = tests/test_ops.c tests/mal_test.h
+
+# the memory accountant: every buffer counted by category, the model's
+# buffers as mal_model_bytes promised
+check_PROGRAMS += tests/test_memacct
+TESTS += tests/test_memacct
+tests_test_memacct_SOURCES = tests/test_memacct.c tests/mal_test.h

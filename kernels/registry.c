@@ -86,7 +86,8 @@ int mal_kern_create(const char *name, const mal_kern_config *cfg, mal_kern *out)
     mal_kern_config c = cfg ? *cfg : def;
     if (c.compute == MAL_DTYPE_AUTO) c.compute = b->default_compute;
     if ((rc = b->create(&c, out))) return rc;
-    if ((rc = mal_kern_host_pool_create(*out))) {
+    if ((rc = mal_kern_host_pool_create(*out)) || (rc = mal_kern_mem_create(*out))) {
+        mal_kern_host_pool_destroy(*out);
         b->destroy(*out);
         *out = NULL;
     }
@@ -99,5 +100,6 @@ void mal_kern_destroy(mal_kern k)
     const mal_kern_backend *b = backend_of(mal_registry_find(&registry, k->name));
     /* the pool unpins through the backend, so before the backend goes */
     mal_kern_host_pool_destroy(k);
+    mal_kern_mem_destroy(k);
     if (b) b->destroy(k);
 }

@@ -15,6 +15,8 @@ void mal_cluster_fini(mal_cluster *c)
 {
     if (!c) return;
     free(c->node_of);
+    free(c->types);
+    free(c->type_of);
     memset(c, 0, sizeof *c);
 }
 
@@ -43,9 +45,109 @@ int mal_cluster_regular(mal_cluster *c, int world_size, int ranks_per_node, doub
     return 0;
 }
 
+double mal_cluster_rank_memory(const mal_cluster *c, int r)
+{
+    if (!c->type_of || r < 0 || r >= c->world_size) return c->memory_mb;
+    return c->types[c->type_of[c->node_of[r]]].memory_mb;
+}
+
+double mal_cluster_rank_speed(const mal_cluster *c, int r)
+{
+    if (!c->type_of || r < 0 || r >= c->world_size) return 1.0;
+    double top = 0;
+    for (int t = 0; t < c->n_types; t++)
+        top = MAL_MAX(top, c->types[t].speed);
+    return c->types[c->type_of[c->node_of[r]]].speed / top;
+}
+
+void mal_cluster_effective_rates(const mal_cluster *c, const double *rates, double *out)
+{
+    for (int r = 0; r < c->world_size; r++)
+        out[r] = c->type_of ? MAL_MAX(rates[r], 1.0 / mal_cluster_rank_speed(c, r)) : rates[r];
+}
+
+/* "types": {NAME: {"memory_mb", "speed"}} and "node_types": [NAME per
+ * node] (README "Mixed hardware"); memory_mb becomes the least of the
+ * types in use. */
+static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char *what)
+{
+    if (!types && !nt) return 0;
+    if (!json_is_object(types) || json_object_size(types) == 0 || !json_is_array(nt))
+        return MAL_ERR(MAL_EFORMAT,
+                       "%s: a mixed cluster gives both \"types\" ({NAME: {\"memory_mb\", "
+                       "\"speed\"}}) and \"node_types\" (a type name per node)",
+                       what);
+    if ((int)json_array_size(nt) != c->n_nodes)
+        return MAL_ERR(MAL_EINVAL, "%s: node_types names %zu types for %d nodes", what,
+                       json_array_size(nt), c->n_nodes);
+    c->n_types = (int)json_object_size(types);
+    c->types = calloc((size_t)c->n_types, sizeof *c->types);
+    c->type_of = calloc((size_t)c->n_nodes, sizeof *c->type_of);
+    if (!c->types || !c->type_of) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
+    const char *key;
+    json_t *val;
+    int t = 0;
+    json_object_foreach(types, key, val)
+    {
+        mal_device_type *d = &c->types[t++];
+        if (strlen(key) >= sizeof d->name)
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: types: the name \"%.40s...\" is too long (at most %zu "
+                           "characters)",
+                           what, key, sizeof d->name - 1);
+        snprintf(d->name, sizeof d->name, "%s", key);
+        json_t *m = json_is_object(val) ? json_object_get(val, "memory_mb") : NULL;
+        json_t *sp = json_is_object(val) ? json_object_get(val, "speed") : NULL;
+        const char *k2;
+        json_t *v2;
+        if (json_is_object(val)) {
+            json_object_foreach(val, k2, v2)
+            {
+                if (strcmp(k2, "memory_mb") && strcmp(k2, "speed"))
+                    return MAL_ERR(MAL_EFORMAT,
+                                   "%s: types.%s: unknown key \"%s\" (memory_mb, speed)", what, key,
+                                   k2);
+            }
+        }
+        if (!json_is_number(m) || !(json_number_value(m) > 0) || !isfinite(json_number_value(m)))
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: types.%s.memory_mb (device memory per rank, MB) must be a "
+                           "positive number",
+                           what, key);
+        d->memory_mb = json_number_value(m);
+        d->speed = 1.0;
+        if (sp && (!json_is_number(sp) || !(json_number_value(sp) > 0) ||
+                   !isfinite(json_number_value(sp))))
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: types.%s.speed (compute speed relative to the profile's "
+                           "device) must be a positive number",
+                           what, key);
+        if (sp) d->speed = json_number_value(sp);
+    }
+    for (int n = 0; n < c->n_nodes; n++) {
+        json_t *v = json_array_get(nt, (size_t)n);
+        c->type_of[n] = -1;
+        for (int q = 0; json_is_string(v) && q < c->n_types; q++)
+            if (!strcmp(c->types[q].name, json_string_value(v))) c->type_of[n] = q;
+        if (c->type_of[n] < 0)
+            return MAL_ERR(MAL_EINVAL, "%s: node_types[%d] names no type of \"types\"", what, n);
+    }
+    /* the search sizes every stage for one memory: the smallest of the
+     * types in use, so that every plan fits every rank it places (a
+     * larger type's spare memory goes to deeper warm-ups, README "Mixed
+     * hardware") */
+    double least = INFINITY;
+    for (int n = 0; n < c->n_nodes; n++)
+        least = MAL_MIN(least, c->types[c->type_of[n]].memory_mb);
+    c->memory_mb = least;
+    return 0;
+}
+
 static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
 {
-    static const char *const keys[] = {"world_size", "ranks_per_node", "nodes", "memory_mb", NULL};
+    int rc;
+    static const char *const keys[] = {"world_size", "ranks_per_node", "nodes", "memory_mb",
+                                       "types",      "node_types",     NULL};
     const char *key;
     json_t *val;
     if (!json_is_object(root))
@@ -58,11 +160,18 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
         if (!ok) return MAL_ERR(MAL_EFORMAT, "%s: unknown key \"%s\" in the cluster", what, key);
     }
     json_t *mem = json_object_get(root, "memory_mb");
-    if (!json_is_number(mem) || !(json_number_value(mem) > 0))
+    json_t *types = json_object_get(root, "types"), *nt = json_object_get(root, "node_types");
+    if (mem && types)
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: a mixed cluster gives memory_mb per type (types.NAME.memory_mb), not "
+                       "for the whole cluster as well",
+                       what);
+    /* a mixed cluster's memory comes from its types (types_from_json) */
+    double memory_mb = types ? 1.0 : json_is_number(mem) ? json_number_value(mem) : 0;
+    if (!(memory_mb > 0) || !isfinite(memory_mb))
         return MAL_ERR(MAL_EINVAL,
                        "%s: memory_mb (device memory per rank, MB) must be a positive number",
                        what);
-    double memory_mb = json_number_value(mem);
     json_t *ws = json_object_get(root, "world_size");
     json_t *rpn = json_object_get(root, "ranks_per_node");
     json_t *nodes = json_object_get(root, "nodes");
@@ -115,7 +224,7 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
                 c->node_of[r] = (int)n;
             }
         }
-        return 0;
+        return types_from_json(c, types, nt, what);
     }
     if (!json_is_integer(ws) || !json_is_integer(rpn))
         return MAL_ERR(MAL_EFORMAT, "%s: give world_size and ranks_per_node (integers), or nodes",
@@ -128,7 +237,8 @@ static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)
     if (g < 1 || g > w)
         return MAL_ERR(MAL_EINVAL, "%s: ranks_per_node must be 1..world_size (%lld) (got %lld)",
                        what, (long long)w, (long long)g);
-    return mal_cluster_regular(c, (int)w, (int)g, memory_mb);
+    if ((rc = mal_cluster_regular(c, (int)w, (int)g, memory_mb))) return rc;
+    return types_from_json(c, types, nt, what);
 }
 
 int mal_cluster_parse_buffer(mal_cluster *c, const char *buf, size_t len, const char *what)

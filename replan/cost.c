@@ -8,6 +8,12 @@
 #include "base/mal.h"
 #include "replan.h"
 
+double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int l, int d)
+{
+    int ne = (j == 0) + (j == S - 1);
+    return (mal_profile_k(p, d) * l + p->embed_mb * ne) * ((double)p->tp / size) + p->overhead_mb;
+}
+
 double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l)
 {
     /* the first stage holds the embedding, the last the LM head; a

@@ -90,6 +90,138 @@ static void explain_gap(FILE *f, const mal_replan_input *in, const mal_plan *pla
             (ev->step_time - ev->bubble_free) * lt);
 }
 
+/* Where a slow link sits in the plan and what it costs there. */
+static int explain_links(FILE *f, const mal_replan_input *in, const mal_plan *plan)
+{
+    const mal_profile *p = in->profile;
+    const mal_links *ln = in->links;
+    if (!mal_links_any(ln)) return 0;
+    double lt = p->layer_time;
+    if (!(p->link_bandwidth > 0)) {
+        fprintf(f, "slow links: the profile prices no communication (link_bandwidth): ignored\n");
+        return 0;
+    }
+    int n = 0;
+    for (int i = 0; i < ln->n; i++)
+        n += mal_cost_floor(ln->l[i].rate) > 1.0;
+    fprintf(f,
+            "slow links: %d (a slow link should carry the least traffic: best between "
+            "pipelines, worst inside a TP group)\n",
+            n);
+    double J;
+    int rc = mal_cost_plan_links(plan, p, in->cluster, in->rates, ln, NULL, &J);
+    if (rc) return rc;
+    fprintf(f,
+            "  step time with communication: %.4f s (cost model; the table above is compute "
+            "alone)\n",
+            J * lt + p->sync_time);
+    for (int i = 0, shown = 0; i < ln->n && shown < 32; i++) {
+        int a = ln->l[i].a, b = ln->l[i].b;
+        double r = mal_cost_floor(ln->l[i].rate);
+        if (r <= 1.0) continue;
+        shown++;
+        mal_plan_loc la, lb;
+        int ka = mal_plan_locate(plan, a, &la), kb = mal_plan_locate(plan, b, &lb);
+        fprintf(f, "  link %d-%d (rate %.2f): ", a, b, r);
+        if (ka || kb || la.pipeline < 0 || lb.pipeline < 0) {
+            fprintf(f, "unused (a rank is suspended)\n");
+        } else if (la.pipeline == lb.pipeline && la.stage == lb.stage) {
+            const mal_plan_stage *st = &plan->pipelines[la.pipeline].stages[la.stage];
+            fprintf(f,
+                    "inside the TP group of pipeline %d stage %d: all-reduces %.4f s per layer\n",
+                    la.pipeline, la.stage,
+                    mal_cost_tp_comm(p, in->cluster, ln, st->ranks, st->n_ranks) * lt);
+        } else if (la.pipeline == lb.pipeline && abs(la.stage - lb.stage) == 1) {
+            int j = MAL_MIN(la.stage, lb.stage);
+            const mal_plan_pipeline *pl = &plan->pipelines[la.pipeline];
+            fprintf(f,
+                    "stage boundary %d-%d of pipeline %d: %.4f s per activation (warm-up depth %d "
+                    "on stage %d)\n",
+                    j, j + 1, la.pipeline,
+                    mal_cost_p2p(p, in->cluster, ln, &pl->stages[j], &pl->stages[j + 1]) * lt,
+                    mal_plan_stage_warmup(pl, j), j);
+        } else if (la.pipeline != lb.pipeline) {
+            fprintf(f, "between pipelines %d and %d (gradient sum only)\n", la.pipeline,
+                    lb.pipeline);
+        } else {
+            fprintf(f, "unused (no message between these stages)\n");
+        }
+    }
+    if (mal_cost_dp_comm(plan, p, in->cluster, ln) > 0)
+        fprintf(f, "  gradient sum over slow links: %.4f s per step\n",
+                mal_cost_dp_comm(plan, p, in->cluster, ln) * lt);
+    return 0;
+}
+
+/* A mixed cluster: each type's ranks, where they went and why. */
+static void explain_types(FILE *f, const mal_replan_input *in, const mal_plan *plan)
+{
+    const mal_cluster *c = in->cluster;
+    if (!c->type_of) return;
+    fprintf(f,
+            "device types (a type's speed is a rate of 1/speed; TP groups never span nodes, so "
+            "each is of one type; stages are sized for the least memory, %.0f MB):\n",
+            c->memory_mb);
+    double top = 0;
+    for (int t = 0; t < c->n_types; t++)
+        top = MAL_MAX(top, c->types[t].speed);
+    for (int t = 0; t < c->n_types; t++) {
+        int ranks = 0, active = 0, layers = 0, stages = 0;
+        for (int r = 0; r < c->world_size; r++)
+            ranks += c->type_of[c->node_of[r]] == t;
+        for (int i = 0; i < plan->n_pipelines; i++)
+            for (int j = 0; j < plan->pipelines[i].n_stages; j++) {
+                const mal_plan_stage *st = &plan->pipelines[i].stages[j];
+                if (c->type_of[c->node_of[st->ranks[0]]] != t) continue;
+                stages++;
+                active += st->n_ranks;
+                layers += st->layer_end - st->layer_begin;
+            }
+        fprintf(f,
+                "  %s: %d ranks, speed %.2f (rate %.2f), %.0f MB: %d active in %d stages holding "
+                "%.2f layers each on average\n",
+                c->types[t].name, ranks, c->types[t].speed, top / c->types[t].speed,
+                c->types[t].memory_mb, active, stages, stages ? (double)layers / stages : 0.0);
+    }
+}
+
+/* The terms of one stage's memory, as mal_cost_stage_memory_d adds them:
+ * its layers at the per-layer memory k[d] of its warm-up depth d (state
+ * and d + 1 micro-batches of activations in flight), the embedding and/or
+ * LM head of a first/last stage, both scaled from the nominal TP size to
+ * the stage's, plus the fixed per-rank overhead X.  The printed total is
+ * the sum of the printed terms (tests/test_replan_memory.sh checks it). */
+static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
+                                 const mal_plan_pipeline *pl, int j)
+{
+    const mal_plan_stage *st = &pl->stages[j];
+    int l = st->layer_end - st->layer_begin, d = mal_plan_stage_warmup(pl, j);
+    int ne = (j == 0) + (j == pl->n_stages - 1);
+    double scale = (double)p->tp / st->n_ranks;
+    double layers = mal_profile_k(p, d) * l * scale, embed = p->embed_mb * ne * scale;
+    fprintf(f,
+            "    memory terms (MB per rank): layers %d x %.3f (k[%d]) x TP %d/%d = %.3f + "
+            "embedding/head %d x %.3f x TP %d/%d = %.3f + overhead %.3f = total %.3f of %.0f\n",
+            l, mal_profile_k(p, d), d, p->tp, st->n_ranks, layers, ne, p->embed_mb, p->tp,
+            st->n_ranks, embed, p->overhead_mb, layers + embed + p->overhead_mb,
+            mal_cluster_rank_memory(c, st->ranks[0]));
+}
+
+void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
+                               const mal_plan *plan)
+{
+    fprintf(f, "memory per rank of every stage (the planner's model):\n");
+    for (int i = 0; i < plan->n_pipelines; i++)
+        for (int j = 0; j < plan->pipelines[i].n_stages; j++) {
+            const mal_plan_stage *st = &plan->pipelines[i].stages[j];
+            fprintf(f, "  pipeline %d stage %d: TP %d ranks [", i, j, st->n_ranks);
+            for (int k = 0; k < st->n_ranks; k++)
+                fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
+            fprintf(f, "]  layers [%d, %d)\n", st->layer_begin, st->layer_end);
+            explain_stage_memory(f, p, c, &plan->pipelines[i], j);
+        }
+}
+
 int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan)
 {
     const mal_profile *p = in->profile;
@@ -144,7 +276,10 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
                     "]  rate %.2f  %.4f s per layer  layers [%d, %d) = %d  stage time %.4f s  "
                     "memory %.0f / %.0f MB\n",
                     x, y * lt, st->layer_begin, st->layer_end, l, y * l * lt,
-                    mal_cost_stage_memory(p, st->n_ranks, pl->n_stages, j, l), c->memory_mb);
+                    mal_cost_stage_memory_d(p, st->n_ranks, pl->n_stages, j, l,
+                                            mal_plan_stage_warmup(pl, j)),
+                    mal_cluster_rank_memory(c, st->ranks[0]));
+            explain_stage_memory(f, p, c, pl, j);
         }
     }
     double bound = mal_cost_capacity_bound(p, world, in->rates, in->n_micro_batches);
@@ -166,8 +301,10 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
         fprintf(f, "state to move from the current plan: %.3f GiB (%.0f bytes)\n",
                 bytes / 1073741824.0, bytes);
     }
+    rc = explain_links(f, in, plan);
+    explain_types(f, in, plan);
     mal_cost_eval_fini(&ev);
-    return 0;
+    return rc;
 }
 
 void mal_replan_explain_search(FILE *f, const mal_replan_input *in, const mal_replan_stats *st)

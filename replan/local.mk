@@ -2,7 +2,7 @@
 # re-plan trigger policy) behind malleus-replan.  Included by Makefile.am.
 libmalleus_a_SOURCES += replan/replan.h replan/cluster.c replan/profile.c replan/rates.c \
 	replan/cost.c replan/lp.c replan/search.h replan/options.c replan/layers.c replan/eval.c \
-	replan/planner.c replan/explain.c replan/sim.h replan/sim.c \
+	replan/planner.c replan/explain.c replan/sim.h replan/sim.c replan/links.c replan/place.c \
 	replan/policy.h replan/policy.c replan/tool.h replan/tool.c
 
 check_PROGRAMS += tests/test_replan tests/test_replan_sim tests/test_replan_policy
@@ -15,10 +15,13 @@ TESTS += tests/test_policy_run.sh
 # Time and memory bounded at 131,072 and 2^20 ranks (--time-limit).
 dist_check_SCRIPTS += tests/test_replan_limits.sh
 TESTS += tests/test_replan_limits.sh
+# --explain's memory terms per stage exist and add up.
+dist_check_SCRIPTS += tests/test_replan_memory.sh
+TESTS += tests/test_replan_memory.sh
 
 EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
 
-# Hostile planner inputs (issue 16): refusals naming the field, no overflow.
+# Hostile planner inputs: refusals naming the field, no overflow.
 check_PROGRAMS += tests/test_replan_inputs
 TESTS += tests/test_replan_inputs
 
@@ -26,3 +29,7 @@ TESTS += tests/test_replan_inputs
 check_PROGRAMS += tests/test_replan_exact
 TESTS += tests/test_replan_exact
 EXTRA_DIST += tests/replan_ref.h
+
+# Slow links and mixed hardware: terms, placement, warm-up, exact reference.
+check_PROGRAMS += tests/test_replan_links
+TESTS += tests/test_replan_links

@@ -232,7 +232,7 @@ static void compositions(optgen *g, int p)
     }
 }
 
-/* The restricted rule (issue 4's planner): suspend u of the stragglers,
+/* The restricted rule (the first planner): suspend u of the stragglers,
  * then chunks of tp, each whole or cut into halving groups, then the binary
  * decomposition of the remainder. */
 static void restricted_options(optgen *g, int R, int n_strag)

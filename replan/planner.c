@@ -504,7 +504,7 @@ static int whole_option(const ctx *c, const nclass *k)
     return best;
 }
 
-/* Issue 4's choice: the option whose groups, in a nominal pipeline with the
+/* The first planner's choice: the option whose groups, in a nominal pipeline with the
  * node's remaining share of healthy groups, give the most throughput
  * m / ((m + S - 1) P). */
 static int proxy_option(ctx *c, const nclass *k, int *out)
@@ -677,7 +677,7 @@ static int constructions(search *s)
         if ((rc = fallback_plan(s, by_class))) goto done;
         if (!c->have_plan && (rc = fallback_plan(s, whole))) goto done;
     }
-    /* issue 4's: proxy options, bundles snaked over D blocks, D near the
+    /* the first planner's: proxy options, bundles snaked over D blocks, D near the
      * nominal pipeline count */
     for (int k = 0; k < c->n_classes; k++) {
         if (rp_out_of_time(c)) goto done;
@@ -1587,6 +1587,24 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     best.stop = stop;
     best.time_limit = in->time_limit;
     best.exhaustive = exact && !skipped;
+    /* communication: the placement of alike ranks, warm-up depths and
+     * micro-batches for the slow links (the bound above, of compute alone,
+     * stays a bound: communication only adds) */
+    if (rp_place_needed(in)) {
+        double J;
+        if ((rc = rp_place(in, out, &J))) {
+            mal_plan_fini(out);
+            return rc;
+        }
+        /* the placement is a local search over the exchanges of alike
+         * ranks: the compute search's optimality does not carry over */
+        if (mal_links_any(in->links) && J > best.objective * (1 + RP_TOL)) {
+            best.exhaustive = 0;
+            if (best.stop == MAL_REPLAN_STOP_OPTIMAL) best.stop = MAL_REPLAN_STOP_CONVERGED;
+        }
+        best.objective = J;
+        best.lower_bound = MAL_MIN(best.lower_bound, J);
+    }
     best.seconds = mal_now() - t0;
     if (stats) *stats = best;
     return 0;

@@ -164,6 +164,20 @@ int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size
     p->layer_state_mb = state / MB;
     p->embed_state_mb = 16 * V * C / MB;
     p->sync_time = 0.0;
+    /* Links: a CPU preset's ranks move fp32 activations through shared
+     * memory; a GPU preset's bf16 over NVLink within a node and a 200 Gb/s
+     * NIC between nodes.  The presets' alpha is measured with the healthy
+     * links' all-reduces inside, so only a slow link's excess is charged. */
+    const int cpu = s->flops < 1e12;
+    const double esz = cpu ? 4 : 2;
+    p->link_latency = cpu ? 2e-5 : 5e-6;
+    p->link_bandwidth = cpu ? 5e9 : 1.5e11;
+    p->node_link_latency = cpu ? 5e-5 : 1e-5;
+    p->node_link_bandwidth = cpu ? 1e9 : 2.5e10;
+    p->activation_bytes = esz * b * T * C;
+    p->tp_allreduces = 4; /* two in the forward pass, two in the backward */
+    p->grad_bytes = esz * params;
+    p->comm_in_alpha = 1;
     return 0;
 }
 
@@ -211,6 +225,14 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
                                        "layer_state_mb",
                                        "embedding_state_mb",
                                        "sync_time",
+                                       "link_latency",
+                                       "link_bandwidth",
+                                       "node_link_latency",
+                                       "node_link_bandwidth",
+                                       "activation_bytes",
+                                       "tp_allreduces",
+                                       "grad_bytes",
+                                       "comm_in_alpha",
                                        NULL};
     int rc;
     const char *key;
@@ -303,6 +325,24 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
     if ((rc = get_num(root, "layer_state_mb", what, &p->layer_state_mb, 0))) return rc;
     if ((rc = get_num(root, "embedding_state_mb", what, &p->embed_state_mb, 0))) return rc;
     if ((rc = get_num(root, "sync_time", what, &p->sync_time, 0))) return rc;
+    static const char *const link_keys[] = {"link_latency",        "link_bandwidth",
+                                            "node_link_latency",   "node_link_bandwidth",
+                                            "activation_bytes",    "tp_allreduces",
+                                            "grad_bytes"};
+    double *link_vals[] = {&p->link_latency,        &p->link_bandwidth,   &p->node_link_latency,
+                           &p->node_link_bandwidth, &p->activation_bytes, &p->tp_allreduces,
+                           &p->grad_bytes};
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(link_keys); i++)
+        if ((rc = get_num(root, link_keys[i], what, link_vals[i], 0))) return rc;
+    json_t *cia = json_object_get(root, "comm_in_alpha");
+    if (cia && !json_is_boolean(cia))
+        return MAL_ERR(MAL_EINVAL, "%s: comm_in_alpha must be true or false", what);
+    if (cia) p->comm_in_alpha = json_is_true(cia);
+    if (p->link_bandwidth > 0 && !(p->activation_bytes > 0))
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: link_bandwidth prices communication, which needs activation_bytes "
+                       "(bytes of one micro-batch's activation)",
+                       what);
     /* nominal TP groups split heads and the MLP: a model that they cannot
      * split has no plan at all, so say so here rather than after planning */
     if (p->n_heads > 0 && p->n_heads % p->tp)
@@ -367,7 +407,16 @@ int mal_profile_write(const mal_profile *p, FILE *f)
     fprintf(f,
             "],\n  \"embedding_memory_mb\": %.6g, \"overhead_mb\": %.6g, \"layer_time\": %.6g,\n",
             p->embed_mb, p->overhead_mb, p->layer_time);
-    fprintf(f, "  \"layer_state_mb\": %.6g, \"embedding_state_mb\": %.6g, \"sync_time\": %.6g }\n",
+    fprintf(f, "  \"layer_state_mb\": %.6g, \"embedding_state_mb\": %.6g, \"sync_time\": %.6g",
             p->layer_state_mb, p->embed_state_mb, p->sync_time);
+    if (p->link_bandwidth > 0)
+        fprintf(f,
+                ",\n  \"link_latency\": %.6g, \"link_bandwidth\": %.6g, \"node_link_latency\": "
+                "%.6g, \"node_link_bandwidth\": %.6g,\n  \"activation_bytes\": %.6g, "
+                "\"tp_allreduces\": %.6g, \"grad_bytes\": %.6g, \"comm_in_alpha\": %s",
+                p->link_latency, p->link_bandwidth, p->node_link_latency, p->node_link_bandwidth,
+                p->activation_bytes, p->tp_allreduces, p->grad_bytes,
+                p->comm_in_alpha ? "true" : "false");
+    fprintf(f, " }\n");
     return ferror(f) ? MAL_ERR(MAL_EIO, "model profile: write failed") : 0;
 }

@@ -35,12 +35,37 @@
 
 /* ---- inputs -------------------------------------------------------------- */
 
+/* A device type of a mixed cluster (README "Mixed hardware"). */
+typedef struct mal_device_type {
+    char name[32];
+    double memory_mb; /* device memory of each rank of this type */
+    double speed;     /* compute speed; the fastest type is the profile's
+                       * device (its layer_time), the others run at
+                       * speed / fastest of it */
+} mal_device_type;
+
 typedef struct mal_cluster {
     int world_size;
     int n_nodes;
     int *node_of;     /* [world_size]: node index of each rank */
-    double memory_mb; /* device memory capacity of every rank */
+    double memory_mb; /* device memory capacity of every rank (mixed: the
+                       * least of the types in use, which the search sizes
+                       * stages for) */
+    int n_types;      /* 0: homogeneous */
+    mal_device_type *types; /* [n_types] */
+    int *type_of;           /* [n_nodes] type index of each node (NULL: homogeneous) */
 } mal_cluster;
+
+/* Device memory of rank r (its node's type's, else memory_mb).  Local. */
+double mal_cluster_rank_memory(const mal_cluster *c, int r);
+/* Speed of rank r relative to the fastest type (1.0 homogeneous).  Local. */
+double mal_cluster_rank_speed(const mal_cluster *c, int r);
+/* The rates the planner plans for on a mixed cluster: each rank's
+ * measured rate, or its type's 1 / speed (relative to the fastest type)
+ * where that is larger -- a slower type's rank is a straggler by nature,
+ * and a rate measured against the cluster's median already includes its
+ * type.  out may be rates; a homogeneous cluster copies.  Local. */
+void mal_cluster_effective_rates(const mal_cluster *c, const double *rates, double *out);
 
 /* Regular cluster: `ranks_per_node` consecutive ranks per node.  MAL_EINVAL
  * when world_size is not divisible into nodes.  `c` initialised here; fini it.
@@ -69,6 +94,23 @@ typedef struct mal_profile {
     double layer_state_mb; /* full state (params+grads+optimizer) of one layer, all shards */
     double embed_state_mb; /* full state of the embedding (= that of the LM head) */
     double sync_time;      /* seconds added to every step for gradient sync */
+    /* Links (README "Links"): a healthy link moves a message of n bytes in
+     * latency + n / bandwidth seconds, within a node and between nodes;
+     * bandwidth 0 = communication not priced (the planner then ignores
+     * slow links).  The messages: one micro-batch's activation (B, T, C)
+     * sent at a stage boundary (and its gradient back), tp_allreduces
+     * all-reduces of that size per layer per micro-batch in a TP group, and
+     * one layer's gradient (all TP shards) summed over the pipelines once
+     * per step.  comm_in_alpha: alpha and layer_time already include the
+     * healthy links' communication (the presets' measured alpha), so only a
+     * slow link's excess is charged; else (a profile malleus-train
+     * --profile measured) every message is. */
+    double link_latency, link_bandwidth;           /* within a node */
+    double node_link_latency, node_link_bandwidth; /* between nodes */
+    double activation_bytes;
+    double tp_allreduces;
+    double grad_bytes;
+    int comm_in_alpha;
 } mal_profile;
 
 /* Every preset of src/config.c (mal_config_presets: the shapes are its),
@@ -93,6 +135,36 @@ void mal_profile_fini(mal_profile *p);
 double mal_profile_k(const mal_profile *p, int d);
 /* alpha for a TP size, 0 when the size is not allowed.  Local. */
 double mal_profile_alpha(const mal_profile *p, int size);
+
+/* Slow links: rank pairs whose messages take `rate` times a healthy
+ * link's time (README "Links").  Pairs are unordered (a < b), sorted, each
+ * once; links not listed are healthy (1.0). */
+typedef struct mal_link {
+    int a, b;
+    double rate;
+} mal_link;
+typedef struct mal_links {
+    int n;
+    mal_link *l; /* [n] */
+} mal_links;
+
+/* Read slow links: a JSON object {"links": [{"a": 3, "b": 4, "rate": 8}]}
+ * or JSON lines (a metrics file) whose rows carry "link_rates":
+ * [[a, b, rate], ...]; then the mean of each pair's last `window`
+ * samples.  Rates below the noise floor are dropped (healthy).  Ranks
+ * outside the world, a == b, and rates that are not positive numbers are
+ * MAL_EINVAL naming the pair.  `ln` initialised here; fini it even on
+ * error.  Local. */
+int mal_links_read(const char *path, int world_size, int window, mal_links *ln);
+int mal_links_parse_buffer(const char *buf, size_t len, const char *what, int world_size,
+                           int window, mal_links *ln);
+/* Add (or multiply into) the pair's rate; keeps the list sorted.  Local. */
+int mal_links_set(mal_links *ln, int a, int b, double rate);
+void mal_links_fini(mal_links *ln);
+/* The pair's floored rate (1.0 when healthy or ln is NULL).  Local. */
+double mal_links_rate(const mal_links *ln, int a, int b);
+/* 1 when some link is slower than the noise floor.  Local. */
+int mal_links_any(const mal_links *ln);
 
 /* Straggling rates of every rank into rates[world_size] (missing ranks 1.0).
  * The file is either a JSON object {"rank": rate, ...} or JSON lines from
@@ -121,6 +193,39 @@ static inline double mal_cost_floor(double x)
 int mal_cost_layer_cap(const mal_profile *p, double memory_mb, int size, int S, int j);
 /* Memory (MB) of a rank on stage j of S holding l layers with TP `size`. */
 double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l);
+
+/* The same with `d` + 1 micro-batches of activations in flight (a stage
+ * whose 1F1B warm-up is d forwards deep; the default is S - 1 - j). */
+double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int l, int d);
+
+/* Communication terms (README "Links"), layer units, 0 when the profile
+ * prices no communication.  Local.
+ * TP all-reduces of one layer, one micro-batch, of the group ranks[n]: */
+double mal_cost_tp_comm(const mal_profile *p, const mal_cluster *c, const mal_links *ln,
+                        const int *ranks, int n);
+/* One micro-batch's activation from stage `from` to the next, `to` (the
+ * gradient back costs the same): */
+double mal_cost_p2p(const mal_profile *p, const mal_cluster *c, const mal_links *ln,
+                    const mal_plan_stage *from, const mal_plan_stage *to);
+/* The gradient sum over the slow links between pipelines, per step (the
+ * slowest such link's excess over a healthy one): */
+double mal_cost_dp_comm(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                        const mal_links *ln);
+/* A pipeline's time with communication (layer units): stage time
+ * l (x alpha + TP), boundaries d_j each way, and the period
+ * Peff = max(max_j c_j, max_k R_k / (w_k + 1)) where R_k is the round trip
+ * from stage k to the last and back; T = (m + S - 1) Peff + 2 sum d_j.
+ * With `choose`, warm[S] gets the warm-up depth of each stage that
+ * minimises Peff within memory (non-increasing, never below the 1F1B
+ * default); else warm (NULL: the defaults) is used.  Local. */
+int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p,
+                            const mal_cluster *c, const double *rates, const mal_links *ln,
+                            int choose, int *warm, double *T_out, double *Peff_out);
+/* A whole plan with communication under its own warm-up depths: time[i]
+ * (NULL: not kept) each pipeline's, *J_out the step time (the slowest
+ * pipeline plus mal_cost_dp_comm), layer units.  Local. */
+int mal_cost_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                        const double *rates, const mal_links *ln, double *time, double *J_out);
 
 /* Share of a layer's (forward + backward) time spent in the forward pass
  * (backward computes two matrix products per forward one). */
@@ -189,7 +294,8 @@ enum { MAL_REPLAN_AUTO = 0, MAL_REPLAN_EXHAUSTIVE = 1, MAL_REPLAN_HEURISTIC = 2 
 typedef struct mal_replan_input {
     const mal_cluster *cluster;
     const mal_profile *profile;
-    const double *rates; /* [world_size], raw */
+    const double *rates; /* [world_size], raw (a mixed cluster: through
+                          * mal_cluster_effective_rates) */
     int micro_batch_size;
     int n_micro_batches;     /* M: total per step */
     int nominal_dp;          /* pipelines of the uniform plan (0: derived) */
@@ -198,6 +304,7 @@ typedef struct mal_replan_input {
     double time_limit;       /* seconds for the search (0: none): past it the
                               * best plan found so far is returned (the
                               * first plan is always finished) */
+    const mal_links *links;  /* slow links (NULL: none) */
 } mal_replan_input;
 
 /* Why the search ended (mal_replan_stats.stop), in rising order of what a
@@ -239,6 +346,11 @@ int mal_replan_default_dp(const mal_cluster *c, const mal_profile *p, int n_micr
 
 /* Human-readable report of `plan` for `in` (see --explain).  Local. */
 int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan);
+/* --simulate --explain: every stage of `plan` with the terms of its memory
+ * per rank (its layers at k[warm-up depth], embedding / LM head, overhead;
+ * the total is their sum) against its rank's capacity.  Local. */
+void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
+                               const mal_plan *plan);
 /* The search's outcome in one line of `buf` ("best found X s, bound Y s, gap
  * Z %, <why it stopped>"; seconds by the profile's layer_time); returns what
  * snprintf returns.  Local. */

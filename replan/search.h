@@ -166,4 +166,14 @@ int rp_runs(double T, double P, int S, int M);
  * Local. */
 double rp_trim(int D, const double *P, const int *S, int *m, int M, long *total);
 
+/* ---- place.c ---- */
+
+/* Whether the plan needs the link-aware pass (communication priced, and a
+ * slow link or every message charged).  Local. */
+int rp_place_needed(const mal_replan_input *in);
+/* The pass on the search's plan: exchanges of alike ranks, warm-up depths,
+ * micro-batches; predicted times with communication; *J the step time
+ * (layer units) it reaches.  Local. */
+int rp_place(const mal_replan_input *in, mal_plan *plan, double *J);
+
 #endif /* MAL_REPLAN_SEARCH_H */

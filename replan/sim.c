@@ -9,7 +9,20 @@
 
 double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, double p2p)
 {
+    return mal_sim_pipeline_ex(S, fwd, bwd, m, p2p, NULL, NULL);
+}
+
+double mal_sim_pipeline_ex(int S, const double *fwd, const double *bwd, int m, double p2p,
+                           const double *hop, const int *warm)
+{
     if (S < 1 || m < 1) return MAL_ERR(MAL_EINVAL, "simulator: %d stages, %d micro-batches", S, m);
+    /* Its tables hold every op of every stage (24 bytes each): a plan file
+     * may name two billion micro-batches, which would ask for tens of GB. */
+    if ((long long)S * m > MAL_SIM_MAX_OPS)
+        return MAL_ERR(MAL_EINVAL,
+                       "simulator: %d stages x %d micro-batches is more than the %d stage-micro-batches "
+                       "it simulates (MAL_SIM_MAX_OPS)",
+                       S, m, MAL_SIM_MAX_OPS);
     /* per stage: its op sequence (+i = forward of micro-batch i, -(i+1) = backward) */
     int n_ops = 2 * m;
     int *seq = malloc((size_t)S * n_ops * sizeof *seq);
@@ -26,8 +39,12 @@ double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, doub
         fdone[i] = bdone[i] = -1;
     for (int j = 0; j < S; j++) {
         int *q = seq + (size_t)j * n_ops, n = 0, f = 0, b = 0;
-        int warm = MAL_MIN(S - j - 1, m);
-        while (f < warm)
+        int w = MAL_MIN(warm ? MAL_MAX(warm[j], 0) : S - j - 1, m);
+        if (warm && j + 1 < S && w < MAL_MIN(warm[j + 1], m)) {
+            end = MAL_ERR(MAL_EINVAL, "simulator: stage %d warms up less than stage %d", j, j + 1);
+            goto cleanup;
+        }
+        while (f < w)
             q[n++] = f++;
         while (f < m) {
             q[n++] = f++;
@@ -51,7 +68,7 @@ double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, doub
                     else if (fdone[(size_t)(j - 1) * m + op] < 0)
                         break;
                     else
-                        ready = fdone[(size_t)(j - 1) * m + op] + p2p;
+                        ready = fdone[(size_t)(j - 1) * m + op] + p2p + (hop ? hop[j - 1] : 0);
                     double st = MAL_MAX(ready, free_at[j]);
                     free_at[j] = fdone[(size_t)j * m + op] = st + fwd[j];
                 } else {
@@ -62,7 +79,7 @@ double mal_sim_pipeline(int S, const double *fwd, const double *bwd, int m, doub
                     else if (bdone[(size_t)(j + 1) * m + i] < 0)
                         break;
                     else
-                        ready = bdone[(size_t)(j + 1) * m + i] + p2p;
+                        ready = bdone[(size_t)(j + 1) * m + i] + p2p + (hop ? hop[j] : 0);
                     double st = MAL_MAX(ready, free_at[j]);
                     free_at[j] = bdone[(size_t)j * m + i] = st + bwd[j];
                 }
@@ -125,5 +142,55 @@ int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates
         step = MAL_MAX(step, t);
     }
     *step_out = step;
+    return 0;
+}
+
+int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                       const double *rates, const mal_links *ln, double *step_out, double *pipe_out)
+{
+    double step = 0;
+    for (int i = 0; i < plan->n_pipelines; i++) {
+        const mal_plan_pipeline *pl = &plan->pipelines[i];
+        int S = pl->n_stages;
+        double *fwd = malloc((size_t)S * 3 * sizeof *fwd);
+        int *warm = malloc((size_t)S * sizeof *warm);
+        if (!fwd || !warm) {
+            free(fwd);
+            free(warm);
+            return MAL_ERR(MAL_ENOMEM, "simulator: out of memory");
+        }
+        double *bwd = fwd + S, *hop = fwd + 2 * S;
+        for (int j = 0; j < S; j++) {
+            const mal_plan_stage *st = &pl->stages[j];
+            double a = mal_profile_alpha(p, st->n_ranks), x = 1.0;
+            if (a <= 0) {
+                free(fwd);
+                free(warm);
+                return MAL_ERR(MAL_EINVAL,
+                               "simulator: pipelines[%d].stages[%d]: no alpha for TP size %d", i, j,
+                               st->n_ranks);
+            }
+            for (int k = 0; k < st->n_ranks; k++)
+                if (st->ranks[k] >= 0 && st->ranks[k] < c->world_size)
+                    x = MAL_MAX(x, mal_cost_floor(rates[st->ranks[k]]));
+            int l = st->layer_end - st->layer_begin;
+            /* the TP all-reduces split like the compute (as many in the
+             * backward pass as in the forward, but the forward's share of
+             * the compute is a third: a simplification the cost model makes
+             * too, by folding them into the stage's time) */
+            double cst = l * (x * a + mal_cost_tp_comm(p, c, ln, st->ranks, st->n_ranks));
+            fwd[j] = cst * MAL_SIM_FORWARD_SHARE;
+            bwd[j] = cst - fwd[j];
+            hop[j] = j + 1 < S ? mal_cost_p2p(p, c, ln, st, &pl->stages[j + 1]) : 0;
+            warm[j] = mal_plan_stage_warmup(pl, j);
+        }
+        double t = mal_sim_pipeline_ex(S, fwd, bwd, pl->micro_batches, 0.0, hop, warm);
+        free(fwd);
+        free(warm);
+        if (t < 0) return (int)t;
+        if (pipe_out) pipe_out[i] = t;
+        step = MAL_MAX(step, t);
+    }
+    *step_out = step + mal_cost_dp_comm(plan, p, c, ln);
     return 0;
 }

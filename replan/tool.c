@@ -39,7 +39,7 @@ static int heads_or_any(int n)
 
 /* --simulate: the plan in `path`, event by event, next to the closed form. */
 static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal_cluster *cl,
-                    const double *rates, FILE *out)
+                    const double *rates, const mal_links *ln, FILE *out)
 {
     mal_plan simp;
     mal_cost_eval ev = {0};
@@ -60,6 +60,16 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
     if ((rc = mal_sim_plan(&simp, prof, rates, cl->world_size, 0.0, &sim, pipe)) ||
         (rc = mal_cost_eval_plan(&simp, prof, cl, rates, &ev)))
         goto done;
+    /* with communication priced: the simulation and the closed form with
+     * the links' terms and the plan's warm-up depths */
+    if (prof->link_bandwidth > 0 && (mal_links_any(ln) || !prof->comm_in_alpha)) {
+        double simc;
+        if ((rc = mal_sim_plan_links(&simp, prof, cl, rates, ln, &simc, pipe)) ||
+            (rc = mal_cost_plan_links(&simp, prof, cl, rates, ln, ev.time, &ev.step_time)))
+            goto done;
+        sim = simc;
+        fprintf(out, "with communication (slow links, warm-up depths):\n");
+    }
     double lt = prof->layer_time;
     for (int i = 0; i < simp.n_pipelines; i++)
         fprintf(out,
@@ -70,6 +80,7 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
     fprintf(out, "step: simulated %.6f s, closed form %.6f s, shaped bubble %.6f s%s\n",
             sim * lt + prof->sync_time, ev.step_time * lt + prof->sync_time,
             ev.shaped * lt + prof->sync_time, ev.memory_ok ? "" : " (plan exceeds memory)");
+    if (o->explain) mal_replan_explain_memory(out, prof, cl, &simp);
     if (o->summary) {
         char a[32], b[32], c[32], d[32];
         fprintf(out,
@@ -140,6 +151,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     int rc = 0;
     mal_cluster cl = {0};
     mal_profile prof = {0};
+    mal_links links = {0};
     mal_plan cur, plan;
     double *rates = NULL;
     mal_plan_init(&cur);
@@ -151,11 +163,10 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         goto done;
     }
     /* -o replaces its file: never one of the inputs (read before it is) */
-    const mal_input_ref inputs[] = {{"--cluster", o->cluster_path},
-                                    {"--profile", o->profile_path},
-                                    {"--rates", o->rates_path},
-                                    {"--current", o->current_path},
-                                    {"--simulate", o->simulate_path}};
+    const mal_input_ref inputs[] = {
+        {"--cluster", o->cluster_path}, {"--profile", o->profile_path},
+        {"--rates", o->rates_path},     {"--links", o->links_path},
+        {"--current", o->current_path}, {"--simulate", o->simulate_path}};
     if ((rc =
              mal_output_check_inputs("--output", o->out_path, inputs, (int)MAL_ARRAY_SIZE(inputs))))
         goto done;
@@ -201,6 +212,10 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         rates[r] = 1.0;
     if (o->rates_path && (rc = mal_rates_read(o->rates_path, cl.world_size, o->window, rates)))
         goto done;
+    /* a mixed cluster: a slower type's ranks are stragglers by nature */
+    mal_cluster_effective_rates(&cl, rates, rates);
+    if (o->links_path && (rc = mal_links_read(o->links_path, cl.world_size, o->window, &links)))
+        goto done;
     if (o->current_path && (rc = mal_plan_read(&cur, o->current_path))) goto done;
     /* batch: micro-batches from the options, else from the current plan */
     int n_mb = o->n_micro_batches, dp = o->pipelines;
@@ -229,9 +244,10 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     in.current = o->current_path ? &cur : NULL;
     in.search = o->search;
     in.time_limit = o->time_limit;
+    in.links = &links;
 
     if (o->simulate_path) {
-        rc = simulate(o, &prof, &cl, rates, out);
+        rc = simulate(o, &prof, &cl, rates, &links, out);
         goto done;
     }
 
@@ -245,7 +261,11 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
             mal_cost_eval_fini(&ev);
         }
     } else {
-        rc = mal_replan(&in, &plan, &st);
+        /* --compute-only: the search and placement of a planner blind to
+         * links; the reports below still price them */
+        mal_replan_input blind = in;
+        if (o->compute_only) blind.links = NULL;
+        rc = mal_replan(&blind, &plan, &st);
         if (!rc && st.stop == MAL_REPLAN_STOP_TIME) {
             /* what the limit cost, whatever else was asked for */
             char line[256];
@@ -268,6 +288,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     if (o->summary) summary(&in, &plan, &st, rep);
 done:
     free(rates);
+    mal_links_fini(&links);
     mal_plan_fini(&cur);
     mal_plan_fini(&plan);
     mal_cluster_fini(&cl);

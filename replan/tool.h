@@ -18,6 +18,8 @@ typedef struct mal_replan_opts {
     const char *model;         /* --model */
     const char *rates_path;    /* --rates */
     int window;                /* --window (default 2) */
+    const char *links_path;    /* --links */
+    int compute_only;          /* --compute-only */
     int micro_batch_size;      /* --micro-batch-size (default 1) */
     int n_micro_batches;       /* --micro-batches */
     int global_batch;          /* --global-batch */

@@ -16,8 +16,9 @@
 #
 # MALLEUS_FUZZ_SECONDS=0 skips stage 2, MALLEUS_SANITIZE=0 stage 3,
 # MALLEUS_OPENMPI=0 stage 4 (on 2 cores stage 1 takes about 4 minutes, 2
-# about 5, 3 about 7.5, 4 about 2: README, "Tests").  The output ends with
-# each stage's wall time and automake's summary of the test suites.
+# about 6, 3 about 5, 4 under 1: docs/DEVELOPING.md, "Tests").  The output
+# ends with each stage's wall time, each suite's slowest tests and
+# automake's summary of the test suites.
 set -eu
 cd "$(dirname "$0")/.."
 MALLEUS_NO_TORCH=${MALLEUS_NO_TORCH:-0} sh scripts/install-deps.sh
@@ -25,25 +26,42 @@ MALLEUS_NO_TORCH=${MALLEUS_NO_TORCH:-0} sh scripts/install-deps.sh
 [ -f Makefile ] || ./configure
 jobs=$(nproc)
 times=""
-stage() { # NAME COMMAND...: run, time, remember
+slowest() { # DIR: the slowest tests of the suite built in DIR, from the
+    # wall time tests/timed-test appends to each test's log -- where the
+    # CI time budget goes (printed after each suite, and when one fails)
+    [ -f "$1/test-suite.log" ] || [ -d "$1/tests" ] || return 0
+    echo "==== check.sh: slowest tests in ${1}:"
+    find "$1" \( -path "$1/san-build" -o -path "$1/ompi-build" -o -path "$1/fuzz-build" \) -prune \
+        -o -name '*.log' ! -name test-suite.log -exec grep -H '^timed-test: ' {} + 2>/dev/null |
+        sed "s|^$1/||; s|\.log:timed-test: | |" | sort -k2 -rn | head -12 |
+        awk '{printf "  %7s s  %s\n", $2, $1}'
+}
+stage() { # NAME SUITE_DIR COMMAND...: run, time, remember
     name=$1
-    shift
+    dir=$2
+    shift 2
     echo "==== check.sh: $name"
     t0=$(date +%s)
-    "$@"
+    rc=0
+    "$@" || rc=$?
+    [ "$dir" = - ] || slowest "$dir"
+    if [ $rc != 0 ]; then
+        echo "==== check.sh: $name failed (exit $rc) after $(($(date +%s) - t0)) s" >&2
+        exit $rc
+    fi
     times="$times
   $name: $(($(date +%s) - t0)) s"
 }
-stage "build and make check" sh -c "make -j$jobs && make -j$jobs check"
+stage "build and make check" . sh -c "make -j$jobs && make -j$jobs check"
 fuzz_s=${MALLEUS_FUZZ_SECONDS:-30}
 if [ "$fuzz_s" != 0 ]; then
-    stage "make fuzz ($fuzz_s s per harness)" make -j"$jobs" fuzz FUZZ_SECONDS="$fuzz_s"
+    stage "make fuzz ($fuzz_s s per harness)" - make -j"$jobs" fuzz FUZZ_SECONDS="$fuzz_s"
 fi
 if [ "${MALLEUS_SANITIZE:-1}" != 0 ]; then
-    stage "make check-sanitize" make -j"$jobs" check-sanitize
+    stage "make check-sanitize" san-build/build make -j"$jobs" check-sanitize
 fi
 if [ "${MALLEUS_OPENMPI:-1}" != 0 ]; then
-    stage "make check-openmpi" make -j"$jobs" check-openmpi
+    stage "make check-openmpi" ompi-build/build make -j"$jobs" check-openmpi
 fi
 echo "==== check.sh: all stages passed; wall time per stage:$times"
 for log in test-suite.log san-build/build/test-suite.log ompi-build/build/test-suite.log; do

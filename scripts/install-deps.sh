@@ -7,7 +7,7 @@
 # Idempotent: packages already present are skipped by apt-get, and the package
 # lists are refreshed only when a package is actually missing.  Must run as
 # root (or through sudo).  Open MPI is never installed: its alternatives would
-# silently replace MPICH's mpicc/mpiexec (see ../shared/ENVIRONMENT.md).
+# silently replace MPICH's mpicc/mpiexec (docs/DEVELOPING.md, "MPI").
 set -eu
 
 PKGS="build-essential autoconf automake libtool pkg-config

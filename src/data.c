@@ -361,80 +361,6 @@ const char *mal_data_tokenizer(const mal_data *d)
 
 /* ---- identity --------------------------------------------------------- */
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* The fingerprint of `bytes` bytes read through `get` (which copies n
- * bytes at an offset into buf, returning 0 or a MAL_E* code): the first
- * block, then blocks at evenly spread offsets up to the end, so a file
- * replaced, regenerated, truncated or extended is told apart with a few
- * reads of a file of any size. */
-static int fingerprint(uint64_t bytes, int (*get)(const void *src, uint64_t off, void *buf, size_t n),
-                       const void *src, uint64_t *out)
-{
-    unsigned char buf[MAL_DATA_ID_BLOCK];
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, &bytes, sizeof bytes);
-    uint64_t blk = bytes < MAL_DATA_ID_BLOCK ? bytes : MAL_DATA_ID_BLOCK;
-    for (int i = 0; i <= MAL_DATA_ID_SAMPLES && blk > 0; i++) {
-        uint64_t off = (bytes - blk) / MAL_DATA_ID_SAMPLES * (uint64_t)i;
-        int rc = get(src, off, buf, (size_t)blk);
-        if (rc) return rc;
-        h = fnv1a(h, buf, (size_t)blk);
-    }
-    *out = h;
-    return 0;
-}
-
-typedef struct {
-    int fd;
-    const char *path;
-} id_file;
-
-static int get_file(const void *src, uint64_t off, void *buf, size_t n)
-{
-    const id_file *f = src;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(f->fd, (char *)buf + got, n - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return MAL_ERR(MAL_EIO, "data file %s: cannot read it again for its identity: %s",
-                           f->path, r < 0 ? strerror(errno) : "it became shorter");
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-static int get_memory(const void *src, uint64_t off, void *buf, size_t n)
-{
-    memcpy(buf, (const unsigned char *)src + off, n);
-    return 0;
-}
-
-/* One file's identity, read from the file again. */
-static int file_identity(const char *path, mal_data_file_id *id)
-{
-    id_file f = {open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), path};
-    struct stat st;
-    if (f.fd < 0)
-        return MAL_ERR(MAL_EIO, "data file %s: cannot open it again for its identity: %s", path,
-                       strerror(errno));
-    int rc = 0;
-    if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
-        rc = MAL_ERR(MAL_EIO, "data file %s is no longer a regular file", path);
-    if (!rc) {
-        id->bytes = (uint64_t)st.st_size;
-        rc = fingerprint(id->bytes, get_file, &f, &id->fingerprint);
-    }
-    close(f.fd);
-    return rc;
-}
-
 void mal_data_identity_free(mal_data_file_id *ids, int n)
 {
     for (int i = 0; ids && i < n; i++)
@@ -455,7 +381,7 @@ int mal_data_identity(const mal_data *d, mal_data_file_id **ids, int *n)
     if (!v) return MAL_ERR(MAL_ENOMEM, "out of memory");
     if (d->synth_vocab) { /* a pure function of (seed, step, position) and its name */
         if (!(v[k].path = strdup(d->name))) rc = MAL_ERR(MAL_ENOMEM, "out of memory");
-        else v[k++].fingerprint = fnv1a(0xcbf29ce484222325ull, d->name, strlen(d->name));
+        else v[k++].fingerprint = mal_fnv1a64(d->name, strlen(d->name));
     }
     for (int i = 0; !rc && !d->synth_vocab && i < d->n_files; i++) {
         const mal_data_file *f = &d->files[i];
@@ -472,9 +398,9 @@ int mal_data_identity(const mal_data *d, mal_data_file_id **ids, int *n)
                 /* the built-in corpus: a change of the generator shows as a
                  * change of contents */
                 id->bytes = f->n_tokens * (uint64_t)f->width;
-                rc = fingerprint(id->bytes, get_memory, f->tok, &id->fingerprint);
+                id->fingerprint = mal_fingerprint_memory(f->tok, id->bytes);
             } else {
-                rc = file_identity(paths[j], id);
+                rc = mal_file_fingerprint(paths[j], "data file", &id->bytes, &id->fingerprint);
             }
         }
     }

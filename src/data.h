@@ -250,16 +250,14 @@ typedef struct {
     char *path;           /* as opened; for generated data its name */
     uint64_t bytes;       /* the file's size (the built-in corpus: its tokens' bytes;
                            * synthetic data: 0) */
-    uint64_t fingerprint; /* FNV-1a 64 of the size, the first MAL_DATA_ID_BLOCK bytes
-                           * (the header) and MAL_DATA_ID_SAMPLES blocks of that size
-                           * spread evenly over the rest (synthetic data: of its name) */
+    uint64_t fingerprint; /* mal_file_fingerprint (base/fileio.h): of the size, the first
+                           * block (the header) and blocks spread evenly over the rest
+                           * (synthetic data: FNV-1a 64 of its name) */
 } mal_data_file_id;
-
-enum { MAL_DATA_ID_BLOCK = 4096, MAL_DATA_ID_SAMPLES = 16 };
 
 /* Local.  One entry per file `d` reads, in the order it reads them (the
  * built-in corpus and synthetic data are one entry named as they are);
- * each file is opened again and MAL_DATA_ID_SAMPLES + 1 blocks of it are
+ * each file is opened again and MAL_FILE_ID_SAMPLES + 1 blocks of it are
  * read, so this costs a few reads whatever the file's size.  *ids is
  * malloc'ed with *n entries, released with mal_data_identity_free.
  * MAL_EIO (a file that can no longer be read, naming it), MAL_ENOMEM. */

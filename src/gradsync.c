@@ -7,6 +7,7 @@
 
 #include "base/mal.h"
 #include "layout.h"
+#include "optim.h"
 #include "piece.h"
 #include "slices.h"
 
@@ -14,7 +15,7 @@
  * reductions (the sync after the backward pass, the replica check) and
  * the overlapped buckets, kept apart (comm.h: a distinct tag where both
  * kinds are used on one communicator). */
-enum { TAG_SYNC = 1, TAG_BUCKET = 2 };
+enum { TAG_SYNC = 1, TAG_BUCKET = 2, TAG_ZERO = 3 };
 
 /* One piece of a tensor that this rank sums with other replicas. */
 typedef struct {
@@ -38,6 +39,7 @@ typedef struct {
 typedef struct {
     int tensor;
     int64_t begin, end;
+    int synced; /* a piece summed over its holders (a group's) */
 } norm_range;
 
 /* Consecutive pieces of one holder set reduced together while the
@@ -51,6 +53,23 @@ typedef struct {
                           * final in the backward pass */
     mal_comm_req *req;   /* in flight between post and finish */
 } sync_bucket;
+
+/* What the sharded optimizer reduce-scatters and gathers as one: a holder
+ * set's pieces (without buckets) or a bucket's.  Its packed buffer is cut
+ * into a region per member (counts[n_ranks], in the order of the ranks);
+ * this rank's is [r_off, r_off + r_len), its gradient sum and moments at
+ * s_off of the shard buffers. */
+typedef struct {
+    const int *ranks;
+    int n_ranks;
+    const sync_piece *pieces;
+    int n_pieces;
+    size_t n_floats;
+    float *buf; /* its region of the buckets' buffer; NULL: the shared g->buf */
+    size_t *counts;
+    size_t r_off, r_len, s_off;
+    mal_comm_req *req; /* the all-gather in flight */
+} zero_unit;
 
 struct mal_gradsync {
     mal_model *m;
@@ -71,6 +90,17 @@ struct mal_gradsync {
     int n_norm, cap_norm;
     norm_range *norm;
     double *norm_acc; /* device: one double */
+    /* the pieces this rank holds that no group sums: it steps them alone */
+    int n_local, cap_local;
+    sync_piece *local;
+    /* the sharded optimizer (mal_gradsync_zero): device shards of the
+     * owned regions' gradient sums (zg, zg_floats) and of the Adam moments
+     * of the owned regions then of the local pieces (zm, zv, z_floats) */
+    int zero;
+    int n_units; /* the buckets' when there are buckets, else the groups' */
+    zero_unit *units;
+    float *zg, *zm, *zv;
+    size_t zg_floats, z_floats;
 };
 
 static int cmp_int(const void *a, const void *b)
@@ -150,9 +180,18 @@ static int plan_pieces(mal_gradsync *g, const mal_plan *plan, int rank)
                     rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
                     break;
                 }
-                g->norm[g->n_norm++] = (norm_range){ti, pc->begin, pc->end};
+                g->norm[g->n_norm++] = (norm_range){ti, pc->begin, pc->end, n_contrib >= 2};
             }
-            if (n_contrib < 2) continue; /* copies of one gradient: nothing to sum */
+            if (n_contrib < 2) { /* copies of one gradient: nothing to sum */
+                if (mal_grow(&g->local, &g->cap_local, g->n_local, sizeof *g->local, 32)) {
+                    rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+                    break;
+                }
+                /* contribute: here, whether this rank writes its moments
+                 * in a snapshot (the first holder, as for the norm) */
+                g->local[g->n_local++] = (sync_piece){ti, pc->begin, pc->end, me == 0};
+                continue;
+            }
             for (int j = 0; j < pc->n_holders; j++)
                 rk[j] = h[hi[j]].rank;
             qsort(rk, (size_t)pc->n_holders, sizeof *rk, cmp_int);
@@ -190,7 +229,7 @@ int mal_gradsync_create(mal_gradsync **out, const mal_plan *plan, int rank, mal_
         max_floats = MAL_MAX(max_floats, g->groups[i].n_floats);
     /* the replica check packs each group twice (values and negated values) */
     g->buf_floats = 2 * max_floats;
-    if (!rc && !(g->norm_acc = mal_kern_alloc(m->k, sizeof(double))))
+    if (!rc && !(g->norm_acc = mal_kern_alloc_as(m->k, sizeof(double), MAL_MEM_COMM)))
         rc = MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
     if (rc) {
         mal_gradsync_destroy(g);
@@ -203,10 +242,19 @@ int mal_gradsync_create(mal_gradsync **out, const mal_plan *plan, int rank, mal_
 void mal_gradsync_destroy(mal_gradsync *g)
 {
     if (!g) return;
+    for (int i = 0; i < g->n_units; i++) {
+        if (g->units[i].req) mal_comm_dp_waitall(g->comm, 1, &g->units[i].req);
+        free(g->units[i].counts);
+    }
+    free(g->units);
     for (int i = 0; i < g->n_groups; i++) {
         free(g->groups[i].pieces);
         free(g->groups[i].ranks);
     }
+    free(g->local);
+    mal_kern_free(g->m->k, g->zg);
+    mal_kern_free(g->m->k, g->zm);
+    mal_kern_free(g->m->k, g->zv);
     free(g->groups);
     /* buckets still in flight (only after an error): waited for, so that
      * no reduction is left writing into freed memory */
@@ -253,21 +301,28 @@ static void pack_group(mal_gradsync *g, const sync_piece *pieces, int n_pieces, 
 static int need_buf(mal_gradsync *g)
 {
     if (g->buf || !g->buf_floats) return 0;
-    if (!(g->buf = mal_kern_alloc(g->m->k, g->buf_floats * sizeof(float))))
+    if (!(g->buf = mal_kern_alloc_as(g->m->k, g->buf_floats * sizeof(float), MAL_MEM_COMM)))
         return MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats", g->buf_floats);
     return 0;
 }
 
-/* Packed `n` pieces at src back into the gradients. */
-static void unpack_pieces(mal_gradsync *g, const sync_piece *pieces, int n, const float *src)
+/* Packed `n` pieces at src back into state buffer `base`. */
+static void unpack_into(mal_gradsync *g, const sync_piece *pieces, int n, const float *src,
+                        float *base)
 {
     mal_model *m = g->m;
     for (int i = 0; i < n; i++) {
         const sync_piece *p = &pieces[i];
         const mal_tensor_info *t = &m->tensors[p->tensor];
-        mal_piece_unpack(m->k, t, m->grads, p->begin, p->end, src, MAL_COPY_D2D);
+        mal_piece_unpack(m->k, t, base, p->begin, p->end, src, MAL_COPY_D2D);
         src += mal_piece_floats(t, p->begin, p->end);
     }
+}
+
+/* Packed `n` pieces at src back into the gradients. */
+static void unpack_pieces(mal_gradsync *g, const sync_piece *pieces, int n, const float *src)
+{
+    unpack_into(g, pieces, n, src, g->m->grads);
 }
 
 int mal_gradsync_run(mal_gradsync *g)
@@ -320,6 +375,9 @@ static void sort_buckets(sync_bucket *b, int n, const sync_piece *bp)
 int mal_gradsync_buckets(mal_gradsync *g, size_t cap_bytes)
 {
     mal_model *m = g->m;
+    if (g->zero)
+        return MAL_ERR(MAL_EINVAL, "gradient sync: the buckets are cut before the sharded "
+                                   "optimizer's regions, not after");
     size_t n_pieces = 0, total = 0;
     for (int si = 0; si < g->n_groups; si++)
         n_pieces += (size_t)g->groups[si].n_pieces, total += g->groups[si].n_floats;
@@ -383,7 +441,7 @@ int mal_gradsync_buckets(mal_gradsync *g, size_t cap_bytes)
     }
     if (!g->bbuf) {
         /* one more copy of the replicated gradients, a region per bucket */
-        if (!(g->bbuf = mal_kern_alloc(m->k, total * sizeof(float))))
+        if (!(g->bbuf = mal_kern_alloc_as(m->k, total * sizeof(float), MAL_MEM_COMM)))
             return MAL_ERR(MAL_ENOMEM, "gradient sync: cannot allocate %zu floats for the buckets",
                            total);
         g->bbuf_floats = total;
@@ -416,13 +474,17 @@ int mal_gradsync_begin(mal_gradsync *g)
     return 0;
 }
 
-/* Pack and post bucket b. */
+/* Pack and post bucket b: its all-reduce, or sharded its reduce-scatter. */
 static int post_bucket(mal_gradsync *g, sync_bucket *b)
 {
     mal_model *m = g->m;
     const sync_group *s = &g->groups[b->group];
     float *dst = g->bbuf + b->off;
     pack_group(g, g->bpieces + b->first, b->n_pieces, m->grads, dst, 1);
+    if (g->zero)
+        return mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_REDUCE_SCATTER, s->ranks, s->n_ranks,
+                                 TAG_BUCKET, dst, g->units[b - g->buckets].counts, MAL_F32,
+                                 &b->req);
     return mal_comm_dp_iallreduce_list(g->comm, m->k, s->ranks, s->n_ranks, TAG_BUCKET, dst,
                                        b->n_floats, MAL_F32, MAL_OP_SUM, &b->req);
 }
@@ -449,7 +511,15 @@ int mal_gradsync_finish(mal_gradsync *g)
         sync_bucket *b = &g->buckets[bi];
         int rc2 = mal_comm_dp_waitall(g->comm, 1, &b->req);
         if (!rc) rc = rc2;
-        if (!rc) unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
+        if (rc) continue;
+        if (!g->zero) {
+            unpack_pieces(g, g->bpieces + b->first, b->n_pieces, g->bbuf + b->off);
+            continue;
+        }
+        /* sharded: this rank keeps the sum of its region */
+        const zero_unit *u = &g->units[bi];
+        if (u->r_len)
+            mal_kern_copy(g->m->k, g->zg + u->s_off, u->buf + u->r_off, u->r_len * sizeof(float));
     }
     return rc;
 }
@@ -463,8 +533,12 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out)
      * (also when it spans the whole width: the sums stay those of one run
      * per row). */
     mal_kern_zero(k, g->norm_acc, sizeof(double));
+    /* sharded: each summed element is counted by the owner of its region,
+     * from its shard of the sums (the holders' gradients are not summed) */
+    if (g->zero && g->zg_floats) mal_kern_sumsq(k, g->norm_acc, g->zg, 1, g->zg_floats, g->zg_floats);
     for (int i = 0; i < g->n_norm; i++) {
         const norm_range *r = &g->norm[i];
+        if (g->zero && r->synced) continue;
         const mal_tensor_info *t = &m->tensors[r->tensor];
         mal_piece_shape s;
         mal_piece_locate(t, r->begin, r->end, &s);
@@ -494,7 +568,8 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
      * exactly when all copies are identical. */
     for (int si = 0; si < g->n_groups && !rc; si++) {
         const sync_group *s = &g->groups[si];
-        for (int grp = 0; grp < MAL_STATE_N_SAVED && !rc; grp++) {
+        /* sharded, the moments are not replicated: the parameters only */
+        for (int grp = 0; grp < (g->zero ? 1 : MAL_STATE_N_SAVED) && !rc; grp++) {
             const float *base = mal_model_state(m, grp);
             pack_group(g, s->pieces, s->n_pieces, base, g->buf, 0);
             mal_kern_copy(k, g->buf + s->n_floats, g->buf, s->n_floats * sizeof(float));
@@ -511,4 +586,347 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
     free(host);
     *count = local;
     return rc;
+}
+
+/* ---- the sharded optimizer (ZeRO-1) ------------------------------------- */
+
+/* The units (the buckets', else the groups'), every unit's packed buffer
+ * cut into a region per member; *owned: floats of this rank's regions,
+ * *local: of its local pieces. */
+static int zero_regions(mal_gradsync *g, int rank, size_t *owned_out, size_t *local_out)
+{
+    const mal_model *m = g->m;
+    size_t owned = 0, local = 0;
+    int n = g->n_buckets ? g->n_buckets : g->n_groups;
+    if (n && !(g->units = calloc((size_t)n, sizeof *g->units)))
+        return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+    g->n_units = n;
+    for (int ui = 0; ui < n; ui++) {
+        zero_unit *u = &g->units[ui];
+        const sync_bucket *b = g->n_buckets ? &g->buckets[ui] : NULL;
+        const sync_group *s = &g->groups[b ? b->group : ui];
+        u->ranks = s->ranks, u->n_ranks = s->n_ranks;
+        if (b) {
+            u->pieces = g->bpieces + b->first, u->n_pieces = b->n_pieces;
+            u->n_floats = b->n_floats, u->buf = g->bbuf + b->off;
+        } else {
+            u->pieces = s->pieces, u->n_pieces = s->n_pieces, u->n_floats = s->n_floats;
+        }
+        if (!(u->counts = malloc((size_t)u->n_ranks * sizeof *u->counts)))
+            return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+        /* regions as equal as the floats allow, in the order of the
+         * ranks (the members' list) */
+        size_t q = u->n_floats / (size_t)u->n_ranks, rem = u->n_floats % (size_t)u->n_ranks;
+        size_t off = 0;
+        for (int j = 0; j < u->n_ranks; j++) {
+            u->counts[j] = q + ((size_t)j < rem);
+            if (u->ranks[j] == rank) u->r_off = off, u->r_len = u->counts[j];
+            off += u->counts[j];
+        }
+        u->s_off = owned;
+        owned += u->r_len;
+    }
+    for (int i = 0; i < g->n_local; i++)
+        local += mal_piece_floats(&m->tensors[g->local[i].tensor], g->local[i].begin,
+                                  g->local[i].end);
+    *owned_out = owned, *local_out = local;
+    return 0;
+}
+
+/* Whole moments (m->adam_m, adam_v) into this rank's shards, then freed:
+ * an online plan change hands them in. */
+static int zero_absorb(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    int rc = need_buf(g);
+    for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
+        const float *full = mal_model_state(m, grp);
+        float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
+        for (int ui = 0; ui < g->n_units; ui++) {
+            const zero_unit *u = &g->units[ui];
+            float *buf = u->buf ? u->buf : g->buf;
+            if (!u->r_len) continue;
+            pack_group(g, u->pieces, u->n_pieces, full, buf, 0);
+            mal_kern_copy(m->k, shard + u->s_off, buf + u->r_off, u->r_len * sizeof(float));
+        }
+        size_t moff = g->zg_floats;
+        for (int i = 0; i < g->n_local; i++) {
+            const sync_piece *p = &g->local[i];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            mal_piece_pack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
+            moff += mal_piece_floats(t, p->begin, p->end);
+        }
+    }
+    if (!rc) rc = mal_kern_sync(m->k);
+    if (rc) return rc;
+    mal_kern_free(m->k, m->adam_m);
+    mal_kern_free(m->k, m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+    return 0;
+}
+
+int mal_gradsync_zero_gather(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    size_t bytes = m->n_params * sizeof(float);
+    int rc;
+    if (!g->zero || m->adam_m) return 0;
+    if ((rc = need_buf(g))) return rc;
+    m->adam_m = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
+    m->adam_v = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
+    if (!m->adam_m || !m->adam_v) {
+        mal_kern_free(m->k, m->adam_m);
+        mal_kern_free(m->k, m->adam_v);
+        m->adam_m = m->adam_v = NULL;
+        return MAL_ERR(MAL_ENOMEM, "sharded optimizer: cannot allocate %zu bytes x2 for the "
+                                   "whole moments",
+                       bytes);
+    }
+    for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
+        float *full = mal_model_state(m, grp);
+        const float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
+        /* every unit's regions gathered from their owners */
+        for (int ui = 0; ui < g->n_units && !rc; ui++) {
+            const zero_unit *u = &g->units[ui];
+            float *buf = u->buf ? u->buf : g->buf;
+            mal_comm_req *req = NULL;
+            if (u->r_len)
+                mal_kern_copy(m->k, buf + u->r_off, shard + u->s_off, u->r_len * sizeof(float));
+            if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
+                                        TAG_ZERO, buf, u->counts, MAL_F32, &req)) ||
+                (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
+                break;
+            unpack_into(g, u->pieces, u->n_pieces, buf, full);
+        }
+        size_t moff = g->zg_floats;
+        for (int i = 0; i < g->n_local && !rc; i++) {
+            const sync_piece *p = &g->local[i];
+            const mal_tensor_info *t = &m->tensors[p->tensor];
+            mal_piece_unpack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
+            moff += mal_piece_floats(t, p->begin, p->end);
+        }
+    }
+    if (!rc) rc = mal_kern_sync(m->k);
+    return rc;
+}
+
+int mal_gradsync_zero(mal_gradsync *g, int rank)
+{
+    mal_model *m = g->m;
+    if (g->zero) return 0;
+    size_t owned, local;
+    int rc = zero_regions(g, rank, &owned, &local);
+    if (rc) return rc;
+    g->zg_floats = owned;
+    g->z_floats = owned + local;
+    /* a rank that owns nothing still gets (one-float) buffers, never read */
+    g->zg = mal_kern_alloc_as(m->k, MAL_MAX(owned, 1) * sizeof(float), MAL_MEM_GRADIENTS);
+    g->zm = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MOMENTS);
+    g->zv = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MOMENTS);
+    if (!g->zg || !g->zm || !g->zv)
+        return MAL_ERR(MAL_ENOMEM, "sharded optimizer: cannot allocate %zu floats of moments",
+                       g->z_floats);
+    g->zero = 1;
+    return m->adam_m ? zero_absorb(g) : 0;
+}
+
+size_t mal_gradsync_zero_floats(const mal_gradsync *g) { return g->zero ? g->z_floats : 0; }
+
+int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                           const mal_model_part *part, size_t *moments, size_t *sums)
+{
+    /* the sync's pieces from the part's tensor table alone: a model with
+     * nothing allocated (plan_pieces and the regions read its table) */
+    mal_model m = {.cfg = *cfg, .part = *part};
+    mal_gradsync *g = calloc(1, sizeof *g);
+    size_t owned = 0, local = 0;
+    *moments = *sums = 0;
+    if (!g) return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+    g->m = &m;
+    int rc = mal_model_layout(cfg, part, &m.tensors, &m.n_tensors, &m.n_params);
+    if (!rc) rc = plan_pieces(g, plan, rank);
+    if (!rc) rc = zero_regions(g, rank, &owned, &local);
+    *moments = owned + local, *sums = owned;
+    mal_gradsync_destroy(g); /* no device buffers to free: none were made */
+    free(m.tensors);
+    return rc;
+}
+
+int mal_gradsync_zero_reduce(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    int rc;
+    if ((rc = need_buf(g))) return rc;
+    for (int ui = 0; ui < g->n_units; ui++) {
+        const zero_unit *u = &g->units[ui];
+        float *buf = u->buf ? u->buf : g->buf;
+        mal_comm_req *req = NULL;
+        pack_group(g, u->pieces, u->n_pieces, m->grads, buf, 1);
+        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_REDUCE_SCATTER, u->ranks, u->n_ranks,
+                                    TAG_ZERO, buf, u->counts, MAL_F32, &req)) ||
+            (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
+            return rc;
+        if (u->r_len)
+            mal_kern_copy(m->k, g->zg + u->s_off, buf + u->r_off, u->r_len * sizeof(float));
+    }
+    return 0;
+}
+
+/* One AdamW update of n elements (the step's settings). */
+static void adamw_run(mal_gradsync *g, const mal_optim_config *oc, float *param, void *work,
+                      const float *grad, size_t moff, size_t n, int decay, float lr, float scale,
+                      int t)
+{
+    mal_kern_adamw(g->m->k, param, work, grad, g->zm + moff, g->zv + moff, n, lr, oc->beta1,
+                   oc->beta2, oc->eps, decay ? oc->weight_decay : 0.0f, scale, t);
+}
+
+int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
+                           float grad_scale)
+{
+    mal_model *m = g->m;
+    const int t = (int)(step + 1);
+    int rc;
+    if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded optimizer: not set up");
+    if ((rc = need_buf(g))) return rc;
+    /* Summed pieces: every holder packs the parameters (the same on all of
+     * them), the owner of each region updates it in the packed buffer with
+     * its shard of the gradient sum and moments, and the regions are
+     * gathered back to every holder.  The update is the element-wise
+     * AdamW of the whole state: the same bits as an unsharded step given
+     * the same sums. */
+    for (int ui = 0; ui < g->n_units && !rc; ui++) {
+        zero_unit *u = &g->units[ui];
+        float *buf = u->buf ? u->buf : g->buf;
+        pack_group(g, u->pieces, u->n_pieces, m->params, buf, 0);
+        size_t po = 0, r_end = u->r_off + u->r_len;
+        for (int i = 0; i < u->n_pieces && po < r_end; i++) {
+            const sync_piece *p = &u->pieces[i];
+            const mal_tensor_info *ti = &m->tensors[p->tensor];
+            size_t n = mal_piece_floats(ti, p->begin, p->end);
+            size_t lo = MAL_MAX(po, u->r_off), hi = MAL_MIN(po + n, r_end);
+            if (lo < hi) /* the working copy: the packed master itself (refreshed below) */
+                adamw_run(g, oc, buf + lo, buf + lo, g->zg + u->s_off + (lo - u->r_off),
+                          u->s_off + (lo - u->r_off), hi - lo, ti->decay, lr, grad_scale, t);
+            po += n;
+        }
+        /* the buckets' gathers in flight together (a region each), a
+         * group's waited for at once (they share g->buf) */
+        rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
+                               TAG_ZERO, buf, u->counts, MAL_F32, &u->req);
+        if (!rc && !u->buf) {
+            rc = mal_comm_dp_waitall(g->comm, 1, &u->req);
+            if (!rc) unpack_into(g, u->pieces, u->n_pieces, buf, m->params);
+        }
+    }
+    for (int ui = 0; ui < g->n_units; ui++) {
+        zero_unit *u = &g->units[ui];
+        if (!u->buf) continue;
+        int rc2 = mal_comm_dp_waitall(g->comm, 1, &u->req);
+        if (!rc) rc = rc2;
+        if (!rc) unpack_into(g, u->pieces, u->n_pieces, u->buf, m->params);
+    }
+    if (rc) return rc;
+    if (g->n_units && m->work != m->params) mal_model_refresh_working(m);
+    /* The pieces no group sums: updated in place, run by run (a column
+     * range of a matrix is a run per row), moments packed in that order. */
+    size_t moff = g->zg_floats;
+    for (int i = 0; i < g->n_local; i++) {
+        const sync_piece *p = &g->local[i];
+        const mal_tensor_info *ti = &m->tensors[p->tensor];
+        mal_piece_shape sh;
+        mal_piece_locate(ti, p->begin, p->end, &sh);
+        int64_t runs = sh.stride == sh.width ? 1 : sh.rows;
+        size_t len = sh.stride == sh.width ? (size_t)(sh.rows * sh.width) : (size_t)sh.width;
+        for (int64_t r = 0; r < runs; r++) {
+            size_t off = sh.offset + (size_t)(r * sh.stride);
+            adamw_run(g, oc, m->params + off, (char *)m->work + off * m->esz, m->grads + off, moff,
+                      len, ti->decay, lr, grad_scale, t);
+            moff += len;
+        }
+    }
+    return 0;
+}
+
+/* The blocks of packed floats [a, b) of piece p (a rectangle of its
+ * tensor, row-major when packed) whose first float is `at` of the shards:
+ * a partial row, whole rows, a partial row. */
+static int add_blocks(const mal_model *m, const sync_piece *p, size_t a, size_t b, size_t at,
+                      mal_zero_block **out, int *n, int *cap)
+{
+    const mal_tensor_info *t = &m->tensors[p->tensor];
+    int64_t r0 = 0, c0 = p->begin, W = p->end - p->begin; /* 1-D: one row */
+    if (t->ndim == 2 && t->axis == 0) r0 = p->begin, c0 = 0, W = t->shape[1];
+    if (t->ndim == 2 && t->axis == 1) r0 = 0, c0 = p->begin;
+    while (a < b) {
+        int64_t r = (int64_t)a / W, c = (int64_t)a % W, rows = 1, cols;
+        if (c != 0 || (int64_t)(b - a) < W)
+            cols = MAL_MIN(W - c, (int64_t)(b - a));
+        else
+            rows = (int64_t)(b - a) / W, cols = W;
+        if (mal_grow(out, cap, *n, sizeof **out, 32))
+            return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
+        mal_zero_block *z = &(*out)[(*n)++];
+        memset(z, 0, sizeof *z);
+        z->tensor = p->tensor;
+        if (t->ndim == 1) {
+            z->offset[0] = c0 + c, z->extent[0] = cols;
+        } else {
+            z->offset[0] = r0 + r, z->extent[0] = rows;
+            z->offset[1] = c0 + c, z->extent[1] = cols;
+        }
+        z->at = at, z->n = (size_t)(rows * cols);
+        a += z->n, at += z->n;
+    }
+    return 0;
+}
+
+int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_block **out,
+                             int *n_out)
+{
+    const mal_model *m = g->m;
+    int n = 0, cap = 0, rc = 0;
+    *out = NULL;
+    *n_out = 0;
+    if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded optimizer: not set up");
+    /* this rank's region of every unit, piece by piece */
+    for (int ui = 0; ui < g->n_units && !rc; ui++) {
+        const zero_unit *u = &g->units[ui];
+        size_t po = 0, r_end = u->r_off + u->r_len;
+        for (int i = 0; i < u->n_pieces && po < r_end && !rc; i++) {
+            const sync_piece *p = &u->pieces[i];
+            size_t pn = mal_piece_floats(&m->tensors[p->tensor], p->begin, p->end);
+            size_t lo = MAL_MAX(po, u->r_off), hi = MAL_MIN(po + pn, r_end);
+            if (lo < hi)
+                rc = add_blocks(m, p, lo - po, hi - po, u->s_off + (lo - u->r_off), out, &n, &cap);
+            po += pn;
+        }
+    }
+    /* the local pieces: the first holder's, or all */
+    size_t at = g->zg_floats;
+    for (int i = 0; i < g->n_local && !rc; i++) {
+        const sync_piece *p = &g->local[i];
+        size_t pn = mal_piece_floats(&m->tensors[p->tensor], p->begin, p->end);
+        if (all_local || p->contribute) rc = add_blocks(m, p, 0, pn, at, out, &n, &cap);
+        at += pn;
+    }
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        return rc;
+    }
+    *n_out = n;
+    return 0;
+}
+
+void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst)
+{
+    mal_kern_to_host(g->m->k, dst, (grp == MAL_STATE_ADAM_M ? g->zm : g->zv) + at,
+                     n * sizeof(float));
+}
+
+void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src)
+{
+    mal_kern_from_host(g->m->k, (grp == MAL_STATE_ADAM_M ? g->zm : g->zv) + at, src,
+                       n * sizeof(float));
 }

@@ -43,12 +43,31 @@
  * the ring than its holder set's whole buffer does, so other members add
  * them up in another order).
  *
+ * The sharded optimizer (ZeRO-1, mal_gradsync_zero): the Adam moments of
+ * every summed piece are kept by one of its holders only.  Each bucket's
+ * (overlapped) or holder set's (after the backward pass) packed buffer is
+ * cut into a region per member (as equal as the
+ * floats allow, in the order of the ranks): the gradients are
+ * reduce-scattered (mal_comm_dp_ilist), each member keeps the sum of its
+ * region, counts it in the global norm and updates it with its share of
+ * the moments, and the updated parameters are all-gathered to every
+ * holder (the buckets' gathers in flight together).  The split follows the holder set of each piece, not a uniform
+ * data-parallel group, so it holds for replicas in pipelines of any depth
+ * and TP size.  Pieces no group sums are updated by their holder alone,
+ * moments kept compact.  The update being element-wise, a step gives the
+ * bits of the unsharded one given the same sums; the reduce-scatter adds
+ * in the order the all-reduce does for holder sets of up to 64 KiB of
+ * gradients (beyond, the ring's blocks are the regions: last bits may
+ * differ).  The fp32 master parameters stay whole on every holder (with
+ * fp32 compute they are the working weights the forward pass reads).
+ *
  * Core layer: plan, layout, slices, model, tensor pieces, comm. */
 #ifndef MAL_GRADSYNC_H
 #define MAL_GRADSYNC_H
 
 #include "comm/comm.h"
 #include "model.h"
+#include "optim.h"
 #include "plan.h"
 
 typedef struct mal_gradsync mal_gradsync;
@@ -94,7 +113,8 @@ int mal_gradsync_ready(mal_gradsync *g, int layer);
 
 /* Collective over the holders of each bucket: post the buckets not posted
  * yet, wait for all of them in order, and unpack the sums into the
- * gradients (kernels queued after it see them).  Ends the step's sum. */
+ * gradients (kernels queued after it see them; sharded, keep this rank's
+ * regions of the sums).  Ends the step's sum. */
 int mal_gradsync_finish(mal_gradsync *g);
 
 /* Local.  The sum of squares (double) of the gradient elements this rank
@@ -106,6 +126,74 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out);
  * Adam moments this rank holds whose copies on the replicas are not
  * bitwise identical (this rank's count; sum it over the world). */
 int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count);
+
+/* Local.  Switch to the sharded optimizer (see the top), after
+ * mal_gradsync_buckets if the sum is to be overlapped (the regions are
+ * the buckets'; buckets cannot be cut again afterwards): allocates this
+ * rank's shards of the moments and of the gradient sums, owned by the
+ * sync: zero when `m` was made without moments (MAL_MODEL_NO_MOMENTS),
+ * else this rank's share of m's whole moments, which are then freed (an
+ * online plan change hands whole moments over).  The gradient sum is then mal_gradsync_begin / _ready / _finish
+ * (which reduce-scatter the buckets) or mal_gradsync_zero_reduce, and the
+ * update mal_gradsync_zero_step (not mal_optim_update); the norm
+ * (mal_gradsync_norm_sumsq) counts the shards; the replica check compares
+ * parameters only. */
+int mal_gradsync_zero(mal_gradsync *g, int rank);
+
+/* Collective like mal_gradsync_zero_reduce.  Whole moments again: m's
+ * adam_m and adam_v allocated and filled from every holder's shards (an
+ * online plan change moves whole moments; the part is retired after).
+ * Nothing when not sharded or already whole. */
+int mal_gradsync_zero_gather(mal_gradsync *g);
+
+/* Local.  Floats of Adam moments (each of m and v) this rank keeps under
+ * the sharded optimizer (0 when not sharded). */
+size_t mal_gradsync_zero_floats(const mal_gradsync *g);
+
+/* Local.  What the sharded optimizer keeps on world rank `rank` holding
+ * `part` under `plan` (computed from the plan, nothing allocated): floats
+ * of each Adam moment (*moments) and of its gradient sums (*sums), with
+ * the holder sets' regions (buckets' regions differ by less than a float
+ * per bucket). */
+int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                           const mal_model_part *part, size_t *moments, size_t *sums);
+
+/* Collective over the holders of each piece, after the backward pass
+ * (in place of mal_gradsync_run): reduce-scatter the gradients; this rank
+ * keeps the sums of its regions. */
+int mal_gradsync_zero_reduce(mal_gradsync *g);
+
+/* Collective like mal_gradsync_zero_reduce, after it and the norm: one
+ * AdamW update (mal_optim_update's, gradients times grad_scale) of this
+ * rank's regions and local pieces, then the parameters all-gathered to
+ * every holder and the working weights refreshed. */
+int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
+                           float grad_scale);
+
+/* A block of Adam moments the sharded optimizer keeps: a rectangle of
+ * tensor `tensor` (index in the model's table) in global coordinates
+ * (rows, columns; a 1-D tensor [0] only), row-major at float `at` of this
+ * rank's moment shards, n floats. */
+typedef struct {
+    int tensor;
+    int64_t offset[2], extent[2];
+    size_t at, n;
+} mal_zero_block;
+
+/* Local.  The blocks of this rank's moments (*out malloc'd, caller frees):
+ * its regions, cut into rectangles (a partial row, whole rows, a partial
+ * row per piece), and the pieces only it updates -- of those that several
+ * ranks hold alike (the copies of a TP group), the first holder's only
+ * unless all_local.  Without all_local, the blocks of all ranks tile every
+ * tensor once: what a snapshot stores; with it, all this rank reads back. */
+int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_block **out,
+                             int *n_out);
+
+/* Local.  Queue the copy of n floats at `at` of moment shard `grp`
+ * (MAL_STATE_ADAM_M or _V) to host memory / from it (kernel queue order;
+ * the caller synchronises). */
+void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst);
+void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src);
 
 /* Local.  Floats this rank exchanges per step (all groups). */
 size_t mal_gradsync_floats(const mal_gradsync *g);

@@ -190,7 +190,7 @@ static int stage_reserve(bucket *bk, size_t floats, size_t *at)
     if (floats > bk->arena_cap) { /* empty now: grow to the larger of a piece and the limit */
         size_t cap = MAL_MAX(floats, mal_migrate_stage_bytes / sizeof(float));
         if (bk->arena) mal_kern_free(bk->k, bk->arena);
-        if (!(bk->arena = mal_kern_alloc(bk->k, cap * sizeof(float)))) {
+        if (!(bk->arena = mal_kern_alloc_as(bk->k, cap * sizeof(float), MAL_MEM_STAGING))) {
             bk->arena_cap = 0;
             return MAL_ERR(MAL_ENOMEM, "migration: out of memory for a %zu-byte staging area",
                            cap * sizeof(float));

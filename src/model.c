@@ -260,7 +260,7 @@ int mal_model_init_params(mal_model *m, uint64_t seed)
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                      int max_B, mal_kern k, uint64_t seed)
 {
-    return mal_model_create_ex(out, cfg, part, max_B, k, seed, 1);
+    return mal_model_create_ex(out, cfg, part, max_B, k, seed, MAL_MODEL_INIT);
 }
 
 /* Check a part against its config and fill the fields of `m` that say its
@@ -393,7 +393,7 @@ int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int
 }
 
 int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
-                        int max_B, mal_kern k, uint64_t seed, int init)
+                        int max_B, mal_kern k, uint64_t seed, int flags)
 {
     mal_model *m = calloc(1, sizeof *m);
     if (!m) return MAL_ERR(MAL_ENOMEM, "model: out of memory");
@@ -409,18 +409,23 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
         rc = MAL_ERR(MAL_ENOMEM, "model: out of memory");
         goto fail;
     }
-    m->params = mal_kern_alloc(k, bytes);
-    m->grads = mal_kern_alloc(k, bytes);
-    m->adam_m = mal_kern_alloc(k, bytes);
-    m->adam_v = mal_kern_alloc(k, bytes);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v) {
+    /* fp32 compute reads the master parameters themselves: they are the
+     * working weights */
+    m->params = mal_kern_alloc_as(k, bytes, work_bytes ? MAL_MEM_MASTER : MAL_MEM_WEIGHTS);
+    m->grads = mal_kern_alloc_as(k, bytes, MAL_MEM_GRADIENTS);
+    const int moments = !(flags & MAL_MODEL_NO_MOMENTS);
+    if (moments) {
+        m->adam_m = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
+        m->adam_v = mal_kern_alloc_as(k, bytes, MAL_MEM_MOMENTS);
+    }
+    if (!m->params || !m->grads || (moments && (!m->adam_m || !m->adam_v))) {
         rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate %zu bytes x4 for parameters and state",
                      bytes);
         goto fail;
     }
     /* fp32 compute reads the master parameters themselves */
     m->work = m->params;
-    if (work_bytes && !(m->work = mal_kern_alloc(k, work_bytes))) {
+    if (work_bytes && !(m->work = mal_kern_alloc_as(k, work_bytes, MAL_MEM_WEIGHTS))) {
         rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate the %s working weights",
                      mal_dtype_name(k->compute));
         goto fail;
@@ -432,13 +437,13 @@ int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_
     scratch_slots(m, bufs);
     for (size_t i = 0; i < N_SCRATCH; i++) {
         if (!sizes[i]) continue; /* not needed by this part */
-        *bufs[i] = mal_kern_alloc(k, sizes[i]);
+        *bufs[i] = mal_kern_alloc_as(k, sizes[i], MAL_MEM_SCRATCH);
         if (!*bufs[i]) {
             rc = MAL_ERR(MAL_ENOMEM, "model: cannot allocate backward scratch");
             goto fail;
         }
     }
-    if (init && (rc = mal_model_init_params(m, seed))) goto fail;
+    if ((flags & MAL_MODEL_INIT) && (rc = mal_model_init_params(m, seed))) goto fail;
     *out = m;
     return 0;
 fail:
@@ -513,14 +518,29 @@ const char *mal_model_state_name(int g)
     return g >= 0 && g <= MAL_STATE_GRAD ? names[g] : "?";
 }
 
+/* A group the model does not keep: the moments of a part made with
+ * MAL_MODEL_NO_MOMENTS (the sharded optimizer keeps its share). */
+static int state_missing(const mal_model *m, int g)
+{
+    if (mal_model_state(m, g)) return 0;
+    return MAL_ERR(MAL_ENOTSUP,
+                   "model: the %s state is not kept whole on this rank (the sharded optimizer, "
+                   "--zero 1, keeps only this rank's share)",
+                   mal_model_state_name(g));
+}
+
 int mal_model_state_to_host(const mal_model *m, int g, const mal_tensor_info *t, float *host)
 {
+    int rc = state_missing(m, g);
+    if (rc) return rc;
     mal_kern_to_host(m->k, host, mal_model_state(m, g) + t->offset, t->n * sizeof(float));
     return mal_kern_sync(m->k);
 }
 
 int mal_model_state_from_host(mal_model *m, int g, const mal_tensor_info *t, const float *host)
 {
+    int rc = state_missing(m, g);
+    if (rc) return rc;
     mal_kern_from_host(m->k, mal_model_state(m, g) + t->offset, host, t->n * sizeof(float));
     if (g == MAL_STATE_PARAM && m->work != m->params)
         mal_kern_cast_working(m->k, (char *)m->work + t->offset * m->esz,
@@ -629,7 +649,7 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
         mal_acts_destroy(m, a);
         return MAL_ERR(MAL_EINVAL, "activations: the sizes for micro-batch %d overflow", B);
     }
-    if (ok) a->block = mal_kern_alloc(m->k, bytes);
+    if (ok) a->block = mal_kern_alloc_as(m->k, bytes, MAL_MEM_ACTIVATIONS);
     if (!ok || !a->block) {
         mal_acts_destroy(m, a);
         return MAL_ERR(MAL_ENOMEM, "activations: cannot allocate %zu bytes", bytes);
@@ -892,7 +912,7 @@ int mal_model_logits_row(mal_model *m, const mal_acts *a, int row, float *host)
     if (m->part.tp_size > 1) {
         /* the shards' columns into a zeroed row, summed over the group:
          * each element is one shard's value plus exact zeros */
-        if (!(full = mal_kern_alloc(m->k, V * e)))
+        if (!(full = mal_kern_alloc_as(m->k, V * e, MAL_MEM_SCRATCH)))
             return MAL_ERR(MAL_ENOMEM, "model: no memory for a row of %zu logits", V);
         mal_kern_copy(m->k, (char *)full + (size_t)m->vocab_first * e, src, Vl * e);
         if ((rc = tp_reduce(m, full, V))) goto out;

@@ -196,10 +196,18 @@ typedef struct mal_model {
 int mal_model_create(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                      int max_B, mal_kern k, uint64_t seed);
 
-/* The same, leaving parameters zero when init is 0 (the caller is about to
- * overwrite them: a resume or an online plan change). */
+/* The flags of mal_model_create_ex. */
+enum {
+    MAL_MODEL_INIT = 1,       /* initialise the parameters from the seed */
+    MAL_MODEL_NO_MOMENTS = 2, /* no Adam moments (adam_m, adam_v NULL): the
+                               * sharded optimizer keeps its share of them
+                               * (gradsync.h, mal_gradsync_zero) */
+};
+
+/* The same, leaving parameters zero without MAL_MODEL_INIT in `flags` (the
+ * caller is about to overwrite them: a resume or an online plan change). */
 int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
-                        int max_B, mal_kern k, uint64_t seed, int init);
+                        int max_B, mal_kern k, uint64_t seed, int flags);
 void mal_model_destroy(mal_model *m);
 /* Local.  Free the gradients and backward scratch, keeping parameters and
  * Adam state: a part that will only be read from again (the old part during

@@ -128,6 +128,7 @@ int mal_plan_copy(mal_plan *dst, const mal_plan *src)
             if ((rc = mal_plan_set_stage(dst, p, s, st->n_ranks, st->ranks, st->layer_begin,
                                          st->layer_end)))
                 goto fail;
+            dst->pipelines[p].stages[s].warmup = st->warmup;
         }
     }
     if ((rc = mal_plan_set_suspended(dst, src->n_suspended, src->suspended))) goto fail;
@@ -205,7 +206,7 @@ static int parse_json(mal_plan *plan, json_t *root, const char *what)
                                            "suspended", "predicted_step_time", "comment",
                                            NULL};
     static const char *const pipe_keys[] = {"micro_batches", "stages", "predicted_time", NULL};
-    static const char *const stage_keys[] = {"ranks", "layers", NULL};
+    static const char *const stage_keys[] = {"ranks", "layers", "warmup", NULL};
     int rc;
     char field[128];
 
@@ -274,6 +275,12 @@ static int parse_json(mal_plan *plan, json_t *root, const char *what)
                 return MAL_ERR(MAL_EFORMAT, "%s: %s must be [start, end]", what, field);
             if ((rc = get_int(json_array_get(lj, 0), what, field, &st->layer_begin))) return rc;
             if ((rc = get_int(json_array_get(lj, 1), what, field, &st->layer_end))) return rc;
+            json_t *wj = json_object_get(sj, "warmup");
+            if (wj) {
+                snprintf(field, sizeof field, "pipelines[%d].stages[%d].warmup", p, s);
+                if ((rc = get_int(wj, what, field, &st->warmup))) return rc;
+                if (st->warmup < 0) return MAL_ERR(MAL_EFORMAT, "%s: %s must be >= 0", what, field);
+            }
         }
     }
     json_t *sus = json_object_get(root, "suspended");
@@ -393,7 +400,12 @@ int mal_plan_to_string(const mal_plan *plan, char **out)
             const mal_plan_stage *st = &pl->stages[s];
             sb_printf(&b, "%s\n        { \"ranks\": ", s ? "," : "");
             sb_ints(&b, st->ranks, st->n_ranks);
-            sb_printf(&b, ", \"layers\": [%d, %d] }", st->layer_begin, st->layer_end);
+            sb_printf(&b, ", \"layers\": [%d, %d]", st->layer_begin, st->layer_end);
+            /* only a warm-up other than the default: plans without one keep
+             * their bytes */
+            if (st->warmup > 0 && st->warmup != pl->n_stages - s - 1)
+                sb_printf(&b, ", \"warmup\": %d", st->warmup);
+            sb_printf(&b, " }");
         }
         sb_printf(&b, " ] }");
     }
@@ -533,6 +545,27 @@ int mal_plan_validate(const mal_plan *plan, int world_size, int n_layers, int n_
                          "(got %d): every pipeline holds all layers",
                          p, pl->n_stages - 1, n_layers, expect);
             goto cleanup;
+        }
+        for (int s = 0; s < pl->n_stages; s++) {
+            const mal_plan_stage *st = &pl->stages[s];
+            if (st->warmup > 0 && st->warmup < pl->n_stages - s - 1) {
+                rc = MAL_ERR(MAL_EINVAL,
+                             "pipelines[%d].stages[%d].warmup: %d is below the 1F1B schedule's %d "
+                             "for stage %d of %d",
+                             p, s, st->warmup, pl->n_stages - s - 1, s, pl->n_stages);
+                goto cleanup;
+            }
+            int w = st->warmup > 0 ? st->warmup : pl->n_stages - s - 1;
+            int wn = s + 1 < pl->n_stages && pl->stages[s + 1].warmup > 0 ? pl->stages[s + 1].warmup
+                                                                          : pl->n_stages - s - 2;
+            if (s + 1 < pl->n_stages && w < wn) {
+                rc = MAL_ERR(MAL_EINVAL,
+                             "pipelines[%d].stages[%d].warmup: %d is below the next stage's %d "
+                             "(a stage must warm up at least as deep as the one after it, or "
+                             "the schedule deadlocks)",
+                             p, s, w, wn);
+                goto cleanup;
+            }
         }
         if (pl->micro_batches < pl->n_stages) {
             rc = MAL_ERR(MAL_EINVAL,
@@ -714,6 +747,12 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int mal_plan_stage_warmup(const mal_plan_pipeline *pl, int j)
+{
+    int w = pl->stages[j].warmup > 0 ? pl->stages[j].warmup : pl->n_stages - j - 1;
+    return w < pl->micro_batches ? w : pl->micro_batches;
+}
+
 int mal_plan_same_layout(const mal_plan *a, const mal_plan *b)
 {
     if (a->micro_batch_size != b->micro_batch_size || a->n_pipelines != b->n_pipelines ||
@@ -725,7 +764,8 @@ int mal_plan_same_layout(const mal_plan *a, const mal_plan *b)
         for (int s = 0; s < x->n_stages; s++) {
             const mal_plan_stage *u = &x->stages[s], *v = &y->stages[s];
             if (u->n_ranks != v->n_ranks || u->layer_begin != v->layer_begin ||
-                u->layer_end != v->layer_end)
+                u->layer_end != v->layer_end ||
+                mal_plan_stage_warmup(x, s) != mal_plan_stage_warmup(y, s))
                 return 0;
             if (u->n_ranks && memcmp(u->ranks, v->ranks, (size_t)u->n_ranks * sizeof(int)))
                 return 0;
@@ -773,6 +813,10 @@ void mal_plan_id(const mal_plan *plan, char out[MAL_PLAN_ID_LEN])
             h = id_mix(h, (uint32_t)st->n_ranks);
             for (int r = 0; r < st->n_ranks; r++)
                 h = id_mix(h, (uint32_t)st->ranks[r]);
+            /* mixed in only where not the default: the ids of plans
+             * without warm-up depths stay what they were */
+            if (st->warmup > 0 && st->warmup != pl->n_stages - s - 1)
+                h = id_mix(h, 0x80000000u | (uint32_t)st->warmup);
         }
     }
     /* the suspended ranks are a set (mal_plan_same_layout): an order-free sum */

@@ -21,6 +21,12 @@
  * "layers" is half-open [start, end) over transformer layers.  A pipeline's
  * first stage also holds the embedding, its last stage the final norm, output
  * projection and loss.  The "ranks" of a stage form its TP group in TP order.
+ * A stage may carry "warmup": W, the forwards it runs before its first
+ * backward in the 1F1B schedule (default S - j - 1 for stage j of S; an
+ * explicit W must be at least that, and no stage may warm up less than the
+ * one after it); a deeper warm-up keeps W + 1 micro-batches of
+ * activations in flight and hides a slow stage boundary.  The planner
+ * writes it only where it differs from the default.
  * Global batch = micro_batch_size x sum of micro_batches.  A pipeline may
  * carry an optional "predicted_time" (seconds) written by the planner.
  * Unknown keys are rejected so that a misspelt key is not silently ignored.
@@ -37,6 +43,7 @@ typedef struct mal_plan_stage {
     int *ranks;      /* [n_ranks], TP order */
     int layer_begin; /* first layer held */
     int layer_end;   /* one past the last layer held */
+    int warmup;      /* 1F1B warm-up forwards; 0: the default S - j - 1 */
 } mal_plan_stage;
 
 typedef struct mal_plan_pipeline {
@@ -55,6 +62,11 @@ typedef struct mal_plan {
     double predicted_step_time; /* seconds; < 0 when unknown */
     char *comment;              /* optional, NULL when absent */
 } mal_plan;
+
+/* Warm-up forwards stage `j` of pipeline `pl` runs before its first
+ * backward: its "warmup" or the default S - j - 1, at most its
+ * micro-batches.  Local. */
+int mal_plan_stage_warmup(const mal_plan_pipeline *pl, int j);
 
 /* Where a rank sits in a plan (see mal_plan_locate). */
 typedef struct mal_plan_loc {
@@ -112,6 +124,7 @@ int mal_plan_write(const mal_plan *plan, const char *path);
  *   - each pipeline covers layers [0, n_layers) contiguously with non-empty
  *     stages;
  *   - micro_batches >= the pipeline's stage count;
+ *   - a stage's "warmup", where given, >= S - j - 1 and >= the next stage's;
  *   - micro_batch_size x sum(micro_batches) == global_batch.
  * Comparing world_size with the MPI world is the caller's job.  Local. */
 int mal_plan_validate(const mal_plan *plan, int world_size, int n_layers, int n_heads,

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The library's layers are its folders, and every include points down.
-# Folder -> layer, bottom up (README.md, "Layout"):
+# Folder -> layer, bottom up (docs/DEVELOPING.md, "Layout"):
 #
 #   0  base/      errors, RNG, option helpers, bounded input, atomic output
 #   1  kernels/   the compute table and its backends (cpu, cuda)

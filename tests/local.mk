@@ -2,7 +2,7 @@
 # tests in their local.mk).  EXTRA_DIST carries the shared test helpers.
 EXTRA_DIST += tests/mal_test.h tests/tiny_options.h
 
-# The library's layers point one way (README.md, "Layout"), and no two of
+# The library's layers point one way (docs/DEVELOPING.md, "Layout"), and no two of
 # its files call each other in a circle (read from the built objects).
 dist_check_SCRIPTS += tests/check_layers.sh tests/check_cycles.sh
 TESTS += tests/check_layers.sh tests/check_cycles.sh
@@ -23,6 +23,12 @@ EXTRA_DIST += tests/plans/dp8.json tests/plans/tp8.json tests/plans/pp4dp2.json 
 	tests/plans/mixed_tp.json tests/plans/uneven_stages.json tests/plans/suspended.json \
 	tests/plans/keep_extend.json tests/models/gqa_straddle.json
 
+# The sharded optimizer (ZeRO-1) against the unsharded one and one process.
+check_PROGRAMS += tests/test_zero
+dist_check_SCRIPTS += tests/test_zero.sh
+TESTS += tests/test_zero.sh
+EXTRA_DIST += tests/plans/four_moved.json tests/plans/three_replicas.json
+
 # Online fast path: straggler appears and recovers, state migrates in-job.
 check_PROGRAMS += tests/test_online
 dist_check_SCRIPTS += tests/test_online.sh
@@ -38,7 +44,7 @@ TESTS += tests/test_loop.sh tests/test_slurm.sh
 dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh \
 	tests/test_slurm_preempt.sh
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
-EXTRA_DIST += tests/run_watch.sh
+EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
 
 # An online plan change leaves the same state as malleus-reshard.
@@ -139,3 +145,7 @@ check-openmpi:
 .PHONY: check-openmpi
 clean-local:
 	-rm -rf san-build fuzz-build ompi-build
+
+# Slow links at run time: a plan's deeper warm-up, --inject-link (4 ranks).
+dist_check_SCRIPTS += tests/test_inject_link.sh
+TESTS += tests/test_inject_link.sh

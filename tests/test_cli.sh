@@ -82,6 +82,9 @@ expect 2 "--inject expects RANK:FACTOR" -- --inject 3
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3:0.5
 expect 2 "--inject expects RANK:FACTOR" -- --inject 3:2:10:5
 expect 2 "--inject names rank 5 but the job has 1 ranks" -- --inject 5:2 --steps 1
+expect 2 "--inject-link expects A:B:FACTOR" -- --inject-link 3:3:2
+expect 2 "--inject-link expects A:B:FACTOR" -- --inject-link 0:1:0.5
+expect 2 "--inject-link names rank 4 but the job has 1 ranks" -- --inject-link 0:4:2 --steps 1
 # --inject-mode: sleep or gpu; gpu slows a GPU for real, so the CPU backends
 # (which have no slowdown in the kernel table) refuse it as a usage error
 expect 2 "--inject-mode must be sleep or gpu" -- --inject-mode fast

@@ -649,6 +649,136 @@ static void test_nonblocking(mal_comm *w, const char *device)
     CHECK_OK(mal_comm_barrier(w));
 }
 
+/* ---- member-list collectives with a region per member ----------------
+ * The lists above with regions of unequal sizes (some empty): a
+ * reduce-scatter then an all-gather of the same buffer leaves every
+ * member with every region's sum, whose bits are the reference's: up to
+ * 64 KiB the region's member adds the members' values in list order (the
+ * small all-reduce's bits), above, region j is block j+1 of the ring (it
+ * starts at member j+1, and each following member adds its own value to
+ * what it received).  Posted non-blocking in the global order behind the
+ * all-reduces' queue, waited for in reverse; and an all-gather of 2-byte
+ * elements moves bytes, whatever they are. */
+static size_t lc_count(int li, int j, size_t count, int n)
+{
+    /* member j's share: uneven, every fifth list's second member none */
+    if (j == 1 && li % 5 == 0) return 0;
+    return count / (size_t)n + (size_t)((j * 7 + li) % 3) * (count / (size_t)(4 * n) + 1);
+}
+
+static float lc_ref(const int *m, int n, size_t total, int region, size_t i, int which)
+{
+    if (total * sizeof(float) <= (64 << 10)) {
+        float a = nb_val(m[0], i, which);
+        for (int j = 1; j < n; j++) a += nb_val(m[j], i, which);
+        return a;
+    }
+    int b = (region + 1) % n;
+    float a = nb_val(m[b], i, which);
+    for (int j = 1; j < n; j++) a = nb_val(m[(b + j) % n], i, which) + a;
+    return a;
+}
+
+static void test_list_coll(mal_comm *w, const char *device)
+{
+    enum { NL = MAL_ARRAY_SIZE(nb_lists) };
+    mal_kern k;
+    CHECK_OK(mal_kern_create(device, NULL, &k));
+    float *dev[NL] = {0};
+    size_t counts[NL][8], total[NL] = {0};
+    mal_comm_req *req[2 * NL] = {0};
+    int in[NL] = {0};
+    for (int li = 0; li < NL; li++) {
+        for (int j = 0; j < nb_lists[li].n; j++) {
+            in[li] |= nb_lists[li].m[j] == w->rank;
+            counts[li][j] = lc_count(li, j, nb_lists[li].count, nb_lists[li].n);
+            total[li] += counts[li][j];
+        }
+        if (!in[li]) continue;
+        float *x = malloc(total[li] * sizeof *x + 1);
+        CHECK(x);
+        for (size_t i = 0; i < total[li]; i++) x[i] = nb_val(w->rank, i, li);
+        dev[li] = dev_upload(k, x, total[li]);
+        free(x);
+    }
+    /* the reduce-scatters all in flight at once, waited for in reverse;
+     * then the all-gathers alike (a request reads its buffer when it is
+     * posted -- staged copies on an opaque device -- so an all-gather
+     * posts after the reduce-scatter of its buffer was waited for, as the
+     * optimizer's step comes between them) */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int li = 0; li < NL; li++) {
+            if (!in[li]) continue;
+            CHECK_OK(mal_comm_dp_ilist(w, k, pass ? MAL_LIST_ALLGATHER : MAL_LIST_REDUCE_SCATTER,
+                                       nb_lists[li].m, nb_lists[li].n, 5, dev[li], counts[li],
+                                       MAL_F32, &req[pass * NL + li]));
+            CHECK_OK(mal_comm_dp_progress(w));
+        }
+        for (int q = NL - 1; q >= 0; q--) CHECK_OK(mal_comm_dp_waitall(w, 1, &req[pass * NL + q]));
+    }
+    for (int li = 0; li < NL; li++) {
+        if (!in[li]) continue;
+        float *got = malloc(total[li] * sizeof *got + 1);
+        CHECK(got);
+        dev_download(k, got, dev[li], total[li]);
+        size_t i = 0;
+        for (int j = 0; j < nb_lists[li].n; j++)
+            for (size_t e = 0; e < counts[li][j]; e++, i++) {
+                float want = lc_ref(nb_lists[li].m, nb_lists[li].n, total[li], j, i, li);
+                if (memcmp(&want, &got[i], sizeof want) != 0) {
+                    fprintf(stderr,
+                            "world rank %d (%s): reduce-scatter + all-gather: list %d, region %d, "
+                            "element %zu: %.9g, want %.9g (bits differ)\n",
+                            w->rank, device, li, j, i, (double)got[i], (double)want);
+                    exit(1);
+                }
+            }
+        free(got);
+        mal_kern_free(k, dev[li]);
+    }
+    /* an all-gather of 2-byte elements (bf16 weights): bytes moved as they are */
+    const int *m = nb_l1;
+    int n = 5, me = -1;
+    for (int j = 0; j < n; j++)
+        if (m[j] == w->rank) me = j;
+    if (me >= 0) {
+        size_t c5[5] = {3, 0, 70001, 12, 40000}, all = 0, off = 0;
+        for (int j = 0; j < n; j++) all += c5[j];
+        uint16_t *h = malloc(all * sizeof *h);
+        CHECK(h);
+        for (int j = 0; j < n; j++)
+            for (size_t e = 0; e < c5[j]; e++, off++)
+                h[off] = j == me ? (uint16_t)(off * 31 + (size_t)j) : 0xffff;
+        void *d = mal_kern_alloc(k, all * sizeof *h);
+        mal_kern_from_host(k, d, h, all * sizeof *h);
+        mal_comm_req *r = NULL;
+        CHECK_OK(mal_comm_dp_ilist(w, k, MAL_LIST_ALLGATHER, m, n, 5, d, c5, MAL_BF16, &r));
+        CHECK_OK(mal_comm_dp_waitall(w, 1, &r));
+        mal_kern_to_host(k, h, d, all * sizeof *h);
+        CHECK_OK(mal_kern_sync(k));
+        off = 0;
+        for (int j = 0; j < n; j++)
+            for (size_t e = 0; e < c5[j]; e++, off++)
+                CHECK_EQ_INT(h[off], (uint16_t)(off * 31 + (size_t)j));
+        free(h);
+        mal_kern_free(k, d);
+    }
+    /* one member, or nothing at all: no request; an unknown kind refused */
+    size_t one = 1, none[8] = {0};
+    float *d1 = dev_upload(k, (float[]){1.0f}, 1);
+    mal_comm_req *r = (mal_comm_req *)d1;
+    int mine[1] = {w->rank};
+    CHECK_OK(mal_comm_dp_ilist(w, k, MAL_LIST_REDUCE_SCATTER, mine, 1, 5, d1, &one, MAL_F32, &r));
+    CHECK(r == NULL);
+    CHECK_OK(mal_comm_dp_ilist(w, k, MAL_LIST_ALLGATHER, nb_l3, 8, 5, d1, none, MAL_F32, &r));
+    CHECK(r == NULL);
+    CHECK_EQ_INT(mal_comm_dp_ilist(w, k, (mal_list_coll)9, mine, 1, 5, d1, &one, MAL_F32, &r),
+                 MAL_EINVAL);
+    mal_kern_free(k, d1);
+    mal_kern_destroy(k);
+    CHECK_OK(mal_comm_barrier(w));
+}
+
 static void test_dup(mal_comm *w)
 {
     mal_comm *d = NULL;
@@ -897,6 +1027,8 @@ int main(int argc, char **argv)
     test_data_plane(w, "cpu-opaque");
     test_nonblocking(w, "cpu");
     test_nonblocking(w, "cpu-opaque");
+    test_list_coll(w, "cpu");
+    test_list_coll(w, "cpu-opaque");
     test_dup(w);
 
     run_ops(w, "world");

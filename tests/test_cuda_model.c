@@ -200,8 +200,13 @@ static void check_shape(const mal_model_config *cfg, int B)
     double lb = loss_grad(&b16, scale, gg);
     float flb = (float)lb;
     rel("bf16", "loss", &flb, &flc, 1, 1e-2);
+    /* bf16 storage against fp32: measured on an H100 (2026-11-26) 2.8-6.7 %
+     * per tensor at these shapes (head dim 8, 4 layers; the attention
+     * projections of the last layers worst), so 5e-2 was too tight; a wrong
+     * kernel gives errors of order 1.  The exactness checks are the fp32
+     * ones above (CPU equality and finite differences). */
     for (int t = 0; t < nt; t++)
-        rel("bf16 grad", tens[t].name, gg + tens[t].offset, gc + tens[t].offset, tens[t].n, 5e-2);
+        rel("bf16 grad", tens[t].name, gg + tens[t].offset, gc + tens[t].offset, tens[t].n, 1e-1);
     double lb2 = loss_grad(&b16, scale, g2);
     int same = lb2 == lb && !memcmp(gg, g2, np * 4);
     printf("  bf16 second pass: %s\n", same ? "bit-identical" : "DIFFERS  <-- FAIL");

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The multi-rank suite on the GPU (issue 13): 8 ranks share the machine's
+# The multi-rank suite on the GPU: 8 ranks share the machine's
 # GPU(s), each with the tiny model (a few hundred MiB of GPU memory a rank,
 # most of it the CUDA context), fp32 compute (the tests' tolerances are
 # fp32's; tests/tiny_options.h), exit 77 where no GPU is usable:

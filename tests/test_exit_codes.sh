@@ -125,6 +125,11 @@ expect 2 "." "$B/malleus-export" "$W/nosnap" "$W/hf"
 expect 2 "not a directory" "$B/malleus-export" "$W/snap" "$W/in.txt"
 expect_full 1 "No space left on device" sh -c "mkdir -p '$W/hf' && ln -sf '$FULL' '$W/hf/model.safetensors' && exec '$B/malleus-export' '$W/snap' '$W/hf'"
 
+echo "-- malleus-import"
+expect 2 "unknown option" "$B/malleus-import" --frobnicate "$W/hf" "$W/imp"
+expect 2 "expected HF_DIR OUT_SNAPSHOT" "$B/malleus-import" "$W/snap"
+expect 2 "holds no config.json" "$B/malleus-import" "$W/snap" "$W/imp"
+
 echo "-- malleus-sample"
 expect 2 "unknown option" "$B/malleus-sample" --frobnicate "$W/snap"
 expect 2 "." "$B/malleus-sample" "$W/nosnap"

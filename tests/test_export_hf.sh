@@ -12,17 +12,7 @@
 # from the loaded config, or the q/k permutation undone, the loss must not
 # agree.
 #
-# transformers is not packaged by Debian.  The test uses, in this order: a
-# $PYTHON3 that imports transformers 4.44 or newer (the first with the
-# llama3 scaling); $MALLEUS_HF_SITE (default
-# ${XDG_CACHE_HOME:-~/.cache}/malleus/hf-site-4.44), a directory of packages
-# put on PYTHONPATH; or, unless MALLEUS_HF_INSTALL=0, installs there with
-#   python3 -m pip install --no-deps --target DIR transformers==4.44.* \
-#       tokenizers==0.19.* safetensors==0.4.* huggingface-hub==0.23.* \
-#       tqdm filelock regex fsspec
-# (the only way found to run transformers 4.44 on Debian's torch 1.13:
-# without --no-deps pip would pull a newer torch).  Where that fails (no
-# pip, no package index: CI) it skips with 77.
+# transformers 4.44 is found or installed by tests/hf_site.sh (else 77).
 set -u
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
@@ -31,44 +21,7 @@ TAG=test_export_hf
 export PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
 REF=$top_srcdir/tests/hf_ref.py
 
-"$PYTHON3" -c 'import torch, numpy' 2>/dev/null ||
-    { echo "$TAG: skipped: $PYTHON3 cannot import torch and numpy"; exit 77; }
-SITE=${MALLEUS_HF_SITE:-${XDG_CACHE_HOME:-$HOME/.cache}/malleus/hf-site-4.44}
-has_hf() { # [DIR on PYTHONPATH]: transformers with the llama3 rotary scaling
-    PYTHONPATH=${1:-}${1:+${PYTHONPATH:+:}}${PYTHONPATH:-} "$PYTHON3" -c \
-        'from transformers import LlamaForCausalLM
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-assert "llama3" in ROPE_INIT_FUNCTIONS' >/dev/null 2>&1
-}
-if has_hf ""; then
-    SITE=
-elif ! has_hf "$SITE"; then
-    [ "${MALLEUS_HF_INSTALL:-1}" != 0 ] ||
-        { echo "$TAG: skipped: no transformers and MALLEUS_HF_INSTALL=0"; exit 77; }
-    "$PYTHON3" -m pip --version >/dev/null 2>&1 ||
-        { echo "$TAG: skipped: no transformers and no pip to install it"; exit 77; }
-    mkdir -p "$(dirname "$SITE")" 2>/dev/null ||
-        { echo "$TAG: skipped: cannot create $(dirname "$SITE")"; exit 77; }
-    # Installed beside the target and renamed, so a concurrent run or an
-    # interrupted install never leaves a half-filled directory in use.
-    TMPSITE=$(mktemp -d "$SITE.tmp.XXXXXX") || exit 77
-    echo "$TAG: installing transformers 4.44 into $SITE (pip --target, --no-deps)"
-    timeout 300 "$PYTHON3" -m pip install -q --disable-pip-version-check --no-deps \
-        --timeout 15 --retries 1 --target "$TMPSITE" 'transformers==4.44.*' \
-        'tokenizers==0.19.*' 'safetensors==0.4.*' 'huggingface-hub==0.23.*' tqdm filelock \
-        regex fsspec >"$TMPSITE.log" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ] || ! has_hf "$TMPSITE"; then
-        tail -n 3 "$TMPSITE.log"
-        rm -rf "$TMPSITE" "$TMPSITE.log"
-        echo "$TAG: skipped: transformers cannot be installed here (pip exit $rc)"
-        exit 77
-    fi
-    rm -f "$TMPSITE.log"
-    mv -T "$TMPSITE" "$SITE" 2>/dev/null || rm -rf "$TMPSITE" # another run won: use its copy
-    has_hf "$SITE" || { echo "$TAG: skipped: $SITE does not import transformers"; exit 77; }
-fi
-[ -n "$SITE" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+. "$top_srcdir/tests/hf_site.sh"
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/test_export_hf.XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT

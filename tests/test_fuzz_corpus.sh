@@ -11,7 +11,7 @@ B="${top_builddir:-.}"
 W=$(mktemp -d /tmp/malleus-test-fuzz-XXXXXX)
 trap 'rm -rf "$W"' EXIT
 fails=0
-for name in config llmc plan cluster profile rates index marker snapdir idx; do
+for name in config llmc plan cluster profile rates index marker snapdir idx safetensors; do
     # snapdir builds directories with FIFOs in them: a reader that blocks
     # on one is a finding, not a hung make check
     if timeout 600 "$B/tests/fuzz/replay_$name" "$top_srcdir/tests/fuzz/corpus/$name" \

@@ -19,7 +19,7 @@ make -s -C "$B" install DESTDIR="$W/dest" prefix=/opt/malleus >"$W/install.out" 
 I=$W/dest/opt/malleus
 fails=0
 for f in bin/malleus-train bin/malleus-replan bin/malleus-reshard bin/malleus-sample \
-    bin/malleus-export bin/malleus-tokenize share/malleus/jobs/malleus.sbatch \
+    bin/malleus-export bin/malleus-import bin/malleus-tokenize share/malleus/jobs/malleus.sbatch \
     share/malleus/jobs/malleus-gpu.sbatch share/malleus/jobs/train-single.sbatch \
     share/malleus/jobs/adaptive-loop.sh share/malleus/jobs/gpu-bind.sh \
     share/malleus/scripts/plot-metrics.py; do

@@ -5,7 +5,8 @@
 #    stops after the same step, the snapshot of that step is committed, exit
 #    status 4; work lost = steps in the metrics past the snapshot = 0; no
 #    UCX debug lines in the output (UCX's SIGHUP handler is replaced);
-#  * a rank stuck in a step: the job still ends within the stop timeout
+#  * a rank stuck in a step: the job ends within the step bound (10 s +
+#    3x the longest step) or, with a short --stop-timeout, within that
 #    (status 1, the last committed snapshot intact); a second signal ends
 #    it at once;
 #  * jobs/adaptive-loop.sh stopped by SIGTERM, SIGINT, SIGUSR1 and SIGHUP:
@@ -108,6 +109,26 @@ rc=$? dt=$(($(date +%s) - t0))
 [ $rc -ne 0 ] && [ $dt -le 5 ] && grep -q "second stop signal" "$d/out" &&
     echo "ok: a second SIGTERM ended the stuck job ${dt} s after it (status $rc)" ||
     { cat "$d/out"; fail "second signal: status $rc after ${dt} s"; }
+
+# The step bound (train/preempt.h): a stop that cannot reach the end of
+# its step -- rank 1 hangs in step 6, as a rank whose peer died does --
+# ends within 10 s + 3x the longest step, long before the stop timeout
+# (100 s here; the guard would stop the job at 60 s and fail it).
+d="$W/bound"
+mkdir -p "$d"
+MALLEUS_TEST_STEP_STALL=1:6 "$MPIEXEC" -n 2 "$TRAIN" --model tiny --dp 2 --global-batch 8 \
+    --micro-batch 4 --steps 1000 --metrics "$d/m.jsonl" --quiet --stop-timeout 100 >"$d/out" 2>&1 &
+pid=$!
+guard $pid 60
+wait_rows "$d/m.jsonl" 5
+sleep 0.5
+t0=$(date +%s)
+kill -TERM "$(rank_pid $pid 0)"
+wait $pid
+rc=$? dt=$(($(date +%s) - t0))
+[ $rc -ne 0 ] && [ $rc -ne 4 ] && [ $dt -le 30 ] && grep -q "did not reach the end of the step" "$d/out" &&
+    echo "ok: a stop stuck in its step ended the job ${dt} s after SIGTERM (step bound; --stop-timeout 100), status $rc" ||
+    { cat "$d/out"; fail "step bound: status $rc after ${dt} s"; }
 
 # ---- the loop: stopped four ways, continued, the uninterrupted curve
 STEPS=40

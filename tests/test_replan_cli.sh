@@ -2,7 +2,7 @@
 # malleus-replan command line: help and version, a tiny 8-rank plan that
 # passes the simulator's validation, determinism, --explain with a current
 # plan, and bad inputs (NaN / negative rates, unknown ranks, ranks not
-# divisible into nodes, memory too small, and issue 16's hostile inputs)
+# divisible into nodes, memory too small, and the hostile inputs)
 # refused with status 2 and a message naming the field.
 set -u
 BIN="${REPLAN_BIN:-${top_builddir:-.}/malleus-replan}"
@@ -24,7 +24,7 @@ expect_fail() {
 "$BIN" --help >"$T/help" || fail "--help"
 for o in --cluster --world-size --ranks-per-node --memory-mb --profile --model --rates --window \
          --micro-batch-size --micro-batches --global-batch --pipelines --current --output --explain \
-         --simulate --uniform --search --summary Examples; do
+         --simulate --uniform --search --summary --links --compute-only node_types Examples; do
     grep -q -- "$o" "$T/help" || fail "--help does not mention $o"
 done
 "$BIN" --version | grep -q "malleus-replan" || fail "--version"
@@ -90,7 +90,7 @@ echo '{"world_size": 8, "ranks_per_node": 4}' >"$T/cl.json"
 expect_fail 2 "memory_mb" -c "$T/cl.json" --model tiny -M 8
 expect_fail 2 "unknown preset" $C -M 8 --model 7b
 
-# issue 16's hostile planner inputs
+# the hostile planner inputs
 printf '{"step":1,"rates":[1,1,1,9,1,1,1,1,1,1]}\n' >"$T/long.jsonl"
 expect_fail 2 "rates for 10 ranks" $C -M 8 -r "$T/long.jsonl"
 # a world of 10^9 ranks is refused before it is allocated (it used to take
@@ -119,4 +119,29 @@ expect_fail 2 "not a regular file" $C -M 8 -r /dev/zero
 expect_fail 2 "exactly one of --profile" --world-size 8 --ranks-per-node 4 --memory-mb 100 -M 8
 expect_fail 2 "micro-batches" $C
 expect_fail 2 "unknown option" $C -M 8 --bogus
+# slow links: a slow link inside a TP group moves between pipelines (only
+# with the links; --compute-only keeps the compute plan and prices it)
+echo '{"links": [{"a": 0, "b": 1, "rate": 8}]}' >"$T/links.json"
+"$BIN" $C -M 8 --links "$T/links.json" -e -o "$T/lk.json" >"$T/lk.txt" 2>&1 || fail "--links: $(cat "$T/lk.txt")"
+tr -d ' \n' <"$T/lk.json" | grep -q '"ranks":\[0,1\]' && fail "--links: ranks 0 and 1 still share a TP group"
+grep -q "link 0-1 (rate 8.00): between pipelines" "$T/lk.txt" || fail "--explain: the link's place"
+grep -q "step time with communication" "$T/lk.txt" || fail "--explain: the step with communication"
+"$BIN" $C -M 8 --links "$T/links.json" --compute-only -e -o "$T/lk0.json" >"$T/lk0.txt" 2>&1 || fail "--compute-only"
+grep -q "link 0-1 (rate 8.00): inside the TP group" "$T/lk0.txt" || fail "--compute-only: the link's place"
+"$BIN" $C -M 8 --links "$T/links.json" --simulate "$T/lk.json" >"$T/lks.txt" || fail "--simulate with --links"
+grep -q "with communication" "$T/lks.txt" || fail "--simulate: no communication"
+echo '{"links": [{"a": 0, "b": 9, "rate": 8}]}' >"$T/lbad.json"
+expect_fail 2 "links\[0\]: link 0-9 names a rank outside" $C -M 8 --links "$T/lbad.json"
+echo '{"links": [{"a": 2, "b": 2, "rate": 8}]}' >"$T/lbad.json"
+expect_fail 2 "joins a rank to itself" $C -M 8 --links "$T/lbad.json"
+# a mixed cluster: the slow type plans as stragglers, --explain lists the types
+cat >"$T/mixed.json" <<'EOF2'
+{"nodes": [[0, 1, 2, 3], [4, 5, 6, 7]], "node_types": ["fast", "slow"],
+ "types": {"fast": {"memory_mb": 400, "speed": 1.0}, "slow": {"memory_mb": 300, "speed": 0.5}}}
+EOF2
+"$BIN" -c "$T/mixed.json" --model tiny -M 8 -e -o "$T/mx.json" >"$T/mx.txt" 2>&1 || fail "mixed: $(cat "$T/mx.txt")"
+grep -q "slow: 4 ranks, speed 0.50 (rate 2.00), 300 MB" "$T/mx.txt" || fail "mixed: --explain types"
+grep -q "stragglers (rate >= 1.2): 4" "$T/mx.txt" || fail "mixed: the slow type is not planned as stragglers"
+echo '{"world_size": 8, "ranks_per_node": 4, "memory_mb": 9, "types": {"a": {"memory_mb": 1}}, "node_types": ["a", "a"]}' >"$T/mx2.json"
+expect_fail 2 "memory_mb per type" -c "$T/mx2.json" --model tiny -M 8
 echo "test_replan_cli: ok"

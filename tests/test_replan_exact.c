@@ -1,4 +1,4 @@
-/* The planner against an exact reference of the whole problem (issue 14):
+/* The planner against an exact reference of the whole problem:
  * on random clusters of 16-32 ranks (1-2 stragglers per node at rates
  * 1.2-15, memory tight or loose, random TP-size sets), the planner's
  * objective must equal the optimum that an independent exhaustive
@@ -535,7 +535,7 @@ int main(int argc, char **argv)
         CHECK_OK(mal_cluster_regular(&c, I.world, I.rpn, I.mem));
         make_profile(&I, &p);
         mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL,
-                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO, 0};
+                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO, 0, NULL};
         mal_plan plan;
         mal_replan_stats st;
         t0 = mal_now();

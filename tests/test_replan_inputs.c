@@ -1,6 +1,6 @@
 /* The planner's parsers of outside input (cluster, model profile, rates and
  * metrics lines, and the plan through the planner) against hostile but
- * realistic input (issue 16, "Planner inputs"): each case must be refused with
+ * realistic input (a review of the planner's inputs): each case must be refused with
  * a message naming the field, or give a correct plan -- never read freed
  * memory, overflow, allocate without bound or fail inside lp_solve.  The
  * byte-buffer entry points (no terminating NUL, embedded NULs) are the ones
@@ -107,7 +107,7 @@ static void test_huge_rate(void)
     CHECK_OK(mal_cluster_regular(&c, 8, 4, 100.0));
     CHECK_OK(mal_profile_preset(&p, "tiny", 1));
     CHECK_OK(mal_rates_parse_string("{\"3\": 1e12}", "r.json", 8, 2, rates));
-    mal_replan_input in = {&c, &p, rates, 1, 8, 0, NULL, MAL_REPLAN_AUTO, 0};
+    mal_replan_input in = {&c, &p, rates, 1, 8, 0, NULL, MAL_REPLAN_AUTO, 0, NULL};
     CHECK_OK(mal_replan(&in, &out, NULL));
     CHECK_EQ_INT(out.n_suspended, 1);
     CHECK_EQ_INT(out.suspended[0], 3);

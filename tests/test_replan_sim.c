@@ -25,6 +25,15 @@ int main(void)
             double t = mal_sim_pipeline(S, f, b, m, 0.0);
             CHECK_CLOSE(t, (m + S - 1) * 4.5, 1e-12, 1e-12);
         }
+    /* a plan may name two billion micro-batches: refused, nothing allocated
+     * (the plan fuzzer found the simulator asking for 5 GB) */
+    {
+        double f[2] = {1, 2}, b[2] = {2, 4};
+        CHECK(mal_sim_pipeline(2, f, b, 214748647, 0.0) == MAL_EINVAL);
+        CHECK(mal_sim_pipeline(1, f, b, MAL_SIM_MAX_OPS + 1, 0.0) == MAL_EINVAL);
+        mal_clearerr();
+        CHECK(mal_sim_pipeline(1, f, b, 4096, 0.0) > 0);
+    }
     /* hand-worked: S = 2, m = 2, f = (1, 2), b = (2, 4) -> 15 (see README) */
     {
         double f[2] = {1, 2}, b[2] = {2, 4};

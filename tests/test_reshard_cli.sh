@@ -49,7 +49,7 @@ expect 2 "nosuch.json" "$W/snap" "$W/nosuch.json" "$W/x"
 expect 2 "does not fit the snapshot's model \(4 layers.*layers" "$W/snap" "$P/wrong_layers.json" "$W/x"
 expect 2 "does not fit the snapshot's model.*(TP|8 heads)" "$W/snap" "$P/wrong_heads.json" "$W/x"
 expect 2 "does not exist" "$W/nothing" "$P/one.json" "$W/x"
-# DEST inside the source, as resolved paths (issue 16): the snapshot
+# DEST inside the source, as resolved paths: the snapshot
 # directory, a step directory, below either (also through a symbolic link or
 # "..", and when SNAPSHOT names the step directory), and a source inside the
 # very directory DEST's writer would clean up: refused with status 2 before

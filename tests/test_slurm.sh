@@ -2,7 +2,7 @@
 # The straggler-adaptive loop on a real Slurm: start munge, slurmctld and
 # slurmd on this machine (tests/slurm/cluster.sh), sbatch jobs/malleus.sbatch
 # with 8 ranks and rank 3 slowed 4x from step 6, kill rank 5 with SIGKILL
-# mid-training (its step must end within 30 s and the loop resume from the
+# mid-training (its step must end within 45 s and the loop resume from the
 # newest snapshot), wait for the job, check the run (tests/check_loop.py:
 # re-plan, and the loss curve of an uninterrupted one-process run), stop the
 # daemons.  Needs root and slurm-wlm
@@ -48,7 +48,7 @@ echo "submitted job $jobid"
 
 # A rank killed with SIGKILL in the middle of training (rank 5 of the
 # second generation, the one on the new plan, once step 14 is done: after
-# the snapshot of step 12) must end its job step within 30 s
+# the snapshot of step 12) must end its job step within 45 s
 # (srun --kill-on-bad-exit), not leave the other 7 ranks blocked until the
 # job's time limit; the loop then resumes from the newest complete
 # snapshot, and the curve checked below is still the uninterrupted one.
@@ -83,7 +83,13 @@ while [ "$(n_failed)" -le "$failed_before" ]; do
     fi
 done
 dt=$(($(date +%s) - t0))
-[ $dt -le 30 ] || { echo "FAIL: the job step ended ${dt} s after rank 5 was killed (limit 30 s)"; exit 1; }
+# srun sends the other ranks SIGTERM, which asks them for a stop at the end
+# of a step that can never end (rank 5 is gone): the step bound (10 s + 3x
+# the longest step, train/preempt.h) ends them -- 10-11 s when the test runs
+# alone -- or, when they were outside a step (a snapshot being written) or
+# the machine's load stretched the steps, Slurm's SIGKILL after KillWait
+# (30 s; 31 s seen under make -j2 check).  Either way not the time limit.
+[ $dt -le 45 ] || { echo "FAIL: the job step ended ${dt} s after rank 5 was killed (limit 45 s)"; exit 1; }
 echo "ok: the job step ended ${dt} s after rank 5 was killed"
 
 t=0

@@ -987,7 +987,7 @@ static void put_attr_i64(const char *fp, const char *name, int64_t v)
     H5Fclose(f);
 }
 
-/* The index and the marker are outside input (issue 16): a user can point
+/* The index and the marker are outside input: a user can point
  * --resume or malleus-reshard at anything.  Hand-made indexes, resealed so
  * that they pass the marker's checksum, are refused with a message: never
  * a crash, never an allocation the input does not justify, never blocks

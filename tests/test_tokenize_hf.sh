@@ -33,24 +33,9 @@ elif has_tok "$HF_SITE"; then
 elif has_tok "$TOK_SITE"; then
     SITE=$TOK_SITE
 else
-    [ "${MALLEUS_HF_INSTALL:-1}" != 0 ] && "$PY" -m pip --version >/dev/null 2>&1 &&
-        mkdir -p "$CACHE" 2>/dev/null ||
-        { echo "$TAG: skipped: no tokenizers package and no way to install it"; exit 77; }
-    # beside the target, then renamed: a concurrent or interrupted install
-    # never leaves a half-filled directory in use
-    TMPSITE=$(mktemp -d "$TOK_SITE.tmp.XXXXXX") || exit 77
-    echo "$TAG: installing tokenizers 0.19 into $TOK_SITE (pip --target, --no-deps)"
-    timeout 300 "$PY" -m pip install -q --disable-pip-version-check --no-deps --timeout 15 \
-        --retries 1 --target "$TMPSITE" 'tokenizers==0.19.*' >"$TMPSITE.log" 2>&1
-    if [ $? -ne 0 ] || ! has_tok "$TMPSITE"; then
-        tail -n 3 "$TMPSITE.log"
-        rm -rf "$TMPSITE" "$TMPSITE.log"
-        echo "$TAG: skipped: tokenizers cannot be installed here"
-        exit 77
-    fi
-    rm -f "$TMPSITE.log"
-    mv -T "$TMPSITE" "$TOK_SITE" 2>/dev/null || rm -rf "$TMPSITE"
-    has_tok "$TOK_SITE" || { echo "$TAG: skipped: $TOK_SITE does not import tokenizers"; exit 77; }
+    . "$top_srcdir/tests/pip_site.sh"
+    pip_site "$TOK_SITE" has_tok 'tokenizers==0.19.*' ||
+        { echo "$TAG: skipped: $PIP_SITE_WHY"; exit 77; }
     SITE=$TOK_SITE
 fi
 [ -n "$SITE" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"

@@ -184,7 +184,8 @@ static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
                            0,
                            &tr->plan,
                            MAL_REPLAN_AUTO,
-                           planner_time_limit(&tr->o)};
+                           planner_time_limit(&tr->o),
+                           NULL /* links: the online re-plan measures compute only */};
     mal_replan_stats stats;
     if ((rc = mal_replan(&in, &out, &stats))) goto fail;
     mal_log(MAL_LOG_INFO, "replan: new plan in %.3f s (%d pipelines, %d suspended)", stats.seconds,

@@ -17,6 +17,7 @@
 #include "ckpt/load.h"
 #include "ckpt/snapshot.h"
 #include "ckpt_start.h"
+#include "init_from.h"
 #include "src/data.h"
 #include "train_internal.h"
 
@@ -30,7 +31,7 @@ int mal_train_ckpt_save(struct mal_trainer *tr, const char *dir)
     mal_ckpt_job job;
     char path[4096];
     mal_ckpt_job_prepare(tr, dir, &job);
-    rc = mal_ckpt_job_write(&job, tr->world, tr->part.model, NULL, path, sizeof path);
+    rc = mal_ckpt_job_write(&job, tr->world, tr, NULL, path, sizeof path);
     if (!rc) {
         double dt = mal_now() - t0;
         tr->ckpt.saved_step = tr->step;
@@ -43,6 +44,39 @@ int mal_train_ckpt_save(struct mal_trainer *tr, const char *dir)
     return rc;
 }
 
+/* Sharded (--zero 1): both moments of every block this rank keeps, read
+ * from snapshot s whatever wrote it (blocks are read as any rectangle). */
+static int load_zero_moments(struct mal_trainer *tr, mal_snapshot *s)
+{
+    mal_model *m = tr->part.model;
+    mal_zero_block *zb = NULL;
+    int n = 0, rc = mal_gradsync_zero_blocks(tr->part.gsync, 1, &zb, &n);
+    size_t most = 0;
+    for (int i = 0; i < n; i++)
+        most = MAL_MAX(most, zb[i].n);
+    float *host = rc ? NULL : malloc((most + 1) * sizeof *host);
+    if (!rc && !host) rc = MAL_ERR(MAL_ENOMEM, "resume: out of memory");
+    for (int g = MAL_STATE_ADAM_M; g <= MAL_STATE_ADAM_V && !rc; g++)
+        for (int i = 0; i < n && !rc; i++) {
+            const mal_tensor_info *t = &m->tensors[zb[i].tensor];
+            char name[96];
+            snprintf(name, sizeof name, "%s/%s", mal_model_state_name(g), t->name);
+            mal_snap_tensor want = {.name = name, .ndim = t->ndim, .data = host};
+            for (int d = 0; d < t->ndim; d++) {
+                want.shape[d] = t->shape[d];
+                want.offset[d] = zb[i].offset[d];
+                want.extent[d] = zb[i].extent[d];
+            }
+            if (!(rc = mal_snapshot_read_block(s, &want))) {
+                mal_gradsync_zero_from_host(tr->part.gsync, g, zb[i].at, zb[i].n, host);
+                rc = mal_kern_sync(m->k); /* host is reused */
+            }
+        }
+    free(host);
+    free(zb);
+    return rc;
+}
+
 /* Restore the state from step directory `path` (mal_ckpt_start's).
  * Collective; every rank returns the same code. */
 static int restore(struct mal_trainer *tr, const char *path)
@@ -51,7 +85,10 @@ static int restore(struct mal_trainer *tr, const char *path)
     int rc = mal_snapshot_open(&s, path);
     /* the run is the snapshot's run, unless told otherwise (resume.c) */
     if (!rc) rc = mal_train_resume_check(tr, mal_snapshot_meta(s), path);
-    if (!rc && tr->part.model) rc = mal_load_state(s, tr->part.model, MAL_STATE_N_SAVED);
+    if (!rc && tr->part.model)
+        rc = tr->o.zero ? mal_load_state(s, tr->part.model, 1) : /* the parameters */
+                 mal_load_state(s, tr->part.model, MAL_STATE_N_SAVED);
+    if (!rc && tr->part.model && tr->o.zero) rc = load_zero_moments(tr, s);
     /* A rank that failed (a corrupt block only it reads) must stop all:
      * every rank returns the first failure, so nothing trains on a
      * partly loaded state. */
@@ -83,10 +120,11 @@ int mal_train_ckpt_init(struct mal_trainer *tr)
     c->saved_step = -1;
     c->stats.step = -1;
     /* the directory first (refusals before anything is loaded), then the
-     * state, then what --overwrite-snapshots lets go: only once the state
-     * it continues from has loaded */
+     * state (resumed, or the parameters a new run starts from), then what
+     * --overwrite-snapshots lets go: only once the state has loaded */
     if ((tr->o.snapshot_dir && (rc = mal_ckpt_start(tr, path, sizeof path))) ||
-        (tr->o.resume && (rc = restore(tr, path))) || (rc = mal_ckpt_start_clear(tr))) {
+        (tr->o.resume && (rc = restore(tr, path))) ||
+        (tr->o.init_from && (rc = mal_train_init_from(tr))) || (rc = mal_ckpt_start_clear(tr))) {
         mal_ckpt_start_release(tr, 1);
         return rc; /* agreed */
     }

@@ -235,11 +235,8 @@ int mal_ckpt_async_save(mal_trainer *tr)
     double s0 = mal_now();
     if (!job->local_rc && job->n_blocks && !(rc = stage_reserve(a, job->floats))) {
         mal_model *m = tr->part.model;
-        for (int k = 0; k < job->n_blocks; k++) {
-            const mal_owned_block *o = &job->owned[k % job->n_owned];
-            mal_piece_pack(m->k, &m->tensors[o->tensor], mal_model_state(m, k / job->n_owned),
-                           o->begin, o->end, a->stage + job->offset[k], MAL_COPY_D2H);
-        }
+        for (int k = 0; k < job->n_blocks; k++)
+            mal_ckpt_job_pack(job, tr, k, a->stage + job->offset[k]);
         rc = mal_kern_sync(m->k);
     }
     if (rc) {

@@ -14,7 +14,10 @@
  * (the pieces a rank owns, layout.h, shared out among the data-parallel
  * replicas that hold them: mal_reshard_rank_blocks), so the snapshot holds
  * the state once, not once per replica, and replicas share the writing;
- * suspended ranks write nothing but take part in the commit. */
+ * suspended ranks write nothing but take part in the commit.  With the
+ * sharded optimizer (--zero 1) the Adam moments' blocks are the ones each
+ * rank keeps (mal_gradsync_zero_blocks: its regions as rectangles), the
+ * parameters' as above. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,35 +87,73 @@ int mal_ckpt_staging_floats(const mal_plan *plan, const mal_model_config *cfg, i
 }
 
 /* The blocks of all groups, their names and where each lies when staged
- * back to back. */
+ * back to back.  Sharded (--zero 1), the moments' blocks are the sharded
+ * optimizer's own (each rank's regions: every element once, by the rank
+ * that keeps it), after the parameters' owned blocks. */
 static int describe_blocks(const struct mal_trainer *tr, mal_ckpt_job *job)
 {
     const mal_model *m = tr->part.model;
     int rc, nob;
     if ((rc = owned_blocks(tr, &job->owned, &job->n_owned))) return rc;
-    if ((nob = job->n_owned) == 0) return 0;
-    int n = N_GROUPS * nob;
+    nob = job->n_owned;
+    job->n_state_groups = N_GROUPS;
+    if (tr->o.zero) {
+        job->n_state_groups = 1;
+        if ((rc = mal_gradsync_zero_blocks(tr->part.gsync, 0, &job->zb, &job->n_zb))) return rc;
+    }
+    int n = job->n_state_groups * nob + (N_GROUPS - 1) * job->n_zb;
+    if (n == 0) return 0;
     job->blocks = calloc((size_t)n, sizeof *job->blocks);
     job->names = calloc((size_t)n, sizeof *job->names);
     job->offset = calloc((size_t)n, sizeof *job->offset);
     if (!job->blocks || !job->names || !job->offset)
         return MAL_ERR(MAL_ENOMEM, "snapshot: out of memory");
-    for (int g = 0; g < N_GROUPS; g++)
-        for (int i = 0; i < nob; i++) {
-            int k = g * nob + i;
-            const mal_owned_block *o = &job->owned[i];
-            const mal_tensor_info *t = &m->tensors[o->tensor];
-            snprintf(job->names[k], sizeof job->names[k], "%s/%s", mal_model_state_name(g),
-                     t->name);
-            job->blocks[k].name = job->names[k];
+    for (int k = 0; k < n; k++) {
+        int g, zi = -1;
+        const mal_tensor_info *t;
+        size_t f;
+        if (k < job->n_state_groups * nob) {
+            const mal_owned_block *o = &job->owned[k % nob];
+            g = k / nob;
+            t = &m->tensors[o->tensor];
             axis_block(t, o->begin, o->end, &job->blocks[k]);
-            size_t f = mal_piece_floats(t, o->begin, o->end);
-            job->offset[k] = job->floats;
-            job->floats += f;
-            job->max_block = MAL_MAX(job->max_block, f);
+            f = mal_piece_floats(t, o->begin, o->end);
+        } else {
+            int j = k - job->n_state_groups * nob;
+            const mal_zero_block *z = &job->zb[zi = j % job->n_zb];
+            g = 1 + j / job->n_zb;
+            t = &m->tensors[z->tensor];
+            job->blocks[k].ndim = t->ndim;
+            for (int d = 0; d < t->ndim; d++) {
+                job->blocks[k].shape[d] = t->shape[d];
+                job->blocks[k].offset[d] = z->offset[d];
+                job->blocks[k].extent[d] = z->extent[d];
+            }
+            f = z->n;
         }
+        snprintf(job->names[k], sizeof job->names[k], "%s/%s", mal_model_state_name(g), t->name);
+        job->blocks[k].name = job->names[k];
+        job->offset[k] = job->floats;
+        job->floats += f;
+        job->max_block = MAL_MAX(job->max_block, f);
+    }
     job->n_blocks = n;
     return 0;
+}
+
+void mal_ckpt_job_pack(const mal_ckpt_job *job, const struct mal_trainer *tr, int k, float *dst)
+{
+    mal_model *m = tr->part.model;
+    int nob = job->n_owned;
+    if (k < job->n_state_groups * nob) {
+        const mal_owned_block *o = &job->owned[k % nob];
+        mal_piece_pack(m->k, &m->tensors[o->tensor], mal_model_state(m, k / nob), o->begin,
+                       o->end, dst, MAL_COPY_D2H);
+        return;
+    }
+    int j = k - job->n_state_groups * nob;
+    const mal_zero_block *z = &job->zb[j % job->n_zb];
+    mal_gradsync_zero_to_host(tr->part.gsync, 1 + j / job->n_zb, z->at, z->n, dst);
 }
 
 void mal_ckpt_job_prepare(const struct mal_trainer *tr, const char *dir, mal_ckpt_job *job)
@@ -142,6 +183,7 @@ void mal_ckpt_job_fini(mal_ckpt_job *job)
     free(job->meta.train_json);
     free(job->meta.plan_json);
     free(job->owned);
+    free(job->zb);
     free(job->blocks);
     free(job->names);
     free(job->offset);
@@ -150,9 +192,10 @@ void mal_ckpt_job_fini(mal_ckpt_job *job)
 
 /* Declare this rank's shard and put every block, from the staging area or
  * packed one at a time from the state (memory: one block, pinned). */
-static int write_blocks(const mal_ckpt_job *job, mal_snap_writer *w, mal_model *m,
-                        const float *staged)
+static int write_blocks(const mal_ckpt_job *job, mal_snap_writer *w,
+                        const struct mal_trainer *tr, const float *staged)
 {
+    mal_model *m = tr ? tr->part.model : NULL;
     float *pack = NULL;
     int rc = 0;
     if (job->n_blocks == 0) return 0;
@@ -162,12 +205,10 @@ static int write_blocks(const mal_ckpt_job *job, mal_snap_writer *w, mal_model *
     int h = mal_snap_writer_add_shard(w, job->shard, job->blocks, job->n_blocks);
     if (h < 0) rc = h;
     for (int k = 0; k < job->n_blocks && !rc; k++) {
-        const mal_owned_block *o = &job->owned[k % job->n_owned];
         const float *data = staged ? staged + job->offset[k] : pack;
         size_t n = (k + 1 < job->n_blocks ? job->offset[k + 1] : job->floats) - job->offset[k];
         if (!staged) {
-            mal_piece_pack(m->k, &m->tensors[o->tensor], mal_model_state(m, k / job->n_owned),
-                           o->begin, o->end, pack, MAL_COPY_D2H);
+            mal_ckpt_job_pack(job, tr, k, pack);
             if ((rc = mal_kern_sync(m->k))) break;
         }
         rc = mal_snap_writer_put(w, h, k, data, n);
@@ -190,8 +231,8 @@ static void arm_fault_hook(int rank, int64_t step)
         mal_snapshot_fault_nth_io = n;
 }
 
-int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, mal_model *m, const float *staged,
-                       char *out_path, size_t out_len)
+int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, const struct mal_trainer *tr,
+                       const float *staged, char *out_path, size_t out_len)
 {
     mal_snap_writer *w = NULL;
     arm_fault_hook(job->shard, job->meta.step);
@@ -200,7 +241,7 @@ int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, mal_model *m, co
     /* A failure found while preparing is reported by finish on every
      * rank; its message is re-recorded here, on the writing thread. */
     int lrc = job->local_rc ? MAL_ERR(job->local_rc, "%s", job->local_msg)
-                            : write_blocks(job, w, m, staged);
+                            : write_blocks(job, w, tr, staged);
     rc = mal_snap_writer_finish(w, lrc, job->keep, out_path, out_len);
     mal_snapshot_fault_nth_io = 0; /* a hook that did not fire stays off */
     return rc;

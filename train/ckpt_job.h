@@ -11,13 +11,17 @@
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "src/config.h"
+#include "src/gradsync.h"
 #include "src/layout.h"
 #include "src/model.h"
 #include "src/plan.h"
 
 struct mal_trainer;
 
-/* Block k is state group k / n_owned of owned piece k % n_owned. */
+/* Block k < n_state_groups * n_owned is state group k / n_owned of owned
+ * piece k % n_owned; sharded (--zero 1: n_state_groups 1, the parameters),
+ * block n_owned + j is moment group 1 + j / n_zb of the sharded
+ * optimizer's block zb[j % n_zb]. */
 typedef struct {
     char *dir;              /* the snapshot directory (owned) */
     int keep;               /* retention (--keep) */
@@ -25,6 +29,9 @@ typedef struct {
     int shard;              /* the shard file's id: the world rank */
     mal_owned_block *owned; /* [n_owned]: the pieces this rank writes */
     int n_owned;
+    int n_state_groups;     /* groups of the model's state written from owned pieces */
+    mal_zero_block *zb;     /* [n_zb]: sharded, the moment blocks this rank keeps */
+    int n_zb;
     int n_blocks;            /* MAL_STATE_N_SAVED x n_owned */
     mal_snap_tensor *blocks; /* [n_blocks]; names point into `names`, data unused */
     char (*names)[80];
@@ -42,11 +49,16 @@ void mal_ckpt_job_fini(mal_ckpt_job *job);
 
 /* Collective over `comm` (NULL: one process): write and commit `job`.
  * The data of block k is read from `staged` + job->offset[k] (host memory:
- * the background writer, which never touches the kernel table) or, with
- * staged NULL, packed from model m's state through its kernel table one
- * block at a time (synchronous).  out_path receives the step directory. */
-int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, mal_model *m, const float *staged,
-                       char *out_path, size_t out_len);
+ * the background writer, which never touches the kernel table; tr may be
+ * NULL) or, with staged NULL, packed from trainer tr's state through its
+ * kernel table one block at a time (synchronous).  out_path receives the
+ * step directory. */
+int mal_ckpt_job_write(const mal_ckpt_job *job, mal_comm *comm, const struct mal_trainer *tr,
+                       const float *staged, char *out_path, size_t out_len);
+
+/* Local.  Queue the copy of block k of `job` from trainer tr's state into
+ * host memory dst (the caller synchronises the kernel queue). */
+void mal_ckpt_job_pack(const mal_ckpt_job *job, const struct mal_trainer *tr, int k, float *dst);
 
 /* Local.  Floats rank `rank` of a run under `plan` stages for a snapshot
  * (all groups of the blocks it writes). */

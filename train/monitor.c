@@ -57,10 +57,85 @@ static double inject_factor(const struct mal_trainer *tr, int64_t step)
     return f;
 }
 
+/* --inject-link's factor of the link between this rank and `peer` at
+ * step `step` (1: healthy). */
+static double link_factor(const struct mal_trainer *tr, int peer, int64_t step)
+{
+    double f = 1.0;
+    for (int i = 0; i < tr->o.n_inject_links; i++) {
+        const mal_inject_link *l = &tr->o.inject_links[i];
+        if (((l->a == tr->world_rank && l->b == peer) ||
+             (l->b == tr->world_rank && l->a == peer)) &&
+            step >= l->from && (l->to < 0 || step < l->to))
+            f *= l->factor;
+    }
+    return f;
+}
+
+/* The injected links this rank's TP all-reduces and gradient sum cross:
+ * a slow link inside the TP group paces every ring step of its
+ * all-reduces (every member waits), one to a rank of another pipeline
+ * that holds some of the same layers the gradient sum. */
+static void link_factors(struct mal_trainer *tr, int64_t step)
+{
+    mal_monitor *mon = &tr->mon;
+    mon->link_tp_now = mon->link_dp_now = 1.0;
+    mon->link_step = step;
+    const mal_plan_loc *me = &tr->part.loc;
+    if (!tr->o.n_inject_links || me->pipeline < 0) return;
+    const mal_plan_stage *st = &tr->plan.pipelines[me->pipeline].stages[me->stage];
+    for (int i = 0; i < tr->o.n_inject_links; i++) {
+        const mal_inject_link *l = &tr->o.inject_links[i];
+        if (step < l->from || (l->to >= 0 && step >= l->to)) continue;
+        int ina = 0, inb = 0;
+        for (int k = 0; k < st->n_ranks; k++) {
+            ina |= st->ranks[k] == l->a;
+            inb |= st->ranks[k] == l->b;
+        }
+        if (ina && inb) mon->link_tp_now = MAL_MAX(mon->link_tp_now, l->factor);
+        int other = l->a == tr->world_rank ? l->b : l->b == tr->world_rank ? l->a : -1;
+        mal_plan_loc lo;
+        if (other < 0 || mal_plan_locate(&tr->plan, other, &lo) || lo.pipeline < 0 ||
+            lo.pipeline == me->pipeline)
+            continue;
+        const mal_plan_stage *so = &tr->plan.pipelines[lo.pipeline].stages[lo.stage];
+        if (MAL_MIN(so->layer_end, st->layer_end) > MAL_MAX(so->layer_begin, st->layer_begin))
+            mon->link_dp_now = MAL_MAX(mon->link_dp_now, l->factor);
+    }
+}
+
+static double sleep_extra(double f, double dt)
+{
+    if (f <= 1.0 || dt <= 0) return dt;
+    double extra = (f - 1.0) * dt;
+    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return f * dt;
+}
+
+double mal_inject_link_stretch(struct mal_trainer *tr, int peer, double dt)
+{
+    mal_monitor *mon = &tr->mon;
+    int kind = peer == -1 ? 0 : peer == -2 ? 1 : 2;
+    double f = kind == 0 ? mon->link_tp_now
+               : kind == 1 ? mon->link_dp_now
+                           : link_factor(tr, peer, mon->link_step);
+    /* The message's own time is the least this rank has seen of its kind:
+     * the measured one holds the wait for a late peer, and a peer that is
+     * late because it slept for the same link would feed its sleep back
+     * into this one's, step after step, without bound. */
+    if (dt > 0 && (!(mon->link_min[kind] > 0) || dt < mon->link_min[kind]))
+        mon->link_min[kind] = dt;
+    if (f <= 1.0) return dt;
+    return dt - mon->link_min[kind] + sleep_extra(f, mon->link_min[kind]);
+}
+
 int mal_inject_begin_step(struct mal_trainer *tr, int64_t step)
 {
     mal_monitor *mon = &tr->mon;
     int rc;
+    link_factors(tr, step);
     mon->inject_now = inject_factor(tr, step);
     if (tr->o.inject_mode == MAL_INJECT_GPU) {
         /* The device itself is slowed from this step on (or back to full
@@ -77,13 +152,7 @@ int mal_inject_begin_step(struct mal_trainer *tr, int64_t step)
 
 double mal_inject_stretch(struct mal_trainer *tr, double dt)
 {
-    double f = tr->mon.inject_now;
-    if (f <= 1.0 || dt <= 0) return dt;
-    double extra = (f - 1.0) * dt;
-    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-    return f * dt;
+    return sleep_extra(tr->mon.inject_now, dt);
 }
 
 int mal_monitor_init(struct mal_trainer *tr)

@@ -22,6 +22,12 @@ typedef struct {
     mal_kern_event *probe_ev[2];         /* around a sample */
     int probe_reps;            /* matmuls per probe sample (1; more with --inject-mode gpu) */
     double inject_now;         /* injection factor of the current step (1: none) */
+    double link_tp_now;        /* --inject-link: this step's factor of the TP group's
+                                * all-reduces (1: none) */
+    double link_dp_now;        /* ... of this rank's gradient sum (1: none) */
+    int64_t link_step;         /* the step the link factors are for */
+    double link_min[3];        /* least time seen of a TP pass's all-reduces, a step's
+                                * gradient sum, a stage-boundary receive (0: none yet) */
     double slow_rate;          /* --inject-mode gpu: the device's slowdown now (1: none) */
     int check_every_all;       /* the policy's cadence, known on every rank */
     char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */
@@ -47,6 +53,11 @@ int mal_inject_begin_step(struct mal_trainer *tr, int64_t step);
 /* Local: stretch `dt` seconds of compute just measured by the step's
  * injection factor (sleeping the difference); returns the stretched time. */
 double mal_inject_stretch(struct mal_trainer *tr, double dt);
+/* Local.  --inject-link: a message with rank `peer` that took `dt`
+ * seconds (or, peer < 0, the TP all-reduces when `peer` is -1, the
+ * gradient sum when -2) is made to take this step's factor times that:
+ * sleeps the difference; returns the stretched time. */
+double mal_inject_link_stretch(struct mal_trainer *tr, int peer, double dt);
 
 /* Local: the probe's device time, seconds. */
 double mal_monitor_probe(struct mal_trainer *tr);

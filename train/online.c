@@ -86,6 +86,14 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
         mal_plan_fini(&next);
         return rc;
     }
+    /* Sharded (--zero 1), the moments are made whole on the old part first
+     * (collective over its holder sets) and moved whole; the new part's
+     * gradient sync keeps this rank's share of them (wire_part).  The
+     * change's peak holds whole moments, as without --zero 1. */
+    if (tr->part.gsync && (rc = mal_gradsync_zero_gather(tr->part.gsync))) {
+        mal_plan_fini(&next);
+        return rc;
+    }
     /* Take the old part out of service, build the new one, move the state. */
     mal_model *old = mal_trainer_retire_part(tr);
     /* The old part is only read from now: its gradients and scratch go
@@ -98,7 +106,7 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     int handed = 0; /* this rank's state buffers went to the new part */
     memset(&on->times, 0, sizeof on->times);
     /* every parameter is overwritten by the state moved in */
-    if ((rc = mal_trainer_build_part(tr, 0))) goto out;
+    if ((rc = mal_trainer_build_part(tr, 0, 1))) goto out;
     /* A rank whose new part begins with its old one - the same part (a
      * pipeline the change leaves alone) or one extended by later layers -
      * hands its state buffers over instead of copying them. */

@@ -25,7 +25,7 @@ int mal_trainer_part_init(mal_trainer *tr, int init_params)
     /* The gradient sync's messages get a communicator of their own, made
      * once (every rank, suspended or not, is here). */
     if (tr->world && (rc = mal_comm_split(tr->world, 0, tr->world_rank, &p->sync_world))) return rc;
-    if ((rc = mal_trainer_build_part(tr, init_params))) return rc;
+    if ((rc = mal_trainer_build_part(tr, init_params, 0))) return rc;
     return mal_trainer_wire_part(tr);
 }
 
@@ -41,7 +41,7 @@ void mal_trainer_part_fini(mal_trainer *tr)
     p->sync_world = NULL;
 }
 
-int mal_trainer_build_part(mal_trainer *tr, int init_params)
+int mal_trainer_build_part(mal_trainer *tr, int init_params, int whole_moments)
 {
     mal_train_part *p = &tr->part;
     int rc;
@@ -50,8 +50,11 @@ int mal_trainer_build_part(mal_trainer *tr, int init_params)
     if ((rc = mal_plan_locate(&tr->plan, tr->world_rank, &p->loc))) return rc;
     if ((rc = mal_layout_part(&tr->plan, &tr->o.model, tr->world_rank, &part, &active)) || !active)
         return rc;
+    /* sharded, the gradient sync keeps this rank's share of the moments */
     return mal_model_create_ex(&p->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
-                               tr->o.seed, init_params);
+                               tr->o.seed,
+                               (init_params ? MAL_MODEL_INIT : 0) |
+                                   (tr->o.zero && !whole_moments ? MAL_MODEL_NO_MOMENTS : 0));
 }
 
 int mal_trainer_wire_part(mal_trainer *tr)
@@ -75,10 +78,12 @@ int mal_trainer_wire_part(mal_trainer *tr)
     if ((rc = mal_gradsync_create(&p->gsync, &tr->plan, tr->world_rank, p->model, p->sync_world)))
         return rc;
     /* the overlapped sum's buckets follow the plan in force: made again
-     * with the gradient sync after every online plan change */
-    return tr->o.dp_overlap
-               ? mal_gradsync_buckets(p->gsync, (size_t)(tr->o.dp_bucket_mb * 1024 * 1024))
-               : 0;
+     * with the gradient sync after every online plan change; sharded, the
+     * regions are the buckets' */
+    if (tr->o.dp_overlap &&
+        (rc = mal_gradsync_buckets(p->gsync, (size_t)(tr->o.dp_bucket_mb * 1024 * 1024))))
+        return rc;
+    return tr->o.zero ? mal_gradsync_zero(p->gsync, tr->world_rank) : 0;
 }
 
 void mal_trainer_unwire_part(mal_trainer *tr)

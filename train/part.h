@@ -31,8 +31,10 @@ int mal_trainer_part_init(struct mal_trainer *tr, int init_params);
 void mal_trainer_part_fini(struct mal_trainer *tr);
 
 /* Local.  This rank's model part for tr->plan (none when suspended);
- * init_params as above. */
-int mal_trainer_build_part(struct mal_trainer *tr, int init_params);
+ * init_params as above; with whole_moments the part has whole Adam
+ * moments even under --zero 1 (an online plan change moves whole moments
+ * into it; mal_trainer_wire_part keeps this rank's share of them). */
+int mal_trainer_build_part(struct mal_trainer *tr, int init_params, int whole_moments);
 /* Collective over the world.  Everything around the part: TP group,
  * pipeline (pipeline.c), gradient-sync groups. */
 int mal_trainer_wire_part(struct mal_trainer *tr);

@@ -11,12 +11,16 @@
  * their buffer is reused; receives wait without burning CPU, and their
  * data is ordered before the kernels that read it (comm.h's rule 3).
  *
- * Stage j of S with m micro-batches runs min(S-j-1, m) warm-up forwards,
- * then alternates one forward and one backward, then drains the remaining
- * backwards.  Micro-batch k of pipeline p covers the global batch positions
- * first_sample + k*B ... + B-1, so the data never depends on the layout.
- * Evaluation and generation (eval.c) run forward-only passes through the
- * same stages, with their own sequences (mal_pass).
+ * Stage j of S with m micro-batches runs min(S-j-1, m) warm-up forwards
+ * (or the plan's deeper "warmup" for the stage, which hides a slow stage
+ * boundary: mal_plan_stage_warmup), then alternates one forward and one
+ * backward, then drains the remaining backwards.  No stage warms up less
+ * than the next (mal_plan_validate), so every backward's gradient is
+ * already on its way when the stage waits for it.  Micro-batch k of
+ * pipeline p covers the global batch positions first_sample + k*B ... +
+ * B-1, so the data never depends on the layout.  Evaluation and generation
+ * (eval.c) run forward-only passes through the same stages, with their own
+ * sequences (mal_pass).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +49,12 @@ int mal_pipeline_init(struct mal_trainer *tr)
     p->first_sample = first * tr->plan.micro_batch_size;
 
     /* Micro-batches in flight on stage j: the warm-up forwards plus one. */
-    p->n_slots = MAL_MIN(p->n_micro, p->n_stages - j);
+    p->warmup = mal_plan_stage_warmup(pl, j);
+    p->n_slots = MAL_MIN(p->n_micro, p->warmup + 1);
+    mal_log(MAL_LOG_DEBUG,
+            "pipeline %d stage %d: %d warm-up forwards (1F1B default %d), %d in flight",
+            tr->part.loc.pipeline, j, MAL_MIN(p->warmup, p->n_micro),
+            MAL_MIN(p->n_stages - j - 1, p->n_micro), p->n_slots);
     const int B = tr->plan.micro_batch_size;
     const size_t NC = (size_t)B * tr->o.model.seq_len * tr->o.model.d_model * m->esz;
     /* Fan-out: how many ranks of a neighbouring stage one rank feeds. */
@@ -64,10 +73,10 @@ int mal_pipeline_init(struct mal_trainer *tr)
         p->gsend_reqs[s] = calloc((size_t)p->max_fanout, sizeof(mal_comm_req *));
         if (!p->send_reqs[s] || !p->gsend_reqs[s])
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory");
-        if (j > 0 && !(p->grad_send[s] = mal_kern_alloc(m->k, NC)))
+        if (j > 0 && !(p->grad_send[s] = mal_kern_alloc_as(m->k, NC, MAL_MEM_COMM)))
             return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     }
-    if (j + 1 < p->n_stages && !(p->grad_recv = mal_kern_alloc(m->k, NC)))
+    if (j + 1 < p->n_stages && !(p->grad_recv = mal_kern_alloc_as(m->k, NC, MAL_MEM_COMM)))
         return MAL_ERR(MAL_ENOMEM, "pipeline: out of memory for gradient buffers");
     /* the tokens of one micro-batch, loaded on the host (mal_pass) */
     size_t N = (size_t)B * (size_t)tr->o.model.seq_len;
@@ -119,7 +128,8 @@ static int recv_from(struct mal_trainer *tr, void *buf, size_t bytes, int peer, 
     mal_comm_req *req;
     int rc = mal_comm_dp_irecv(tr->world, tr->k, buf, bytes, peer, tag, &req);
     if (!rc) rc = mal_comm_dp_waitall(tr->world, 1, &req);
-    tr->tally.times.pp += mal_now() - t0;
+    /* --inject-link: the message took F times its measured time */
+    tr->tally.times.pp += mal_inject_link_stretch(tr, peer, mal_now() - t0);
     return rc;
 }
 
@@ -185,8 +195,9 @@ static int forward(struct mal_trainer *tr, const mal_pass *pass, int mb, float d
     if ((rc = mal_model_forward(m, a, a->res[0], dscale)) || (rc = tp_time(tr, &tp))) return rc;
     if (m->part.has_head) tr->tally.loss_local += mal_acts_loss_sum(m, a);
     if ((rc = mal_kern_sync(m->k))) return rc;
-    t->tp += tp;
-    t->compute += mal_inject_stretch(tr, mal_now() - t0 - tp);
+    double t1 = mal_now();
+    t->tp += mal_inject_link_stretch(tr, -1, tp);
+    t->compute += mal_inject_stretch(tr, t1 - t0 - tp);
     if (!m->part.has_head)
         return send_to(tr, a->res[m->n_local_layers], NC, p->next_ranks, p->n_next,
                        tag_of(mb, TAG_ACT), p->send_reqs[slot]);
@@ -237,11 +248,12 @@ static int backward(struct mal_trainer *tr, int mb)
         mal_kern_copy(m->k, p->grad_send[slot], dinp, NC);
     }
     if ((rc = mal_kern_sync(m->k))) return rc;
-    t->tp += tp;
-    t->compute += mal_inject_stretch(tr, mal_now() - t0 - tp - (t->dp - dp0));
+    double t1 = mal_now(), dp = t->dp - dp0;
+    t->tp += mal_inject_link_stretch(tr, -1, tp);
+    t->compute += mal_inject_stretch(tr, t1 - t0 - tp - dp);
     if (!m->part.has_embed)
-        return send_to(tr, p->grad_send[slot], NC, p->prev_ranks, p->n_prev,
-                       tag_of(mb, TAG_GRAD), p->gsend_reqs[slot]);
+        return send_to(tr, p->grad_send[slot], NC, p->prev_ranks, p->n_prev, tag_of(mb, TAG_GRAD),
+                       p->gsend_reqs[slot]);
     return 0;
 }
 
@@ -259,8 +271,7 @@ static int drain_all(struct mal_trainer *tr)
 
 int mal_pipeline_run(struct mal_trainer *tr, int64_t step, float dscale)
 {
-    const int m = tr->pipe.n_micro, S = tr->pipe.n_stages, j = tr->part.loc.stage;
-    const int warm = MAL_MIN(S - j - 1, m);
+    const int m = tr->pipe.n_micro, warm = MAL_MIN(tr->pipe.warmup, m);
     const mal_pass pass = {load_train, step, NULL};
     int rc, f = 0, b = 0;
     for (; f < warm; f++)

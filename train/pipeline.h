@@ -17,6 +17,7 @@ typedef struct {
     int first_sample;                   /* global batch position of the pipeline's first sample */
     const int *prev_ranks, *next_ranks; /* neighbouring stages' TP groups (NULL at the ends) */
     int n_prev, n_next;
+    int warmup;                 /* 1F1B warm-up forwards of this stage */
     int n_slots;                /* micro-batches in flight on this stage */
     mal_acts **acts;            /* [n_slots] */
     void *grad_recv;            /* (N,C) gradient from the next stage (compute dtype) */

@@ -13,6 +13,9 @@
 static volatile sig_atomic_t first_signal; /* 0: no request yet */
 static volatile sig_atomic_t first_ms;     /* when: monotonic ms, modulo 2^32 */
 static unsigned stop_timeout;              /* seconds; 0: none */
+static volatile sig_atomic_t step_bound;   /* seconds; 0: none (preempt.h) */
+static volatile sig_atomic_t at_boundary;  /* the stop reached a step boundary */
+static volatile sig_atomic_t bound_armed;  /* the alarm is the step bound's */
 
 static unsigned now_ms(void)
 {
@@ -37,10 +40,25 @@ static void say(const char *msg)
 static void on_timeout(int sig)
 {
     (void)sig;
-    say("malleus-train: the stop requested by a signal did not finish within the stop timeout "
-        "(--stop-timeout): exiting now with status 1; the newest committed snapshot is "
-        "intact\n");
+    if (!bound_armed)
+        say("malleus-train: the stop requested by a signal did not finish within the stop "
+            "timeout (--stop-timeout): exiting now with status 1; the newest committed "
+            "snapshot is intact\n");
+    else
+        say("malleus-train: the stop requested by a signal did not reach the end of the step "
+            "in several times the longest step so far (a peer gone, or stuck?): exiting now "
+            "with status 1; the newest committed snapshot is intact\n");
     _exit(1);
+}
+
+/* The alarm of a pending request: the sooner of the stop timeout and
+ * `bound` (0: none).  Async-signal-safe. */
+static void arm(unsigned bound)
+{
+    unsigned t = stop_timeout;
+    if (bound > 0 && (t == 0 || bound < t)) t = bound;
+    bound_armed = t != stop_timeout;
+    alarm(t); /* 0 cancels */
 }
 
 static void on_stop(int sig)
@@ -49,7 +67,7 @@ static void on_stop(int sig)
     if (!first_signal) {
         first_ms = (sig_atomic_t)now_ms();
         first_signal = sig;
-        if (stop_timeout) alarm(stop_timeout);
+        arm((unsigned)step_bound);
     } else if (now_ms() - (unsigned)first_ms >= 1000u) {
         /* asked twice: stop now, as the signal would without us */
         say("malleus-train: second stop signal: exiting now\n");
@@ -57,6 +75,24 @@ static void on_stop(int sig)
         raise(sig);
     }
     errno = saved;
+}
+
+void mal_preempt_step_bound(unsigned seconds)
+{
+    step_bound = (sig_atomic_t)seconds;
+    /* a request already made waits under the bound of the phase now
+     * starting: a step's, or the stop timeout outside steps */
+    if (first_signal && !at_boundary) {
+        arm(seconds);
+    }
+}
+
+void mal_preempt_boundary(void)
+{
+    if (at_boundary) return;
+    at_boundary = 1;
+    bound_armed = 0;
+    alarm(stop_timeout); /* 0 cancels the step bound's alarm */
 }
 
 int mal_preempt_signal(void)

@@ -9,10 +9,14 @@
  * Bounds: a second signal more than a second after the first ends the
  * process at once by that signal's default action (the same request
  * delivered twice, by a launcher that forwards it and to the process group,
- * arrives within milliseconds and counts once); and once a stop has been
- * requested, a process still alive after the stop timeout ends with status
- * 1 (a rank stuck where the agreement cannot reach it, which the launcher
- * then takes down with the others).
+ * arrives within milliseconds and counts once); once a stop has been
+ * requested, a process that does not reach the end of its step within the
+ * step bound (set by the step loop from the longest step so far) ends with
+ * status 1 -- a peer is gone (a rank that died under srun
+ * --kill-on-bad-exit: slurmstepd sends the others SIGTERM, and their step
+ * can never end) or stuck where the agreement cannot reach it, and the
+ * launcher takes down the others; from the step's end the snapshot has the
+ * stop timeout, after which a process still alive ends with status 1.
  *
  * The handlers are the program's, installed by malleus-train once its
  * communication layer is up: MPICH's MPI_Init installs a SIGUSR1 handler of
@@ -28,6 +32,17 @@
  * first request ends with status 1.  0, or MAL_EINVAL from sigaction. */
 int mal_preempt_install(unsigned stop_timeout_s);
 
+/* Local.  The longest a step may still take once a stop is requested
+ * (seconds, 0: no bound but the stop timeout): the step loop sets it from
+ * the steps it has timed before each step and 0 after it; a request
+ * already made is re-armed with the new bound. */
+void mal_preempt_step_bound(unsigned seconds);
+/* The bound the step loop sets: BASE + STEPS x the longest step so far. */
+#define MAL_PREEMPT_STEP_BOUND_BASE 10
+#define MAL_PREEMPT_STEP_BOUND_STEPS 3
+/* Local.  The stop reached the end of a step (every rank agreed on it):
+ * from now the stop timeout alone bounds the snapshot. */
+void mal_preempt_boundary(void);
 /* Local, async-signal-safe.  The signal of this process's first stop
  * request, or 0. */
 int mal_preempt_signal(void);

@@ -273,6 +273,49 @@ double mal_progress_memory(struct mal_trainer *tr)
     return (double)res * (double)sysconf(_SC_PAGESIZE);
 }
 
+double mal_progress_memory_peak(const struct mal_trainer *tr)
+{
+    mal_kern_mem_stats ms;
+    mal_kern_mem_get(tr->k, &ms);
+    return (double)ms.total_peak;
+}
+
+int mal_progress_memory_summary(struct mal_trainer *tr)
+{
+    mal_kern_mem_stats ms;
+    mal_kern_mem_get(tr->k, &ms);
+    double mine[MAL_MEM_N + 1];
+    for (int c = 0; c < MAL_MEM_N; c++)
+        mine[c] = (double)ms.at_peak[c];
+    mine[MAL_MEM_N] = (double)ms.total_peak;
+    double *all = NULL;
+    if (tr->world_rank == 0 && !(all = malloc(sizeof mine * (size_t)tr->world_size)))
+        return MAL_ERR(MAL_ENOMEM, "out of memory");
+    int rc = tr->world ? mal_comm_gather(tr->world, mine, all, sizeof mine, 0) : 0;
+    if (!tr->world && all) memcpy(all, mine, sizeof mine);
+    if (rc || tr->world_rank != 0 || mal_log_level < MAL_LOG_INFO) {
+        free(all);
+        return rc;
+    }
+    const double MiB = 1048576.0;
+    mal_log(MAL_LOG_INFO, "memory peak per rank (the kernel table's buffers, MiB):");
+    for (int r = 0; r < tr->world_size; r++) {
+        const double *v = all + (size_t)r * (MAL_MEM_N + 1);
+        char line[512];
+        int n = snprintf(line, sizeof line, "  rank %d: %.2f =", r, v[MAL_MEM_N] / MiB);
+        int any = 0;
+        for (int c = 0; c < MAL_MEM_N && n < (int)sizeof line; c++)
+            if (v[c] > 0) {
+                n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %.2f", any ? " +" : "",
+                              mal_mem_cat_name(c), v[c] / MiB);
+                any = 1;
+            }
+        mal_log(MAL_LOG_INFO, "%s%s", line, any ? "" : " (suspended)");
+    }
+    free(all);
+    return 0;
+}
+
 static double max_memory(const struct mal_trainer *tr, const mal_step_stats *st, int *rank)
 {
     double m = 0;

@@ -60,6 +60,15 @@ void mal_progress_record(struct mal_trainer *tr, double step_s);
  * device_info), else the process's resident memory. */
 double mal_progress_memory(struct mal_trainer *tr);
 
+/* Local.  The most bytes of the kernel table's buffers this rank held at
+ * once so far (the memory accountant). */
+double mal_progress_memory_peak(const struct mal_trainer *tr);
+
+/* Collective over the world (the end of a run).  Rank 0 logs every rank's
+ * peak of the memory accountant by category (what the rank held when its
+ * total peaked). */
+int mal_progress_memory_summary(struct mal_trainer *tr);
+
 /* Local, rank 0.  The step line (at --log-every), and the new plan's
  * measured line once it has run MAL_PROGRESS_SETTLE steps. */
 void mal_progress_step(struct mal_trainer *tr, const mal_step_stats *st);

@@ -99,6 +99,9 @@ char *mal_train_settings_json(const struct mal_trainer *tr)
      * malleus-sample (src/tokenizer.h) */
     const char *tok = !bad && tr->data ? mal_data_tokenizer(tr->data) : NULL;
     if (tok) bad = json_object_set_new(j, "tokenizer", json_loads(tok, 0, NULL));
+    /* where the run's parameters came from (init_from.h) */
+    if (!bad && tr->resume.init_from_json)
+        bad = json_object_set_new(j, "init_from", json_loads(tr->resume.init_from_json, 0, NULL));
     for (int i = 0; !bad && i < tr->resume.n_data_ids; i++) {
         const mal_data_file_id *id = &tr->resume.data_ids[i];
         char fp[17];
@@ -119,6 +122,15 @@ char *mal_train_settings_json(const struct mal_trainer *tr)
 
 /* ---- defaults from the snapshot ---------------------------------------- */
 
+/* A weights-only snapshot (ckpt/import.h) has no run to continue. */
+static int weights_only(const char *path)
+{
+    return MAL_ERR(MAL_EINVAL,
+                   "snapshot %s holds weights only (an import: no optimizer state, no run to "
+                   "continue): start a run from it with --init-from %s, without --resume",
+                   path, path);
+}
+
 int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, int64_t step,
                            mal_comm *world)
 {
@@ -137,7 +149,9 @@ int mal_resume_source_read(mal_resume_source *rs, const char *snapshot_dir, int6
         if (!rc) {
             const mal_snap_meta *m = mal_snapshot_meta(s);
             rs->step = m->step;
-            if (!m->config_json || !m->train_json)
+            if (m->train_json && !mal_snapshot_has_group(s, "adam_m"))
+                rc = weights_only(rs->path);
+            else if (!m->config_json || !m->train_json)
                 rc = MAL_ERR(MAL_EFORMAT,
                              "snapshot %s stores no model config or training settings: it "
                              "cannot be resumed",
@@ -491,6 +505,7 @@ void mal_train_resume_fini(struct mal_trainer *tr)
 {
     mal_data_identity_free(tr->resume.data_ids, tr->resume.n_data_ids);
     free(tr->resume.overrides_json);
+    free(tr->resume.init_from_json);
     memset(&tr->resume, 0, sizeof tr->resume);
 }
 
@@ -540,6 +555,13 @@ static int record_overrides(struct mal_trainer *tr, const diffs *ds)
 int mal_train_resume_check(struct mal_trainer *tr, const mal_snap_meta *meta, const char *path)
 {
     const mal_train_options *o = &tr->o;
+    json_t *wo = NULL;
+    if (meta->train_json && (wo = json_loads(meta->train_json, 0, NULL)) &&
+        json_is_true(json_object_get(wo, "weights_only"))) {
+        json_decref(wo);
+        return weights_only(path);
+    }
+    json_decref(wo);
     mal_model_config saved;
     if (!meta->config_json || mal_config_from_json(&saved, meta->config_json, path))
         return MAL_ERR(MAL_EFORMAT, "snapshot %s has no valid model config", path);
@@ -600,6 +622,10 @@ int mal_train_resume_check(struct mal_trainer *tr, const mal_snap_meta *meta, co
                  "snapshot %s stores no identity of its data (written by an older version): the "
                  "data is not checked",
                  path);
+    /* the run goes on with the weights it started from (init_from.h) */
+    json_t *from = json_object_get(tj, "init_from");
+    free(tr->resume.init_from_json);
+    tr->resume.init_from_json = from ? json_dumps(from, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     /* progress is consumed samples, at the snapshot's own global batch */
     json_int_t gb = json_integer_value(json_object_get(tj, "global_batch"));
     json_decref(tj);

@@ -70,6 +70,9 @@ typedef struct {
                            * (-1: nothing to record) */
     char *overrides_json; /* {"KEY": [snapshot, this run], ...} of the accepted
                            * differences (NULL: none) */
+    char *init_from_json; /* where the run's parameters came from (init_from.h), stored
+                           * in every snapshot's settings as "init_from" and carried on
+                           * by a resume (NULL: drawn at random) */
 } mal_train_resume;
 
 /* Local.  Check o->overrides names known settings (MAL_EINVAL naming the
@@ -84,8 +87,11 @@ void mal_train_resume_fini(struct mal_trainer *tr);
  * `path` it resumes from (meta read from it): MAL_EMISMATCH when a setting
  * differs that o->overrides does not name (rank 0 prints the list of all
  * differences; the error message names them too), MAL_EFORMAT when the
- * snapshot's settings are unreadable; the accepted differences are logged
- * and recorded for the metrics and the events file. */
+ * snapshot's settings are unreadable, MAL_EINVAL for a weights-only
+ * snapshot (an import: no run to continue; --init-from starts one); the
+ * accepted differences are logged and recorded for the metrics and the
+ * events file, and the record of where the run's weights came from is
+ * carried on. */
 int mal_train_resume_check(struct mal_trainer *tr, const mal_snap_meta *meta, const char *path);
 
 /* Local.  The training settings stored in a snapshot (JSON text; caller

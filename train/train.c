@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,8 +72,9 @@ static int make_plan(mal_trainer *tr)
 /* Build this rank's share of the run.  Collective over the world. */
 static int setup_layout(mal_trainer *tr)
 {
-    /* a resumed run overwrites every parameter */
-    int rc = mal_trainer_part_init(tr, !tr->o.resume);
+    /* a resumed run, or one started from pretrained weights, overwrites
+     * every parameter */
+    int rc = mal_trainer_part_init(tr, !tr->o.resume && !tr->o.init_from);
     if (rc) return rc;
     if (tr->world_rank == 0) {
         tr->tally.rank_times = calloc((size_t)tr->world_size, sizeof *tr->tally.rank_times);
@@ -97,8 +99,7 @@ static int load_inputs(mal_trainer *tr)
                        tr->k->name);
     tr->comm_name = o->comm ? o->comm : mal_comm_default_name(tr->k->name);
     const mal_comm_backend *cb;
-    if ((rc = mal_comm_lookup(tr->comm_name, &cb)) ||
-        (rc = mal_comm_check_device(cb, tr->k->name)))
+    if ((rc = mal_comm_lookup(tr->comm_name, &cb)) || (rc = mal_comm_check_device(cb, tr->k->name)))
         return rc;
     if ((rc = make_plan(tr))) return rc;
     if (o->data_path) {
@@ -121,8 +122,7 @@ static int load_inputs(mal_trainer *tr)
     if (rc) return rc;
     if ((rc = mal_data_check_vocab(tr->data, o->model.vocab))) return rc;
     if (mal_data_n_tokens(tr->data) < (uint64_t)o->model.seq_len + 1)
-        return MAL_ERR(MAL_EINVAL,
-                       "data %s has %llu tokens, fewer than one sequence of %d + 1",
+        return MAL_ERR(MAL_EINVAL, "data %s has %llu tokens, fewer than one sequence of %d + 1",
                        mal_data_name(tr->data), (unsigned long long)mal_data_n_tokens(tr->data),
                        o->model.seq_len);
     return mal_eval_init(tr); /* the validation data, the same way */
@@ -157,10 +157,27 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (o->optim.warmup_steps < 0) return MAL_ERR(MAL_EINVAL, "--warmup must be >= 0");
     if (o->resume && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--resume needs --snapshot-dir to find the snapshot");
+    if (o->init_from && o->resume)
+        return MAL_ERR(MAL_EINVAL,
+                       "--init-from starts a new run from a model's weights and --resume "
+                       "continues a run from its snapshot: give one of them");
+    if (o->init_from && o->snapshot_dir) {
+        /* the source must outlive the run's own snapshots: retention and
+         * --overwrite-snapshots manage what lies in the directory */
+        struct stat a, b;
+        if (mal_snapshot_dir_owns(o->snapshot_dir, o->init_from) ||
+            (stat(o->init_from, &a) == 0 && stat(o->snapshot_dir, &b) == 0 &&
+             a.st_dev == b.st_dev && a.st_ino == b.st_ino))
+            return MAL_ERR(MAL_EINVAL,
+                           "--init-from %s lies in --snapshot-dir %s, whose snapshots this run "
+                           "replaces: write the run's snapshots into another directory",
+                           o->init_from, o->snapshot_dir);
+    }
     if (o->snapshot_async && !o->snapshot_dir)
         return MAL_ERR(MAL_EINVAL, "--snapshot-async needs --snapshot-dir to write snapshots into");
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
+    if (o->zero != 0 && o->zero != 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
     if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 
@@ -221,7 +238,10 @@ void mal_trainer_destroy(mal_trainer *tr)
     free(tr);
 }
 
-int64_t mal_trainer_steps_done(const mal_trainer *tr) { return tr->step; }
+int64_t mal_trainer_steps_done(const mal_trainer *tr)
+{
+    return tr->step;
+}
 
 int mal_trainer_exit_status(const mal_trainer *tr, int rc)
 {
@@ -231,9 +251,18 @@ int mal_trainer_exit_status(const mal_trainer *tr, int rc)
      * failure of the run */
     return status == 2 && tr && tr->step > tr->ckpt.start_step ? 1 : status;
 }
-mal_model *mal_trainer_model(mal_trainer *tr) { return tr->part.model; }
-mal_kern mal_trainer_kernels(const mal_trainer *tr) { return tr->k; }
-const mal_plan *mal_trainer_plan(const mal_trainer *tr) { return &tr->plan; }
+mal_model *mal_trainer_model(mal_trainer *tr)
+{
+    return tr->part.model;
+}
+mal_kern mal_trainer_kernels(const mal_trainer *tr)
+{
+    return tr->k;
+}
+const mal_plan *mal_trainer_plan(const mal_trainer *tr)
+{
+    return &tr->plan;
+}
 
 int mal_trainer_dp_buckets(const mal_trainer *tr, int *posted_early)
 {
@@ -319,10 +348,17 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
          * posts the buckets from the model's gradient hook (pipeline.c) */
         if ((rc = mal_pipeline_run(tr, step, dscale))) return rc;
         d0 = mal_now();
-        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs) : mal_gradsync_run(gs)))
+        /* sharded, the buckets are reduce-scattered (mal_gradsync_finish
+         * knows), or after the backward pass the holder sets */
+        if ((rc = tr->o.dp_overlap ? mal_gradsync_finish(gs)
+                  : tr->o.zero     ? mal_gradsync_zero_reduce(gs)
+                                   : mal_gradsync_run(gs)))
             return rc;
         tally->times.dp_wait = mal_now() - d0;
         tally->times.dp += tally->times.dp_wait;
+        /* --inject-link: the step's gradient sum over a slow link */
+        if (tr->mon.link_dp_now > 1.0)
+            tally->times.dp = mal_inject_link_stretch(tr, -2, tally->times.dp);
     }
     /* Global loss and gradient norm: each loss is counted by TP rank 0 of
      * its pipeline's last stage, each gradient element by one holder;
@@ -342,8 +378,12 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
     float lr = mal_optim_lr(&tr->o.optim, step);
     if (m) {
         c0 = mal_now();
-        mal_optim_update(m, &tr->o.optim, step, lr, mal_optim_clip_scale(&tr->o.optim, norm));
-        if ((rc = mal_kern_sync(m->k))) return rc;
+        float scale = mal_optim_clip_scale(&tr->o.optim, norm);
+        if (tr->o.zero)
+            rc = mal_gradsync_zero_step(gs, &tr->o.optim, step, lr, scale);
+        else
+            mal_optim_update(m, &tr->o.optim, step, lr, scale);
+        if (rc || (rc = mal_kern_sync(m->k))) return rc;
         tally->times.compute += mal_inject_stretch(tr, mal_now() - c0);
     }
     /* The monitor's probe starts on every rank right after the all-reduce
@@ -361,7 +401,8 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
                            .dp_wait_s = tally->times.dp_wait,
                            .probe_s = probe,
                            .probe_cost_s = probe_cost,
-                           .mem_bytes = mal_progress_memory(tr)};
+                           .mem_bytes = mal_progress_memory(tr),
+                           .mem_peak_bytes = mal_progress_memory_peak(tr)};
     mal_progress_record(tr, step_s);
     if (tr->world) {
         if ((rc = mal_comm_gather(tr->world, &mine, tally->rank_times, sizeof mine, 0))) return rc;
@@ -452,8 +493,13 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         int n = snprintf(line, sizeof line, "m=%d:", pl->pipelines[p].micro_batches);
         for (int s = 0; s < pl->pipelines[p].n_stages && n < (int)sizeof line - 24; s++) {
             const mal_plan_stage *st = &pl->pipelines[p].stages[s];
-            n += snprintf(line + n, sizeof line - (size_t)n, " [L%d-%d tp%d]", st->layer_begin,
-                          st->layer_end, st->n_ranks);
+            /* a deeper 1F1B warm-up than the default: " w" and its depth */
+            char w[16] = "";
+            if (mal_plan_stage_warmup(&pl->pipelines[p], s) !=
+                MAL_MIN(pl->pipelines[p].n_stages - s - 1, pl->pipelines[p].micro_batches))
+                snprintf(w, sizeof w, " w%d", mal_plan_stage_warmup(&pl->pipelines[p], s));
+            n += snprintf(line + n, sizeof line - (size_t)n, " [L%d-%d tp%d%s]", st->layer_begin,
+                          st->layer_end, st->n_ranks, w);
         }
         fprintf(f, "|   pipeline %-9d | %-40.40s |\n", p, line);
     }
@@ -477,6 +523,8 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     fprintf(f, "| kernels / comm       | %-18s / %-19s |\n", kname,
             tr->world ? tr->comm_name : "none");
     fprintf(f, "| MFU against          | %-40.40s |\n", tr->prog.peak_what);
+    fprintf(f, "| Adam moments         | %-40.40s |\n",
+            tr->o.zero ? "sharded over the holders (--zero 1)" : "whole on every replica");
     if (tr->world) {
         char line[64];
         if (!tr->o.dp_overlap)
@@ -520,15 +568,16 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
         fprintf(f,
                 "%s{\"rank\": %d, \"compute_ms\": %.3f, \"tp_ms\": %.3f, \"pp_ms\": %.3f, "
                 "\"dp_ms\": %.3f, \"dp_wait_ms\": %.3f, \"idle_ms\": %.3f, "
-                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f}",
-                r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s,
-                1e3 * t->dp_s, 1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0),
-                1e3 * t->probe_s, 1e3 * t->probe_cost_s);
+                "\"probe_ms\": %.4f, \"monitor_ms\": %.4f, \"mem_peak_mb\": %.3f}",
+                r ? ", " : "", r, 1e3 * t->compute_s, 1e3 * t->tp_s, 1e3 * t->pp_s, 1e3 * t->dp_s,
+                1e3 * t->dp_wait_s, 1e3 * (idle > 0 ? idle : 0), 1e3 * t->probe_s,
+                1e3 * t->probe_cost_s, t->mem_peak_bytes / 1048576.0);
     }
     fprintf(f, "]");
     if (st->rates) {
         fprintf(f, ", \"rates\": [");
-        for (int r = 0; r < tr->world_size; r++) fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
+        for (int r = 0; r < tr->world_size; r++)
+            fprintf(f, "%s%.4f", r ? ", " : "", st->rates[r]);
         fprintf(f, "]");
     }
     if (tr->mon.hostnames && st->step % tr->mon.check_every_all == 0) {
@@ -556,6 +605,7 @@ static int stop_on_request(mal_trainer *tr, int sig)
      * it read its flag for the step: by now it has */
     if (sig < 0 && mal_preempt_signal()) sig = mal_preempt_signal();
     const char *why = sig > 0 ? mal_preempt_signal_name(sig) : "a signal to another rank";
+    mal_preempt_boundary();
     double t0 = mal_now();
     int rc = 0;
     if (tr->o.snapshot_dir && tr->ckpt.saved_step != tr->step) rc = mal_trainer_save(tr);
@@ -594,12 +644,32 @@ int mal_trainer_run(mal_trainer *tr)
     if (tr->o.eval_only) return mal_eval_only(tr);
     mal_change_predict(tr);
     mal_progress_begin(tr);
+    double longest = 0; /* the longest step so far */
+    unsigned bound = 0; /* the step bound from it (preempt.h); 0: none yet */
+    int n_timed = 0;    /* steps of this run; the first (mostly setup) is not timed */
     while (tr->step < tr->o.steps) {
         mal_step_stats st;
+        double step_t0 = mal_now();
         /* A step's failure (an evaluation's too), or rank 0's alone in
          * writing the metrics, may leave the peers blocked: the fatal path.
-         * (Snapshot failures below are agreed by every rank and returned.) */
-        if ((rc = mal_trainer_step(tr, &st))) return mal_trainer_fatal(tr, rc);
+         * (Snapshot failures below are agreed by every rank and returned.)
+         * The step bound (preempt.h) covers the step alone: evaluations,
+         * samples and snapshots have the stop timeout. */
+        mal_preempt_step_bound(bound);
+        rc = mal_trainer_step(tr, &st);
+        mal_preempt_step_bound(0);
+        if (!rc && st.stop_signal) mal_preempt_boundary(); /* agreed: every peer is alive */
+        if (rc) return mal_trainer_fatal(tr, rc);
+        /* A stop request must reach the end of a step within the bound;
+         * one that cannot (a peer died: its step never ends) ends the rank
+         * instead of waiting for the launcher's kill.  From the second
+         * step of the run on: the first one's time is mostly setup. */
+        double dt = mal_now() - step_t0;
+        if (n_timed++ > 0) {
+            longest = dt > longest ? dt : longest;
+            bound = (unsigned)(MAL_PREEMPT_STEP_BOUND_BASE +
+                               MAL_PREEMPT_STEP_BOUND_STEPS * longest + 0.5);
+        }
         if ((rc = mal_eval_after_step(tr, &st))) return mal_trainer_fatal(tr, rc);
         if (lead && (rc = write_metrics(tr, &st))) return mal_trainer_fatal(tr, rc);
         if (lead) mal_progress_step(tr, &st);
@@ -635,5 +705,5 @@ int mal_trainer_run(mal_trainer *tr)
         return rc;
     if ((rc = mal_trainer_snapshot_wait(tr))) return rc;
     mal_eval_summary(tr);
-    return 0;
+    return mal_progress_memory_summary(tr);
 }

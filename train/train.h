@@ -28,6 +28,18 @@ typedef struct {
     int64_t from, to;
 } mal_inject;
 
+/* Link injection (tests, benchmarks): every message between ranks a and b
+ * takes `factor` times its measured time during steps [from, to) (to < 0:
+ * forever), by sleeping (README "Slow links").  The messages: the
+ * activations and gradients a stage boundary carries between them, the
+ * TP all-reduces of a group holding both, and the gradient sum of two
+ * pipelines' ranks that hold the same layers. */
+typedef struct {
+    int a, b;
+    double factor;
+    int64_t from, to;
+} mal_inject_link;
+
 /* How injection slows a rank.  SLEEP (the default): its measured compute is
  * stretched by extra sleep proportional to it, so on a shared machine (or
  * a GPU shared by several ranks) the slowed rank takes nothing from the
@@ -81,6 +93,9 @@ typedef struct {
     int resume;             /* continue from the newest committed snapshot in snapshot_dir */
     int64_t resume_from;    /* with resume: from the snapshot of this step instead (a
                              * rollback; -1, the default: the newest) */
+    const char *init_from;  /* a new run whose parameters are read from this snapshot or
+                             * Hugging Face checkpoint directory (train/init_from.h: the
+                             * fine-tuning path; not with resume); NULL: drawn at random */
     int overwrite_snapshots; /* snapshots in snapshot_dir that the run would bury or write
                               * again (another run's; with resume_from, those after it) are
                               * removed at start instead of refusing the run */
@@ -100,6 +115,13 @@ typedef struct {
     int dp_overlap;         /* data-parallel gradient sum overlapped with the backward
                              * pass in buckets (1, the default) or after it (0) */
     double dp_bucket_mb;    /* bucket size in MiB (default 25; 0: a bucket per layer) */
+    int zero;               /* 1: the sharded optimizer (ZeRO-1, gradsync.h): each rank
+                             * keeps the Adam moments of its region of every holder
+                             * set only; the gradients are reduce-scattered (in the
+                             * buckets of dp_overlap, or after the backward pass);
+                             * snapshots write each rank's share; an online plan
+                             * change gathers the moments whole.  0 (the default):
+                             * every holder keeps whole moments */
     int log_every;          /* print a step line every N steps (0: never) */
     double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
                              * devices, else no MFU) */
@@ -108,6 +130,8 @@ typedef struct {
     const mal_inject *inject;  /* [n_inject] */
     int n_inject;
     int inject_mode;           /* MAL_INJECT_*: how (SLEEP) */
+    const mal_inject_link *inject_links; /* [n_inject_links] */
+    int n_inject_links;
     int adapt;                 /* MAL_ADAPT_* */
     int check_every, window;   /* policy cadence K and window W (0: defaults 3, 2) */
     int persist;               /* checks a move must be seen at (0: default 1) */
@@ -154,6 +178,8 @@ typedef struct {
     double probe_cost_s; /* wall time the monitor cost this step */
     double mem_bytes;    /* memory in use after the step: the device's, or the
                           * process's resident memory on CPU backends */
+    double mem_peak_bytes; /* the most bytes of the kernel table's buffers this rank
+                            * held at once so far (the memory accountant, kernels.h) */
 } mal_rank_times;
 
 typedef struct {

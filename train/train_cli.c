@@ -14,6 +14,7 @@
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "kernels/kernels.h"
+#include "init_from.h"
 #include "preempt.h"
 #include "replan/replan.h"
 #include "resume.h"
@@ -27,44 +28,90 @@ void mal_train_cli_init(mal_train_cli *cli)
     cli->stop_timeout = MAL_TRAIN_STOP_TIMEOUT_DEFAULT;
 }
 
+/* RANK at `s` (up to ':'), into *r; the end in *end.  0, 1 (not a rank)
+ * or 2 (out of range). */
+static int parse_rank(const char *s, char **end, int *r)
+{
+    errno = 0;
+    long v = strtol(s, end, 10);
+    if (*end == s || **end != ':' || v < 0) return 1;
+    /* a rank past int is out of range, never wrapped onto another rank */
+    if (errno == ERANGE || v > INT_MAX) return 2;
+    *r = (int)v;
+    return 0;
+}
+
+/* FACTOR[:FROM[:TO]] at `s`.  0, 1 (malformed) or 2 (a step out of range). */
+static int parse_factor_steps(const char *s, double *f, long long *from, long long *to)
+{
+    char *end;
+    *f = strtod(s, &end);
+    if (!(*f >= 1.0 && *f <= 1000.0) || (*end && *end != ':')) return 1;
+    *from = 0;
+    *to = -1;
+    if (*end == ':') {
+        errno = 0;
+        *from = strtoll(end + 1, &end, 10);
+        if (errno == ERANGE) return 2;
+        if (*from < 0 || (*end && *end != ':')) return 1;
+        if (*end == ':') {
+            *to = strtoll(end + 1, &end, 10);
+            if (errno == ERANGE) return 2;
+            if (*end || *to <= *from) return 1;
+        }
+    }
+    return 0;
+}
+
 int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg)
 {
     mal_train_cli *cli = spec->ctx;
     char *end;
+    int r, rc;
+    double f;
+    long long from, to;
     if (cli->o.n_inject == MAL_TRAIN_CLI_MAX_INJECT)
         return mal_opts_bad(spec, "at most %d --inject flags", MAL_TRAIN_CLI_MAX_INJECT);
-    errno = 0;
-    long r = strtol(arg, &end, 10);
-    if (end == arg || *end != ':' || r < 0) goto bad;
-    /* a rank past int is out of range, never wrapped onto another rank */
-    if (errno == ERANGE || r > INT_MAX)
+    if ((rc = parse_rank(arg, &end, &r)) == 2)
         return mal_opts_bad(spec, "--inject %s: rank %.*s is out of range (at most %d)", arg,
                             (int)(end - arg), arg, INT_MAX);
-    double f = strtod(end + 1, &end);
-    if (!(f >= 1.0 && f <= 1000.0) || (*end && *end != ':')) goto bad;
-    long long from = 0, to = -1;
-    if (*end == ':') {
-        errno = 0;
-        from = strtoll(end + 1, &end, 10);
-        if (errno == ERANGE) goto range;
-        if (from < 0 || (*end && *end != ':')) goto bad;
-        if (*end == ':') {
-            to = strtoll(end + 1, &end, 10);
-            if (errno == ERANGE) goto range;
-            if (*end || to <= from) goto bad;
-        }
-    }
-    cli->injects[cli->o.n_inject++] = (mal_inject){(int)r, f, from, to};
+    if (rc || (rc = parse_factor_steps(end + 1, &f, &from, &to)) == 1)
+        return mal_opts_bad(spec,
+                            "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
+                            "[1, 1000] and FROM < TO, got '%s'",
+                            arg);
+    if (rc)
+        return mal_opts_bad(spec, "--inject '%s': a step is out of range (at most %lld)", arg,
+                            (long long)LLONG_MAX);
+    cli->injects[cli->o.n_inject++] = (mal_inject){r, f, from, to};
     cli->o.inject = cli->injects;
     return 0;
-range:
-    return mal_opts_bad(spec, "--inject '%s': a step is out of range (at most %lld)", arg,
-                        (long long)LLONG_MAX);
-bad:
-    return mal_opts_bad(spec,
-                        "--inject expects RANK:FACTOR[:FROM_STEP[:TO_STEP]] with FACTOR in "
-                        "[1, 1000] and FROM < TO, got '%s'",
-                        arg);
+}
+
+int mal_train_cli_inject_link(const mal_opts_spec *spec, const char *arg)
+{
+    mal_train_cli *cli = spec->ctx;
+    char *end;
+    int a, b, rc;
+    double f;
+    long long from, to;
+    if (cli->o.n_inject_links == MAL_TRAIN_CLI_MAX_INJECT)
+        return mal_opts_bad(spec, "at most %d --inject-link flags", MAL_TRAIN_CLI_MAX_INJECT);
+    if ((rc = parse_rank(arg, &end, &a)) == 0) rc = parse_rank(end + 1, &end, &b);
+    if (rc == 2)
+        return mal_opts_bad(spec, "--inject-link %s: a rank is out of range (at most %d)", arg,
+                            INT_MAX);
+    if (rc || (rc = parse_factor_steps(end + 1, &f, &from, &to)) == 1 || (!rc && a == b))
+        return mal_opts_bad(spec,
+                            "--inject-link expects A:B:FACTOR[:FROM_STEP[:TO_STEP]] with two "
+                            "different ranks, FACTOR in [1, 1000] and FROM < TO, got '%s'",
+                            arg);
+    if (rc)
+        return mal_opts_bad(spec, "--inject-link '%s': a step is out of range (at most %lld)", arg,
+                            (long long)LLONG_MAX);
+    cli->inject_links[cli->o.n_inject_links++] = (mal_inject_link){a, b, f, from, to};
+    cli->o.inject_links = cli->inject_links;
+    return 0;
 }
 
 /* Outputs that are inputs: --metrics (or --profile FILE) the same file as
@@ -257,6 +304,14 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
                         o->inject[i].rank, world->size);
             return 2;
         }
+    for (int i = 0; i < o->n_inject_links; i++)
+        if (MAL_MAX(o->inject_links[i].a, o->inject_links[i].b) >= world->size) {
+            if (lead)
+                fprintf(stderr,
+                        "malleus-train: --inject-link names rank %d but the job has %d ranks\n",
+                        MAL_MAX(o->inject_links[i].a, o->inject_links[i].b), world->size);
+            return 2;
+        }
     if (cli->baseline_rates) {
         double *base = malloc(sizeof *base * (size_t)world->size);
         if (!base || (rc = mal_rates_read(cli->baseline_rates, world->size, 2, base))) {
@@ -299,6 +354,36 @@ static int resume_defaults(mal_train_cli *cli, const mal_opts_spec *spec, mal_co
     return 0;
 }
 
+/* --init-from: without --model the run's model is the source's; with it,
+ * the tensors' shapes must be the source's (checked after --model is
+ * loaded, init_check).  0, or an exit status (rank 0 printed why). */
+static int init_defaults(mal_train_cli *cli, const mal_opts_spec *spec, mal_comm *world)
+{
+    mal_train_options *o = &cli->o;
+    if (!o->init_from || flag_given((void *)spec, "model")) return 0;
+    mal_init_source src;
+    int rc = mal_init_source_read(o->init_from, 0, &src);
+    if (rc) {
+        if (world->rank == 0) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        return mal_exit_status(rc);
+    }
+    o->model = src.model;
+    cli->model_from_snapshot = 1;
+    return 0;
+}
+
+static int init_check(mal_train_cli *cli, mal_comm *world)
+{
+    mal_train_options *o = &cli->o;
+    if (!o->init_from || cli->model_from_snapshot) return 0;
+    mal_init_source src;
+    char notes[512];
+    int rc = mal_init_source_read(o->init_from, o->model.seq_len, &src);
+    if (!rc) rc = mal_init_source_check_model(&src, &o->model, notes, sizeof notes);
+    if (rc && world->rank == 0) fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+    return rc ? mal_exit_status(rc) : 0;
+}
+
 void mal_train_cli_backends_help(char *dev, size_t dev_len, char *comm, size_t comm_len)
 {
     char names[256];
@@ -327,6 +412,9 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     if (cli->plan_path && (o->dp || o->tp || o->pp))
         return mal_opts_bad(spec, "give either --plan or --dp/--tp/--pp, not both");
     if (cli->resume_from_given) o->resume = 1;
+    if (o->init_from && o->resume)
+        return mal_opts_bad(spec, "--init-from starts a new run from a model's weights; --resume "
+                                  "continues a run: give one of them");
     if (cli->measure_path) return measure(cli, argc, argv);
 
     int status = 1, rc;
@@ -352,8 +440,10 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
     }
     /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
     if (!lead) mal_log_level = MAL_LOG_ERROR;
-    if ((status = resume_defaults(cli, spec, world, &rs))) goto out;
-    if ((status = check_inputs(cli, world, &plan))) goto out;
+    if ((status = resume_defaults(cli, spec, world, &rs)) ||
+        (status = init_defaults(cli, spec, world)) || (status = check_inputs(cli, world, &plan)) ||
+        (status = init_check(cli, world)))
+        goto out;
     status = 1;
     o->world = world;
     if (cli->quiet > 0) mal_log_level = MAL_LOG_WARN;

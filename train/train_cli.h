@@ -26,10 +26,11 @@ typedef struct {
     const char *measure_path;   /* --profile FILE: measure a planner profile and exit */
     int quiet;                  /* 1: --quiet, -1: --verbose */
     int micro_given;            /* --micro-batch was given */
-    int model_from_snapshot;    /* --resume without --model: the snapshot's */
+    int model_from_snapshot;    /* --resume or --init-from without --model: the source's */
     int stop_timeout;           /* --stop-timeout seconds (preempt.h) */
     int resume_from_given;      /* --resume-from was given (it implies --resume) */
     mal_inject injects[MAL_TRAIN_CLI_MAX_INJECT];
+    mal_inject_link inject_links[MAL_TRAIN_CLI_MAX_INJECT];
 } mal_train_cli;
 
 /* Local.  Defaults: mal_train_defaults() and model "tiny". */
@@ -40,6 +41,9 @@ void mal_train_cli_init(mal_train_cli *cli);
  * MAL_TRAIN_CLI_MAX_INJECT times.  0, or exit status 2 with the message
  * printed. */
 int mal_train_cli_inject(const mal_opts_spec *spec, const char *arg);
+/* Local.  The --inject-link option's handler, the same way:
+ * A:B:FACTOR[:FROM[:TO]] with A != B. */
+int mal_train_cli_inject_link(const mal_opts_spec *spec, const char *arg);
 
 /* Local.  --help texts for --device and --comm, listing the backends of
  * this build (kernels.h and comm.h registries). */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/mal.h"
+#include "src/gradsync.h"
 #include "src/layout.h"
 #include "src/model.h"
 #include "train_internal.h"
@@ -59,10 +60,24 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
         (rc = mal_layout_part(plan, &tr->o.model, r, part, &active)) || !active)
         return rc;
     const mal_plan_pipeline *pl = &plan->pipelines[loc.pipeline];
-    int in_flight = MAL_MIN(pl->micro_batches, pl->n_stages - loc.stage);
+    int in_flight = MAL_MIN(pl->micro_batches, mal_plan_stage_warmup(pl, loc.stage) + 1);
     if ((rc = mal_model_bytes(&tr->o.model, part, plan->micro_batch_size, tr->k, in_flight, need)))
         return rc;
     int ovf = 0;
+    size_t moments = 0;
+    if (tr->o.zero) {
+        /* sharded: the rank's share of both moments and its regions'
+         * gradient sums, in place of the part's whole moments */
+        size_t sums, n_params;
+        mal_tensor_info *lt = NULL;
+        int nlt;
+        if ((rc = mal_model_layout(&tr->o.model, part, &lt, &nlt, &n_params))) return rc;
+        free(lt);
+        if ((rc = mal_gradsync_zero_need(plan, &tr->o.model, r, part, &moments, &sums)))
+            return rc;
+        *need -= 2 * n_params * sizeof(float);
+        *need = mal_size_add(*need, mal_size_mul(2 * moments + sums, sizeof(float), &ovf), &ovf);
+    }
     /* the data's own memory: the built-in corpus; token files are mapped
      * (their pages are the page cache's) and synthetic tokens computed */
     *need = mal_size_add(*need, mal_data_resident_bytes(tr->data), &ovf);
@@ -71,6 +86,9 @@ static int part_need(mal_trainer *tr, int r, size_t *need, mal_model_part *part)
     if (tr->o.snapshot_async && tr->o.snapshot_dir &&
         (rc = mal_ckpt_staging_floats(plan, &tr->o.model, r, &staged)))
         return rc;
+    /* sharded, the staged moments are the rank's share (at most: the
+     * copies of a TP group are written by one of them) */
+    if (tr->o.zero && staged) staged = staged / MAL_STATE_N_SAVED + 2 * moments;
     *need = mal_size_add(*need, mal_size_mul(staged, sizeof(float), &ovf), &ovf);
     if (ovf) *need = SIZE_MAX;
     return 0;
@@ -105,11 +123,13 @@ int mal_trainer_check_memory(mal_trainer *tr)
     return MAL_ERR(MAL_EINVAL,
                    "model %s does not fit in memory: rank %d's part (layers [%d, %d)%s%s, TP "
                    "%d, micro-batch %d) needs %zu bytes (%.1f GiB: fp32 parameters, gradients "
-                   "and Adam moments, activations, data, --snapshot-async's staging), but a rank has %.0f bytes (%.1f GiB: "
+                   "and Adam moments%s, activations, data, --snapshot-async's staging), but a "
+                   "rank has %.0f bytes (%.1f GiB: "
                    "%.1f GiB of memory shared by %d ranks on a node); use more ranks (more "
                    "stages or TP), a smaller micro-batch or a smaller model",
                    tr->o.model.name, worst, worst_part.layer_begin, worst_part.layer_end,
                    worst_part.has_embed ? ", embedding" : "", worst_part.has_head ? ", head" : "",
-                   worst_part.tp_size, tr->plan.micro_batch_size, need, need / gib, share,
+                   worst_part.tp_size, tr->plan.micro_batch_size, need, need / gib,
+                   tr->o.zero ? " (its share of them, --zero 1)" : "", share,
                    share / gib, mem / gib, local);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The planner's cost model against measured runs (issue 14).
+"""The planner's cost model against measured runs.
 
 Profiles `tiny` on this machine (malleus-train --profile), then for every
 plan the 8-rank CPU suite runs (tests/plans) and for bench/adapt's straggler

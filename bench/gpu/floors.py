@@ -26,7 +26,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flops  # noqa: E402
 
-GEMM_RATE = 785e12  # bf16 GEMM, measured (../shared/gpu/README.md)
+GEMM_RATE = 785e12  # bf16 GEMM, measured on the H100 machine (bench/gpu/NOTES.md)
 HBM_RATE = 3.0e12  # H100 device-to-device copy, bytes read + written, measured once in this
 #                    workplace (.library/device/KINDS.md, 2026-11-13); re-measured by run.sh
 # Predicted achieved rates (assumptions, to be replaced by measurements):

@@ -3,7 +3,7 @@
 # benchmark driver (bench/gpu/bench.py), so every figure uses one formula.
 #
 # Model FLOPs per token (the convention of the MFU figures in
-# ../shared/gpu/README.md, which it reproduces: 1b at 80 k tokens/s = 46% of
+# bench/gpu/NOTES.md (peer figures), which it reproduces: 1b at 80 k tokens/s = 46% of
 # 989 TFLOP/s):
 #   matrix products: 6 x (matmul parameters) -- forward 2, backward 4, per
 #     parameter of wq, wk, wv, wo, w1, w3, w2 and lm_head (the embedding is a
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import presets  # noqa: E402
 
 PEAK_BF16 = 989e12  # H100 SXM dense bf16 (datasheet)
-GEMM_MEASURED = 785e12  # 8192^3 bf16 GEMM on the H100 machine, ../shared/gpu/README.md
+GEMM_MEASURED = 785e12  # 8192^3 bf16 GEMM on the H100 machine (bench/gpu/NOTES.md)
 
 
 def model_config(spec):

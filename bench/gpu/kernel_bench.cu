@@ -22,7 +22,11 @@
  * reference's relative error (norm-wise over the samples) and its
  * tolerance.
  *
- *   kernel_bench [--shape 124m|1b]... [--tsv FILE]
+ *   kernel_bench [--shape 124m|1b]... [--attention] [--tsv FILE]
+ *
+ * --attention: the attention rows only.  kernel_bench_prev (built by
+ * bench/gpu/run.sh's attcmp stage) adds rows "(previous)" for the
+ * attention kernels of an earlier version, timed on the same inputs.
  *
  * Inputs are a hash of (seed, index) made on the device, so the host
  * regenerates exactly the values it needs for a sample without copying
@@ -45,6 +49,23 @@ extern "C" {
 }
 #include "kernels/cuda/cuda_ops.h"
 
+#ifdef MAL_ATTN_PREV
+/* kernel_bench_prev (bench/gpu/local.mk): the attention kernels of an
+ * earlier version (MAL_ATTN_PREV names its attention.cu, exported from
+ * git by bench/gpu/fetch-debs.sh) compiled beside the current ones, in a
+ * namespace of their own with their launchers renamed, so that one run
+ * times both on the same buffers. */
+#define mal_cu_attention_fwd mal_cu_attention_prev_fwd
+#define mal_cu_attention_bwd mal_cu_attention_prev_bwd
+#define mal_cu_attention_bwd_scratch_bytes mal_cu_attention_prev_bwd_scratch_bytes
+namespace prev {
+#include MAL_ATTN_PREV
+}
+#undef mal_cu_attention_fwd
+#undef mal_cu_attention_bwd
+#undef mal_cu_attention_bwd_scratch_bytes
+#endif
+
 typedef __nv_bfloat16 bf16;
 
 struct shape {
@@ -55,6 +76,7 @@ struct shape {
 static const shape SHAPES[] = {{"124m", 16, 1024, 768, 12, 64, 2048, 32000},
                                {"1b", 8, 2048, 2048, 16, 128, 5632, 32000}};
 
+static int only_attention;   /* --attention */
 static mal_kern K;           /* the cuda instance (bf16) */
 static cudaStream_t S;       /* its stream: every launch and copy here */
 static double GEMM_RATE, BW; /* measured: FLOP/s, bytes/s */
@@ -595,6 +617,7 @@ static void bench_attention(const shape &s)
          lse = make((size_t)B * H * T, 0, 89, 0);
     /* every query head its own key/value head (the benchmark shapes' MHA) */
     const mal_cu_heads hs = {H, H, 1, 0};
+    printf("(attention at hd %d: %s)\n", hd, mal_cu_attention_kind(1, 0, hd));
     void *scr = mal_kern_alloc(K, mal_cu_attention_bwd_scratch_bytes(B, T, H));
     auto fwd = [&] {
         mal_cu_attention_fwd(S, 1, 0, out.d, (float *)lse.d, q.d, k.d, v.d, B, T, hs, hd);
@@ -653,7 +676,9 @@ static void bench_attention(const shape &s)
             dot += DO[(size_t)t * hd + d] * Vv[(size_t)u * hd + d];
         return dot;
     };
-    errs ef, eb;
+    /* samples of one forward and one backward run (on freshly filled
+     * outputs) against the reference */
+    auto sample = [&](errs &ef, errs &eb) {
     std::vector<double> glse = get(lse, (size_t)h * T, T); /* batch 0, head h */
     for (int kk = 0; kk < 8; kk++) {
         int t = (int)pick(T);
@@ -687,10 +712,33 @@ static void bench_attention(const shape &s)
         eb.add(gk, rk);
         eb.add(gv, rv);
     }
+    };
+    errs ef, eb;
+    sample(ef, eb);
     double unit = (double)B * H * ((double)T * T / 2) * hd * 2; /* one causal product */
     double act = 2.0 * n;                                       /* one (B,T,H,hd) in bf16 */
     row("attention fwd", s, time_us(fwd), 2 * unit, 4 * act + 4.0 * B * H * T, ef, 1e-2);
     row("attention bwd", s, time_us(bwd), 5 * unit, 5 * act + 6 * act + 4.0 * B * H * T, eb, 2e-2);
+#ifdef MAL_ATTN_PREV
+    /* the same on the previous kernels, from the same inputs */
+    auto pfwd = [&] {
+        prev::mal_cu_attention_prev_fwd(S, 1, 0, out.d, (float *)lse.d, q.d, k.d, v.d, B, T, hs,
+                                        hd);
+    };
+    auto pbwd = [&] {
+        prev::mal_cu_attention_prev_bwd(S, 1, 0, dq.d, dk.d, dv.d, dout.d, out.d, q.d, k.d, v.d,
+                                        (const float *)lse.d, B, T, hs, hd, scr);
+    };
+    refill(out), refill(lse), refill(dq), refill(dk), refill(dv);
+    pfwd();
+    pbwd();
+    errs pf, pb;
+    sample(pf, pb);
+    row("attention fwd (previous)", s, time_us(pfwd), 2 * unit, 4 * act + 4.0 * B * H * T, pf,
+        1e-2);
+    row("attention bwd (previous)", s, time_us(pbwd), 5 * unit,
+        5 * act + 6 * act + 4.0 * B * H * T, pb, 2e-2);
+#endif
     mal_kern_free(K, scr);
     drop(q), drop(k), drop(v), drop(out), drop(dout), drop(dq), drop(dk), drop(dv), drop(lse);
 }
@@ -702,6 +750,9 @@ static void bench_shape(const shape &s)
            s.B, s.T, s.C, s.H, s.hd, s.F, s.V);
     printf("%-26s %-5s %10s %10s %7s %8s %7s  %s\n", "kernel", "shape", "time us", "floor us",
            "% floor", "GB/s", "TFLOP/s", "rel err (tol)");
+    if (only_attention) {
+        bench_attention(s);
+    } else {
     bench_embedding(s);
     bench_rmsnorm(s);
     bench_matmul(s, "qkv (one)", N, s.C, s.H * s.hd);
@@ -713,6 +764,7 @@ static void bench_shape(const shape &s)
     bench_matmul(s, "w2", N, s.F, s.C);
     bench_matmul(s, "lm head", N, s.C, s.V);
     bench_xent(s);
+    }
     int rc = mal_kern_sync(K);
     if (rc) {
         fprintf(stderr, "kernel_bench: %s: %s\n", s.name, mal_errmsg());
@@ -729,6 +781,10 @@ int main(int argc, char **argv)
             tsv_path = argv[++a];
             continue;
         }
+        if (!strcmp(argv[a], "--attention")) {
+            only_attention = 1;
+            continue;
+        }
         const shape *found = NULL;
         if (!strcmp(argv[a], "--shape") && a + 1 < argc) {
             ++a;
@@ -736,7 +792,7 @@ int main(int argc, char **argv)
                 if (!strcmp(s.name, argv[a])) found = &s;
         }
         if (!found) {
-            fprintf(stderr, "usage: kernel_bench [--shape 124m|1b]... [--tsv FILE]\n");
+            fprintf(stderr, "usage: kernel_bench [--shape 124m|1b]... [--attention] [--tsv FILE]\n");
             return 2;
         }
         want.push_back(found);

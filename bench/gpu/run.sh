@@ -15,7 +15,7 @@
 #     STAGES="setup build multirank" sh bench/gpu/run.sh    # any subset
 #
 # Before the first call, once per checkout, on the development machine:
-#     sh ../shared/gpu/fetch-debs.sh        # MPICH, parallel HDF5, ... -> .gpu-debs/
+#     sh bench/gpu/fetch-debs.sh            # MPICH, parallel HDF5, ... -> .gpu-debs/
 # then, with the device tool, from the checkout's root (NOTES.md):
 #     run(command="sh bench/gpu/run.sh call1", carry=[".gpu-debs"], timeout_s=280)
 #
@@ -28,11 +28,16 @@
 # started only where its minimum still fits (bench.py --until).
 #
 # Stages (the calls above list them in their order):
-#   setup       unpack .gpu-debs (shared/gpu/README.md's recipe)
+#   setup       unpack .gpu-debs (bench/gpu/setup-device.sh)
 #   build       configure --with-cuda (and NCCL), make -j and the test
 #               programs: nvcc for sm_90a only (NVCC_ARCH_FLAGS)
 #   kernels     tests/test_cuda_kernels: every kernel family vs float64
 #   ops         tests/test_cuda_ops: every table op vs the CPU backend
+#   attcmp      bench/gpu/kernel_bench_prev --attention: the attention
+#               kernels (row-major tiles, cp.async, ldmatrix) against the
+#               previous ones (transposed tiles, 2-byte stores), the same
+#               inputs, both shapes: time, TFLOP/s, error of each; needs
+#               .gpu-debs/attention_prev.cu (fetch-debs.sh writes it)
 #   model       tests/test_cuda_model: fp32 = CPU, gradient check, bf16,
 #               determinism
 #   kbench1b, kbench124m
@@ -58,8 +63,8 @@
 #
 # Results come back as files under $OUT (at most 8, the device tool's
 # limit): summary.txt (every stage's verdict and time, the figures),
-# tests.txt (the logs of the call's tests), and per call: kernels.txt and
-# kernels.tsv (call1), bench.md and bench.json (call2), job.txt and
+# tests.txt (the logs of the call's tests), and per call: attention.txt,
+# kernels.txt and kernels.tsv (call1), bench.md and bench.json (call2), job.txt and
 # stall.txt (call3); logs.tgz holds every log.  Exit 0 only when every
 # stage asked for ran and passed; a GPU test that skips (77) there is a
 # failure, so nothing passes without having run.
@@ -69,10 +74,10 @@ DEADLINE=${DEADLINE:-240}
 OUT=${OUT:-$PWD/gpu-out}
 CALL=${1:-}
 case $CALL in
-call1) STAGES=${STAGES:-"setup build kernels ops model kbench1b kbench124m"} ;;
+call1) STAGES=${STAGES:-"setup build kernels ops attcmp model kbench1b kbench124m"} ;;
 call2) STAGES=${STAGES:-"setup build train bench inject"} ;;
 call3) STAGES=${STAGES:-"setup build nccl multirank job async migrate"} ;;
-"") STAGES=${STAGES:-"setup build kernels ops model kbench1b kbench124m"} ;;
+"") STAGES=${STAGES:-"setup build kernels ops attcmp model kbench1b kbench124m"} ;;
 *)
     echo "usage: sh bench/gpu/run.sh [call1|call2|call3]   (or STAGES=\"...\")" >&2
     exit 2
@@ -140,8 +145,6 @@ finish() {
     exit $status
 }
 PY=$(command -v python3)
-MPIEXEC=$(command -v mpiexec.mpich || echo mpiexec)
-export MPIEXEC
 say "run.sh ${CALL:-}: stages: $STAGES (deadline ${DEADLINE} s)"
 
 if has setup; then
@@ -149,7 +152,7 @@ if has setup; then
         say "[$(elapsed) s] setup: done by an earlier call on this machine"
     elif [ ! -f .gpu-debs/setup-device.sh ]; then
         say "setup: FAILED: .gpu-debs/ is missing; on the development machine run"
-        say "       sh ../shared/gpu/fetch-debs.sh   and carry .gpu-debs with the command"
+        say "       sh bench/gpu/fetch-debs.sh   and carry .gpu-debs with the command"
         status=1
         finish
     else
@@ -160,9 +163,16 @@ if has setup; then
     fi
 fi
 
+# MPICH's mpiexec exists only after setup has unpacked it: chosen before,
+# a fresh machine's first call took the image's Open MPI mpiexec, which
+# refuses root and runs MPICH programs as singletons (seen 2026-11-26)
+MPIEXEC=$(command -v mpiexec.mpich || echo mpiexec)
+export MPIEXEC
+[ "$MPIEXEC" = mpiexec ] && say "note: no mpiexec.mpich; the multi-rank stages use $(command -v mpiexec || echo nothing)"
+
 if has build; then
     CCMPI=$(command -v mpicc.mpich || echo mpicc)
-    # the GPU machine has NCCL under /usr (shared/gpu/README.md); elsewhere
+    # the GPU machine has NCCL under /usr (bench/gpu/NOTES.md); elsewhere
     # configure looks in the CUDA directory
     NCCL=
     [ -f /usr/include/nccl.h ] && NCCL=--with-nccl=/usr
@@ -182,6 +192,22 @@ fi
 # ---- call 1: the kernels, the table, the model; the per-kernel harness
 has kernels && test_stage kernels 60 15 tests/test_cuda_kernels
 has ops && test_stage ops 60 15 tests/test_cuda_ops
+if has attcmp; then
+    if [ ! -f .gpu-debs/attention_prev.cu ]; then
+        say "attcmp: NOT RUN: .gpu-debs/attention_prev.cu is missing (sh bench/gpu/fetch-debs.sh"
+        say "        on the development machine writes it)"
+        not_run="$not_run attcmp"
+    else
+        stage attcmp 120 45 "make bench/gpu/kernel_bench_prev &&
+            ./bench/gpu/kernel_bench_prev --attention --shape 1b --shape 124m"
+        rc=$?
+        if [ $rc -ne 125 ]; then
+            [ $rc -eq 0 ] || status=1
+            cp "$LOGS/attcmp.log" "$OUT/attention.txt"
+            grep -E '^ceilings|^attention|FAIL|kernel_bench' "$LOGS/attcmp.log" | tee -a "$SUMMARY"
+        fi
+    fi
+fi
 has model && test_stage model 90 20 tests/test_cuda_model
 for s in 1b 124m; do
     has "kbench$s" || continue
@@ -195,7 +221,7 @@ for s in 1b 124m; do
 done
 
 # ---- call 2: training, the benchmark against PyTorch, the injected slowdown
-has train && test_stage train 150 60 tests/test_cuda_train.sh
+has train && test_stage train 200 60 tests/test_cuda_train.sh
 if has bench; then
     # bench.py starts each run only where its minimum still fits before
     # --until; a run it leaves out is in the table as NOT RUN

@@ -1,4 +1,4 @@
-/* The paper's experiment, simulated (issue 14): Malleus's planner against
+/* The paper's experiment, simulated: Malleus's planner against
  * three baselines on the paper's three settings and a grid of straggler
  * situations, every plan's step time by the cost model and by the
  * event-level 1F1B simulator, each against the capacity bound.
@@ -17,7 +17,16 @@
  *               Oobleck-style) -- the planner with only that size allowed
  *             4 Malleus: the planner
  *
- * Usage: bench_paper [--csv FILE] [--widest] [--settings 32b,70b,110b]
+ * --links: instead of the straggler grid, one slow link (4x, 8x) where the
+ * nominal plan puts a TP pair, a stage boundary or two pipelines' first
+ * ranks, planned four ways -- static (the nominal plan), schedule-only
+ * (its warm-up depths adapted to the links: Adaptra's), compute-only
+ * Malleus (the planner blind to links), Malleus with links -- each priced
+ * with communication by the cost model and the simulator; and a mixed
+ * cluster (every other node 0.6x the speed, 0.75x the memory): static vs
+ * Malleus.
+ *
+ * Usage: bench_paper [--csv FILE] [--widest] [--links] [--settings 32b,70b,110b]
  * Prints one row per scenario and the averages; --csv writes the rows for
  * bench/paper/plot.py; --widest also runs --search exhaustive where at most
  * two nodes have stragglers (beyond, the enumeration does not end in
@@ -183,10 +192,153 @@ static void planner(const mal_replan_input *in, int search, int kind, result *r,
     mal_plan_fini(&plan);
 }
 
+/* ---- --links: slow links and mixed hardware ------------------------------ */
+
+/* A plan's step with communication: cost model and simulator, seconds. */
+static void eval_links(const mal_plan *plan, const mal_replan_input *in, double *T, double *sim,
+                       double *gap)
+{
+    double J, s;
+    if (mal_cost_plan_links(plan, in->profile, in->cluster, in->rates, in->links, NULL, &J) ||
+        mal_sim_plan_links(plan, in->profile, in->cluster, in->rates, in->links, &s, NULL)) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+    *T = J * in->profile->layer_time;
+    *sim = s * in->profile->layer_time;
+    *gap = MAL_MAX(*gap, fabs(s - J) / J);
+}
+
+/* Schedule-only adaptation (Adaptra's): the plan's placement kept, each
+ * stage's warm-up depth chosen for the slow links within memory. */
+static void schedule_only(mal_plan *plan, const mal_replan_input *in)
+{
+    for (int i = 0; i < plan->n_pipelines; i++) {
+        mal_plan_pipeline *pl = &plan->pipelines[i];
+        int warm[64];
+        double T;
+        if (pl->n_stages > 64 || mal_cost_pipeline_links(pl, in->profile, in->cluster, in->rates,
+                                                         in->links, 1, warm, &T, NULL)) {
+            fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+            exit(1);
+        }
+        for (int j = 0; j < pl->n_stages; j++)
+            pl->stages[j].warmup = warm[j];
+    }
+}
+
+static void plan_or_die(const mal_replan_input *in, mal_plan *out)
+{
+    mal_replan_stats st;
+    if (mal_replan(in, out, &st)) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+}
+
+/* One setting's link and mixed-hardware rows: static (the uniform plan),
+ * schedule-only (its warm-ups adapted), compute-only Malleus (the planner
+ * blind to links) and Malleus with links; step seconds by the cost model
+ * (the simulator's in brackets). */
+static void links_rows(const setting *st, const mal_profile *prof, double *gap, double *sum_x,
+                       int *n_x)
+{
+    mal_cluster cl;
+    if (mal_cluster_regular(&cl, st->world, RPN, MEM_MB)) exit(1);
+    double rates[64];
+    for (int r = 0; r < st->world; r++)
+        rates[r] = 1.0;
+    mal_replan_input in = {&cl, prof, rates, MBS, M, st->dp, NULL, MAL_REPLAN_AUTO, 0, NULL};
+    mal_plan uni;
+    if (mal_replan_uniform(&in, &uni)) exit(1);
+    /* where the uniform plan's traffic runs: a TP pair, a stage boundary
+     * (stage 0's first rank to stage 1's), two pipelines' stage 0 */
+    const mal_plan_pipeline *p0 = &uni.pipelines[0], *p1 = &uni.pipelines[1];
+    struct {
+        const char *where;
+        int a, b;
+    } cases[3] = {{"TP", p0->stages[0].ranks[0], p0->stages[0].ranks[1 % p0->stages[0].n_ranks]},
+                  {"PP", p0->stages[0].ranks[0], p0->stages[1 % p0->n_stages].ranks[0]},
+                  {"DP", p0->stages[0].ranks[0], p1->stages[0].ranks[0]}};
+    static const double fs[] = {4, 8};
+    for (int ci = 0; ci < 3; ci++)
+        for (size_t fi = 0; fi < MAL_ARRAY_SIZE(fs); fi++) {
+            if (cases[ci].a == cases[ci].b) continue;
+            mal_links ln = {0};
+            if (mal_links_set(&ln, cases[ci].a, cases[ci].b, fs[fi])) exit(1);
+            in.links = &ln;
+            mal_plan sched, blind, aware;
+            mal_plan_init(&sched);
+            if (mal_plan_copy(&sched, &uni)) exit(1);
+            schedule_only(&sched, &in);
+            mal_replan_input bl = in;
+            bl.links = NULL;
+            plan_or_die(&bl, &blind);
+            plan_or_die(&in, &aware);
+            double T[4], S[4];
+            const mal_plan *plans[4] = {&uni, &sched, &blind, &aware};
+            for (int k = 0; k < 4; k++)
+                eval_links(plans[k], &in, &T[k], &S[k], gap);
+            printf("%-5s %-2s %3.0fx %5d-%-5d %7.3f (%7.3f) %7.3f (%7.3f) %7.3f (%7.3f) %7.3f "
+                   "(%7.3f) %5.2f %5.2f %5.2f\n",
+                   st->name, cases[ci].where, fs[fi], cases[ci].a, cases[ci].b, T[0], S[0], T[1],
+                   S[1], T[2], S[2], T[3], S[3], T[0] / T[3], T[1] / T[3], T[2] / T[3]);
+            for (int k = 0; k < 3; k++)
+                sum_x[k] += T[k] / T[3];
+            (*n_x)++;
+            mal_plan_fini(&sched);
+            mal_plan_fini(&blind);
+            mal_plan_fini(&aware);
+            mal_links_fini(&ln);
+        }
+    mal_plan_fini(&uni);
+    mal_cluster_fini(&cl);
+
+    /* mixed hardware: the odd nodes of a slower type with less memory */
+    char js[1024];
+    int n = snprintf(js, sizeof js,
+                     "{\"world_size\": %d, \"ranks_per_node\": %d, \"types\": {\"a\": "
+                     "{\"memory_mb\": %g, \"speed\": 1}, \"b\": {\"memory_mb\": %g, "
+                     "\"speed\": 0.6}}, \"node_types\": [",
+                     st->world, RPN, MEM_MB, 0.75 * MEM_MB);
+    for (int k = 0; k < st->world / RPN; k++)
+        n += snprintf(js + n, sizeof js - (size_t)n, "%s\"%s\"", k ? ", " : "", k % 2 ? "b" : "a");
+    snprintf(js + n, sizeof js - (size_t)n, "]}");
+    if (mal_cluster_parse_buffer(&cl, js, strlen(js), "mixed cluster")) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+    double raw[64];
+    for (int r = 0; r < st->world; r++)
+        raw[r] = 1.0;
+    mal_cluster_effective_rates(&cl, raw, rates);
+    in.cluster = &cl;
+    in.links = NULL;
+    mal_plan mixed;
+    double Tu = INFINITY, Su = 0, Tm = INFINITY, Sm = 0;
+    if (!mal_replan_uniform(&in, &uni)) {
+        eval_links(&uni, &in, &Tu, &Su, gap);
+        mal_plan_fini(&uni);
+    } else {
+        mal_clearerr();
+    }
+    if (!mal_replan(&in, &mixed, NULL)) {
+        eval_links(&mixed, &in, &Tm, &Sm, gap);
+        mal_plan_fini(&mixed);
+    } else {
+        printf("%-5s mixed: %s\n", st->name, mal_errmsg());
+        mal_clearerr();
+    }
+    printf("%-5s mixed (half the nodes 0.6x speed, 0.75x memory): static %.3f (%.3f), Malleus "
+           "%.3f (%.3f): %.2fx\n",
+           st->name, Tu, Su, Tm, Sm, Tu / Tm);
+    mal_cluster_fini(&cl);
+}
+
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL, *only = NULL;
-    int widest = 0;
+    int widest = 0, links = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -194,8 +346,11 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--widest"))
             widest = 1;
+        else if (!strcmp(argv[i], "--links"))
+            links = 1;
         else {
-            fprintf(stderr, "usage: bench_paper [--csv FILE] [--widest] [--settings 32b,70b,110b]\n");
+            fprintf(stderr, "usage: bench_paper [--csv FILE] [--widest] [--links] "
+                            "[--settings 32b,70b,110b]\n");
             return 2;
         }
     }
@@ -207,11 +362,18 @@ int main(int argc, char **argv)
     if (csv)
         fprintf(csv, "setting,stragglers,rate,placement,bound,static,drop,nominal_tp,malleus,"
                      "malleus_sim,plan_seconds\n");
+    double gap_links = 0, sum_lx[3] = {0};
+    int n_lx = 0;
+    if (links)
+        printf("%-5s %-2s %4s %-11s %-17s %-17s %-17s %-17s %5s %5s %5s\n", "model", "at", "rate",
+               "link", "static", "schedule-only", "compute-only", "Malleus+links", "x_st", "x_sch",
+               "x_co");
     static const int counts[] = {1, 2, 4, 8};
     static const double xs[] = {1.5, 2, 4, 8, 12};
-    printf("%-5s %2s %5s %-6s %8s %8s %8s %8s %8s %6s %6s %6s %6s %7s\n", "model", "n", "rate",
-           "place", "bound_s", "static", "drop", "nomTP", "malleus", "frac", "x_stat", "x_drop",
-           "x_nom", "plan_s");
+    if (!links)
+        printf("%-5s %2s %5s %-6s %8s %8s %8s %8s %8s %6s %6s %6s %6s %7s\n", "model", "n", "rate",
+               "place", "bound_s", "static", "drop", "nomTP", "malleus", "frac", "x_stat", "x_drop",
+               "x_nom", "plan_s");
     double sum_frac = 0, min_frac = 1, sum_x[3] = {0}, min_x[3] = {1e9, 1e9, 1e9},
            max_x[3] = {0}, sum_xs[3] = {0};
     int n_rows = 0, n_x[3] = {0}, behind = 0, n_wide = 0, wide_diff = 0;
@@ -241,6 +403,13 @@ int main(int argc, char **argv)
         /* baseline 3's space: the nominal TP size only */
         for (int l = 0; l <= MAL_REPLAN_MAX_TP_LOG; l++)
             if ((1 << l) != st->tp) nomtp.alpha[l] = 0;
+        if (links) {
+            links_rows(st, &prof, &gap_links, sum_lx, &n_lx);
+            mal_profile_fini(&prof);
+            mal_profile_fini(&nomtp);
+            mal_cluster_fini(&cl);
+            continue;
+        }
         double lt = prof.layer_time;
         for (size_t ci = 0; ci < MAL_ARRAY_SIZE(counts); ci++)
             for (size_t xi = 0; xi < MAL_ARRAY_SIZE(xs); xi++)
@@ -254,7 +423,7 @@ int main(int argc, char **argv)
                     for (int k = 0; k < n; k++)
                         rates[packed ? k : k * RPN + 3] = xs[xi];
                     mal_replan_input in = {&cl, &prof, rates, MBS, M, st->dp, NULL,
-                                           MAL_REPLAN_AUTO, 0};
+                                           MAL_REPLAN_AUTO, 0, NULL};
                     result r1, r2, r3, r4;
                     mal_plan uni;
                     if (mal_replan_uniform(&in, &uni)) {
@@ -313,6 +482,16 @@ int main(int argc, char **argv)
         mal_profile_fini(&prof);
         mal_profile_fini(&nomtp);
         mal_cluster_fini(&cl);
+    }
+    if (links) {
+        static const char *ln[] = {"static", "schedule-only", "compute-only Malleus"};
+        printf("\n%d link scenarios: Malleus with links over", n_lx);
+        for (int k = 0; k < 3; k++)
+            printf(" %s %.2fx%s", ln[k], sum_lx[k] / MAL_MAX(1, n_lx), k < 2 ? "," : "");
+        printf(" (mean, cost model); simulator vs cost model, largest gap %.1f%%\n",
+               100 * gap_links);
+        if (csv) fclose(csv);
+        return 0;
     }
     printf("\n%d scenarios: Malleus at %.3f of the capacity bound on average (least %.3f); "
            "behind baseline 2 or 3 in %d\n",

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The paper's experiment simulated (issue 14): the table (stdout) and the
+# The paper's experiment simulated: the table (stdout) and the
 # figure (speedup of Malleus over the three baselines per scenario).
 #
 #   sh bench/paper/run.sh [BUILD_DIR] [OUT_DIR] [--widest]

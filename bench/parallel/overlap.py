@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark of the overlapped data-parallel gradient sum (issue 13):
+"""Benchmark of the overlapped data-parallel gradient sum:
 --dp-overlap on vs off, the same plan and model, repetitions alternated
 (on, off, on, off, ...) so that both see the same machine load.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark of the hybrid-parallel runtime (issue 3): tokens/s of uniform and
+"""Benchmark of the hybrid-parallel runtime: tokens/s of uniform and
 non-uniform plans on 8 ranks, with each time category's share of the step
 (compute, TP all-reduce, pipeline send/recv wait, data-parallel sync, idle),
 and 1 vs 2 ranks on this machine's cores.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Planner benchmark (issue 4): planning time and predicted step time for
+# Planner benchmark: planning time and predicted step time for
 # 8 ... 4096 ranks with 1-5% stragglers at rates 1.5-12, against the uniform
 # plan (what a Megatron-style run keeps doing) and the capacity bound (all the
 # work spread over every GPU at its speed, no bubble).

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Planner at scale (issue 14): planning time for 64 ... 100,000 ranks and the
+# Planner at scale: planning time for 64 ... 100,000 ranks and the
 # deep-pipeline cases, each against the capacity bound; with `envelope`, the
 # planner's time and memory from 1,024 to 2^20 ranks (replan/README.md, "Time
 # and memory").

@@ -74,15 +74,38 @@ template <typename T> struct vec {
     static const int n = 16 / (int)sizeof(T);
 };
 
+/* Vector accesses: V (uint4, float4, uint32_t, ...) at p, which must be
+ * aligned to sizeof(V) (the emulation checks it; the GPU faults). */
+template <typename V> MAL_DEV V ldv(const void *p)
+{
+#ifdef MAL_CUDA_EMU
+    emu::check_aligned(p, sizeof(V), "vector load");
+    V v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#else
+    return *(const V *)p;
+#endif
+}
+template <typename V> MAL_DEV void stv(void *p, V v)
+{
+#ifdef MAL_CUDA_EMU
+    emu::check_aligned(p, sizeof(V), "vector store");
+    memcpy(p, &v, sizeof v);
+#else
+    *(V *)p = v;
+#endif
+}
+
 /* Load / store 16 bytes at p (16-byte aligned) as floats. */
 MAL_DEV void load16(float out[4], const float *p)
 {
-    float4 v = *(const float4 *)p;
+    float4 v = ldv<float4>(p);
     out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
 MAL_DEV void load16(float out[8], const bf16 *p)
 {
-    uint4 v = *(const uint4 *)p;
+    uint4 v = ldv<uint4>(p);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -94,7 +117,7 @@ MAL_DEV void load16(float out[8], const bf16 *p)
 }
 MAL_DEV void store16(float *p, const float in[4])
 {
-    *(float4 *)p = make_float4(in[0], in[1], in[2], in[3]);
+    stv(p, make_float4(in[0], in[1], in[2], in[3]));
 }
 MAL_DEV void store16(bf16 *p, const float in[8])
 {
@@ -104,7 +127,7 @@ MAL_DEV void store16(bf16 *p, const float in[8])
         __nv_bfloat162 h = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
         memcpy(&w[i], &h, 4);
     }
-    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+    stv(p, make_uint4(w[0], w[1], w[2], w[3]));
 }
 
 /* Two bf16 packed in 32 bits (the low half is the first element), the
@@ -163,6 +186,82 @@ MAL_DEV void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]
 #else
     /* Built only for sm_80 and newer (configure's NVCC_ARCH_FLAGS); the
      * launchers never select the tensor-core kernels elsewhere. */
+    __trap();
+#endif
+}
+
+/* ---- tiles in shared memory: asynchronous copies and ldmatrix -------- */
+
+/* The shared-memory address of p (the operand form of cp.async and
+ * ldmatrix). */
+#ifndef MAL_CUDA_EMU
+MAL_DEV uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+#endif
+
+/* 16 bytes from global src to shared dst without passing through
+ * registers (cp.async.cg, sm_80+): `bytes` (16 or 0) are read from src, the
+ * rest of the 16 is zero -- a row past the end of a tile, or the columns
+ * past the head dimension, cost no branch.  The copy lands once its thread
+ * has committed its group and waited for it (cp_async_wait); other
+ * threads see it after a barrier that follows that wait. */
+MAL_DEV void cp_async16(void *dst, const void *src, int bytes)
+{
+#ifdef MAL_CUDA_EMU
+    emu::cp_async16(dst, src, bytes);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(bytes)
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+/* Close this thread's group of copies issued since the last commit. */
+MAL_DEV void cp_async_commit()
+{
+#ifdef MAL_CUDA_EMU
+    emu::cp_async_commit();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+/* Wait until at most N of this thread's committed groups are in flight
+ * (the older ones have landed). */
+template <int N> MAL_DEV void cp_async_wait()
+{
+#ifdef MAL_CUDA_EMU
+    emu::cp_async_wait(N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* Four 8 x 8 bf16 matrices from shared memory into fragments, one warp
+ * (ldmatrix.x4): lane 8 i + j passes the address of row j of matrix i (16
+ * bytes, 16-byte aligned); lane l gets in r[i] elements (l/4, 2(l%4)) and
+ * (l/4, 2(l%4)+1) of matrix i -- with TRANS, of its transpose.  So the A
+ * fragment of mma (16 x 16, row-major tile) is one ldmatrix.x4, and two B
+ * fragments (16 x 8 each) are one ldmatrix.x4 from a tile that holds B's
+ * columns as rows (no TRANS) or B's rows as rows (TRANS).  The layouts are
+ * the PTX ISA's (warp-level matrix load instruction: ldmatrix); the
+ * emulation implements them from that text. */
+template <bool TRANS> MAL_DEV void ldmatrix_x4(uint32_t r[4], const void *row_addr)
+{
+#ifdef MAL_CUDA_EMU
+    emu::ldmatrix(r, 4, TRANS, row_addr);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_u32(row_addr)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_u32(row_addr)));
+#else
     __trap();
 #endif
 }

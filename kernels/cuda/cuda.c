@@ -561,12 +561,25 @@ static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, const
     rope(k, dx, B, T, H, hd, r, -1.0f);
 }
 
+/* A head dimension the kernels do not take (odd, or past
+ * MAL_CU_ATTENTION_MAX_HD) is an error of the next sync, never a
+ * silently wrong result: the launchers do nothing for it. */
+static int attention_refused(cu_state *st, int hd)
+{
+    if (mal_cu_attention_supported(hd)) return 0;
+    fail(st, MAL_EINVAL,
+         "attention: head dimension %d (d_model / n_heads) is not supported by the CUDA backend "
+         "(even, 2 to %d); choose d_model and n_heads accordingly or use --backend cpu",
+         hd, MAL_CU_ATTENTION_MAX_HD);
+    return 1;
+}
+
 /* Flash attention keeps one float per query (the log-sum-exp) for the
  * backward, and the backward's scratch holds one float per query. */
 static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *saved,
                                size_t *scratch_b)
 {
-    (void)k, (void)hd;
+    attention_refused(st_of(k), hd);
     size_t b = (size_t)B * (size_t)H * (size_t)T * sizeof(float);
     if (saved) *saved = b;
     if (scratch_b) *scratch_b = b;
@@ -582,6 +595,7 @@ static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, 
                              const void *v, int B, int T, mal_attn_heads hs, int hd)
 {
     cu_state *st = st_of(k);
+    if (attention_refused(st, hd)) return;
     mal_cu_attention_fwd(st->stream, BF(k), st->attn_impl, out, saved, q, kk, v, B, T, cu_heads(hs),
                          hd);
     launched(st, "attention forward");
@@ -592,6 +606,7 @@ static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr
                              const void *saved, int B, int T, mal_attn_heads hs, int hd)
 {
     cu_state *st = st_of(k);
+    if (attention_refused(st, hd)) return;
     mal_cu_attention_bwd(st->stream, BF(k), st->attn_impl, dq, dk, dv, dout, out, q, kk, v, saved,
                          B, T, cu_heads(hs), hd, scr);
     launched(st, "attention backward");

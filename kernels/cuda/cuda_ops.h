@@ -103,8 +103,16 @@ typedef struct {
  * backward: the log-sum-exp of each query's scaled scores.  The backward
  * recomputes the probabilities; `scratch` (mal_cu_attention_bwd_scratch_bytes)
  * holds D = rowsum(dO * O) per query.  impl: 0 picks the tensor-core
- * kernels where the shape allows (bf16, hd 64 or 128), 1 forces the
- * generic kernels (any hd, fp32 arithmetic; fp32 mode always uses them). */
+ * kernels where the shape allows (bf16, hd a multiple of 8 up to 128), 1
+ * forces the generic kernels (fp32 arithmetic, one warp per query row; the
+ * fp32 mode always uses them).  Head dimensions: even, 2 to
+ * MAL_CU_ATTENTION_MAX_HD (mal_cu_attention_supported); the launchers do
+ * nothing for others (the caller refuses them first).
+ * mal_cu_attention_kind names the kernels a call of (bf16, impl, hd) takes
+ * (for the start-up line; 16-byte aligned buffers assumed). */
+enum { MAL_CU_ATTENTION_MAX_HD = 256 };
+int mal_cu_attention_supported(int hd);
+const char *mal_cu_attention_kind(int bf16, int impl, int hd);
 size_t mal_cu_attention_bwd_scratch_bytes(int B, int T, int H);
 void mal_cu_attention_fwd(mal_cu_stream s, int bf16, int impl, void *out, float *lse,
                           const void *q, const void *k, const void *v, int B, int T,

@@ -44,13 +44,20 @@ kernels/cuda/rmsnorm.$(OBJEXT) kernels/cuda/rope.$(OBJEXT) kernels/cuda/swiglu.$
 # the GPU: exit 77 without one.  --inject-mode gpu's slowdown as the
 # monitor sees it (test_cuda_inject.sh): exit 77 without one.  bench/gpu/run.sh runs them on a GPU
 # machine.
+# The emulation's own checks (test_emu_checks.sh: each rule it enforces
+# stops a kernel that breaks it) run here too.
 EXTRA_DIST += tests/cuda_skip.sh
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops \
-	tests/test_cuda_model
+	tests/test_cuda_model tests/test_emu_checks
 TESTS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model \
-	tests/test_cuda_train.sh tests/test_cuda_inject.sh
-dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh
+	tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh
+dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh
+tests_test_emu_checks_SOURCES = tests/test_emu_checks.cpp
+tests_test_emu_checks_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)
+tests_test_emu_checks_CXXFLAGS = -std=c++17 -O1
+tests_test_emu_checks_LDADD =
+tests/test_emu_checks.$(OBJEXT): $(CUDA_SRC)
 tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
 tests_test_cuda_model_SOURCES = tests/test_cuda_model.c
 tests_test_cuda_emu_SOURCES = tests/test_cuda_emu.cpp
@@ -63,5 +70,6 @@ tests/test_cuda_emu.$(OBJEXT) tests/test_cuda_kernels.$(OBJEXT): tests/test_cuda
 	$(CUDA_SRC)
 else
 EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu tests/test_cuda_ops.c \
-	tests/test_cuda_model.c tests/test_cuda_train.sh tests/test_cuda_inject.sh
+	tests/test_cuda_model.c tests/test_cuda_train.sh tests/test_cuda_inject.sh \
+	tests/test_emu_checks.cpp tests/test_emu_checks.sh
 endif

@@ -9,13 +9,14 @@
 #   sources configured out of tree, like distcheck's) and runs each for
 #   FUZZ_SECONDS seconds.  It needs clang and libclang-rt-14-dev
 #   (scripts/install-deps.sh installs them).
-FUZZ_NAMES = config llmc plan cluster profile rates index marker snapdir idx
+FUZZ_NAMES = config llmc plan cluster profile rates index marker snapdir idx safetensors
 
 # libFuzzer builds (EXTRA_PROGRAMS: made only by `fuzz-harnesses`, which
 # only a tree configured with the fuzzer flags can link).
 FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_llmc tests/fuzz/fuzz_plan \
 	tests/fuzz/fuzz_cluster tests/fuzz/fuzz_profile tests/fuzz/fuzz_rates \
-	tests/fuzz/fuzz_index tests/fuzz/fuzz_marker tests/fuzz/fuzz_snapdir tests/fuzz/fuzz_idx
+	tests/fuzz/fuzz_index tests/fuzz/fuzz_marker tests/fuzz/fuzz_snapdir tests/fuzz/fuzz_idx \
+	tests/fuzz/fuzz_safetensors
 EXTRA_PROGRAMS = $(FUZZ_PROGS)
 FUZZ_LINK = -fsanitize=fuzzer
 tests_fuzz_fuzz_config_SOURCES = tests/fuzz/fuzz_config.c
@@ -38,12 +39,15 @@ tests_fuzz_fuzz_snapdir_SOURCES = tests/fuzz/fuzz_snapdir.c
 tests_fuzz_fuzz_snapdir_LDFLAGS = $(FUZZ_LINK)
 tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c
 tests_fuzz_fuzz_idx_LDFLAGS = $(FUZZ_LINK)
+tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c
+tests_fuzz_fuzz_safetensors_LDFLAGS = $(FUZZ_LINK)
 CLEANFILES += $(FUZZ_PROGS)
 
 # The same harnesses with replay.c's main(), for make check.
 check_PROGRAMS += tests/fuzz/replay_config tests/fuzz/replay_llmc tests/fuzz/replay_plan \
 	tests/fuzz/replay_cluster tests/fuzz/replay_profile tests/fuzz/replay_rates \
-	tests/fuzz/replay_index tests/fuzz/replay_marker tests/fuzz/replay_snapdir tests/fuzz/replay_idx
+	tests/fuzz/replay_index tests/fuzz/replay_marker tests/fuzz/replay_snapdir tests/fuzz/replay_idx \
+	tests/fuzz/replay_safetensors
 tests_fuzz_replay_config_SOURCES = tests/fuzz/fuzz_config.c tests/fuzz/replay.c
 tests_fuzz_replay_llmc_SOURCES = tests/fuzz/fuzz_llmc.c tests/fuzz/replay.c
 tests_fuzz_replay_plan_SOURCES = tests/fuzz/fuzz_plan.c tests/fuzz/replay.c
@@ -54,6 +58,7 @@ tests_fuzz_replay_index_SOURCES = tests/fuzz/fuzz_index.c tests/fuzz/replay.c
 tests_fuzz_replay_marker_SOURCES = tests/fuzz/fuzz_marker.c tests/fuzz/replay.c
 tests_fuzz_replay_snapdir_SOURCES = tests/fuzz/fuzz_snapdir.c tests/fuzz/replay.c
 tests_fuzz_replay_idx_SOURCES = tests/fuzz/fuzz_idx.c tests/fuzz/replay.c
+tests_fuzz_replay_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c tests/fuzz/replay.c
 dist_check_SCRIPTS += tests/test_fuzz_corpus.sh
 TESTS += tests/test_fuzz_corpus.sh
 EXTRA_DIST += tests/fuzz/README.md tests/fuzz/run.sh tests/fuzz/index_seeds.py \

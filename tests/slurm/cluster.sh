@@ -11,7 +11,7 @@
 # Everything lives under DIR (config, state, spool, logs, pid files); the
 # daemons listen on loopback ports of their own so a system Slurm is not
 # disturbed.  Needs root (slurmd and munged run as root / munge).  Facts
-# behind the configuration: ../shared/ENVIRONMENT.md, "Slurm on one machine".
+# behind the configuration: docs/DEVELOPING.md, "Slurm on one machine".
 set -eu
 cmd=${1:-}
 dir=${2:-}

@@ -1,0 +1,207 @@
+#!/bin/sh
+# The planner's memory per rank against the runtime's, plan by plan (run by
+# hand; bench/README.md, "memory/run.sh").
+#
+# For each model (default: tiny tiny-llama3 small) and each plan (default:
+# the valid plans of tests/plans plus two deep pipelines for the 4-layer
+# models, three 8-layer plans for small, all written to DIR), the
+# planner's model of every stage comes from `malleus-replan --simulate PLAN
+# --explain` (its "memory terms" lines), with two profiles: the preset's
+# and one `malleus-train --profile` measured on this machine, both at a
+# nominal TP size of the plan's largest group.  The runtime's figure is each
+# rank's peak of the memory accountant (the kernel table's buffers, the
+# "memory peak per rank" summary) after STEPS steps under mpiexec with
+# --zero 0 and --zero 1.  The planner's fixed overhead X is process memory
+# (the preset's guess, or the resident set the profile measured) that the
+# accountant does not count, so the ratio is measured / (prediction - X).
+#
+# Usage: bench/memory/run.sh [-m "MODELS"] [-s STEPS] [-o DIR] [PLAN.json...]
+# Environment: MPIEXEC (default mpiexec.mpich), BUILD (default .: where
+# malleus-train and malleus-replan are).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+BUILD=${BUILD:-.}
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+models="tiny tiny-llama3 small"
+steps=2
+out=
+while getopts m:s:o:h opt; do
+    case $opt in
+    m) models=$OPTARG ;;
+    s) steps=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+for b in malleus-train malleus-replan; do
+    [ -x "$BUILD/$b" ] || { echo "run.sh: no $BUILD/$b (build first, or set BUILD)" >&2; exit 2; }
+done
+command -v "$MPIEXEC" >/dev/null || { echo "run.sh: no $MPIEXEC (set MPIEXEC)" >&2; exit 2; }
+[ -n "$out" ] || out=$(mktemp -d /tmp/malleus-bench-memory-XXXXXX)
+mkdir -p "$out" || exit 1
+# the default plans of a model: the suite's for the 4-layer models, plus
+# two pipelines deeper than the suite's (1F1B keeps S - j micro-batches of
+# activations on stage j); three 8-layer plans for `small`
+write_plans() {
+    cat >"$out/pp4.json" <<'PLAN'
+{ "format": "malleus-plan/1", "micro_batch_size": 2, "comment": "one 4-stage pipeline, 8 micro-batches",
+  "pipelines": [ { "micro_batches": 8, "stages": [ { "ranks": [0], "layers": [0, 1] },
+    { "ranks": [1], "layers": [1, 2] }, { "ranks": [2], "layers": [2, 3] }, { "ranks": [3], "layers": [3, 4] } ] } ],
+  "suspended": [] }
+PLAN
+    cat >"$out/pp3_uneven.json" <<'PLAN'
+{ "format": "malleus-plan/1", "micro_batch_size": 2, "comment": "3 uneven stages beside a TP-2 replica",
+  "pipelines": [ { "micro_batches": 6, "stages": [ { "ranks": [0], "layers": [0, 2] },
+    { "ranks": [1], "layers": [2, 3] }, { "ranks": [2], "layers": [3, 4] } ] },
+    { "micro_batches": 2, "stages": [ { "ranks": [3, 4], "layers": [0, 4] } ] } ],
+  "suspended": [] }
+PLAN
+    cat >"$out/small_pp2.json" <<'PLAN'
+{ "format": "malleus-plan/1", "micro_batch_size": 1, "comment": "small: 2 uneven stages",
+  "pipelines": [ { "micro_batches": 4, "stages": [ { "ranks": [0], "layers": [0, 5] },
+    { "ranks": [1], "layers": [5, 8] } ] } ], "suspended": [] }
+PLAN
+    cat >"$out/small_pp4.json" <<'PLAN'
+{ "format": "malleus-plan/1", "micro_batch_size": 1, "comment": "small: one 4-stage pipeline",
+  "pipelines": [ { "micro_batches": 8, "stages": [ { "ranks": [0], "layers": [0, 2] },
+    { "ranks": [1], "layers": [2, 4] }, { "ranks": [2], "layers": [4, 6] }, { "ranks": [3], "layers": [6, 8] } ] } ],
+  "suspended": [] }
+PLAN
+    cat >"$out/small_mixed.json" <<'PLAN'
+{ "format": "malleus-plan/1", "micro_batch_size": 1, "comment": "small: a TP-2 replica beside a 2-stage pipeline",
+  "pipelines": [ { "micro_batches": 5, "stages": [ { "ranks": [0, 1], "layers": [0, 8] } ] },
+    { "micro_batches": 3, "stages": [ { "ranks": [2], "layers": [0, 3] }, { "ranks": [3], "layers": [3, 8] } ] } ],
+  "suspended": [] }
+PLAN
+}
+plans_of() { # MODEL: the default plans (one a line)
+    P="$top/tests/plans"
+    case $1 in
+    small) printf '%s\n' "$out/small_pp2.json" "$out/small_pp4.json" "$out/small_mixed.json" ;;
+    *) for n in one dp8 four four_moved three_replicas six keep_extend mixed_tp pp4dp2 tp4dp2 \
+        tp8 uneven_stages suspended; do echo "$P/$n.json"; done
+       printf '%s\n' "$out/pp4.json" "$out/pp3_uneven.json" ;;
+    esac
+}
+write_plans
+: >"$out/plans.given"
+for plan in "$@"; do echo "$plan" >>"$out/plans.given"; done
+echo "logs in $out" >&2
+fails=0
+for model in $models; do
+    if [ -s "$out/plans.given" ]; then list="$out/plans.given"; else
+        plans_of "$model" >"$out/plans.$model"; list="$out/plans.$model"; fi
+    while read -r plan; do
+        name=$(basename "$plan" .json)
+        # world size, global batch, largest TP group of the plan
+        info=$(python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+ranks = [r for pl in p["pipelines"] for s in pl["stages"] for r in s["ranks"]] + p.get("suspended", [])
+m = sum(pl["micro_batches"] for pl in p["pipelines"])
+tp = max(len(s["ranks"]) for pl in p["pipelines"] for s in pl["stages"])
+print(max(ranks) + 1, m * p["micro_batch_size"], m, p["micro_batch_size"], tp)' "$plan") || exit 1
+        read -r world gb nmb mbs tp <<INFO
+$info
+INFO
+        pre="$out/$model-$name"
+        prof="$out/profile-$model-b$mbs-tp$tp.json"
+        if [ ! -s "$prof" ]; then
+            "$BUILD/malleus-train" --model "$model" --micro-batch "$mbs" --tp "$tp" --threads 1 \
+                --profile "$prof" </dev/null >"$prof.log" 2>&1 || { cat "$prof.log"; exit 1; }
+        fi
+        echo "{\"preset\": \"$model\", \"tp\": $tp}" >"$out/preset-$model-tp$tp.json"
+        C="--world-size $world --ranks-per-node $world --memory-mb 1048576 -b $mbs -M $nmb"
+        ok=1
+        "$BUILD/malleus-replan" $C -p "$out/preset-$model-tp$tp.json" --simulate "$plan" \
+            --explain >"$pre.preset" 2>&1 &&
+            "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain >"$pre.measured" 2>&1 ||
+            ok=0
+        for z in 0 1; do
+            [ $ok = 1 ] || break
+            "$MPIEXEC" -n "$world" "$BUILD/malleus-train" --model "$model" --plan "$plan" \
+                --global-batch "$gb" --steps "$steps" --threads 1 --zero $z </dev/null >"$pre.z$z" 2>&1 ||
+                ok=0
+        done
+        if [ $ok = 0 ]; then
+            echo "run.sh: $model $name failed (logs $pre.*)" >&2
+            fails=$((fails + 1))
+            continue
+        fi
+        echo "$model $name $pre"
+    done <"$list"
+done >"$out/runs"
+python3 - "$out/runs" <<'PY'
+import re, sys
+TERMS = re.compile(r"memory terms .*= total ([0-9.]+)")
+STAGE = re.compile(r"pipeline (\d+) stage (\d+): TP \d+ ranks \[([0-9 ]+)\]")
+OVER = re.compile(r"overhead ([0-9.]+)")
+RANK = re.compile(r"^\s*rank (\d+): ([0-9.]+) =(.*)")
+# the accountant's categories the planner's terms stand for (state, and
+# activations in flight); the others (other, scratch, comm, staging) it
+# leaves to the fixed overhead X
+MODELLED = {"weights", "master", "moments", "gradients", "activations"}
+
+def stages(path):
+    rows, cur = [], None
+    for line in open(path):
+        m = STAGE.search(line)
+        if m:
+            cur = (int(m[1]), int(m[2]), [int(r) for r in m[3].split()])
+            continue
+        m = TERMS.search(line)
+        if m and cur:
+            rows.append(cur + (float(m[1]) - float(OVER.search(line)[1]),))
+            cur = None
+    return rows
+
+def peaks(path):  # rank -> (total, modelled categories)
+    out, on = {}, False
+    for line in open(path):
+        if "memory peak per rank" in line:
+            on = True
+        elif on and RANK.match(line):
+            m = RANK.match(line)
+            mod = sum(float(v) for c, v in re.findall(r"([a-z]+) ([0-9.]+)", m[3]) if c in MODELLED)
+            out[int(m[1])] = (float(m[2]), mod)
+    return out
+
+def ranks_str(r):
+    return "%d-%d" % (r[0], r[-1]) if len(r) > 2 and r == list(range(r[0], r[-1] + 1)) else \
+        ",".join(map(str, r))
+
+print("memory per rank, MiB. pred: the planner's stage memory without its fixed overhead X "
+      "(process memory the accountant does not count), from the preset profile and from a "
+      "profile malleus-train --profile measured here. z0 / z1: the accountant's peak with "
+      "--zero 0 / 1 (the largest rank of the stage); z0 mod: of z0, the categories the "
+      "planner models (weights, master, moments, gradients, activations)")
+hdr = ("model", "plan", "p.s", "ranks", "pred pre", "pred meas", "z0", "z1", "z0 mod",
+       "z0/pre", "z0/meas", "z1/meas", "mod/meas")
+fmt = "%-11s %-14s %-4s %-7s %8s %9s %8s %8s %8s %6s %7s %7s %8s"
+print(fmt % hdr)
+rows = []
+for line in open(sys.argv[1]):
+    model, name, pre = line.split()
+    sp, sm = stages(pre + ".preset"), stages(pre + ".measured")
+    z0, z1 = peaks(pre + ".z0"), peaks(pre + ".z1")
+    for (i, j, ranks, p), (_, _, _, q) in zip(sp, sm):
+        r0 = max(ranks, key=lambda r: z0.get(r, (0, 0))[0])
+        a, amod = z0.get(r0, (0, 0))
+        b = max(z1.get(r, (0, 0))[0] for r in ranks)
+        print(fmt % (model, name, "%d.%d" % (i, j), ranks_str(ranks), "%.3f" % p, "%.3f" % q,
+                     "%.3f" % a, "%.3f" % b, "%.3f" % amod, "%.2f" % (a / p), "%.2f" % (a / q),
+                     "%.2f" % (b / q), "%.2f" % (amod / q)))
+        rows.append((model, a / q, b / q, amod / q, a / p))
+for model in dict.fromkeys(r[0] for r in rows):
+    rs = [r for r in rows if r[0] == model]
+    def span(k):
+        v = [r[k] for r in rs]
+        return "%.2f-%.2f" % (min(v), max(v))
+    within = sum(1 for r in rs if abs(r[1] - 1) <= 0.10)
+    print("%s: %d stages; z0/pred(measured profile) %s (within 10%%: %d), z1 %s, modelled "
+          "categories %s; z0/pred(preset) %s" % (model, len(rs), span(1), within, span(2),
+                                                 span(3), span(4)))
+PY
+exit $((fails > 0))
