@@ -45,7 +45,12 @@ dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs
 	tests/test_slurm_preempt.sh
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
 EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
-EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
+EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh tests/slurm/common.sh tests/slurm/nodes.sh
+
+# Several Slurm nodes on this machine (network namespaces): one job across
+# them.
+dist_check_SCRIPTS += tests/test_nodes.sh
+TESTS += tests/test_nodes.sh
 
 # An online plan change leaves the same state as malleus-reshard.
 check_PROGRAMS += tests/test_online_reshard
