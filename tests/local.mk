@@ -48,9 +48,10 @@ EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh tests/slurm/common.sh tests/slurm/nodes.sh
 
 # Several Slurm nodes on this machine (network namespaces): one job across
-# them.
-dist_check_SCRIPTS += tests/test_nodes.sh
-TESTS += tests/test_nodes.sh
+# them; a node that stops answering or dies ends the job step in seconds
+# (the ranks' heartbeat, --peer-timeout; under mpiexec: test_peer_watch).
+dist_check_SCRIPTS += tests/test_nodes.sh tests/test_peer_watch.sh
+TESTS += tests/test_nodes.sh tests/test_peer_watch.sh
 
 # An online plan change leaves the same state as malleus-reshard.
 check_PROGRAMS += tests/test_online_reshard

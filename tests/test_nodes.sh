@@ -6,6 +6,12 @@
 # namespaces.  Checks that the ranks ran on 4 different nodes (each rank
 # prints its SLURM_NODEID and hostname before it becomes malleus-train) and
 # that the loss curve equals a one-process run (tests/check_loop.py).
+# Then node n3 fails in the middle of a run, twice: first it stops
+# answering (SIGSTOP to every process of its namespace, slurmd included),
+# then it dies (SIGKILL to them all).  Slurm would notice only after
+# SlurmdTimeout; the ranks' own watchdog (--peer-timeout 3: a heartbeat
+# between the ranks) must end every surviving rank within 6 s and srun
+# within 15 s (KillWait 2 in this cluster).
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -15,6 +21,7 @@ top_builddir=$(cd "$top_builddir" && pwd)
 W=$(mktemp -d /tmp/malleus-test-nodes-XXXXXX)
 ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
 cleanup() {
+    [ -n "${srun_pid:-}" ] && kill "$srun_pid" 2>/dev/null
     t=$(date +%s%N)
     sh "$top_srcdir/tests/slurm/nodes.sh" down "$W/cluster"
     echo "cluster down in $(ms "$t") ms"
@@ -56,4 +63,55 @@ echo "$hosts"
 [ "$(echo "$hosts" | grep -c '^ *2 [0-3] n[1-4]$')" = 4 ] ||
     { echo "FAIL: the 8 ranks did not run 2 on each of 4 nodes"; exit 1; }
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
-echo "cluster up to checked run: $(ms "$t0") ms"
+
+# Node n3 fails once rank 0 has written 5 steps; every rank on the other
+# nodes must be gone within 6 s and srun within 15 s.
+T=3
+survivors() {
+    for k in 1 2 4; do
+        for p in $(sh "$top_srcdir/tests/slurm/nodes.sh" pids "$W/cluster" "n$k"); do
+            [ "$(cat "/proc/$p/comm" 2>/dev/null)" = malleus-train ] && echo "$p"
+        done
+    done
+}
+fail_node() { # kill|stop
+    what="killed"
+    [ "$1" = stop ] && what="stopped"
+    rm -f "$W/fail.jsonl" "$W"/fail.out*
+    # each task's output into a file of its own, written by its node's
+    # slurmstepd: what srun forwards can lose a rank's last line when the
+    # step is cancelled right after it
+    # shellcheck disable=SC2086
+    timeout -k 5 60 srun -N4 -n8 --ntasks-per-node=2 --mpi=pmi2 --kill-on-bad-exit=1 \
+        -o "$W/fail.out.%t" "$top_builddir/malleus-train" $ARGS --steps 100000 --tp 2 --dp 4 \
+        --peer-timeout $T --metrics "$W/fail.jsonl" >"$W/fail.out" 2>&1 &
+    srun_pid=$!
+    i=0
+    while [ "$( (wc -l <"$W/fail.jsonl") 2>/dev/null || echo 0)" -lt 5 ]; do
+        sleep 0.1
+        i=$((i + 1))
+        [ $i -lt 300 ] || { cat "$W/fail.out"; echo "FAIL: the job did not reach step 5"; exit 1; }
+    done
+    tf=$(date +%s%N)
+    sh "$top_srcdir/tests/slurm/nodes.sh" "$1" "$W/cluster" n3 || exit 99
+    while [ -n "$(survivors)" ] && [ "$(ms "$tf")" -lt 15000 ]; do sleep 0.1; done
+    ranks_ms=$(ms "$tf")
+    while kill -0 $srun_pid 2>/dev/null && [ "$(ms "$tf")" -lt 20000 ]; do sleep 0.1; done
+    srun_ms=$(ms "$tf")
+    grep -h "has not been heard from" "$W"/fail.out* | head -2
+    echo "node n3 $what at step $(wc -l <"$W/fail.jsonl" | tr -d ' '): the surviving ranks were gone after $ranks_ms ms, srun after $srun_ms ms"
+    [ "$ranks_ms" -le 6000 ] || {
+        tail -5 "$W/fail.out"
+        echo "FAIL: surviving ranks still ran $ranks_ms ms after node n3 $what (bound 6 s)"
+        exit 1
+    }
+    [ "$srun_ms" -le 15000 ] || { echo "FAIL: srun still ran $srun_ms ms after node n3 $what"; exit 1; }
+    grep -q "rank [45] (host n3) has not been heard from" "$W"/fail.out* ||
+        { tail "$W"/fail.out*; echo "FAIL: no rank named the silent peer on n3"; exit 1; }
+    wait $srun_pid
+}
+fail_node stop
+sh "$top_srcdir/tests/slurm/nodes.sh" cont "$W/cluster" n3
+sh "$top_srcdir/tests/slurm/nodes.sh" idle "$W/cluster" || exit 1
+fail_node kill
+echo "cluster up to the end of the checks: $(ms "$t0") ms"

@@ -14,6 +14,7 @@
 #   sh nodes.sh start DIR NODE    # slurmd again on a killed node; waits
 #                                 # until slurmctld hears from it
 #   sh nodes.sh pids DIR NODE     # the node's processes
+#   sh nodes.sh idle DIR          # wait until every node is idle (30 s)
 #   sh nodes.sh run DIR NODE CMD... # CMD inside the node (its network, its
 #                                 # hostname), e.g. sbatch from n1
 #   sh nodes.sh down DIR          # stop everything `up` started, by pid;
@@ -33,7 +34,7 @@ set -eu
 cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || {
-    echo "usage: $0 up|down|kill|stop|cont|start|pids|run DIR [...]" >&2
+    echo "usage: $0 up|down|kill|stop|cont|start|pids|idle|run DIR [...]" >&2
     exit 2
 }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -113,10 +114,15 @@ up)
         k=$((k + 1))
     done
     port=$((17000 + $$ % 2000))
+    # SlurmdTimeout: a dead node is marked down after 20 s (300 by
+    # default); KillWait: srun gives up on a dead node's tasks 2 + 2 s
+    # after the step was cancelled (30 + 2 by default)
     slurm_write_conf "$dir/slurm.conf" "$net.254" "$port" "$dir" \
         "SlurmdSpoolDir=$dir/spool/%n
 SlurmdPidFile=$dir/run/slurmd.%n.pid
-SlurmdLogFile=$dir/log/slurmd.%n.log" \
+SlurmdLogFile=$dir/log/slurmd.%n.log
+SlurmdTimeout=20
+KillWait=2" \
         "$nodelines" "n[1-$n]"
     slurm_start_munge "$dir"
     SLURM_CONF=$dir/slurm.conf
@@ -155,6 +161,14 @@ pids)
     load
     pids_of "${3:?NODE}"
     ;;
+idle)
+    load
+    k=1
+    while [ $k -le "$n" ]; do
+        wait_node "n$k" idle || exit 1
+        k=$((k + 1))
+    done
+    ;;
 run)
     load
     node=${3:?NODE}
@@ -184,7 +198,7 @@ down)
     ip link del "$br" 2>/dev/null || true
     ;;
 *)
-    echo "usage: $0 up|down|kill|stop|cont|start|pids|run DIR [...]" >&2
+    echo "usage: $0 up|down|kill|stop|cont|start|pids|idle|run DIR [...]" >&2
     exit 2
     ;;
 esac
