@@ -281,10 +281,10 @@ int main(int argc, char **argv)
         {MAL_OPT_DOUBLE, "peer-timeout", .metavar = "S", .target = &cli.peer_timeout, .flo = 0,
          .fhi = 86400,
          .help = "a rank waiting for a peer (a collective, a receive)\n"
-                 "whose heartbeat has been silent S seconds (its node died\n"
-                 "or was stopped) ends the job with status 1, naming the\n"
-                 "peer, instead of waiting for the launcher (default: 10;\n"
-                 "0: no heartbeat). A slow peer still beats"},
+                 "whose heartbeat has been silent S seconds (its node\n"
+                 "died or was stopped) ends the job with status 1,\n"
+                 "naming the peer, instead of waiting for the launcher\n"
+                 "(default: 10; 0: no heartbeat); a slow peer still beats"},
         {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,
          .help = "one JSON object per step (appended to when resuming;\n"
                  "rows past the snapshot move to FILE.superseded)"},
