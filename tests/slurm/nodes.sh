@@ -188,7 +188,9 @@ down)
         [ -z "$p" ] || kill -KILL $p 2>/dev/null || true
         k=$((k + 1))
     done
-    slurm_stop_pidfile "$dir/slurmctld.pid"
+    # slurmctld's state dies with DIR: no orderly shutdown to wait for
+    # (2-4 s of saving state, longer with a node down)
+    [ -f "$dir/slurmctld.pid" ] && kill -KILL "$(cat "$dir/slurmctld.pid")" 2>/dev/null || true
     slurm_stop_pidfile "$dir/munged.pid"
     k=1
     while [ $k -le "$n" ]; do
