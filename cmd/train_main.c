@@ -195,6 +195,20 @@ int main(int argc, char **argv)
                  "metrics file; default: all 1.0)"},
         {MAL_OPT_INT, "probe-size", .metavar = "N", .target = &o->probe_n, .lo = 8, .hi = 4096,
          .help = "size of the monitor's probe matmul (default: 128)"},
+        {MAL_OPT_INT, "link-probe-every", .metavar = "N", .target = &o->link_probe_every,
+         .lo = 0, .hi = 1000000,
+         .help = "the link monitor: a ping-pong between the ranks that\n"
+                 "share traffic every N steps, rates in the metrics\n"
+                 "(default: 50; 0: off)"},
+        {MAL_OPT_INT, "link-probe-bytes", .metavar = "B", .target = &o->link_probe_bytes,
+         .lo = 1, .hi = 1 << 30, .help = "its message size (default: 65536)"},
+        {MAL_OPT_DOUBLE, "link-noise-floor", .metavar = "X", .target = &o->link_noise_floor,
+         .flo = 1, .fhi = 1000,
+         .help = "link rates below X count as 1.0 (default: 2.0)"},
+        {MAL_OPT_DOUBLE, "link-gap", .metavar = "G", .target = &o->link_gap, .flo = 0.01,
+         .fhi = 20,
+         .help = "a link's rate moved when it changed by 2^G times\n"
+                 "(default: 1, a doubling or a halving)"},
         {MAL_OPT_INT, "ranks-per-node", .metavar = "N", .target = &o->ranks_per_node, .lo = 1,
          .hi = 1 << 20, .help = "node size for the online planner (default: all ranks)"},
         {MAL_OPT_DOUBLE, "device-memory-mb", .metavar = "X", .target = &o->device_memory_mb,
@@ -214,7 +228,8 @@ int main(int argc, char **argv)
          .help = "TEST FEATURE: every message between ranks A and B takes\n"
                  "F times its measured time (sleeps) from step FROM to TO:\n"
                  "stage-boundary sends, the TP all-reduces of a group\n"
-                 "holding both, their gradient sum; repeatable"},
+                 "holding both, their gradient sum, the link monitor's\n"
+                 "probe; repeatable"},
         {MAL_OPT_CHOICE, "inject-mode", .metavar = "MODE", .target = &o->inject_mode,
          .choices = inject_modes, .values = inject_mode_values,
          .help = "how --inject slows a rank: sleep (default: sleeps of\n"

@@ -377,7 +377,7 @@ while :; do
         # the rates that drove this decision become the next baseline
         grep '"rates"' "$METRICS" | tail -n 2 >"$RUN_DIR/rates.$next.jsonl"
         log "re-plan requested after generation $gen"
-        if ! "$REPLAN" "${planner_args[@]}" --rates "$METRICS" --current "$plan" \
+        if ! "$REPLAN" "${planner_args[@]}" --rates "$METRICS" --links "$METRICS" --current "$plan" \
             -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1; then
             log "malleus-replan failed; continuing on the current plan"
             continue

@@ -233,6 +233,7 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
                                        "tp_allreduces",
                                        "grad_bytes",
                                        "comm_in_alpha",
+                                       "links", /* measured pairs: --links reads them */
                                        NULL};
     int rc;
     const char *key;

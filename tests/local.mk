@@ -156,3 +156,8 @@ clean-local:
 # Slow links at run time: a plan's deeper warm-up, --inject-link (4 ranks).
 dist_check_SCRIPTS += tests/test_inject_link.sh
 TESTS += tests/test_inject_link.sh
+
+# The link monitor: an active probe of the plan's links, rates in the
+# metrics that malleus-replan --links reads (4 ranks).
+dist_check_SCRIPTS += tests/test_link_monitor.sh
+TESTS += tests/test_link_monitor.sh

@@ -44,7 +44,7 @@
 
 #ifdef MAL_CUDA_EMU
 #define PROG "test_cuda_emu"
-static void settle(void) {}
+static void settle(void) { emu::synchronize(); }
 static void set_order(int o) { emu::set_order(o); }
 template <typename T> using mvec = std::vector<T>;
 #else

@@ -1,8 +1,8 @@
 #!/bin/sh
 # malleus-train on the GPU (--device cuda); exit 77 where none is usable.
 #   1. fp32 on the GPU trains the CPU's loss curve: tiny 20 steps within
-#      1e-4 at every step; small 10 steps within 1e-4, 20 within 5e-3 (the
-#      measured drift after step 10 is not yet explained: see section 1);
+#      1e-4 at every step; small 10 steps within 1e-4, 20 within 1e-2 (after
+#      step 10 rounding differences grow: section 1 says how that was shown);
 #   2. bf16 stays within 2% of fp32 over 300 steps of small on the built-in
 #      corpus, compared on means of 10 steps, so that one batch where the two
 #      differ by chance does not decide (MAL_CUDA_LONG=0: 60 steps);
@@ -90,16 +90,18 @@ for m in tiny small; do
         continue
     fi
     # small, measured on an H100 (2026-11-26): the same losses to 7 digits
-    # for 10 steps, then 0.3-1.4e-3 apart from step 13 on (the CPU's curve
-    # is bit-identical at 1 and 2 threads, so the CPU side is not what
-    # moves; PyTorch fp32 on the GPU matched malleus-train's GPU curve
-    # within 6e-4, section 6).  Not yet explained: strict over the first 10
-    # steps, 5e-3 over all 20.
+    # for 10 steps, then 0.3-1.4e-3 apart from step 13 on.  Not a GPU
+    # fault: two CPU runs that differ only in OpenBLAS's kernels
+    # (OPENBLAS_CORETYPE=Prescott against the default) part the same way
+    # (equal for 10 steps, 2.7e-6 at step 11, 2.1e-3 at 13, 4.5e-3 at 17):
+    # once the learning rate reaches its peak, rounding-level differences
+    # in the gradients grow (Adam turns the sign of a near-zero gradient
+    # into a full step).  So: strict over the first 10 steps, 1e-2 over 20.
     grep '"loss"' "$W/gpu_$m.jsonl" | head -n 10 >"$W/gpu_${m}10.jsonl"
     grep '"loss"' "$W/cpu_$m.jsonl" | head -n 10 >"$W/cpu_${m}10.jsonl"
     compare "$m fp32: GPU vs CPU, steps 1-10" curve "$W/gpu_${m}10.jsonl" "$W/cpu_${m}10.jsonl" \
         --rtol 1e-4
-    compare "$m fp32: GPU vs CPU, steps 1-20" curve "$W/gpu_$m.jsonl" "$W/cpu_$m.jsonl" --rtol 5e-3
+    compare "$m fp32: GPU vs CPU, steps 1-20" curve "$W/gpu_$m.jsonl" "$W/cpu_$m.jsonl" --rtol 1e-2
 done
 
 LONG=300

@@ -125,6 +125,7 @@ int main(int argc, char **argv)
             ibuf[0] = 0;
             memset(ubuf, 0, sizeof ubuf);
             MAL_LAUNCH(ok_k, 3, 128, 64 * 1024, 0)(ibuf, hbuf, ubuf);
+            emu::synchronize();
             /* lane l, matrix i: row l / 4 (its 8 elements from lane 8 i +
              * l / 4's 16 bytes), columns 2 (l % 4), + 1 */
             int bad = ibuf[0] != 3 * 128;
@@ -149,6 +150,7 @@ int main(int argc, char **argv)
                         "ldmatrix-global|cp-pending|grid-y|block-size|smem-optin|smem-max|ok\n");
         return 2;
     }
+    emu::synchronize(); /* the queued kernel runs here (emu.h, "The stream") */
     fprintf(stderr, "test_emu_checks: %s: the emulation let it run\n", mode);
     return 1;
 }

@@ -11,7 +11,8 @@
 #   3. an online change (--adapt online, an injected 8x straggler): its plan
 #      change line, and the new plan written next to the snapshots under the
 #      id the metrics rows carry;
-#   4. --profile under mpiexec: rank 0 alone writes the profile and says so.
+#   4. --profile under mpiexec: rank 0 alone writes the profile and says so;
+#      every rank measures the links into it.
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 W=$(mktemp -d /tmp/malleus-test-progress-XXXXXX)
@@ -92,13 +93,22 @@ mpi 4 "$W/p.out" --model tiny --steps 9 --global-batch 8 --plan "$W/osnap/plan.1
     --snapshot-dir "$W/osnap" --metrics "$W/o.jsonl" --resume --override steps || fail "resume on plan.1.json"
 grep -q "^plan $idn (generation 1): " "$W/p.out" || fail "plan.1.json is not the plan in force"
 
-# 4. --profile under mpiexec
+# 4. --profile under mpiexec: rank 0 measures its device, every rank the
+#    links (each pair's latency and bandwidth, the medians as the profile's
+#    link figures, the pairs as a list malleus-replan --links reads)
 mpi 3 "$W/prof.out" --model tiny --profile "$W/prof.json" || fail "--profile under mpiexec"
 [ "$(grep -c 'written to' "$W/prof.out")" = 1 ] &&
-    grep -q "profile of tiny written to $W/prof.json by rank 0 alone, on its device; the other 2 ranks measured nothing" \
+    grep -q "profile of tiny written to $W/prof.json: the device's figures by rank 0 alone, the links' (latency .* s, bandwidth .* B/s within a node) by all 3 ranks" \
         "$W/prof.out" || fail "--profile: $(cat "$W/prof.out")"
-"$top_builddir/malleus-replan" --profile "$W/prof.json" --world-size 4 --ranks-per-node 4 \
-    --memory-mb 1000 -M 8 >/dev/null || fail "the profile written under mpiexec does not plan"
+for k in link_latency link_bandwidth activation_bytes grad_bytes; do
+    grep -q "\"$k\": [1-9]" "$W/prof.json" || fail "--profile under mpiexec: no $k > 0"
+done
+[ "$(grep -c '{"a": [0-9], "b": [0-9], "latency": [0-9.e+-]*, "bandwidth": [0-9.e+-]*, "rate": ' "$W/prof.json")" = 3 ] ||
+    fail "--profile on 3 ranks: not 3 measured pairs: $(cat "$W/prof.json")"
+grep -q '"node_link' "$W/prof.json" && fail "--profile on one node measured links between nodes"
+"$top_builddir/malleus-replan" --profile "$W/prof.json" --links "$W/prof.json" --world-size 3 \
+    --ranks-per-node 3 --memory-mb 1000 -M 8 >/dev/null ||
+    fail "the profile written under mpiexec does not plan (with its links)"
 
 [ $fails -eq 0 ] || exit 1
 echo "PASS: step line, metrics fields, plan lines (start, restart, online), plan file, --profile on one rank"

@@ -52,11 +52,21 @@ static int load_cluster(const struct mal_trainer *tr, mal_cluster *cl)
                                o->device_memory_mb > 0 ? o->device_memory_mb : 16384.0);
 }
 
-/* The cost model's step time of `plan` for `rates`, seconds (< 0: none). */
+/* The cost model's step time of `plan` for `rates`, seconds (< 0: none);
+ * with slow links `ln` (NULL: none) their communication too, as the
+ * planner's plan was predicted. */
 static double predict(const mal_plan *plan, const mal_profile *prof, const mal_cluster *cl,
-                      const double *rates)
+                      const double *rates, const mal_links *ln)
 {
     mal_cost_eval ev;
+    if (ln && ln->n) {
+        double J;
+        if (mal_cost_plan_links(plan, prof, cl, rates, ln, NULL, &J) != 0) {
+            mal_clearerr();
+            return -1;
+        }
+        return J * prof->layer_time + prof->sync_time;
+    }
     if (mal_cost_eval_plan(plan, prof, cl, rates, &ev) != 0) {
         mal_clearerr();
         return -1;
@@ -77,7 +87,7 @@ void mal_change_predict(struct mal_trainer *tr)
     if (ones && !load_profile(tr, &prof) && !load_cluster(tr, &cl)) {
         for (int r = 0; r < tr->world_size; r++)
             ones[r] = tr->o.plan_rates ? tr->o.plan_rates[r] : 1.0;
-        tr->plan.predicted_step_time = predict(&tr->plan, &prof, &cl, ones);
+        tr->plan.predicted_step_time = predict(&tr->plan, &prof, &cl, ones, NULL);
     }
     mal_clearerr(); /* no profile: the prediction stays unknown */
     free(ones);
@@ -164,6 +174,7 @@ static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
     mal_cluster cl;
     mal_profile prof;
     mal_plan out;
+    mal_links ln = {0};
     int verdict = online ? STAY : GO, rc;
     double *rates = malloc(sizeof *rates * (size_t)tr->world_size);
     memset(&cl, 0, sizeof cl);
@@ -175,7 +186,12 @@ static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
         goto fail;
     }
     mal_monitor_mean_rates(tr, rates);
-    if ((rc = load_cluster(tr, &cl)) || (rc = load_profile(tr, &prof))) goto fail;
+    if ((rc = load_cluster(tr, &cl)) || (rc = load_profile(tr, &prof)) ||
+        (rc = mal_linkprobe_links(tr, &ln)))
+        goto fail;
+    for (int i = 0; i < ln.n; i++)
+        mal_log(MAL_LOG_INFO, "re-plan: link %d-%d measured %.2fx a healthy link's time",
+                ln.l[i].a, ln.l[i].b, ln.l[i].rate);
     mal_replan_input in = {&cl,
                            &prof,
                            rates,
@@ -185,7 +201,7 @@ static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
                            &tr->plan,
                            MAL_REPLAN_AUTO,
                            planner_time_limit(&tr->o),
-                           NULL /* links: the online re-plan measures compute only */};
+                           ln.n ? &ln : NULL};
     mal_replan_stats stats;
     if ((rc = mal_replan(&in, &out, &stats))) goto fail;
     mal_log(MAL_LOG_INFO, "replan: new plan in %.3f s (%d pipelines, %d suspended)", stats.seconds,
@@ -207,7 +223,7 @@ static int weigh_on_rank0(struct mal_trainer *tr, long step, char **text)
     mal_policy_defaults(&pp);
     int window = o->window > 0 ? o->window : pp.window;
     mal_policy_change c = {mal_progress_step_time(tr, window),
-                           predict(&tr->plan, &prof, &cl, rates), out.predicted_step_time,
+                           predict(&tr->plan, &prof, &cl, rates, &ln), out.predicted_step_time,
                            (long)(o->steps - tr->step), 0};
     char how[160], old_desc[256], new_desc[256], id[MAL_PLAN_ID_LEN];
     c.cost_s = change_cost(tr, online, stats.seconds,
@@ -243,6 +259,7 @@ fail:
     *text = NULL;
     verdict = online ? STAY : GO;
 done:
+    mal_links_fini(&ln);
     mal_plan_fini(&out);
     mal_profile_fini(&prof);
     mal_cluster_fini(&cl);
@@ -286,7 +303,7 @@ static int rebase(struct mal_trainer *tr)
     mal_monitor_mean_rates(tr, means);
     int rc = mal_monitor_set_plan(tr, means);
     free(means);
-    return rc;
+    return rc ? rc : mal_linkprobe_rebase(tr);
 }
 
 int mal_trainer_replan_online(struct mal_trainer *tr)
@@ -321,9 +338,17 @@ int mal_change_on_advice(struct mal_trainer *tr, const mal_step_stats *st, int *
     int rc;
     *stop = 0;
     if (tr->world_rank == 0)
-        mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
-                (long long)st->step, st->trigger_rank,
-                st->trigger_rank >= 0 ? tr->mon.rates[st->trigger_rank] : 0.0);
+    {
+        const mal_linkprobe *lp = &tr->mon.link;
+        if (st->trigger_rank >= 0 || lp->trigger_pair < 0)
+            mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (rank %d, rate %.2f)",
+                    (long long)st->step, st->trigger_rank,
+                    st->trigger_rank >= 0 ? tr->mon.rates[st->trigger_rank] : 0.0);
+        else
+            mal_log(MAL_LOG_INFO, "monitor: re-plan advised at step %lld (link %d-%d, rate %.2f)",
+                    (long long)st->step, lp->pairs[2 * lp->trigger_pair],
+                    lp->pairs[2 * lp->trigger_pair + 1], lp->rates[lp->trigger_pair]);
+    }
     if (tr->o.adapt == MAL_ADAPT_ONLINE) return mal_trainer_replan_online(tr);
     if (tr->o.adapt != MAL_ADAPT_RESTART) return 0;
     mal_plan next;

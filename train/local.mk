@@ -13,7 +13,8 @@ libmalleus_a_SOURCES += train/train.h train/train_internal.h train/train.c \
 	train/ckpt_job.h train/ckpt_job.c train/eval.h train/eval.c train/train_memory.c \
 	train/profile_measure.c train/train_cli.h train/train_cli.c \
 	train/resume.h train/resume.c train/preempt.h train/preempt.c \
-	train/init_from.h train/init_from.c
+	train/init_from.h train/init_from.c \
+	train/linkprobe.h train/linkprobe.c
 
 # The step line, plan generations and ids, plan change lines, --profile
 # under mpiexec.

@@ -131,6 +131,14 @@ double mal_inject_link_stretch(struct mal_trainer *tr, int peer, double dt)
     return dt - mon->link_min[kind] + sleep_extra(f, mon->link_min[kind]);
 }
 
+double mal_inject_link_probe(struct mal_trainer *tr, int peer, double dt)
+{
+    /* the probe's own round trip, not a least one seen: the probe takes
+     * the least of its repetitions itself, and its peer is never late
+     * (the handshake) */
+    return sleep_extra(link_factor(tr, peer, tr->mon.link_step), dt);
+}
+
 int mal_inject_begin_step(struct mal_trainer *tr, int64_t step)
 {
     mal_monitor *mon = &tr->mon;
@@ -319,6 +327,11 @@ int mal_monitor_observe(struct mal_trainer *tr, mal_step_stats *st)
         if (rc < 0) return rc;
         advise[0] = rc == 1 && tr->o.adapt != MAL_ADAPT_OFF;
         advise[1] = rc == 1 ? mal_policy_trigger_rank(mon->policy) : -1;
+        /* a link that moved (linkprobe.c) advises at a check step: no
+         * rank triggered it */
+        if (!advise[0] && mon->link.pending && tr->o.adapt != MAL_ADAPT_OFF &&
+            tr->step % mon->check_every_all == 0)
+            advise[0] = 1;
         if (st) st->rates = mon->rates;
     }
     /* Only check steps can advise; every rank knows which they are. */

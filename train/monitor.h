@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "linkprobe.h"
 #include "train.h"
 
 struct mal_trainer;
@@ -33,6 +34,7 @@ typedef struct {
     char *hostnames;           /* rank 0: [world_size][MAL_HOSTNAME_LEN] */
     double *rates;             /* rank 0: [world_size] latest straggling rates */
     struct mal_policy *policy; /* rank 0 */
+    mal_linkprobe link;        /* the per-link monitor (linkprobe.h) */
 } mal_monitor;
 
 /* Collective over the world: the probe, the node names (rank 0) and the
@@ -58,6 +60,11 @@ double mal_inject_stretch(struct mal_trainer *tr, double dt);
  * gradient sum when -2) is made to take this step's factor times that:
  * sleeps the difference; returns the stretched time. */
 double mal_inject_link_stretch(struct mal_trainer *tr, int peer, double dt);
+/* Local.  --inject-link: a round trip of the link monitor's probe with
+ * rank `peer` (two messages over the link) that took `dt` seconds is made
+ * to take this step's factor of the link times that (sleeping the
+ * difference); returns the stretched time. */
+double mal_inject_link_probe(struct mal_trainer *tr, int peer, double dt);
 
 /* Local: the probe's device time, seconds. */
 double mal_monitor_probe(struct mal_trainer *tr);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/mal.h"
+#include "linkprobe.h"
 #include "src/model.h"
 #include "train.h"
 
@@ -74,7 +75,39 @@ out:
     return rc;
 }
 
-int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nominal_tp, FILE *f)
+/* The link figures (linkprobe.h) as profile keys, and every pair's, as a
+ * "links" list that malleus-replan --links reads from the same file: a
+ * pair's rate is its time for one activation message over the median
+ * pair's of its kind (within a node or between nodes). */
+static void write_links(FILE *f, const mal_link_figures *lf, double act_bytes, double grad_bytes)
+{
+    fprintf(f, "  \"link_latency\": %.4g,\n  \"link_bandwidth\": %.4g,\n", lf->latency,
+            lf->bandwidth);
+    if (lf->node_bandwidth > 0)
+        fprintf(f, "  \"node_link_latency\": %.4g,\n  \"node_link_bandwidth\": %.4g,\n",
+                lf->node_latency, lf->node_bandwidth);
+    /* the layer time above leaves the TP all-reduce out: every message is
+     * priced (comm_in_alpha false) */
+    fprintf(f,
+            "  \"activation_bytes\": %.0f,\n  \"tp_allreduces\": 4,\n  \"grad_bytes\": %.0f,\n"
+            "  \"comm_in_alpha\": false,\n  \"links\": [",
+            act_bytes, grad_bytes);
+    const double t_in = lf->latency + act_bytes / lf->bandwidth;
+    const double t_out =
+        lf->node_bandwidth > 0 ? lf->node_latency + act_bytes / lf->node_bandwidth : t_in;
+    for (int i = 0; i < lf->n; i++) {
+        const double *p = lf->pair + 5 * (size_t)i;
+        double t = p[2] + act_bytes / p[3], ref = p[4] ? t_out : t_in;
+        fprintf(f,
+                "%s\n    {\"a\": %d, \"b\": %d, \"latency\": %.4g, \"bandwidth\": %.4g, "
+                "\"rate\": %.3f}",
+                i ? "," : "", (int)p[0], (int)p[1], p[2], p[3], t / ref);
+    }
+    fprintf(f, "\n  ],\n");
+}
+
+int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nominal_tp,
+                        const mal_link_figures *links, FILE *f)
 {
     const double MB = 1048576.0;
     double overhead = rss_mb();
@@ -147,6 +180,9 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
     fprintf(f, "  \"overhead_mb\": %.1f,\n  \"layer_time\": %.6g,\n", overhead, times[ln]);
     fprintf(f, "  \"layer_state_mb\": %.4f,\n  \"embedding_state_mb\": %.4f,\n",
             per_param * (double)n_layer_full / MB, per_param * (double)n_embed / MB);
+    if (links && links->n > 0 && links->bandwidth > 0)
+        write_links(f, links, esz * (double)B * cfg->seq_len * cfg->d_model,
+                    4.0 * (double)n_layer_full);
     fprintf(f, "  \"sync_time\": 0.0\n}\n");
     return ferror(f) ? MAL_ERR(MAL_EIO, "profile: write failed") : 0;
 }

@@ -38,6 +38,7 @@ mal_train_options mal_train_defaults(void)
     o.dp_bucket_mb = 25; /* PyTorch DDP's default */
     o.change_cost = -1;  /* measured at the last change, else estimated */
     o.resume_from = -1;
+    o.link_probe_every = MAL_LINK_PROBE_EVERY_DEFAULT;
     return o;
 }
 
@@ -80,7 +81,8 @@ static int setup_layout(mal_trainer *tr)
         tr->tally.rank_times = calloc((size_t)tr->world_size, sizeof *tr->tally.rank_times);
         if (!tr->tally.rank_times) return MAL_ERR(MAL_ENOMEM, "out of memory");
     }
-    return mal_monitor_init(tr);
+    if ((rc = mal_monitor_init(tr))) return rc;
+    return mal_linkprobe_init(tr);
 }
 
 /* The local part of set-up: kernel instance, plan, data and its checks. */
@@ -226,6 +228,7 @@ void mal_trainer_destroy(mal_trainer *tr)
     mal_train_ckpt_fini(tr);
     if (tr->metrics) fclose(tr->metrics);
     mal_trainer_part_fini(tr);
+    mal_linkprobe_fini(tr);
     mal_monitor_fini(tr);
     mal_comm_destroy(tr->world);
     mal_data_destroy(tr->data);
@@ -390,6 +393,9 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
      * above released them together. */
     double pw = mal_now();
     double probe = mal_monitor_probe(tr);
+    double link_cost = 0;
+    const int link_probe = tr->world && mal_linkprobe_due(tr, step);
+    if (link_probe && (rc = mal_linkprobe_run(tr, &link_cost))) return rc;
     double probe_cost = mal_now() - pw;
 
     double step_s = mal_now() - t0;
@@ -401,6 +407,7 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
                            .dp_wait_s = tally->times.dp_wait,
                            .probe_s = probe,
                            .probe_cost_s = probe_cost,
+                           .link_cost_s = link_cost,
                            .mem_bytes = mal_progress_memory(tr),
                            .mem_peak_bytes = mal_progress_memory_peak(tr)};
     mal_progress_record(tr, step_s);
@@ -419,6 +426,7 @@ int mal_trainer_step(mal_trainer *tr, mal_step_stats *st)
         st->compute_s = tally->times.compute;
         st->tokens_per_s = tokens / step_s;
         st->stop_signal = red[2] == 0 ? 0 : sig ? sig : red[3] > 0 ? SIGUSR1 : -1;
+        st->link_probe = link_probe;
         if (tr->world_rank == 0) {
             st->ranks = tally->rank_times;
             for (int r = 1; r < tr->world_size; r++)
@@ -551,6 +559,42 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     fflush(f);
 }
 
+/* The link monitor's figures of a probe step: each pair's least round
+ * trip and rate (malleus-replan --links reads the rates), and what the
+ * probe cost the slowest rank. */
+static void write_link_metrics(const mal_trainer *tr, FILE *f)
+{
+    const mal_linkprobe *lp = &tr->mon.link;
+    double cost = 0;
+    for (int r = 0; r < tr->world_size; r++)
+        cost = MAL_MAX(cost, tr->tally.rank_times[r].link_cost_s);
+    fprintf(f, ", \"link_probe_ms\": %.3f, \"link_rtt_us\": [", 1e3 * cost);
+    int first = 1;
+    for (int i = 0; i < lp->n_pairs; i++)
+        if (lp->rtt[i] > 0) {
+            fprintf(f, "%s[%d, %d, %.1f]", first ? "" : ", ", lp->pairs[2 * i],
+                    lp->pairs[2 * i + 1], 1e6 * lp->rtt[i]);
+            first = 0;
+        }
+    /* the rates as measured, then as the planner should take them: below
+     * the link noise floor a link is healthy */
+    for (int fl = 0; fl < 2; fl++) {
+        fprintf(f, "], \"%s\": [", fl ? "link_rates" : "link_rates_raw");
+        first = 1;
+        for (int i = 0; i < lp->n_pairs; i++)
+            if (lp->rates[i] > 0) {
+                double r = fl && lp->rates[i] < lp->noise_floor ? 1.0 : lp->rates[i];
+                fprintf(f, "%s[%d, %d, %.4f]", first ? "" : ", ", lp->pairs[2 * i],
+                        lp->pairs[2 * i + 1], r);
+                first = 0;
+            }
+    }
+    fprintf(f, "]");
+    if (lp->advised && lp->trigger_pair >= 0)
+        fprintf(f, ", \"link_moved\": [%d, %d]", lp->pairs[2 * lp->trigger_pair],
+                lp->pairs[2 * lp->trigger_pair + 1]);
+}
+
 static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
 {
     if (!tr->metrics) return 0;
@@ -586,6 +630,7 @@ static int write_metrics(mal_trainer *tr, const mal_step_stats *st)
             fprintf(f, "%s\"%s\"", r ? ", " : "", tr->mon.hostnames + (size_t)r * MAL_HOSTNAME_LEN);
         fprintf(f, "]");
     }
+    if (st->link_probe) write_link_metrics(tr, f);
     if (st->replan) fprintf(f, ", \"replan\": true, \"trigger_rank\": %d", st->trigger_rank);
     if (st->has_val) fprintf(f, ", \"val_loss\": %.7g", st->val_loss);
     mal_train_resume_metrics(tr, f);

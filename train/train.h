@@ -32,8 +32,9 @@ typedef struct {
  * takes `factor` times its measured time during steps [from, to) (to < 0:
  * forever), by sleeping (README "Slow links").  The messages: the
  * activations and gradients a stage boundary carries between them, the
- * TP all-reduces of a group holding both, and the gradient sum of two
- * pipelines' ranks that hold the same layers. */
+ * TP all-reduces of a group holding both, the gradient sum of two
+ * pipelines' ranks that hold the same layers, and the link monitor's
+ * probe between them (linkprobe.h). */
 typedef struct {
     int a, b;
     double factor;
@@ -139,6 +140,11 @@ typedef struct {
                                 * last change, else estimated; 0: every change pays) */
     double gap, threshold, noise_floor; /* policy (0: defaults 0.3, 1.2, 1.2) */
     int probe_n;               /* probe matmul size (0: default 128) */
+    int link_probe_every;      /* the link monitor's ping-pong every N steps (0: never;
+                                * mal_train_defaults: 20) */
+    int link_probe_bytes;      /* its message size (0: 64 KiB) */
+    double link_noise_floor;   /* link rates below count as 1.0 (0: default 2.0) */
+    double link_gap;           /* a link rate moved by 2^gap times (0: default 1) */
     int ranks_per_node;        /* for the planner (0: all ranks on one node) */
     double device_memory_mb;   /* for the planner (0: 16384) */
     const char *profile;       /* planner profile: preset name or JSON file (NULL: derived) */
@@ -176,6 +182,7 @@ typedef struct {
                           * buckets still in flight with it on) */
     double probe_s;      /* the monitor's probe: device time (the rate's numerator) */
     double probe_cost_s; /* wall time the monitor cost this step */
+    double link_cost_s;  /* of it, the link monitor's ping-pongs (0: none this step) */
     double mem_bytes;    /* memory in use after the step: the device's, or the
                           * process's resident memory on CPU backends */
     double mem_peak_bytes; /* the most bytes of the kernel table's buffers this rank
@@ -193,6 +200,7 @@ typedef struct {
     mal_rank_times *ranks; /* per-rank times (rank 0 only; else NULL), owned by the trainer */
     int slowest_rank;      /* rank with the most compute time (rank 0 only) */
     const double *rates;   /* straggling rate of every rank (rank 0 only) */
+    int link_probe;        /* the link monitor probed at this step (all ranks) */
     int replan;            /* the monitor advised a re-plan at this step (all ranks) */
     int trigger_rank;      /* the rank that triggered it (-1: none) */
     int has_val;           /* val_loss was measured after this step (mal_trainer_run) */
@@ -360,11 +368,14 @@ struct mal_sample_options;
 int mal_trainer_sample(mal_trainer *tr, const int *prompt, int n_prompt, int n_new,
                        const struct mal_sample_options *so, int *out);
 
+struct mal_link_figures;
 /* Local.  Measure a planner profile of `cfg` on kernel instance k (one
  * layer's forward + backward per TP size up to nominal_tp, memory from the
- * runtime's own layout) and write it as JSON to f (replan/README.md). */
+ * runtime's own layout) and write it as JSON to f (replan/README.md), with
+ * the job's link figures `links` measured before (linkprobe.h; NULL or
+ * no pairs: none). */
 int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int micro_batch, int nominal_tp,
-                        FILE *f);
+                        const struct mal_link_figures *links, FILE *f);
 
 /* Local.  The kernel instance the trainer computes on (owned by it). */
 mal_kern mal_trainer_kernels(const mal_trainer *tr);

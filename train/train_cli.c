@@ -14,8 +14,9 @@
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "comm/watch.h"
-#include "kernels/kernels.h"
 #include "init_from.h"
+#include "kernels/kernels.h"
+#include "linkprobe.h"
 #include "preempt.h"
 #include "replan/replan.h"
 #include "resume.h"
@@ -143,11 +144,20 @@ static int check_outputs(const mal_train_cli *cli)
     return rc;
 }
 
+/* The kernel instance --profile measures on (*k owned by the caller). */
+static int profile_kern(const mal_train_options *o, mal_kern *k)
+{
+    mal_kern_config kc = mal_kern_config_default();
+    kc.threads = o->threads;
+    kc.compute = mal_precision_dtype(o->precision);
+    return mal_kern_create(o->device, &kc, k);
+}
+
 /* --profile FILE on this process's device, no communication.  Through
  * mal_output: a failure leaves an existing regular file untouched, a
  * device (/dev/null) is written into, never replaced.  Returns an exit
  * status; prints why it failed. */
-static int measure_here(mal_train_cli *cli, int n_ranks)
+static int measure_here(mal_train_cli *cli, int n_ranks, const mal_link_figures *links)
 {
     mal_train_options *o = &cli->o;
     const char *path = cli->measure_path;
@@ -157,10 +167,7 @@ static int measure_here(mal_train_cli *cli, int n_ranks)
         return 2;
     }
     mal_kern k = NULL;
-    mal_kern_config kc = mal_kern_config_default();
-    kc.threads = o->threads;
-    kc.compute = mal_precision_dtype(o->precision);
-    if ((rc = mal_kern_create(o->device, &kc, &k))) {
+    if ((rc = profile_kern(o, &k))) {
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 2;
     }
@@ -172,7 +179,7 @@ static int measure_here(mal_train_cli *cli, int n_ranks)
         mal_kern_destroy(k);
         return 1;
     }
-    rc = mal_profile_measure(k, &o->model, o->micro_batch, o->tp ? o->tp : 1, f);
+    rc = mal_profile_measure(k, &o->model, o->micro_batch, o->tp ? o->tp : 1, links, f);
     mal_kern_destroy(k);
     if (rc)
         mal_output_discard(&out);
@@ -183,12 +190,35 @@ static int measure_here(mal_train_cli *cli, int n_ranks)
         return mal_exit_status(rc);
     }
     if (n_ranks > 1)
-        printf("malleus-train: profile of %s written to %s by rank 0 alone, on its device; the "
-               "other %d ranks measured nothing (a profile describes one device)\n",
-               o->model.name, path, n_ranks - 1);
+        printf("malleus-train: profile of %s written to %s: the device's figures by rank 0 "
+               "alone, the links' (latency %.3g s, bandwidth %.3g B/s within a node) by all %d "
+               "ranks\n",
+               o->model.name, path, links->latency, links->bandwidth, n_ranks);
     else
         printf("malleus-train: profile of %s written to %s\n", o->model.name, path);
     return 0;
+}
+
+/* --profile under a launcher: every rank's part of the link figures
+ * (linkprobe.h), before rank 0 measures its device.  Collective; 0, or an
+ * exit status agreed by all ranks (rank 0 printed why). */
+static int measure_links(mal_train_cli *cli, mal_comm *world, mal_link_figures *links)
+{
+    mal_train_options *o = &cli->o;
+    mal_kern k = NULL;
+    int rc = profile_kern(o, &k);
+    if (rc) fprintf(stderr, "malleus-train: rank %d: %s\n", world->rank, mal_errmsg());
+    /* no rank probes unless every rank has its buffers' device (a bad
+     * --device: a usage error, 2); then every rank learns of a failure */
+    double bad = rc ? 2 : 0;
+    if ((rc = mal_comm_allreduce_max_f64(world, &bad, 1))) bad = 1;
+    if (bad == 0 && (rc = mal_linkprobe_figures(world, k, links))) {
+        fprintf(stderr, "malleus-train: rank %d: link figures: %s\n", world->rank, mal_errmsg());
+        bad = 1;
+    }
+    if (k) mal_kern_destroy(k);
+    if (mal_comm_allreduce_max_f64(world, &bad, 1)) bad = 1;
+    return (int)bad;
 }
 
 /* --profile FILE: a profile describes one device, so one process measures
@@ -204,7 +234,10 @@ static int measure(mal_train_cli *cli, int *argc, char ***argv)
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         return 1;
     }
-    int status = world->rank == 0 ? measure_here(cli, world->size) : 0;
+    mal_link_figures links = {0};
+    int status = world->size > 1 ? measure_links(cli, world, &links) : 0;
+    if (world->rank == 0 && !status) status = measure_here(cli, world->size, &links);
+    mal_link_figures_fini(&links);
     if (world->size > 1) {
         double st = status;
         if ((rc = mal_comm_barrier(world)) || (rc = mal_comm_broadcast(world, &st, sizeof st, 0))) {

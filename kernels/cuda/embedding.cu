@@ -168,7 +168,7 @@ extern "C" void mal_cu_embedding_bwd(mal_cu_stream s, int use_bf16, float *dwte,
     int *start = (int *)(p + up16((size_t)V * sizeof(int)));
     int *order = (int *)(p + 2 * up16((size_t)V * sizeof(int)));
 #ifdef MAL_CUDA_EMU
-    memset(count, 0, (size_t)V * sizeof(int));
+    emu::memset_async(count, 0, (size_t)V * sizeof(int));
 #else
     cudaMemsetAsync(count, 0, (size_t)V * sizeof(int), s);
 #endif

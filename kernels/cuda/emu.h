@@ -555,14 +555,39 @@ inline void run_block(block_state &b, dim3 bd)
     }
 }
 
-/* A bound launch: emu::bind(kernel, grid, block, smem)(args...). */
+/* The stream: launches (and the emulated cudaMemsetAsync) are queued and
+ * run in order when the host synchronizes (emu::synchronize(), which the
+ * tests' settle() calls), as on a GPU, where a kernel may not have run when
+ * its launch returns: a host read of a kernel's output without a
+ * synchronize sees what was there before (measured on an H100: a test that
+ * read managed memory right after a launch failed 38 checks that passed
+ * here while the emulation ran each kernel inside its launch). */
+inline std::vector<std::function<void()>> &stream_queue()
+{
+    static std::vector<std::function<void()>> q;
+    return q;
+}
+inline void synchronize()
+{
+    std::vector<std::function<void()>> q;
+    q.swap(stream_queue());
+    for (auto &f : q) f();
+}
+inline void memset_async(void *p, int v, size_t n)
+{
+    stream_queue().push_back([=]() { memset(p, v, n); });
+}
+
+/* A bound launch: emu::bind(kernel, grid, block, smem)(args...).  The
+ * launch's own errors (block, grid, shared memory) stop the program at the
+ * launch; the kernel runs at the next synchronize, under the thread order
+ * and block filter in force at the launch. */
 template <typename... P> struct launch {
     void (*kern)(P...);
     dim3 grid, blk_dim;
     size_t smem_bytes;
     template <typename... A> void operator()(A... args)
     {
-        n_launches()++;
         const void *kp = (const void *)kern;
         const size_t threads = (size_t)blk_dim.x * blk_dim.y * blk_dim.z;
         if (!threads || threads > 1024 || blk_dim.x > 1024 || blk_dim.y > 1024 || blk_dim.z > 64)
@@ -576,6 +601,21 @@ template <typename... P> struct launch {
                 die("more than 48 KiB of dynamic shared memory without the kernel's "
                     "cudaFuncSetAttribute opt-in");
         }
+        const launch self = *this;
+        const int ord = order();
+        const block_filter_fn filt = block_filter();
+        stream_queue().push_back([=]() {
+            const int ord0 = order();
+            const block_filter_fn filt0 = block_filter();
+            order() = ord, block_filter() = filt;
+            self.run(args...);
+            order() = ord0, block_filter() = filt0;
+        });
+    }
+    template <typename... A> void run(A... args) const
+    {
+        n_launches()++;
+        const void *kp = (const void *)kern;
         block_state b;
         blk() = &b;
         block_dim() = blk_dim;
