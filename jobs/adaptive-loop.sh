@@ -18,7 +18,9 @@
 #        survivors: malleus-replan for their ranks with the rates measured
 #        so far, malleus-reshard the newest snapshot onto that plan, train
 #        on it (submit with sbatch --no-kill, so that Slurm does not end the
-#        job when it marks the dead node down)
+#        job when it marks the dead node down); a job started again with
+#        more ranks than its newest plan's (the node back) grows onto them
+#        the same way
 #   until STEPS steps are done.  A job started again (requeued, resubmitted,
 #   or this script run again) continues from the newest generation that has
 #   a committed snapshot, and its newest snapshot.
@@ -329,6 +331,30 @@ if [ "$ADAPT" = restart ] && [ ! -f "$plan" ]; then
     "$REPLAN" "${planner_args[@]}" --pipelines "$PIPELINES" --uniform -o "$plan" ||
         { log "could not write the initial plan"; exit 1; }
     log "generation 0: uniform plan $plan"
+fi
+
+# The ranks plan $1 uses: its stages' and the suspended ones.
+plan_ranks() {
+    tr -d '\n' <"$1" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' | tr -cd '0-9,\n' |
+        tr ',' '\n' | grep . | sort -un | wc -l
+}
+# A job started again with another number of ranks than its newest plan's
+# (requeued or resubmitted after a shrink, with the lost node back or with
+# more nodes): the next generation is a plan for this job's ranks and the
+# newest snapshot resharded onto it, as for a shrink.
+if [ "$ADAPT" = restart ] && [ "$(plan_ranks "$plan")" != "$NPROCS" ]; then
+    next=$((gen + 1))
+    log "generation $gen's plan uses $(plan_ranks "$plan") ranks, this job has $NPROCS: a plan for $NPROCS ranks"
+    "$REPLAN" "${planner_args[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1 ||
+        { log "malleus-replan for $NPROCS ranks failed"; exit 1; }
+    if has_snapshot "$snap"; then
+        "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1 ||
+            { log "malleus-reshard onto the plan for $NPROCS ranks failed"; rm -rf "$RUN_DIR/snap.$next"; exit 1; }
+    fi
+    gen=$next
+    plan=$RUN_DIR/plan.$gen.json
+    snap=$RUN_DIR/snap.$gen
+    log "generation $gen: new plan $plan for $NPROCS ranks"
 fi
 
 failures=0
