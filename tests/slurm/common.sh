@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Sourced by cluster.sh (one node) and nodes.sh (several, in network
 # namespaces): what both need to stand up a throw-away Slurm.
 #   slurm_need_tools [PROG...]   exit 77 naming what is missing (Slurm,
