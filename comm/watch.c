@@ -52,7 +52,7 @@ static struct {
     _Atomic int64_t ran_ns;    /* when the thread last read its socket */
     _Atomic int stop;
     int64_t start_ns;
-    int warned; /* the warning about a peer never heard from was given */
+    _Atomic int warned; /* the warning about a peer never heard from was given */
     pthread_t thread;
 } W = {.fd = -1, .wake = {-1, -1}};
 
@@ -200,7 +200,7 @@ int mal_comm_watch_start(mal_comm *world, double timeout_s)
         }
     W.token = W.cards[0].token;
     W.start_ns = now_ns();
-    W.warned = 0;
+    atomic_store(&W.warned, 0);
     atomic_store(&W.ran_ns, W.start_ns);
     atomic_store(&W.stop, 0);
     if ((rc = pthread_create(&W.thread, NULL, run, NULL))) {
@@ -238,9 +238,9 @@ int mal_comm_watch_check(const char *what)
         if (!heard) {
             /* Never heard from: the datagrams do not get through (a
              * firewall between the nodes), not a peer that died; watching
-             * it would end every job after the timeout.  Said once. */
-            if (!W.warned && ran - W.start_ns > limit) {
-                W.warned = 1;
+             * it would end every job after the timeout.  Said once,
+             * whichever thread waits (the snapshot writer's too). */
+            if (ran - W.start_ns > limit && !atomic_exchange(&W.warned, 1)) {
                 mal_log(MAL_LOG_WARN,
                         "peer watch: rank %d (host %s) has sent no heartbeat in %g s: UDP "
                         "between the ranks' hosts seems blocked; ranks never heard from are not "
