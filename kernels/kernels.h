@@ -197,6 +197,53 @@ typedef struct {
     double total_bytes;
 } mal_kern_device_info;
 
+/* One tensor of a multi-tensor AdamW (ops->adamw_multi): elements
+ * [offset, offset + n) of each of the call's buffers, with its own weight
+ * decay (0 for the tensors that take none). */
+typedef struct {
+    size_t offset, n;
+    float weight_decay;
+} mal_kern_span;
+
+/* One run of a multi-tensor sum of squares (ops->sumsq_multi): sumsq's x,
+ * rows, width, pitch. */
+typedef struct {
+    const float *x;
+    size_t rows, width, pitch;
+} mal_kern_run;
+
+/* What the call-site wrappers below count, per instance: the operations
+ * the callers asked of the table (mal_kern_counts_get).  A backend turns
+ * each into its own work: on a GPU a compute operation is one or a few
+ * kernel launches, zero a memset, sync and queue_wait a full wait for the
+ * queue (a drain), event_elapsed a wait for one event. */
+typedef enum {
+    MAL_KOP_ZERO, /* zero, or zero_multi of several buffers */
+    MAL_KOP_COPY, /* memcpy2d and its wrappers, any direction */
+    MAL_KOP_SYNC,
+    MAL_KOP_QUEUE_WAIT,
+    MAL_KOP_EVENT_WAIT, /* event_elapsed */
+    MAL_KOP_MATMUL_FWD,
+    MAL_KOP_MATMUL_BWD,
+    MAL_KOP_RMSNORM_FWD,
+    MAL_KOP_RMSNORM_BWD,
+    MAL_KOP_ROPE, /* forward or backward */
+    MAL_KOP_ATTENTION_FWD,
+    MAL_KOP_ATTENTION_BWD,
+    MAL_KOP_SWIGLU_FWD,
+    MAL_KOP_SWIGLU_BWD,
+    MAL_KOP_ELEMENTWISE, /* add, accumulate, scale */
+    MAL_KOP_EMBEDDING_FWD,
+    MAL_KOP_EMBEDDING_BWD,
+    MAL_KOP_XENT, /* xent_fwd_bwd, xent_stats, xent_combine */
+    MAL_KOP_SUMSQ,
+    MAL_KOP_SUMSQ_MULTI,
+    MAL_KOP_ADAMW,
+    MAL_KOP_ADAMW_MULTI,
+    MAL_KOP_CAST, /* cast_working */
+    MAL_KOP_N
+} mal_kern_op;
+
 /* What to create an instance with. */
 typedef struct {
     mal_dtype compute; /* compute dtype (MAL_F32) */
@@ -218,6 +265,7 @@ struct mal_kernels {
     void *impl;           /* backend state (queue, handles, workspace) */
     struct mal_kern_host_pool *host_pool; /* pinned buffers (kernels/hostpool.c) */
     struct mal_kern_mem *mem;             /* the memory accountant (kernels/memacct.c) */
+    unsigned long long counts[MAL_KOP_N]; /* the wrappers' counts (mal_kern_counts_get) */
 };
 
 struct mal_kernels_ops {
@@ -239,6 +287,10 @@ struct mal_kernels_ops {
     void (*host_free)(mal_kern k, void *p);
     /* bytes of device buffer x = 0 (queued). */
     void (*zero)(mal_kern k, void *x, size_t bytes);
+    /* Optional (NULL: mal_kern_zero_multi calls zero per buffer).  bytes[i]
+     * of device buffer bufs[i] = 0 for each of `count` buffers (queued),
+     * in as few launches as the backend can. */
+    void (*zero_multi)(mal_kern k, void *const *bufs, const size_t *bytes, int count);
     /* Strided 2-D copy (queued), cudaMemcpy2DAsync's semantics: `rows` runs
      * of `width` bytes, the i-th from src + i*spitch to dst + i*dpitch
      * (pitches >= width when rows > 1).  `kind` says which side is device
@@ -337,6 +389,10 @@ struct mal_kernels_ops {
      * no host sync).  The caller reads acc once, after all its runs. */
     void (*sumsq)(mal_kern k, double *acc, const float *x, size_t rows, size_t width,
                   size_t pitch);
+    /* Optional (NULL: mal_kern_sumsq_multi calls sumsq per run).  sumsq
+     * of each of `count` runs in turn, in as few launches as the backend
+     * can: acc gets the same bits as from those sumsq calls. */
+    void (*sumsq_multi)(mal_kern k, double *acc, const mal_kern_run *runs, int count);
 
     /* --- embedding ------------------------------------------------------ */
     /* The table holds rows [v0, v0 + Vl) of a vocabulary of V tokens (all
@@ -391,6 +447,15 @@ struct mal_kernels_ops {
     void (*adamw)(mal_kern k, float *param, void *work, const float *grad, float *m, float *v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t);
+    /* Optional (NULL: mal_kern_adamw_multi calls adamw per span).  adamw
+     * on each of `count` disjoint spans of the same buffers (span j:
+     * param + off, work + off (compute dtype), grad + off, m + off,
+     * v + off, n elements, its weight decay; off = spans[j].offset), in as
+     * few launches as the backend can: the same bits as those adamw
+     * calls. */
+    void (*adamw_multi)(mal_kern k, float *param, void *work, const float *grad, float *m, float *v,
+                        const mal_kern_span *spans, int count, float lr, float beta1, float beta2,
+                        float eps, float grad_scale, int t);
     /* work (n, compute dtype) = master (n, fp32): refresh a working copy
      * after the master changed outside the optimizer (initialisation,
      * restore, migration).  Nothing when they alias. */
@@ -556,33 +621,79 @@ void mal_kern_mem_reset_peak(mal_kern k);
 int mal_kern_mem_create(mal_kern k);
 void mal_kern_mem_destroy(mal_kern k);
 
+/* ---- operation counts -------------------------------------------------- */
+
+/* Local, thread-safe.  out[i] = the operations of kind i (mal_kern_op)
+ * that the wrappers below passed to instance k since it was created or
+ * since the last reset; names: mal_kern_op_name. */
+void mal_kern_counts_get(mal_kern k, unsigned long long out[MAL_KOP_N]);
+void mal_kern_counts_reset(mal_kern k);
+/* Local, pure.  "zero", "copy", "sync", ... ("?" out of range). */
+const char *mal_kern_op_name(int op);
+
+/* Relaxed: a count, not an ordering (the MPI data plane's progress thread
+ * waits on the queue too). */
+static inline void mal_kern_count(mal_kern k, mal_kern_op op)
+{
+    __atomic_fetch_add(&k->counts[op], 1ull, __ATOMIC_RELAXED);
+}
+
 /* ---- call-site wrappers ------------------------------------------------- */
 
 static inline void *mal_kern_alloc(mal_kern k, size_t bytes)
 {
     return mal_kern_alloc_as(k, bytes, MAL_MEM_OTHER);
 }
-static inline void mal_kern_zero(mal_kern k, void *x, size_t bytes) { k->ops->zero(k, x, bytes); }
+static inline void mal_kern_zero(mal_kern k, void *x, size_t bytes)
+{
+    mal_kern_count(k, MAL_KOP_ZERO);
+    k->ops->zero(k, x, bytes);
+}
+/* Several buffers zeroed by one operation (counted as one zero): one
+ * launch on a GPU instead of a memset each. */
+static inline void mal_kern_zero_multi(mal_kern k, void *const *bufs, const size_t *bytes,
+                                       int count)
+{
+    mal_kern_count(k, MAL_KOP_ZERO);
+    if (k->ops->zero_multi) {
+        k->ops->zero_multi(k, bufs, bytes, count);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        k->ops->zero(k, bufs[i], bytes[i]);
+}
 static inline void mal_kern_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src,
                                      size_t spitch, size_t width, size_t rows, mal_copy_kind kind)
 {
+    mal_kern_count(k, MAL_KOP_COPY);
     k->ops->memcpy2d(k, dst, dpitch, src, spitch, width, rows, kind);
 }
 /* Contiguous copies: device to device, device to host, host to device. */
 static inline void mal_kern_copy(mal_kern k, void *dst, const void *src, size_t bytes)
 {
+    mal_kern_count(k, MAL_KOP_COPY);
     k->ops->memcpy2d(k, dst, bytes, src, bytes, bytes, 1, MAL_COPY_D2D);
 }
 static inline void mal_kern_to_host(mal_kern k, void *host_dst, const void *src, size_t bytes)
 {
+    mal_kern_count(k, MAL_KOP_COPY);
     k->ops->memcpy2d(k, host_dst, bytes, src, bytes, bytes, 1, MAL_COPY_D2H);
 }
 static inline void mal_kern_from_host(mal_kern k, void *dst, const void *host_src, size_t bytes)
 {
+    mal_kern_count(k, MAL_KOP_COPY);
     k->ops->memcpy2d(k, dst, bytes, host_src, bytes, bytes, 1, MAL_COPY_H2D);
 }
-static inline int mal_kern_sync(mal_kern k) { return k->ops->sync(k); }
-static inline void mal_kern_queue_wait(mal_kern k) { k->ops->queue_wait(k); }
+static inline int mal_kern_sync(mal_kern k)
+{
+    mal_kern_count(k, MAL_KOP_SYNC);
+    return k->ops->sync(k);
+}
+static inline void mal_kern_queue_wait(mal_kern k)
+{
+    mal_kern_count(k, MAL_KOP_QUEUE_WAIT);
+    k->ops->queue_wait(k);
+}
 static inline mal_kern_event *mal_kern_event_create(mal_kern k) { return k->ops->event_create(k); }
 static inline void mal_kern_event_destroy(mal_kern k, mal_kern_event *e)
 {
@@ -594,6 +705,7 @@ static inline void mal_kern_event_record(mal_kern k, mal_kern_event *e)
 }
 static inline double mal_kern_event_elapsed(mal_kern k, mal_kern_event *a, mal_kern_event *b)
 {
+    mal_kern_count(k, MAL_KOP_EVENT_WAIT);
     return k->ops->event_elapsed(k, a, b);
 }
 static inline void *mal_kern_native_queue(mal_kern k) { return k->ops->native_queue(k); }
@@ -606,32 +718,38 @@ static inline int mal_kern_query_device(mal_kern k, mal_kern_device_info *out)
 static inline void mal_kern_matmul_fwd(mal_kern k, void *out, const void *inp, const void *weight,
                                        int N, int C, int OC, int accumulate)
 {
+    mal_kern_count(k, MAL_KOP_MATMUL_FWD);
     k->ops->matmul_fwd(k, out, inp, weight, N, C, OC, accumulate);
 }
 static inline void mal_kern_matmul_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
                                        const void *inp, const void *weight, int N, int C, int OC)
 {
+    mal_kern_count(k, MAL_KOP_MATMUL_BWD);
     k->ops->matmul_bwd(k, dinp, dweight, dout, inp, weight, N, C, OC);
 }
 static inline void mal_kern_rmsnorm_fwd(mal_kern k, void *out, float *rstd, const void *inp,
                                         const void *weight, int N, int C, float eps)
 {
+    mal_kern_count(k, MAL_KOP_RMSNORM_FWD);
     k->ops->rmsnorm_fwd(k, out, rstd, inp, weight, N, C, eps);
 }
 static inline void mal_kern_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
                                         const void *inp, const void *weight, const float *rstd,
                                         int N, int C)
 {
+    mal_kern_count(k, MAL_KOP_RMSNORM_BWD);
     k->ops->rmsnorm_bwd(k, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 static inline void mal_kern_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd,
                                      const mal_rope *rope)
 {
+    mal_kern_count(k, MAL_KOP_ROPE);
     k->ops->rope_fwd(k, x, B, T, H, hd, rope);
 }
 static inline void mal_kern_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd,
                                      const mal_rope *rope)
 {
+    mal_kern_count(k, MAL_KOP_ROPE);
     k->ops->rope_bwd(k, dx, B, T, H, hd, rope);
 }
 static inline void mal_kern_attention_bytes(mal_kern k, int B, int T, int H, int hd,
@@ -643,6 +761,7 @@ static inline void mal_kern_attention_fwd(mal_kern k, void *out, void *saved, co
                                           const void *kk, const void *v, int B, int T,
                                           mal_attn_heads hs, int hd)
 {
+    mal_kern_count(k, MAL_KOP_ATTENTION_FWD);
     k->ops->attention_fwd(k, out, saved, q, kk, v, B, T, hs, hd);
 }
 static inline void mal_kern_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
@@ -650,54 +769,78 @@ static inline void mal_kern_attention_bwd(mal_kern k, void *dq, void *dk, void *
                                           const void *kk, const void *v, const void *saved, int B,
                                           int T, mal_attn_heads hs, int hd)
 {
+    mal_kern_count(k, MAL_KOP_ATTENTION_BWD);
     k->ops->attention_bwd(k, dq, dk, dv, scratch, dout, out, q, kk, v, saved, B, T, hs, hd);
 }
 static inline void mal_kern_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up,
                                        size_t n)
 {
+    mal_kern_count(k, MAL_KOP_SWIGLU_FWD);
     k->ops->swiglu_fwd(k, out, gate, up, n);
 }
 static inline void mal_kern_swiglu_bwd(mal_kern k, void *dgate, void *dup, const void *dout,
                                        const void *gate, const void *up, size_t n)
 {
+    mal_kern_count(k, MAL_KOP_SWIGLU_BWD);
     k->ops->swiglu_bwd(k, dgate, dup, dout, gate, up, n);
 }
 static inline void mal_kern_add(mal_kern k, void *out, const void *a, const void *b, size_t n)
 {
+    mal_kern_count(k, MAL_KOP_ELEMENTWISE);
     k->ops->add(k, out, a, b, n);
 }
 static inline void mal_kern_accumulate(mal_kern k, float *y, const float *x, size_t n)
 {
+    mal_kern_count(k, MAL_KOP_ELEMENTWISE);
     k->ops->accumulate(k, y, x, n);
 }
 static inline void mal_kern_scale(mal_kern k, float *x, size_t n, float s)
 {
+    mal_kern_count(k, MAL_KOP_ELEMENTWISE);
     k->ops->scale(k, x, n, s);
 }
 static inline void mal_kern_sumsq(mal_kern k, double *acc, const float *x, size_t rows,
                                   size_t width, size_t pitch)
 {
+    mal_kern_count(k, MAL_KOP_SUMSQ);
     k->ops->sumsq(k, acc, x, rows, width, pitch);
+}
+/* The runs in as few launches as the backend can, else sumsq per run
+ * (the same bits either way; counted as one operation). */
+static inline void mal_kern_sumsq_multi(mal_kern k, double *acc, const mal_kern_run *runs,
+                                        int count)
+{
+    mal_kern_count(k, MAL_KOP_SUMSQ_MULTI);
+    if (k->ops->sumsq_multi) {
+        k->ops->sumsq_multi(k, acc, runs, count);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        k->ops->sumsq(k, acc, runs[i].x, runs[i].rows, runs[i].width, runs[i].pitch);
 }
 static inline void mal_kern_embedding_fwd(mal_kern k, void *out, const int *tokens,
                                           const void *wte, int N, int C, int V, int v0, int Vl)
 {
+    mal_kern_count(k, MAL_KOP_EMBEDDING_FWD);
     k->ops->embedding_fwd(k, out, tokens, wte, N, C, V, v0, Vl);
 }
 static inline void mal_kern_embedding_bwd(mal_kern k, float *dwte, const void *dout,
                                           const int *tokens, int N, int C, int v0, int Vl)
 {
+    mal_kern_count(k, MAL_KOP_EMBEDDING_BWD);
     k->ops->embedding_bwd(k, dwte, dout, tokens, N, C, v0, Vl);
 }
 static inline void mal_kern_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits,
                                          const void *logits, const int *targets, int N, int V,
                                          float dscale)
 {
+    mal_kern_count(k, MAL_KOP_XENT);
     k->ops->xent_fwd_bwd(k, losses, dlogits, logits, targets, N, V, dscale);
 }
 static inline void mal_kern_xent_stats(mal_kern k, float *stats, const void *logits,
                                        const int *targets, int N, int Vl, int v0)
 {
+    mal_kern_count(k, MAL_KOP_XENT);
     k->ops->xent_stats(k, stats, logits, targets, N, Vl, v0);
 }
 static inline void mal_kern_xent_combine(mal_kern k, float *losses, void *dlogits,
@@ -705,20 +848,48 @@ static inline void mal_kern_xent_combine(mal_kern k, float *losses, void *dlogit
                                          const int *targets, int N, int Vl, int v0, int V,
                                          float dscale)
 {
+    mal_kern_count(k, MAL_KOP_XENT);
     k->ops->xent_combine(k, losses, dlogits, logits, all, P, targets, N, Vl, v0, V, dscale);
 }
 static inline void mal_kern_adamw(mal_kern k, float *param, void *work, const float *grad,
                                   float *m, float *v, size_t n, float lr, float beta1, float beta2,
                                   float eps, float weight_decay, float grad_scale, int t)
 {
+    mal_kern_count(k, MAL_KOP_ADAMW);
     k->ops->adamw(k, param, work, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
                   t);
+}
+/* AdamW on each span in as few launches as the backend can, else adamw
+ * per span (the same bits either way; counted as one operation).  `work`:
+ * the working copy, whose element size is the instance's compute dtype
+ * (NULL or == param when it aliases the master). */
+static inline void mal_kern_adamw_multi(mal_kern k, float *param, void *work, const float *grad,
+                                        float *m, float *v, const mal_kern_span *spans, int count,
+                                        float lr, float beta1, float beta2, float eps,
+                                        float grad_scale, int t)
+{
+    mal_kern_count(k, MAL_KOP_ADAMW_MULTI);
+    if (k->ops->adamw_multi) {
+        k->ops->adamw_multi(k, param, work, grad, m, v, spans, count, lr, beta1, beta2, eps,
+                            grad_scale, t);
+        return;
+    }
+    const size_t esz = mal_dtype_bytes(k->compute);
+    for (int i = 0; i < count; i++) {
+        const size_t o = spans[i].offset;
+        void *w = !work                   ? NULL
+                  : work == (void *)param ? (void *)(param + o)
+                                          : (void *)((char *)work + o * esz);
+        k->ops->adamw(k, param + o, w, grad + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                      spans[i].weight_decay, grad_scale, t);
+    }
 }
 /* ops->slowdown where the backend has it (mal_kern_has_slowdown). */
 static inline int mal_kern_has_slowdown(mal_kern k) { return k->ops->slowdown != NULL; }
 static inline int mal_kern_slowdown(mal_kern k, double rate) { return k->ops->slowdown(k, rate); }
 static inline void mal_kern_cast_working(mal_kern k, void *work, const float *master, size_t n)
 {
+    mal_kern_count(k, MAL_KOP_CAST);
     k->ops->cast_working(k, work, master, n);
 }
 

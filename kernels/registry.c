@@ -103,3 +103,47 @@ void mal_kern_destroy(mal_kern k)
     mal_kern_mem_destroy(k);
     if (b) b->destroy(k);
 }
+
+/* ---- operation counts (kernels.h) ------------------------------------- */
+
+void mal_kern_counts_get(mal_kern k, unsigned long long out[MAL_KOP_N])
+{
+    for (int i = 0; i < MAL_KOP_N; i++)
+        out[i] = __atomic_load_n(&k->counts[i], __ATOMIC_RELAXED);
+}
+
+void mal_kern_counts_reset(mal_kern k)
+{
+    for (int i = 0; i < MAL_KOP_N; i++)
+        __atomic_store_n(&k->counts[i], 0ull, __ATOMIC_RELAXED);
+}
+
+const char *mal_kern_op_name(int op)
+{
+    static const char *const names[MAL_KOP_N] = {
+        [MAL_KOP_ZERO] = "zero",
+        [MAL_KOP_COPY] = "copy",
+        [MAL_KOP_SYNC] = "sync",
+        [MAL_KOP_QUEUE_WAIT] = "queue_wait",
+        [MAL_KOP_EVENT_WAIT] = "event_wait",
+        [MAL_KOP_MATMUL_FWD] = "matmul_fwd",
+        [MAL_KOP_MATMUL_BWD] = "matmul_bwd",
+        [MAL_KOP_RMSNORM_FWD] = "rmsnorm_fwd",
+        [MAL_KOP_RMSNORM_BWD] = "rmsnorm_bwd",
+        [MAL_KOP_ROPE] = "rope",
+        [MAL_KOP_ATTENTION_FWD] = "attention_fwd",
+        [MAL_KOP_ATTENTION_BWD] = "attention_bwd",
+        [MAL_KOP_SWIGLU_FWD] = "swiglu_fwd",
+        [MAL_KOP_SWIGLU_BWD] = "swiglu_bwd",
+        [MAL_KOP_ELEMENTWISE] = "elementwise",
+        [MAL_KOP_EMBEDDING_FWD] = "embedding_fwd",
+        [MAL_KOP_EMBEDDING_BWD] = "embedding_bwd",
+        [MAL_KOP_XENT] = "xent",
+        [MAL_KOP_SUMSQ] = "sumsq",
+        [MAL_KOP_SUMSQ_MULTI] = "sumsq_multi",
+        [MAL_KOP_ADAMW] = "adamw",
+        [MAL_KOP_ADAMW_MULTI] = "adamw_multi",
+        [MAL_KOP_CAST] = "cast_working",
+    };
+    return op >= 0 && op < MAL_KOP_N && names[op] ? names[op] : "?";
+}

@@ -835,14 +835,19 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
     void *d0 = m->d_res0, *d1 = m->d_res1;
     const size_t e = m->esz;
 
+    /* Each block zeroes the gradients it accumulates into with one
+     * operation (one launch on a GPU, not a memset each): none of them is
+     * read between that zero and its first accumulation, and each was last
+     * read before it (the queue runs in order). */
     if (m->part.has_head) {
         void *x = a->res[m->n_local_layers];
-        mal_kern_zero(k, m->d_h, NC * e);
+        void *const hz[] = {m->d_h, d0};
+        const size_t hzb[] = {NC * e, NC * e};
+        mal_kern_zero_multi(k, hz, hzb, 2);
         mal_kern_matmul_bwd(k, m->d_h, m->g.lm_head, a->logits, a->hf, m->w.lm_head, N, C, Vl);
         /* each rank's vocabulary rows gave part of the final norm's
          * output gradient */
         if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
-        mal_kern_zero(k, d0, NC * e);
         mal_kern_rmsnorm_bwd(k, d0, m->g.final_norm, m->d_h, x, m->w.final_norm, a->rstdf, N, C);
         if ((rc = grad_ready(m, c->n_layers))) return rc;
     } else {
@@ -853,13 +858,12 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         const mal_layer_views *w = &m->w.layer[l];
         mal_layer_views *gw = &m->g.layer[l];
         /* MLP block: y = mid + swiglu(h2 W1^T, h2 W3^T) W2^T */
+        void *const mz[] = {m->d_s, m->d_g, m->d_u, m->d_h};
+        const size_t mzb[] = {(size_t)N * F * e, (size_t)N * F * e, (size_t)N * F * e, NC * e};
         mal_kern_copy(k, d1, d0, NC * e);
-        mal_kern_zero(k, m->d_s, (size_t)N * F * e);
+        mal_kern_zero_multi(k, mz, mzb, 4);
         mal_kern_matmul_bwd(k, m->d_s, gw->w2, d0, a->s[l], w->w2, N, F, C);
-        mal_kern_zero(k, m->d_g, (size_t)N * F * e);
-        mal_kern_zero(k, m->d_u, (size_t)N * F * e);
         mal_kern_swiglu_bwd(k, m->d_g, m->d_u, m->d_s, a->g[l], a->u[l], (size_t)N * F);
-        mal_kern_zero(k, m->d_h, NC * e);
         mal_kern_matmul_bwd(k, m->d_h, gw->w1, m->d_g, a->h2[l], w->w1, N, C, F);
         mal_kern_matmul_bwd(k, m->d_h, gw->w3, m->d_u, a->h2[l], w->w3, N, C, F);
         /* Column-parallel input: each TP rank saw only its FFN columns. */
@@ -867,17 +871,17 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, a->mid[l], w->mlp_norm, a->rstd2[l], N,
                              C);
 
-        /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T */
-        mal_kern_zero(k, m->d_ao, (size_t)N * A * e);
+        /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T
+         * (d_h was last read by the norm's backward just above) */
+        void *const az[] = {m->d_ao, m->d_q, m->d_k, m->d_v, m->d_h};
+        const size_t azb[] = {(size_t)N * A * e, (size_t)N * A * e, (size_t)N * AK * e,
+                              (size_t)N * AK * e, NC * e};
+        mal_kern_zero_multi(k, az, azb, 5);
         mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, a->ao[l], w->wo, N, A, C);
-        mal_kern_zero(k, m->d_q, (size_t)N * A * e);
-        mal_kern_zero(k, m->d_k, (size_t)N * AK * e);
-        mal_kern_zero(k, m->d_v, (size_t)N * AK * e);
         mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->ao[l], a->q[l],
                                a->k[l], a->v[l], a->att[l], B, T, m->heads, hd);
         mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, &m->rope);
         mal_kern_rope_bwd(k, m->d_k, B, T, Kl, hd, &m->rope);
-        mal_kern_zero(k, m->d_h, NC * e);
         /* A key/value head replicated over TP ranks gets here only the
          * gradient from this rank's query heads (d_k, d_v partial): the
          * sum over the replicas is the gradient sync's (gradsync.c); its

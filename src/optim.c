@@ -2,6 +2,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 mal_optim_config mal_optim_defaults(void)
 {
@@ -29,13 +30,22 @@ float mal_optim_clip_scale(const mal_optim_config *oc, double grad_norm)
 void mal_optim_update(mal_model *m, const mal_optim_config *oc, int64_t step, float lr,
                       float grad_scale)
 {
-    for (int i = 0; i < m->n_tensors; i++) {
-        const mal_tensor_info *t = &m->tensors[i];
-        /* the working copy is refreshed in the same pass (nothing to do
-         * when it is the master itself) */
-        mal_kern_adamw(m->k, m->params + t->offset, (char *)m->work + t->offset * m->esz,
-                       m->grads + t->offset, m->adam_m + t->offset, m->adam_v + t->offset, t->n,
-                       lr, oc->beta1, oc->beta2, oc->eps, t->decay ? oc->weight_decay : 0.0f,
-                       grad_scale, (int)(step + 1));
+    /* One multi-tensor operation over every tensor (the parameters,
+     * gradients and moments share the tensors' offsets): a launch or two
+     * on a GPU instead of one per tensor, the same bits.  The working copy
+     * is refreshed in the same pass (nothing to do when it is the master
+     * itself).  Without memory for the table, one tensor at a time. */
+    mal_kern_span one, *sp = malloc((size_t)(m->n_tensors > 0 ? m->n_tensors : 1) * sizeof *sp);
+    const int per_call = sp ? m->n_tensors : 1;
+    for (int i0 = 0; i0 < m->n_tensors; i0 += per_call) {
+        mal_kern_span *tab = sp ? sp : &one;
+        for (int i = 0; i < per_call; i++) {
+            const mal_tensor_info *t = &m->tensors[i0 + i];
+            tab[i] = (mal_kern_span){t->offset, t->n, t->decay ? oc->weight_decay : 0.0f};
+        }
+        mal_kern_adamw_multi(m->k, m->params, m->work, m->grads, m->adam_m, m->adam_v, tab,
+                             per_call, lr, oc->beta1, oc->beta2, oc->eps, grad_scale,
+                             (int)(step + 1));
     }
+    free(sp);
 }

@@ -12,6 +12,9 @@ TESTS += tests/check_streams.sh
 
 check_PROGRAMS += tests/test_model_grad tests/test_train
 TESTS += tests/test_model_grad tests/test_train
+# What a training step asks of the kernel table (launches, memsets, drains).
+check_PROGRAMS += tests/test_kern_counts
+TESTS += tests/test_kern_counts
 dist_check_SCRIPTS += tests/test_cli.sh
 TESTS += tests/test_cli.sh
 

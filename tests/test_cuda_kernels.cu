@@ -527,6 +527,192 @@ static void test_adamw(int bf, size_t n)
     check(what, work.d(), tod(p), bf ? 4e-3 : 0);
 }
 
+/* ---- multi-tensor AdamW and sum of squares ------------------------------ */
+
+/* got's bits are want's (memcmp), reported through check() with tolerance
+ * 0 so that the passes' bit comparison sees them too. */
+template <typename V> static void check_bits(const char *what, const V &got, const V &want)
+{
+    const int same = got.size() == want.size() &&
+                     !memcmp(got.data(), want.data(), got.size() * sizeof(got[0]));
+    if (!same) {
+        printf("%s: the bits differ from the per-tensor kernels'   <-- FAIL\n", what);
+        failures++;
+    }
+}
+
+/* Spans of one slab as the optimizer passes them: tensors at 16-float
+ * offsets with and without decay, some touching (merged by the launcher),
+ * some apart, an empty one, one at an odd offset (no 16-byte path), more
+ * than a launch's table holds.  mal_cu_adamw_multi must give the bits of
+ * mal_cu_adamw on each span, and leave the gaps alone. */
+static void test_adamw_multi(int bf)
+{
+    std::vector<mal_cu_span> sp;
+    size_t off = 0;
+    for (int j = 0; j < 2 * MAL_CU_ADAMW_MT + 37; j++) {
+        const size_t n = j % 7 == 3 ? 0 : j % 5 == 0 ? 1 + (size_t)(urand() * 3000) : 16 + j % 41;
+        const float wd = j % 3 == 0 ? 0.0f : 0.1f;
+        if (j % 4 == 1) off += 16;      /* a gap */
+        if (j == 11) off += 3;          /* an odd offset */
+        sp.push_back({off, n, wd});
+        off += n;
+        if (j % 2) off = (off + 15) & ~(size_t)15; /* the model's 16-float start */
+    }
+    const size_t total = off + 16;
+    mvec<float> p = frand(total, 1), g = frand(total, 1), m = frand(total, 0.1), v(total);
+    for (auto &x : v) x = (float)(0.01 * urand());
+    mvec<float> p2 = p, g2 = g, m2 = m, v2 = v;
+    buf w(total, bf), w2(total, bf);
+    w.randn(1);
+    w2 = w;
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.7f;
+    const float ibc1 = (float)(1.0 / (1.0 - pow(0.9, 5))), ibc2 = (float)(1.0 / (1.0 - pow(0.95, 5)));
+    for (const mal_cu_span &x : sp)
+        mal_cu_adamw(0, bf, p.data() + x.off,
+                     bf ? (void *)(w.h.data() + x.off) : (void *)(w.f.data() + x.off),
+                     g.data() + x.off, m.data() + x.off, v.data() + x.off, x.n, lr, b1, b2, eps,
+                     x.weight_decay, gs, ibc1, ibc2);
+    const int launches = mal_cu_adamw_multi(0, bf, p2.data(), w2.p(), g2.data(), m2.data(),
+                                            v2.data(), sp.data(), (int)sp.size(), lr, b1, b2, eps,
+                                            gs, ibc1, ibc2);
+    settle();
+    char what[96];
+    snprintf(what, sizeof what, "adamw multi-tensor param %s (%zu spans)", dt(bf), sp.size());
+    check(what, tod(p2), tod(p), 0);
+    check_bits(what, p2, p);
+    check_bits("adamw multi-tensor m", m2, m);
+    check_bits("adamw multi-tensor v", v2, v);
+    check_bits("adamw multi-tensor grad (read only)", g2, g);
+    if (bf) check_bits("adamw multi-tensor working copy", w2.h, w.h);
+    else check_bits("adamw multi-tensor working copy", w2.f, w.f);
+    /* the spans that cannot merge, MAL_CU_ADAMW_MT to a launch */
+    int entries = 0;
+    const mal_cu_span *last = NULL;
+    for (const mal_cu_span &x : sp) {
+        if (!x.n) continue;
+        if (!last || last->off + last->n != x.off || last->weight_decay != x.weight_decay) entries++;
+        last = &x;
+    }
+    const int want = (entries + MAL_CU_ADAMW_MT - 1) / MAL_CU_ADAMW_MT;
+    if (launches != want) {
+        printf("adamw multi-tensor: %d launches for %d spans, expected %d   <-- FAIL\n", launches,
+               entries, want);
+        failures++;
+    }
+    if (pass == 0) printf("adamw multi-tensor: %zu spans (%d after merging) in %d launches\n",
+                          sp.size(), entries, launches);
+    /* no working copy (fp32 aliasing the master) */
+    mal_cu_adamw_multi(0, bf, p2.data(), NULL, g2.data(), m2.data(), v2.data(), sp.data(),
+                       (int)sp.size(), lr, b1, b2, eps, gs, ibc1, ibc2);
+    for (const mal_cu_span &x : sp)
+        mal_cu_adamw(0, bf, p.data() + x.off, NULL, g.data() + x.off, m.data() + x.off,
+                     v.data() + x.off, x.n, lr, b1, b2, eps, x.weight_decay, gs, ibc1, ibc2);
+    settle();
+    check_bits("adamw multi-tensor param, no working copy", p2, p);
+}
+
+/* Several buffers zeroed by one launch (the backward's activation
+ * gradients): every byte of each buffer zero, every byte around them
+ * untouched, at any alignment and length (the 16-byte stores start at the
+ * first boundary), more buffers than a launch's table holds. */
+static void test_zero_multi(void)
+{
+    const int nb = MAL_CU_ZERO_MT + 9;
+    std::vector<size_t> off(nb), len(nb);
+    size_t at = 16;
+    for (int j = 0; j < nb; j++) {
+        const size_t sizes[] = {0, 1, 15, 16, 17, 255, 4096, 16383, 16384, 16385, 40000};
+        len[j] = sizes[j % 11] + (j % 4 == 3 ? (size_t)(urand() * 100) : 0);
+        off[j] = at + (j % 5); /* 0..4 bytes past a 16-byte boundary */
+        at = (off[j] + len[j] + 16 + 15) & ~(size_t)15;
+    }
+    mvec<unsigned char> mem(at + 16, 0xab);
+    std::vector<unsigned char> want(mem.begin(), mem.end());
+    std::vector<void *> bufs(nb);
+    for (int j = 0; j < nb; j++) {
+        bufs[j] = mem.data() + off[j];
+        memset(want.data() + off[j], 0, len[j]);
+    }
+    const int launches = mal_cu_zero_multi(0, bufs.data(), len.data(), nb);
+    settle();
+    size_t bad = 0;
+    for (size_t i = 0; i < mem.size(); i++) bad += mem[i] != want[i];
+    int nonzero = 0;
+    for (int j = 0; j < nb; j++) nonzero += len[j] > 0;
+    const int wl = (nonzero + MAL_CU_ZERO_MT - 1) / MAL_CU_ZERO_MT;
+    dvec got(1, (double)bad);
+    check("zero multi-buffer: bytes not as expected", got, dvec(1, 0.0), 0);
+    if (launches != wl) {
+        printf("zero multi-buffer: %d launches for %d buffers, expected %d   <-- FAIL\n", launches,
+               nonzero, wl);
+        failures++;
+    }
+    if (pass == 0) printf("zero multi-buffer: %d buffers in %d launches\n", nb, launches);
+}
+
+/* The runs of the gradient norm (whole tensors, column shards of
+ * row-major matrices, empty ones) in tables of `cap` runs (the launcher's
+ * own capacity, or a small one that takes several tables: the emulation
+ * runs every block of every run, so the count stays small):
+ * mal_cu_sumsq_multi must give acc the bits of mal_cu_sumsq on each run
+ * in turn. */
+static void test_sumsq_multi(int count, unsigned cap)
+{
+    const size_t total = 60000;
+    mvec<float> x = frand(total, 1);
+    std::vector<mal_cu_run> runs;
+    for (int j = 0; j < count; j++) {
+        mal_cu_run r;
+        r.rows = j % 9 == 4 ? 0 : j % 3 == 0 ? 1 + j % 13 : 1;
+        r.width = 1 + (size_t)(urand() * (j % 7 == 0 ? 3000 : 200));
+        r.pitch = r.rows > 1 && j % 2 ? r.width + 1 + j % 5 : r.width;
+        const size_t span = r.rows ? (r.rows - 1) * r.pitch + r.width : 0;
+        r.x = x.data() + (size_t)(urand() * (double)(total - span - 1));
+        runs.push_back(r);
+    }
+    mvec<double> a1(1, 1.25), a2(1, 1.25);
+    mvec<char> s1(mal_cu_sumsq_scratch_bytes()), s2(mal_cu_sumsq_multi_scratch_bytes());
+    for (const mal_cu_run &r : runs)
+        mal_cu_sumsq(0, a1.data(), r.x, r.rows, r.width, r.pitch, s1.data());
+    const int launches = sumsq_multi_cap(0, a2.data(), runs.data(), count, s2.data(), cap);
+    settle();
+    double want = 1.25;
+    for (const mal_cu_run &r : runs)
+        for (size_t i = 0; i < r.rows; i++)
+            for (size_t c = 0; c < r.width; c++) want += (double)r.x[i * r.pitch + c] * r.x[i * r.pitch + c];
+    char what[96];
+    snprintf(what, sizeof what, "sumsq multi-tensor, %d runs by %u (float64)", count, cap);
+    check(what, dvec(1, a2[0]), dvec(1, want), 1e-12);
+    check_bits("sumsq multi-tensor (against the per-run kernels)", a2, a1);
+    int nonempty = 0;
+    for (const mal_cu_run &r : runs) nonempty += r.rows && r.width;
+    const int wl = 2 * (int)((nonempty + cap - 1) / cap);
+    if (launches != wl) {
+        printf("sumsq multi-tensor: %d launches for %d runs, expected %d   <-- FAIL\n", launches,
+               nonempty, wl);
+        failures++;
+    }
+    if (pass == 0) printf("sumsq multi-tensor: %d runs in %d launches (per run: %d)\n", count,
+                          launches, 2 * nonempty);
+}
+
+/* The run sums are added to acc in run order: from 0, four runs of
+ * 2^-54 then one of 1 give 1 + 2^-52; 1 first would swallow each 2^-54
+ * (under half an ulp of 1) and give 1. */
+static void test_sumsq_multi_order(void)
+{
+    mvec<float> x(5, 0x1p-27f);
+    x[4] = 1.0f;
+    std::vector<mal_cu_run> runs;
+    for (int j = 0; j < 5; j++) runs.push_back({x.data() + j, 1, 1, 1});
+    mvec<double> acc(1, 0.0);
+    mvec<char> scr(mal_cu_sumsq_multi_scratch_bytes());
+    mal_cu_sumsq_multi(0, acc.data(), runs.data(), 5, scr.data());
+    settle();
+    check("sumsq multi-tensor adds the runs in order", dvec(1, acc[0]), dvec(1, 1.0 + 0x1p-52), 0);
+}
+
 /* ---- attention --------------------------------------------------------- */
 
 struct att_ref {
@@ -936,7 +1122,9 @@ static void run_kernels(void)
         test_xent_vp(bf, 5, 1000, 1);
         test_xent_vp(bf, 4, 259, 8); /* uneven shards */
         test_adamw(bf, 1001);
+        test_adamw_multi(bf);
     }
+    test_zero_multi();
     test_fp32_vec(4099, 0);
     test_fp32_vec(1000, 3);
     test_attention_limits();
@@ -950,6 +1138,11 @@ static void run_big(void)
     test_attention_sampled(1024, l3, 64);      /* llama3-1b (T 1024: 4 heads) */
     test_attention_sampled(640, mha(1), 104);  /* the 32b preset's head dimension */
     test_attention_grid_z();
+    /* every block of every run under the emulation: once (the reduction's
+     * thread orders are sumsq_k's, checked in both passes) */
+    test_sumsq_multi(13, 4);
+    test_sumsq_multi(12, MAL_CU_SUMSQ_MT);
+    test_sumsq_multi_order();
 }
 
 int main(void)

@@ -447,6 +447,101 @@ static void test_adamw(void)
     free(p), free(g), free(m), free(v), free(pn);
 }
 
+/* The multi-tensor operations against the per-tensor ones on the same
+ * instance: the same bits (AdamW over the spans of one slab, mixed weight
+ * decay, gaps, merged neighbours; the sum of squares over whole, strided
+ * and empty runs), and AdamW's against the CPU oracle. */
+static void test_multi_tensor(void)
+{
+    enum { NS = 40 };
+    mal_kern_span sp[NS];
+    size_t off = 0;
+    for (int j = 0; j < NS; j++) {
+        size_t n = j % 9 == 4 ? 0 : 16 + (size_t)(urand() * (j % 6 == 0 ? 5000 : 300));
+        sp[j] = (mal_kern_span){off, n, j % 3 == 0 ? 0.0f : 0.1f};
+        off += n;
+        if (j % 2) off = (off + 15) & ~(size_t)15;
+        if (j % 5 == 1) off += 16;
+    }
+    const size_t n = off + 16;
+    int save = bf;
+    bf = 0;
+    float *p = rnd(n, 1), *g = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f), *w0 = rnd(n, 1);
+    bf = save;
+    for (size_t i = 0; i < n; i++)
+        v[i] = v[i] * v[i];
+    /* two copies on the GPU (multi, per tensor) and one on the CPU */
+    arg P = A(p, n, 0), Gr = A(g, n, 0), M = A(m, n, 0), Vv = A(v, n, 0), W = A(w0, n, 1);
+    arg P2 = A(p, n, 0), M2 = A(m, n, 0), V2 = A(v, n, 0), W2 = A(w0, n, 1);
+    const size_t es = G->compute == MAL_BF16 ? 2 : 4;
+    mal_kern_adamw_multi(G, P.g, W.g, Gr.g, M.g, Vv.g, sp, NS, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.7f, 5);
+    mal_kern_adamw_multi(C, P.c, W.c, Gr.c, M.c, Vv.c, sp, NS, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.7f, 5);
+    for (int j = 0; j < NS; j++) {
+        const size_t o = sp[j].offset;
+        mal_kern_adamw(G, (float *)P2.g + o, (char *)W2.g + o * es, (float *)Gr.g + o,
+                       (float *)M2.g + o, (float *)V2.g + o, sp[j].n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                       sp[j].weight_decay, 0.7f, 5);
+    }
+    cmp_arg("adamw multi-tensor param (against the CPU)", &P, 1e-6, 1e-6);
+    cmp_arg("adamw multi-tensor working copy (against the CPU)", &W, 1e-6, 4e-3);
+    const struct {
+        const char *what;
+        void *a, *b;
+        int cd;
+    } same[] = {{"param", P.g, P2.g, 0},
+                {"m", M.g, M2.g, 0},
+                {"v", Vv.g, V2.g, 0},
+                {"working copy", W.g, W2.g, 1}};
+    for (int i = 0; i < 4; i++) {
+        float *a = down(G, same[i].a, n, same[i].cd), *b = down(G, same[i].b, n, same[i].cd);
+        const int ok = !memcmp(a, b, n * sizeof *a);
+        printf("adamw multi-tensor %-12s the per-tensor bits: %s\n", same[i].what,
+               ok ? "same" : "DIFFER   <-- FAIL");
+        failures += !ok;
+        free(a), free(b);
+    }
+    /* the norm's runs: every span, a strided view, an empty run */
+    mal_kern_run runs[NS + 2];
+    int nr = 0;
+    for (int j = 0; j < NS; j++)
+        runs[nr++] = (mal_kern_run){(float *)Gr.g + sp[j].offset, 1, sp[j].n, sp[j].n};
+    runs[nr++] = (mal_kern_run){(const float *)Gr.g + 5, 37, 200, 261};
+    runs[nr++] = (mal_kern_run){(const float *)Gr.g, 0, 10, 10};
+    double z = 0.25, h1 = 0, h2 = 0;
+    double *a1 = mal_kern_alloc(G, 8), *a2 = mal_kern_alloc(G, 8);
+    mal_kern_from_host(G, a1, &z, 8);
+    mal_kern_from_host(G, a2, &z, 8);
+    mal_kern_sumsq_multi(G, a1, runs, nr);
+    for (int j = 0; j < nr; j++)
+        mal_kern_sumsq(G, a2, runs[j].x, runs[j].rows, runs[j].width, runs[j].pitch);
+    mal_kern_to_host(G, &h1, a1, 8);
+    mal_kern_to_host(G, &h2, a2, 8);
+    CHECK_OK(mal_kern_sync(G));
+    const int ok = !memcmp(&h1, &h2, sizeof h1);
+    printf("sumsq multi-tensor: %.17g, per run %.17g: %s\n", h1, h2,
+           ok ? "the same bits" : "DIFFER   <-- FAIL");
+    failures += !ok;
+    mal_kern_free(G, a1), mal_kern_free(G, a2);
+    /* several buffers zeroed by one operation: views of Gr at odd byte
+     * offsets and lengths; the bytes between them untouched */
+    {
+        float *before = down(G, Gr.g, n, 0), *after;
+        void *const zb[] = {(char *)Gr.g + 3, (char *)Gr.g + 1000, (char *)Gr.g + 20000};
+        const size_t zn[] = {70, 16385, 7};
+        mal_kern_zero_multi(G, zb, zn, 3);
+        after = down(G, Gr.g, n, 0);
+        unsigned char *b = (unsigned char *)before, *a = (unsigned char *)after;
+        for (int i = 0; i < 3; i++)
+            memset(b + ((char *)zb[i] - (char *)Gr.g), 0, zn[i]);
+        const int zok = !memcmp(a, b, n * sizeof(float));
+        printf("zero of several buffers: %s\n", zok ? "ok" : "WRONG BYTES   <-- FAIL");
+        failures += !zok;
+        free(before), free(after);
+    }
+    drop(&P), drop(&Gr), drop(&M), drop(&Vv), drop(&W), drop(&P2), drop(&M2), drop(&V2), drop(&W2);
+    free(p), free(g), free(m), free(v), free(w0);
+}
+
 static void CUDART_CB stall_200ms(void *unused)
 {
     (void)unused;
@@ -579,6 +674,7 @@ int main(void)
         test_attention_refused(258);
         test_attention_refused(7);
         test_adamw();
+        test_multi_tensor();
         CHECK_OK(mal_kern_sync(G));
         mal_kern_destroy(G);
     }

@@ -70,11 +70,11 @@ typedef __nv_bfloat16 bf16;
 
 struct shape {
     const char *name;
-    int B, T, C, H, hd, F, V;
+    int B, T, C, H, hd, F, V, L;
 };
 /* bench/presets.py's 124m and 1b at their benchmark batches */
-static const shape SHAPES[] = {{"124m", 16, 1024, 768, 12, 64, 2048, 32000},
-                               {"1b", 8, 2048, 2048, 16, 128, 5632, 32000}};
+static const shape SHAPES[] = {{"124m", 16, 1024, 768, 12, 64, 2048, 32000, 12},
+                               {"1b", 8, 2048, 2048, 16, 128, 5632, 32000, 16}};
 
 static int only_attention;   /* --attention */
 static mal_kern K;           /* the cuda instance (bf16) */
@@ -534,6 +534,119 @@ static void bench_elementwise(const shape &s)
     drop(y), drop(x), drop(w), drop(p), drop(g), drop(m), drop(v);
 }
 
+/* The optimizer and the gradient norm over the model's whole tensor list
+ * (the preset's tensors at 16-float offsets of one slab, as src/model.c
+ * lays them out): one kernel per tensor, as the step ran them first,
+ * against the multi-tensor kernels that replace them; the same bits
+ * (sampled for AdamW: every element of the two results is computed by
+ * the same expressions, so the samples compare with tolerance 0). */
+static void bench_optimizer(const shape &s)
+{
+    std::vector<mal_cu_span> sp;
+    size_t off = 0;
+    auto add = [&](size_t n, float wd) {
+        sp.push_back({off, n, wd});
+        off = (off + n + 15) & ~(size_t)15;
+    };
+    const size_t C = s.C, F = s.F, V = s.V;
+    add(V * C, 0.1f); /* token embedding */
+    for (int l = 0; l < s.L; l++) {
+        add(C, 0.0f);
+        for (int j = 0; j < 4; j++) add(C * C, 0.1f); /* wq wk wv wo */
+        add(C, 0.0f);
+        for (int j = 0; j < 3; j++) add(C * F, 0.1f); /* w1 w2 w3 */
+    }
+    add(C, 0.0f);     /* final norm */
+    add(V * C, 0.1f); /* lm head */
+    const size_t np = off;
+    std::vector<mal_cu_run> runs;
+    for (const mal_cu_span &x : sp) runs.push_back({nullptr, 1, x.n, x.n});
+    dbuf g = make(np, 0, 61, 1.0f);
+    for (size_t j = 0; j < runs.size(); j++) runs[j].x = (const float *)g.d + sp[j].off;
+    double *acc = (double *)mal_kern_alloc(K, 2 * sizeof(double));
+    void *scr = mal_kern_alloc(K, mal_cu_sumsq_multi_scratch_bytes());
+    auto per_tensor = [&] {
+        for (const mal_cu_run &r : runs) mal_cu_sumsq(S, acc, r.x, 1, r.width, r.width, scr);
+    };
+    auto multi = [&] { mal_cu_sumsq_multi(S, acc + 1, runs.data(), (int)runs.size(), scr); };
+    CU(cudaMemsetAsync(acc, 0, 2 * sizeof(double), S));
+    per_tensor();
+    multi();
+    double got[2];
+    CU(cudaMemcpyAsync(got, acc, sizeof got, cudaMemcpyDeviceToHost, S));
+    CU(cudaStreamSynchronize(S));
+    errs eq;
+    eq.add(got[1], got[0]);
+    char name[64];
+    snprintf(name, sizeof name, "sumsq x%zu tensors", runs.size());
+    row(name, s, time_us(per_tensor), 0, 4.0 * np, eq, 0);
+    row("sumsq multi-tensor", s, time_us(multi), 0, 4.0 * np, eq, 0);
+    mal_kern_free(K, acc), mal_kern_free(K, scr);
+    /* AdamW: two copies of the state, one stepped per tensor, one by the
+     * multi-tensor kernel, then the timing (on the first copy) */
+    dbuf p1 = make(np, 0, 62, 1.0f), m1 = make(np, 0, 63, 0.1f), v1 = make(np, 0, 64, 0),
+         w1 = make(np, 1, 65, 0);
+    dbuf p2 = make(np, 0, 62, 1.0f), m2 = make(np, 0, 63, 0.1f), v2 = make(np, 0, 64, 0),
+         w2 = make(np, 1, 65, 0);
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.5f;
+    const float ibc1 = (float)(1.0 / (1.0 - pow(0.9, 1))),
+                ibc2 = (float)(1.0 / (1.0 - pow(0.95, 1)));
+    auto adamw_each = [&] {
+        for (const mal_cu_span &x : sp)
+            mal_cu_adamw(S, 1, (float *)p1.d + x.off, (bf16 *)w1.d + x.off,
+                         (const float *)g.d + x.off, (float *)m1.d + x.off, (float *)v1.d + x.off,
+                         x.n, lr, b1, b2, eps, x.weight_decay, gs, ibc1, ibc2);
+    };
+    auto adamw_multi = [&] {
+        mal_cu_adamw_multi(S, 1, (float *)p2.d, w2.d, (const float *)g.d, (float *)m2.d,
+                           (float *)v2.d, sp.data(), (int)sp.size(), lr, b1, b2, eps, gs, ibc1,
+                           ibc2);
+    };
+    adamw_each();
+    adamw_multi();
+    errs ea;
+    for (int k = 0; k < 64 * SAMPLES; k++) {
+        size_t i = pick(np);
+        ea.add(get(p2, i, 1)[0], get(p1, i, 1)[0]);
+        ea.add(get(m2, i, 1)[0], get(m1, i, 1)[0]);
+        ea.add(get(w2, i, 1)[0], get(w1, i, 1)[0]);
+    }
+    snprintf(name, sizeof name, "adamw x%zu tensors", sp.size());
+    row(name, s, time_us(adamw_each), 0, 30.0 * np, ea, 0);
+    row("adamw multi-tensor", s, time_us(adamw_multi), 0, 30.0 * np, ea, 0);
+    drop(g), drop(p1), drop(m1), drop(v1), drop(w1), drop(p2), drop(m2), drop(v2), drop(w2);
+}
+
+/* The MLP block's zeroing in the backward (d_s, d_g, d_u, d_h, bf16): a
+ * memset each, as the step did first, against one multi-buffer launch. */
+static void bench_zero(const shape &s)
+{
+    const size_t NF = (size_t)s.B * s.T * s.F * 2, NC = (size_t)s.B * s.T * s.C * 2;
+    void *b[4];
+    const size_t n[4] = {NF, NF, NF, NC};
+    for (int i = 0; i < 4; i++) b[i] = mal_kern_alloc(K, n[i]);
+    auto each = [&] {
+        for (int i = 0; i < 4; i++) CU(cudaMemsetAsync(b[i], 0, n[i], S));
+    };
+    auto multi = [&] { mal_cu_zero_multi(S, b, n, 4); };
+    /* filled with ones, then zeroed: sampled bytes (the last of each too) */
+    for (int i = 0; i < 4; i++) CU(cudaMemsetAsync(b[i], 0xff, n[i], S));
+    multi();
+    errs ez;
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k <= SAMPLES; k++) {
+            unsigned char h = 1;
+            const size_t at = k == SAMPLES ? n[i] - 1 : pick(n[i]);
+            CU(cudaMemcpyAsync(&h, (unsigned char *)b[i] + at, 1, cudaMemcpyDeviceToHost, S));
+            CU(cudaStreamSynchronize(S));
+            ez.add(h, 0);
+        }
+    const double bytes = 3.0 * NF + NC;
+    row("zero MLP grads x4 memset", s, time_us(each), 0, bytes, ez, 0);
+    row("zero MLP grads, one kernel", s, time_us(multi), 0, bytes, ez, 0);
+    for (int i = 0; i < 4; i++) mal_kern_free(K, b[i]);
+}
+
 static void bench_embedding(const shape &s)
 {
     const int N = s.B * s.T, C = s.C, V = s.V;
@@ -759,6 +872,8 @@ static void bench_shape(const shape &s)
     bench_rope(s);
     bench_attention(s);
     bench_elementwise(s);
+    bench_optimizer(s);
+    bench_zero(s);
     bench_matmul(s, "w1/w3 (one)", N, s.C, s.F);
     bench_swiglu(s);
     bench_matmul(s, "w2", N, s.F, s.C);

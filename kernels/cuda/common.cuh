@@ -51,11 +51,16 @@
 #define MAL_LAUNCH(kern, grid, block, smem, stream) emu::bind((kern), (grid), (block), (smem))
 #define MAL_SMEM(name) unsigned char *name = emu::smem()
 #define MAL_DEV static inline
+#define MAL_GRID_CONST const
 #else
 #include <cuda_runtime.h>
 #define MAL_LAUNCH(kern, grid, block, smem, stream) (kern)<<<(grid), (block), (smem), (stream)>>>
 #define MAL_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #define MAL_DEV static __device__ __forceinline__
+/* A kernel parameter read in place, indexed at run time (the multi-tensor
+ * tables): without it the compiler may copy the whole struct to local
+ * memory in every thread. */
+#define MAL_GRID_CONST const __grid_constant__
 #endif
 
 typedef __nv_bfloat16 bf16;

@@ -216,6 +216,13 @@ static void op_zero(mal_kern k, void *x, size_t bytes)
     if (bytes) cu_ok(st, cudaMemsetAsync(x, 0, bytes, st->stream), "zero");
 }
 
+static void op_zero_multi(mal_kern k, void *const *bufs, const size_t *bytes, int count)
+{
+    cu_state *st = st_of(k);
+    mal_cu_zero_multi(st->stream, bufs, bytes, count);
+    launched(st, "zero (several buffers)");
+}
+
 static void op_memcpy2d(mal_kern k, void *dst, size_t dpitch, const void *src, size_t spitch,
                         size_t width, size_t rows, mal_copy_kind kind)
 {
@@ -658,6 +665,26 @@ static void op_sumsq(mal_kern k, double *acc, const float *x, size_t rows, size_
     launched(st, "sum of squares");
 }
 
+/* The launcher's table is cuda_ops.h's (no C header of the library in the
+ * .cu files): converted a chunk at a time. */
+enum { MULTI_CHUNK = 256 };
+
+static void op_sumsq_multi(mal_kern k, double *acc, const mal_kern_run *runs, int count)
+{
+    cu_state *st = st_of(k);
+    void *s = scratch(st, mal_cu_sumsq_multi_scratch_bytes());
+    if (!s) return;
+    mal_cu_run r[MULTI_CHUNK];
+    for (int i = 0; i < count; i += MULTI_CHUNK) {
+        const int n = count - i < MULTI_CHUNK ? count - i : MULTI_CHUNK;
+        for (int j = 0; j < n; j++)
+            r[j] =
+                (mal_cu_run){runs[i + j].x, runs[i + j].rows, runs[i + j].width, runs[i + j].pitch};
+        mal_cu_sumsq_multi(st->stream, acc, r, n, s);
+    }
+    launched(st, "sum of squares (multi-tensor)");
+}
+
 static void op_embedding_fwd(mal_kern k, void *out, const int *tokens, const void *wte, int N,
                              int C, int V, int v0, int Vl)
 {
@@ -722,6 +749,25 @@ static void op_adamw(mal_kern k, float *param, void *work, const float *grad, fl
     mal_cu_adamw(st->stream, BF(k), param, work == (void *)param ? NULL : work, grad, m, v, n, lr,
                  beta1, beta2, eps, weight_decay, grad_scale, ibc1, ibc2);
     launched(st, "adamw");
+}
+
+/* The bias corrections as op_adamw's, so that every element gets its bits. */
+static void op_adamw_multi(mal_kern k, float *param, void *work, const float *grad, float *m,
+                           float *v, const mal_kern_span *spans, int count, float lr, float beta1,
+                           float beta2, float eps, float grad_scale, int t)
+{
+    cu_state *st = st_of(k);
+    const float ibc1 = (float)(1.0 / (1.0 - pow((double)beta1, t)));
+    const float ibc2 = (float)(1.0 / (1.0 - pow((double)beta2, t)));
+    mal_cu_span sp[MULTI_CHUNK];
+    for (int i = 0; i < count; i += MULTI_CHUNK) {
+        const int n = count - i < MULTI_CHUNK ? count - i : MULTI_CHUNK;
+        for (int j = 0; j < n; j++)
+            sp[j] = (mal_cu_span){spans[i + j].offset, spans[i + j].n, spans[i + j].weight_decay};
+        mal_cu_adamw_multi(st->stream, BF(k), param, work == (void *)param ? NULL : work, grad, m,
+                           v, sp, n, lr, beta1, beta2, eps, grad_scale, ibc1, ibc2);
+    }
+    launched(st, "adamw (multi-tensor)");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -859,6 +905,7 @@ static const mal_kernels_ops cuda_ops = {
     .host_alloc = op_host_alloc,
     .host_free = op_host_free,
     .zero = op_zero,
+    .zero_multi = op_zero_multi,
     .memcpy2d = op_memcpy2d,
     .sync = op_sync,
     .queue_wait = op_queue_wait,
@@ -882,12 +929,14 @@ static const mal_kernels_ops cuda_ops = {
     .accumulate = op_accumulate,
     .scale = op_scale,
     .sumsq = op_sumsq,
+    .sumsq_multi = op_sumsq_multi,
     .embedding_fwd = op_embedding_fwd,
     .embedding_bwd = op_embedding_bwd,
     .xent_fwd_bwd = op_xent_fwd_bwd,
     .xent_stats = op_xent_stats,
     .xent_combine = op_xent_combine,
     .adamw = op_adamw,
+    .adamw_multi = op_adamw_multi,
     .cast_working = op_cast_working,
     .slowdown = op_slowdown,
     .device_info = op_device_info,

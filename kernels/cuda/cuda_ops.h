@@ -56,12 +56,35 @@ void mal_cu_swiglu_bwd(mal_cu_stream s, int bf16, void *dgate, void *dup, const 
 void mal_cu_add(mal_cu_stream s, int bf16, void *out, const void *a, const void *b, size_t n);
 void mal_cu_accumulate(mal_cu_stream s, float *y, const float *x, size_t n);
 void mal_cu_scale(mal_cu_stream s, float *x, size_t n, float f);
+/* bytes[i] of bufs[i] = 0 for each of `count` buffers, in one launch per
+ * MAL_CU_ZERO_MT of them (the table in the kernel's parameters) instead
+ * of a memset each; returns the launches it queued. */
+enum { MAL_CU_ZERO_MT = 64 };
+int mal_cu_zero_multi(mal_cu_stream s, void *const *bufs, const size_t *bytes, int count);
 
 /* acc[0] (device double) += sum of squares of `rows` runs of `width`
  * floats `pitch` apart; scratch: mal_cu_sumsq_scratch_bytes(). */
 size_t mal_cu_sumsq_scratch_bytes(void);
 void mal_cu_sumsq(mal_cu_stream s, double *acc, const float *x, size_t rows, size_t width,
                   size_t pitch, void *scratch);
+
+/* The same over `count` runs at once (multi-tensor, in the manner of
+ * apex's multi_tensor_apply: the runs' table travels in the kernel's
+ * parameters, MAL_CU_SUMSQ_MT runs per launch): acc[0] gets the bits that
+ * mal_cu_sumsq on each run in turn gives it (each run's blocks and their
+ * order are mal_cu_sumsq's; the run sums are added to acc in run order).
+ * Two launches per MAL_CU_SUMSQ_MT runs instead of two per run (a run
+ * with a dimension over 2^32 - 1 takes mal_cu_sumsq's two, in its turn);
+ * returns the launches it queued; scratch:
+ * mal_cu_sumsq_multi_scratch_bytes(). */
+typedef struct {
+    const float *x;
+    size_t rows, width, pitch;
+} mal_cu_run;
+enum { MAL_CU_SUMSQ_MT = 192 };
+size_t mal_cu_sumsq_multi_scratch_bytes(void);
+int mal_cu_sumsq_multi(mal_cu_stream s, double *acc, const mal_cu_run *runs, int count,
+                       void *scratch);
 
 /* Embedding of the table's rows [v0, v0 + Vl) of a vocabulary of V tokens
  * (kernels.h); the backward sorts positions by token (stably) through
@@ -89,6 +112,22 @@ void mal_cu_xent_combine(mal_cu_stream s, int bf16, float *losses, void *dlogits
 void mal_cu_adamw(mal_cu_stream s, int bf16, float *param, void *work, const float *grad, float *m,
                   float *v, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float grad_scale, float ibc1, float ibc2);
+/* AdamW over `count` disjoint spans of the same five buffers, in one
+ * launch per MAL_CU_ADAMW_MT spans (after merging spans that touch and
+ * share a weight decay): element i of span j is param[off + i], work[off
+ * + i] (compute dtype; NULL: none), grad, m, v[off + i], off =
+ * spans[j].off, with spans[j].weight_decay.  Every element gets
+ * mal_cu_adamw's arithmetic, so the bits are those of mal_cu_adamw called
+ * on each span.  Returns the launches it queued. */
+typedef struct {
+    size_t off, n;
+    float weight_decay;
+} mal_cu_span;
+enum { MAL_CU_ADAMW_MT = 128 };
+int mal_cu_adamw_multi(mal_cu_stream s, int bf16, float *param, void *work, const float *grad,
+                       float *m, float *v, const mal_cu_span *spans, int count, float lr,
+                       float beta1, float beta2, float eps, float grad_scale, float ibc1,
+                       float ibc2);
 void mal_cu_cast(mal_cu_stream s, int bf16, void *work, const float *master, size_t n);
 
 /* The heads of an attention call: kernels.h's mal_attn_heads (query head
