@@ -66,12 +66,16 @@ void mal_log_at(int level, const char *fmt, ...)
 {
     static const char *tag[] = {"error", "warning", "info", "debug"};
     FILE *f = level <= MAL_LOG_WARN ? stderr : stdout;
-    if (level <= MAL_LOG_WARN) fprintf(f, "malleus: %s: ", tag[level]);
+    /* one write for the whole line: stderr is unbuffered, and a line
+     * written in pieces is cut when a launcher ends the job right after an
+     * error (seen with MPI_Abort), or mixed with another rank's */
+    char line[4096];
+    int n = level <= MAL_LOG_WARN ? snprintf(line, sizeof line, "malleus: %s: ", tag[level]) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
-    fputc('\n', f);
+    fprintf(f, "%s\n", line);
     fflush(f);
 }
 

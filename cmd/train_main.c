@@ -294,6 +294,13 @@ int main(int argc, char **argv)
                  "the step in progress with a snapshot (exit status 4); a\n"
                  "process still alive S seconds later exits with status 1\n"
                  "(default: 300); a second signal ends it at once"},
+        {MAL_OPT_DOUBLE, "peer-timeout", .metavar = "S", .target = &cli.peer_timeout, .flo = 0,
+         .fhi = 86400,
+         .help = "a rank waiting for a peer (a collective, a receive)\n"
+                 "whose heartbeat has been silent S seconds (its node\n"
+                 "died or was stopped) ends the job with status 1,\n"
+                 "naming the peer, instead of waiting for the launcher\n"
+                 "(default: 10; 0: no heartbeat); a slow peer still beats"},
         {MAL_OPT_STRING, "metrics", .metavar = "FILE", .target = &o->metrics_path,
          .help = "one JSON object per step (appended to when resuming;\n"
                  "rows past the snapshot move to FILE.superseded)"},

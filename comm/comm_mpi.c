@@ -30,6 +30,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,6 +39,7 @@
 #include "comm_ring.h"
 #include "mpi_bytes.h"
 #include "mpi_err.h"
+#include "watch.h"
 
 /* Tests that succeed while spinning cost nothing extra when a rank has a
  * core of its own (a 2-rank reduction completes in ~1.5 us); past these the
@@ -105,8 +107,9 @@ typedef struct {
     /* outstanding member-list reductions, in the order posted; only the
      * head runs (comm.h) */
     mal_comm_req *q_head, **q_tail;
-    int q_failed; /* an earlier reduction failed: the ring's messages no
-                   * longer match, so every later one fails too */
+    int q_failed;    /* an earlier reduction failed: the ring's messages no
+                      * longer match, so every later one fails too */
+    char q_why[512]; /* its message */
 } mpi_impl;
 
 static MPI_Comm comm_of(const mal_comm *c)
@@ -126,6 +129,18 @@ static void nap_after(long i, int64_t *t0)
     nanosleep(&ts, NULL);
 }
 
+/* Tests between two looks at the peer watch (watch.h) during one wait: at
+ * least ~13 ms apart (a nap is ~50 us), a negligible cost. */
+enum { WATCH_EVERY = 256 };
+
+/* The nap after the i-th test, and now and then the peer watch: MAL_EMPI
+ * once a peer has been silent for the watch's timeout. */
+static int wait_turn(long i, int64_t *t0, const char *what)
+{
+    nap_after(i, t0);
+    return i > SPIN_TESTS && i % WATCH_EVERY == 0 ? mal_comm_watch_check(what) : 0;
+}
+
 int mal_mpi_wait(MPI_Request *req, MPI_Status *status, const char *what)
 {
     int64_t t0 = 0;
@@ -134,7 +149,9 @@ int mal_mpi_wait(MPI_Request *req, MPI_Status *status, const char *what)
         int rc = MPI_Test(req, &done, status);
         if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, what);
         if (done) return 0;
-        nap_after(i, &t0);
+        /* a peer gone: the request can never complete; MPI has no way to
+         * take it back, so it is left to the job's end */
+        if ((rc = wait_turn(i, &t0, what))) return rc;
     }
 }
 
@@ -878,7 +895,11 @@ static int mpi_dp_elapsed(mal_comm *c, double *seconds)
 static void list_fail(mpi_impl *im, mal_comm_req *r, int err)
 {
     r->err = err;
-    if (!im->q_failed) im->q_failed = err;
+    if (!im->q_failed) {
+        im->q_failed = err;
+        /* the cause, for the reductions that fail because of it */
+        snprintf(im->q_why, sizeof im->q_why, "%s", mal_errmsg());
+    }
 }
 
 /* Advance the queue of c: start the head's ring when it reaches the head,
@@ -894,7 +915,8 @@ static int list_progress(mal_comm *c)
         if (im->q_failed && !r->ring) {
             rc = MAL_ERR(im->q_failed,
                          "member-list all-reduce: an earlier reduction on this communicator "
-                         "failed, so this one cannot run");
+                         "failed, so this one cannot run (%s)",
+                         im->q_why);
         } else {
             if (!r->ring) {
                 /* the ring's scratch is kept with the communicator (one
@@ -943,11 +965,27 @@ static int list_progress(mal_comm *c)
 static int list_wait(mal_comm_req *r)
 {
     int64_t t0 = 0;
-    for (long i = 0; !r->done && r->c; i++) {
+    int err = 0;
+    for (long i = 0; !r->done && r->c && !err; i++) {
         list_progress(r->c); /* errors land in the requests */
-        if (!r->done) nap_after(i, &t0);
+        if (!r->done) err = wait_turn(i, &t0, "member-list all-reduce");
     }
-    int err = r->err;
+    if (err) {
+        /* a peer gone: this reduction and every later one on c fail, and
+         * r leaves the queue (whose tail is found again) before it is freed */
+        mpi_impl *im = r->c->impl;
+        list_fail(im, r, err);
+        mal_comm_req **p = &im->q_head;
+        while (*p && *p != r)
+            p = &(*p)->next;
+        if (*p) *p = r->next;
+        for (p = &im->q_head; *p; p = &(*p)->next)
+            ;
+        im->q_tail = p;
+        mal_comm_ring_free(r->ring);
+        r->ring = NULL;
+    }
+    err = r->err;
     if (!err && !r->c)
         err = MAL_ERR(MAL_EINVAL, "member-list all-reduce: its communicator was destroyed before "
                                   "the wait");

@@ -52,6 +52,7 @@
 #include "base/mal.h"
 #include "comm_mpi.h"
 #include "kernels/cuda/runtime.h"
+#include "watch.h"
 
 int mal_comm_nccl_created;
 
@@ -212,8 +213,17 @@ static void nap(double waited_s)
 static int timed_out(channel *ch, double t0, const char *what)
 {
     double waited = mal_now() - t0;
-    if (waited <= G.timeout_s) return 0;
     char me[sizeof ch->what];
+    /* a peer's node gone (watch.h): no need to sit out the NCCL timeout */
+    if (mal_comm_watch_check(what)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mal_errmsg());
+        snprintf(me, sizeof me, "%s", ch->what);
+        channel_abort(ch);
+        return MAL_ERR(MAL_EDEVICE, "NCCL: %s on %s: %s; the communicator was aborted", what, me,
+                       why);
+    }
+    if (waited <= G.timeout_s) return 0;
     snprintf(me, sizeof me, "%s", ch->what);
     channel_abort(ch);
     return MAL_ERR(MAL_EDEVICE,

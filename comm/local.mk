@@ -1,11 +1,11 @@
 # comm/: the communication table (comm.h) and its backends -- MPI (control
 # plane always, data plane on host buffers), the ring all-reduce, the MPI
-# error conversion both use, the communicator pool, NCCL -- with the MPI
-# test launcher.
+# error conversion both use, the communicator pool, NCCL, the peer watch
+# (a heartbeat the waits check) -- with the MPI test launcher.
 
 libmalleus_a_SOURCES += comm/comm.h comm/comm_mpi.h comm/comm_mpi.c comm/comm_pool.h comm/comm_pool.c \
 	comm/comm_ring.h comm/comm_ring.c comm/mpi_err.h comm/mpi_err.c comm/mpi_bytes.h \
-	comm/mpi_bytes.c comm/registry.c
+	comm/mpi_bytes.c comm/registry.c comm/watch.h comm/watch.c
 
 # The NCCL data plane (built with CUDA and NCCL) and its test: every
 # data-plane operation against the MPI data plane on a GPU (exit 77

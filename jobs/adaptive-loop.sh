@@ -10,8 +10,17 @@
 #        the job; otherwise end with status 4
 #     -> any other failure (a rank that errs, crashes or is killed: the
 #        launcher ends the whole step at once, srun by --kill-on-bad-exit,
-#        mpiexec by itself): resume from the newest complete snapshot, at
-#        most MAX_FAILURES times in a row
+#        mpiexec by itself; a node that dies or stops answering: the ranks'
+#        heartbeat, malleus-train --peer-timeout): resume from the newest
+#        complete snapshot, at most MAX_FAILURES times in a row; under
+#        Slurm with several nodes (SHRINK) first ask each node of the job
+#        whether it still runs a task, and if some do not, continue on the
+#        survivors: malleus-replan for their ranks with the rates measured
+#        so far, malleus-reshard the newest snapshot onto that plan, train
+#        on it (submit with sbatch --no-kill, so that Slurm does not end the
+#        job when it marks the dead node down); a job started again with
+#        more ranks than its newest plan's (the node back) grows onto them
+#        the same way
 #   until STEPS steps are done.  A job started again (requeued, resubmitted,
 #   or this script run again) continues from the newest generation that has
 #   a committed snapshot, and its newest snapshot.
@@ -60,6 +69,11 @@
 #   MEMORY_MB       device memory per rank for the planner [16384]
 #   SNAPSHOT_EVERY  periodic snapshots [10]
 #   MAX_FAILURES    crash restarts in a row before giving up [3]
+#   SHRINK          1: after a failed run under Slurm, continue on the nodes
+#                   that still answer (above) [1 with several nodes and the
+#                   default LAUNCH, else 0]
+#   PROBE_TIMEOUT   seconds a node has to run a task before it counts as
+#                   gone [3]
 #   TRAIN_ARGS      more malleus-train flags, as words (e.g. --inject, policy
 #                   knobs; a value with spaces goes in the arguments instead)
 #
@@ -86,6 +100,7 @@ REQUEUE=${REQUEUE:-1}
 read -r -a train_args <<<"${TRAIN_ARGS:-}"
 extra_args=("$@")
 case $ADAPT in restart | off) ;; *) echo "adaptive-loop: ADAPT must be restart or off, not '$ADAPT'" >&2; exit 2 ;; esac
+nodes=()
 
 # UCX (MPICH's transport here) turns its log level to trace on SIGHUP and
 # prints ~120 debug lines per rank into the job log; nothing here uses
@@ -122,9 +137,15 @@ elif [ -n "${SLURM_JOB_ID:-}" ]; then
     # the step at once instead of leaving its peers blocked in a collective
     # until the job's time limit; the loop then resumes from the snapshot.
     launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 -n "$NPROCS")
+    # the job's nodes, for SHRINK (one word each)
+    read -r -a nodes <<<"$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null | tr '\n' ' ')"
+    [ "${#nodes[@]}" -gt 1 ] && SHRINK=${SHRINK:-1}
 else
     launch=("${MPIEXEC:-mpiexec}" -n "$NPROCS")
 fi
+SHRINK=${SHRINK:-0}
+PROBE_TIMEOUT=${PROBE_TIMEOUT:-3}
+[ "$SHRINK" = 1 ] && [ "${#nodes[@]}" -lt 2 ] && SHRINK=0
 wrapper=()
 [ -n "${RANK_WRAPPER:-}" ] && wrapper=("$RANK_WRAPPER")
 if [ -z "${STOP_SIGNAL:-}" ]; then
@@ -208,6 +229,87 @@ stopped() {
     exit 4
 }
 
+# ---- a node gone: continue on the survivors (SHRINK) ----------------------
+# The nodes of ${nodes[@]} that run a task within PROBE_TIMEOUT seconds,
+# asked all at once (--overlap: the failed step may still hold their CPUs
+# until Slurm hears from the dead node), into alive=().
+probe_nodes() {
+    local n d=$RUN_DIR/probe.$$
+    mkdir -p "$d"
+    for n in "${nodes[@]}"; do
+        (timeout -k 1 "$PROBE_TIMEOUT" srun --overlap -N1 -n1 -w "$n" true >/dev/null 2>&1 &&
+            : >"$d/$n") &
+    done
+    wait
+    alive=()
+    for n in "${nodes[@]}"; do [ -f "$d/$n" ] && alive+=("$n"); done
+    rm -rf "$d"
+}
+
+# shrink: after a failed run, when some nodes no longer answer, make
+# generation gen+1 for the others (plan for their ranks with the rates the
+# failed run measured, the newest snapshot resharded onto it) and launch on
+# them; 0 when it did, 1 when every node answers or it cannot.
+shrink() {
+    local t0 rpn new_n next gone=() n k i keep=() rates="" step_done snap_at
+    t0=$(date +%s)
+    probe_nodes
+    [ "${#alive[@]}" -lt "${#nodes[@]}" ] || return 1
+    for n in "${nodes[@]}"; do [[ " ${alive[*]} " == *" $n "* ]] || gone+=("$n"); done
+    if [ "${#alive[@]}" = 0 ] || [ $((NPROCS % ${#nodes[@]})) != 0 ]; then
+        log "node(s) ${gone[*]} do not answer, but ${#alive[@]} of ${#nodes[@]} nodes with $NPROCS ranks cannot be shrunk onto: retrying on all"
+        return 1
+    fi
+    rpn=$((NPROCS / ${#nodes[@]}))
+    new_n=$((rpn * ${#alive[@]}))
+    next=$((gen + 1))
+    # ranks are placed in blocks of rpn per node (srun's default): the
+    # survivors' old ranks, in order, become the new ranks 0..new_n-1
+    for k in "${!nodes[@]}"; do
+        [[ " ${alive[*]} " == *" ${nodes[$k]} "* ]] || continue
+        for ((i = k * rpn; i < (k + 1) * rpn; i++)); do keep+=("$i"); done
+    done
+    local last
+    last=$(grep '"rates"' "$METRICS" 2>/dev/null | tail -n 1 | grep -o '"rates": *\[[^]]*\]' | sed 's/.*\[//; s/\]//; s/,/ /g')
+    if [ -n "$last" ]; then
+        read -r -a old_rates <<<"$last"
+        for i in "${keep[@]}"; do rates+="${rates:+, }${old_rates[$i]:-1.0}"; done
+        echo "{\"rates\": [$rates]}" >"$RUN_DIR/rates.$next.jsonl"
+    fi
+    step_done=$(tail -n 1 "$METRICS" 2>/dev/null | sed -n 's/^{"step": *\([0-9]*\).*/\1/p')
+    snap_at=$(snap_step "$snap")
+    log "node(s) ${gone[*]} do not answer: continuing on ${alive[*]} ($new_n ranks, was $NPROCS) from the snapshot of step $snap_at (the failed run reached step ${step_done:-0}: $((${step_done:-0} - snap_at)) steps lost)"
+    local pargs=(--world-size "$new_n" --ranks-per-node "$rpn" --memory-mb "$MEMORY_MB" -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
+    if [ -f "$PROFILE" ]; then pargs+=(--profile "$PROFILE"); else pargs+=(--model "$PROFILE"); fi
+    [ -f "$RUN_DIR/rates.$next.jsonl" ] && pargs+=(--rates "$RUN_DIR/rates.$next.jsonl")
+    if ! "$REPLAN" "${pargs[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1; then
+        log "malleus-replan for the survivors failed: retrying on all nodes"
+        rm -f "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
+        return 1
+    fi
+    if has_snapshot "$snap" &&
+        ! "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1; then
+        log "malleus-reshard onto the survivors' plan failed: retrying on all nodes"
+        rm -rf "$RUN_DIR/snap.$next" "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
+        return 1
+    fi
+    # a shrink without a snapshot starts over: its generation counts
+    # once its first snapshot is committed, like any other
+    gen=$next
+    plan=$RUN_DIR/plan.$gen.json
+    snap=$RUN_DIR/snap.$gen
+    NPROCS=$new_n
+    RANKS_PER_NODE=$rpn
+    nodes=("${alive[@]}")
+    planner_args=("${pargs[@]}")
+    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
+        IFS=,
+        echo "${nodes[*]}"
+    )" -n "$NPROCS")
+    log "generation $gen: new plan $plan for ${#nodes[@]} nodes, $NPROCS ranks ($(($(date +%s) - t0)) s to probe, plan and reshard)"
+    return 0
+}
+
 # ---- the newest generation -------------------------------------------------
 # Generation g runs plan.g.json with snapshots in snap.g.  A generation
 # counts once its snapshot is committed: a re-plan cut short between the
@@ -229,6 +331,30 @@ if [ "$ADAPT" = restart ] && [ ! -f "$plan" ]; then
     "$REPLAN" "${planner_args[@]}" --pipelines "$PIPELINES" --uniform -o "$plan" ||
         { log "could not write the initial plan"; exit 1; }
     log "generation 0: uniform plan $plan"
+fi
+
+# The ranks plan $1 uses: its stages' and the suspended ones.
+plan_ranks() {
+    tr -d '\n' <"$1" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' | tr -cd '0-9,\n' |
+        tr ',' '\n' | grep . | sort -un | wc -l
+}
+# A job started again with another number of ranks than its newest plan's
+# (requeued or resubmitted after a shrink, with the lost node back or with
+# more nodes): the next generation is a plan for this job's ranks and the
+# newest snapshot resharded onto it, as for a shrink.
+if [ "$ADAPT" = restart ] && [ "$(plan_ranks "$plan")" != "$NPROCS" ]; then
+    next=$((gen + 1))
+    log "generation $gen's plan uses $(plan_ranks "$plan") ranks, this job has $NPROCS: a plan for $NPROCS ranks"
+    "$REPLAN" "${planner_args[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1 ||
+        { log "malleus-replan for $NPROCS ranks failed"; exit 1; }
+    if has_snapshot "$snap"; then
+        "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1 ||
+            { log "malleus-reshard onto the plan for $NPROCS ranks failed"; rm -rf "$RUN_DIR/snap.$next"; exit 1; }
+    fi
+    gen=$next
+    plan=$RUN_DIR/plan.$gen.json
+    snap=$RUN_DIR/snap.$gen
+    log "generation $gen: new plan $plan for $NPROCS ranks"
 fi
 
 failures=0
@@ -298,6 +424,8 @@ while :; do
         [ -n "$stop_sig" ] && stopped
         failures=$((failures + 1))
         log "training failed (exit $rc), failure $failures of $MAX_FAILURES"
+        # a node gone is not a failure to retry on the same nodes
+        [ "$SHRINK" = 1 ] && [ "$ADAPT" = restart ] && shrink && { failures=0; continue; }
         [ $failures -ge "$MAX_FAILURES" ] && { log "giving up"; exit 1; }
         has_snapshot "$snap" || log "no snapshot yet: restarting from step 0"
         ;;

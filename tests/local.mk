@@ -48,7 +48,16 @@ dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs
 	tests/test_slurm_preempt.sh
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
 EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
-EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh
+EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh tests/slurm/common.sh tests/slurm/nodes.sh
+
+# Several Slurm nodes on this machine (network namespaces): one job across
+# them; a node that stops answering or dies ends the job step in seconds
+# (the ranks' heartbeat, --peer-timeout; under mpiexec: test_peer_watch).
+# A node killed under the adaptive loop: the job shrinks onto the others;
+# started again on more nodes, it grows onto them.
+dist_check_SCRIPTS += tests/test_nodes.sh tests/test_peer_watch.sh tests/test_shrink.sh \
+	tests/test_grow.sh
+TESTS += tests/test_nodes.sh tests/test_peer_watch.sh tests/test_shrink.sh tests/test_grow.sh
 
 # An online plan change leaves the same state as malleus-reshard.
 check_PROGRAMS += tests/test_online_reshard

@@ -13,6 +13,7 @@
 #include "base/mal.h"
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
+#include "comm/watch.h"
 #include "init_from.h"
 #include "kernels/kernels.h"
 #include "linkprobe.h"
@@ -27,6 +28,7 @@ void mal_train_cli_init(mal_train_cli *cli)
     cli->o = mal_train_defaults();
     cli->model = "tiny";
     cli->stop_timeout = MAL_TRAIN_STOP_TIMEOUT_DEFAULT;
+    cli->peer_timeout = MAL_COMM_WATCH_TIMEOUT_DEFAULT;
 }
 
 /* RANK at `s` (up to ':'), into *r; the end in *end.  0, 1 (not a rank)
@@ -471,6 +473,12 @@ int mal_train_cli_run(mal_train_cli *cli, const mal_opts_spec *spec, int *argc, 
         fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
         goto out;
     }
+    /* From here a wait that cannot end because a peer's node died or
+     * stopped ends within --peer-timeout, whatever the launcher does. */
+    if (cli->peer_timeout > 0 && (rc = mal_comm_watch_start(world, cli->peer_timeout))) {
+        fprintf(stderr, "malleus-train: %s\n", mal_errmsg());
+        goto out;
+    }
     /* Only rank 0 speaks for user mistakes, which every rank detects alike. */
     if (!lead) mal_log_level = MAL_LOG_ERROR;
     if ((status = resume_defaults(cli, spec, world, &rs)) ||
@@ -520,6 +528,9 @@ out:
     o->plan_rates = NULL;
     mal_plan_fini(&plan);
     mal_resume_source_fini(&rs);
+    /* every rank comes here in agreement (the fatal path aborts instead):
+     * the peers stop watching this one */
+    mal_comm_watch_stop(1);
     mal_comm_finalize(world);
     return status;
 }

@@ -28,6 +28,7 @@ typedef struct {
     int micro_given;            /* --micro-batch was given */
     int model_from_snapshot;    /* --resume or --init-from without --model: the source's */
     int stop_timeout;           /* --stop-timeout seconds (preempt.h) */
+    double peer_timeout;        /* --peer-timeout seconds, 0 off (comm/watch.h) */
     int resume_from_given;      /* --resume-from was given (it implies --resume) */
     mal_inject injects[MAL_TRAIN_CLI_MAX_INJECT];
     mal_inject_link inject_links[MAL_TRAIN_CLI_MAX_INJECT];

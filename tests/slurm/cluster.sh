@@ -17,54 +17,21 @@ cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 up|down DIR" >&2; exit 2; }
 
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/common.sh"
+
 case $cmd in
 up)
-    for p in slurmctld slurmd sbatch squeue scontrol munged; do
-        command -v $p >/dev/null 2>&1 || [ -x /usr/sbin/$p ] ||
-            { echo "cluster.sh: $p not found (apt-get install slurm-wlm munge)" >&2; exit 77; }
-    done
-    [ "$(id -u)" = 0 ] || { echo "cluster.sh: needs root" >&2; exit 77; }
+    slurm_need_tools
     mkdir -p "$dir/state" "$dir/spool" "$dir/log"
     host=$(hostname -s)
-    port=$((17000 + $$ % 2000))
-    cat >"$dir/slurm.conf" <<CONF
-ClusterName=malleus-test
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-MpiDefault=pmi2
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SwitchType=switch/none
-MailProg=/bin/true
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-ReturnToService=2
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
-SlurmctldPidFile=$dir/slurmctld.pid
+    slurm_write_conf "$dir/slurm.conf" 127.0.0.1 $((17000 + $$ % 2000)) "$dir" \
+        "SlurmdSpoolDir=$dir/spool
 SlurmdPidFile=$dir/slurmd.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
-${MALLEUS_SLURM_CONF_EXTRA:-}
-NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
-CONF
+SlurmdLogFile=$dir/log/slurmd.log" \
+        "NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 State=UNKNOWN" "$host"
     # munge: reuse a running daemon, else start one and remember to stop it
-    if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
-        mkdir -p /run/munge && chown munge:munge /run/munge 2>/dev/null || true
-        [ -f /etc/munge/munge.key ] || { echo "cluster.sh: /etc/munge/munge.key missing" >&2; exit 77; }
-        runuser -u munge -- /usr/sbin/munged
-        i=0
-        while [ ! -s /run/munge/munged.pid ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-        cp /run/munge/munged.pid "$dir/munged.pid"
-    fi
+    slurm_start_munge "$dir"
     SLURM_CONF="$dir/slurm.conf"
     export SLURM_CONF
     /usr/sbin/slurmctld -f "$SLURM_CONF"
@@ -81,15 +48,7 @@ CONF
     echo "SLURM_CONF=$SLURM_CONF; export SLURM_CONF"
     ;;
 down)
-    for f in slurmd slurmctld munged; do
-        if [ -f "$dir/$f.pid" ]; then
-            pid=$(cat "$dir/$f.pid")
-            kill "$pid" 2>/dev/null || true
-            i=0
-            while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-            kill -9 "$pid" 2>/dev/null || true
-        fi
-    done
+    for f in slurmd slurmctld munged; do slurm_stop_pidfile "$dir/$f.pid"; done
     ;;
 *)
     echo "usage: $0 up|down DIR" >&2

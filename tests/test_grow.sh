@@ -1,0 +1,82 @@
+#!/bin/sh
+# A job started again on more nodes than its newest plan uses grows onto
+# them (jobs/adaptive-loop.sh): on a 4-node Slurm cluster on this machine
+# (tests/slurm/nodes.sh), a first job runs the loop on 3 nodes (6 ranks, a
+# snapshot every 2 steps) and is stopped with its snapshot after 6 steps
+# (scancel --batch --signal=TERM, as a job that lost a node and ended would
+# be); the same run submitted again on 4 nodes (8 ranks) makes a plan for 8
+# ranks, reshards the newest snapshot onto it and finishes there.  Checks:
+# the growth in the events, an 8-rank plan, the job's exit 0:0 and every
+# step's loss equal to an uninterrupted one-process run (tests/check_loop.py).
+# Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
+: "${top_srcdir:=$(dirname "$0")/..}"
+: "${top_builddir:=.}"
+: "${PYTHON3:=/usr/bin/python3}"
+top_srcdir=$(cd "$top_srcdir" && pwd)
+top_builddir=$(cd "$top_builddir" && pwd)
+W=$(mktemp -d /tmp/malleus-test-grow-XXXXXX)
+ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
+cleanup() {
+    [ -n "${jobid:-}" ] && scancel "$jobid" 2>/dev/null
+    sh "$top_srcdir/tests/slurm/nodes.sh" down "$W/cluster"
+    rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+# one test cluster at a time (shared munged; test_slurm.sh)
+exec 9>"${TMPDIR:-/tmp}/malleus-slurm-tests.lock"
+flock 9
+t0=$(date +%s%N)
+out=$(sh "$top_srcdir/tests/slurm/nodes.sh" up "$W/cluster" 4 2) || {
+    rc=$?
+    echo "nodes.sh up failed ($rc)"
+    tail -5 "$W"/cluster/log/* 2>/dev/null
+    exit $rc
+}
+eval "$out"
+
+STEPS=12
+export OPENBLAS_NUM_THREADS=1
+"$top_builddir/malleus-train" --model tiny --steps $STEPS --global-batch 16 --micro-batch 2 \
+    --quiet --metrics "$W/ref.jsonl" || exit 99
+MALLEUS_BIN="$top_builddir" MALLEUS_LOOP="$top_srcdir/jobs/adaptive-loop.sh" RUN_DIR="$W/run"
+RANKS_PER_NODE=2 SNAPSHOT_EVERY=2
+# no re-plan for timing noise on this loaded machine
+TRAIN_ARGS="--noise-floor 50"
+export MALLEUS_BIN MALLEUS_LOOP RUN_DIR STEPS RANKS_PER_NODE SNAPSHOT_EVERY TRAIN_ARGS
+# wait_job: until job $jobid has left the queue (60 s); its exit code in $code
+wait_job() {
+    i=0
+    while squeue -h -j "$jobid" 2>/dev/null | grep -q .; do
+        sleep 0.2
+        i=$((i + 1))
+        [ $i -lt 300 ] || { tail -30 "$W/job.out"; echo "FAIL: job $jobid still running after 60 s"; exit 1; }
+    done
+    code=$(scontrol show job "$jobid" 2>/dev/null | sed -n 's/.*ExitCode=\([0-9:]*\).*/\1/p' | head -1)
+}
+# (3 pipelines: 6 ranks do not make 2 uniform pipelines of TP 2)
+jobid=$(sbatch --parsable -N3 -n6 --ntasks-per-node=2 --export=ALL,PIPELINES=3 -o "$W/job.out" \
+    "$top_srcdir/jobs/malleus.sbatch") || { echo "FAIL: sbatch refused the job"; exit 1; }
+i=0
+while [ "$( (wc -l <"$W/run/metrics.jsonl") 2>/dev/null || echo 0)" -lt 6 ]; do
+    sleep 0.1
+    i=$((i + 1))
+    [ $i -lt 600 ] && squeue -h -j "$jobid" 2>/dev/null | grep -q . ||
+        { cat "$W/job.out"; echo "FAIL: the first job did not reach step 6"; exit 1; }
+done
+scancel --batch --signal=TERM "$jobid"
+wait_job
+grep -q "stopped at step" "$W/run/events.log" || { tail -20 "$W/job.out"; echo "FAIL: the first job did not stop with a snapshot"; exit 1; }
+echo "first job (3 nodes, 6 ranks): $(grep -o 'stopped at step [0-9]*' "$W/run/events.log" | tail -1)"
+jobid=$(sbatch --parsable -N4 -n8 --ntasks-per-node=2 --export=ALL -o "$W/job.out" \
+    "$top_srcdir/jobs/malleus.sbatch") || { echo "FAIL: sbatch refused the job"; exit 1; }
+wait_job
+cat "$W/run/events.log" | grep adaptive-loop
+[ "$code" = "0:0" ] || { tail -30 "$W/job.out"; echo "FAIL: job exit code $code"; exit 1; }
+grep -q "plan uses 6 ranks, this job has 8" "$W/run/events.log" ||
+    { echo "FAIL: the second job did not grow onto 8 ranks"; exit 1; }
+n8=$(tr -d '\n' <"$W/run/plan.1.json" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' |
+    tr -cd '0-9,\n' | tr ',' '\n' | grep . | sort -un | wc -l)
+[ "$n8" = 8 ] || { cat "$W/run/plan.1.json"; echo "FAIL: plan.1.json has $n8 ranks, not 8"; exit 1; }
+"$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
+echo "cluster up to the end of the checks: $(ms "$t0") ms"
