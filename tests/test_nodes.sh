@@ -10,8 +10,10 @@
 # answering (SIGSTOP to every process of its namespace, slurmd included),
 # then it dies (SIGKILL to them all).  Slurm would notice only after
 # SlurmdTimeout; the ranks' own watchdog (--peer-timeout 3: a heartbeat
-# between the ranks) must end every surviving rank within 6 s and srun
-# within 15 s (KillWait 2 in this cluster).
+# between the ranks) must end every surviving rank within 6 s.  srun's own
+# end is Slurm's: usually KillWait (2 here) + 2 s after the ranks, but when
+# the node's slurmd is dead srun may wait for SlurmdTimeout (20 here; seen
+# in the sanitizer build: 20.0 s), so its bound is 30 s.
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -65,7 +67,7 @@ echo "$hosts"
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
 
 # Node n3 fails once rank 0 has written 5 steps; every rank on the other
-# nodes must be gone within 6 s and srun within 15 s.
+# nodes must be gone within 6 s; srun within 30 s (see the top).
 T=3
 survivors() {
     for k in 1 2 4; do
@@ -96,7 +98,7 @@ fail_node() { # kill|stop
     sh "$top_srcdir/tests/slurm/nodes.sh" "$1" "$W/cluster" n3 || exit 99
     while [ -n "$(survivors)" ] && [ "$(ms "$tf")" -lt 15000 ]; do sleep 0.1; done
     ranks_ms=$(ms "$tf")
-    while kill -0 $srun_pid 2>/dev/null && [ "$(ms "$tf")" -lt 20000 ]; do sleep 0.1; done
+    while kill -0 $srun_pid 2>/dev/null && [ "$(ms "$tf")" -lt 35000 ]; do sleep 0.1; done
     srun_ms=$(ms "$tf")
     grep -h "has not been heard from" "$W"/fail.out* | head -2
     echo "node n3 $what at step $(wc -l <"$W/fail.jsonl" | tr -d ' '): the surviving ranks were gone after $ranks_ms ms, srun after $srun_ms ms"
@@ -105,7 +107,7 @@ fail_node() { # kill|stop
         echo "FAIL: surviving ranks still ran $ranks_ms ms after node n3 $what (bound 6 s)"
         exit 1
     }
-    [ "$srun_ms" -le 15000 ] || { echo "FAIL: srun still ran $srun_ms ms after node n3 $what"; exit 1; }
+    [ "$srun_ms" -le 30000 ] || { echo "FAIL: srun still ran $srun_ms ms after node n3 $what"; exit 1; }
     grep -q "rank [45] (host n3) has not been heard from" "$W"/fail.out* ||
         { tail "$W"/fail.out*; echo "FAIL: no rank named the silent peer on n3"; exit 1; }
     wait $srun_pid
