@@ -14,26 +14,8 @@
 : "${PYTHON3:=/usr/bin/python3}"
 top_srcdir=$(cd "$top_srcdir" && pwd)
 top_builddir=$(cd "$top_builddir" && pwd)
-W=$(mktemp -d /tmp/malleus-test-grow-XXXXXX)
-ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
-cleanup() {
-    [ -n "${jobid:-}" ] && scancel "$jobid" 2>/dev/null
-    sh "$top_srcdir/tests/slurm/nodes.sh" down "$W/cluster"
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-# one test cluster at a time (shared munged; test_slurm.sh)
-exec 9>"${TMPDIR:-/tmp}/malleus-slurm-tests.lock"
-flock 9
-t0=$(date +%s%N)
-out=$(sh "$top_srcdir/tests/slurm/nodes.sh" up "$W/cluster" 4 2) || {
-    rc=$?
-    echo "nodes.sh up failed ($rc)"
-    tail -5 "$W"/cluster/log/* 2>/dev/null
-    exit $rc
-}
-eval "$out"
+NAME=grow
+. "$top_srcdir/tests/slurm/nodes_test.sh"
 
 STEPS=12
 export OPENBLAS_NUM_THREADS=1
