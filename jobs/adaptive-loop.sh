@@ -146,6 +146,11 @@ fi
 SHRINK=${SHRINK:-0}
 PROBE_TIMEOUT=${PROBE_TIMEOUT:-3}
 [ "$SHRINK" = 1 ] && [ "${#nodes[@]}" -lt 2 ] && SHRINK=0
+GROW=${GROW:-$SHRINK}
+GROW_POLL=${GROW_POLL:-10}
+[ "$SHRINK" = 1 ] || GROW=0
+case $GROW_POLL in '' | *[!0-9.]* | *.*.*) echo "adaptive-loop: GROW_POLL must be a number of seconds, not '$GROW_POLL'" >&2; exit 2 ;; esac
+job_nodes=("${nodes[@]}")
 wrapper=()
 [ -n "${RANK_WRAPPER:-}" ] && wrapper=("$RANK_WRAPPER")
 if [ -z "${STOP_SIGNAL:-}" ]; then
@@ -156,6 +161,7 @@ fi
 mkdir -p "$RUN_DIR" || exit 2
 METRICS=$RUN_DIR/metrics.jsonl
 EVENTS=$RUN_DIR/events.log
+grow_file=$RUN_DIR/grow.$$
 log() { echo "adaptive-loop: $*" | tee -a "$EVENTS"; }
 [ -n "${SLURM_RESTART_COUNT:-}" ] && [ "${SLURM_RESTART_COUNT}" -gt 0 ] &&
     log "job ${SLURM_JOB_ID:-} requeued: run $((SLURM_RESTART_COUNT + 1))"
@@ -178,8 +184,15 @@ for s in TERM INT HUP USR1; do trap "on_signal $s" "$s"; done
 # run COMMAND...: in the background, so that a signal reaches the trap
 # while it runs; its exit status in $rc.
 run() {
+    local watcher=""
+    rm -f "$grow_file"
     "$@" &
     child=$!
+    # a run on fewer nodes than the job's watches for the others' return
+    if [ "$GROW" = 1 ] && [ "${#nodes[@]}" -lt "${#job_nodes[@]}" ]; then
+        watch_nodes "$child" &
+        watcher=$!
+    fi
     interrupted=0
     wait "$child"
     rc=$?
@@ -193,6 +206,7 @@ run() {
         rc=$r
     done
     child=""
+    [ -n "$watcher" ] && { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
 }
 
 # Whether $1 holds a committed snapshot (`latest` is a hint: a step
@@ -246,13 +260,67 @@ probe_nodes() {
     rm -rf "$d"
 }
 
-# shrink: after a failed run, when some nodes no longer answer, make
-# generation gen+1 for the others (plan for their ranks with the rates the
-# failed run measured, the newest snapshot resharded onto it) and launch on
-# them; 0 when it did, 1 when every node answers or it cannot.
-shrink() {
-    local t0 rpn new_n next gone=() n k i keep=() rates="" step_done snap_at
+# to_nodes WHY NODE...: make generation gen+1 for NODE... (some of the
+# job's nodes, in the job's order; RANKS_PER_NODE ranks each): a plan for
+# their ranks with the rates the last run measured on the nodes it used
+# (1.0 on the others), the newest snapshot resharded onto it; then run on
+# them.  0 when done, 1 (nothing changed) when planning or resharding fails.
+to_nodes() {
+    local why=$1 t0 rpn new_n next n k p i rates="" last old_rates=()
+    shift
     t0=$(date +%s)
+    rpn=$RANKS_PER_NODE
+    new_n=$((rpn * $#))
+    next=$((gen + 1))
+    # ranks are placed in blocks of rpn per node (srun's default): a node's
+    # ranks in the new plan take its old ranks' rates
+    last=$(grep '"rates"' "$METRICS" 2>/dev/null | tail -n 1 | grep -o '"rates": *\[[^]]*\]' | sed 's/.*\[//; s/\]//; s/,/ /g')
+    if [ -n "$last" ]; then
+        read -r -a old_rates <<<"$last"
+        for n in "$@"; do
+            p=-1
+            for k in "${!nodes[@]}"; do [ "${nodes[$k]}" = "$n" ] && p=$k; done
+            for ((i = 0; i < rpn; i++)); do
+                if [ "$p" -ge 0 ]; then rates+="${rates:+, }${old_rates[$((p * rpn + i))]:-1.0}"; else rates+="${rates:+, }1.0"; fi
+            done
+        done
+        echo "{\"rates\": [$rates]}" >"$RUN_DIR/rates.$next.jsonl"
+    fi
+    local pargs=(--world-size "$new_n" --ranks-per-node "$rpn" --memory-mb "$MEMORY_MB" -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
+    if [ -f "$PROFILE" ]; then pargs+=(--profile "$PROFILE"); else pargs+=(--model "$PROFILE"); fi
+    [ -f "$RUN_DIR/rates.$next.jsonl" ] && pargs+=(--rates "$RUN_DIR/rates.$next.jsonl")
+    if ! "$REPLAN" "${pargs[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1; then
+        log "malleus-replan for $* ($new_n ranks) failed: staying on ${nodes[*]}"
+        rm -f "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
+        return 1
+    fi
+    if has_snapshot "$snap" &&
+        ! "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1; then
+        log "malleus-reshard onto the plan for $* failed: staying on ${nodes[*]}"
+        rm -rf "$RUN_DIR/snap.$next" "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
+        return 1
+    fi
+    # a generation without a snapshot starts over: it counts once its
+    # first snapshot is committed, like any other
+    gen=$next
+    plan=$RUN_DIR/plan.$gen.json
+    snap=$RUN_DIR/snap.$gen
+    NPROCS=$new_n
+    nodes=("$@")
+    planner_args=("${pargs[@]}")
+    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
+        IFS=,
+        echo "${nodes[*]}"
+    )" -n "$NPROCS")
+    log "generation $gen: new plan $plan for ${#nodes[@]} nodes, $NPROCS ranks ($(($(date +%s) - t0)) s to plan and reshard, $why)"
+    return 0
+}
+
+# shrink: after a failed run, when some nodes no longer answer, continue
+# on the others (to_nodes); 0 when it did, 1 when every node answers or it
+# cannot.
+shrink() {
+    local gone=() n step_done snap_at rpn=$RANKS_PER_NODE
     probe_nodes
     [ "${#alive[@]}" -lt "${#nodes[@]}" ] || return 1
     for n in "${nodes[@]}"; do [[ " ${alive[*]} " == *" $n "* ]] || gone+=("$n"); done
@@ -260,54 +328,46 @@ shrink() {
         log "node(s) ${gone[*]} do not answer, but ${#alive[@]} of ${#nodes[@]} nodes with $NPROCS ranks cannot be shrunk onto: retrying on all"
         return 1
     fi
-    rpn=$((NPROCS / ${#nodes[@]}))
-    new_n=$((rpn * ${#alive[@]}))
-    next=$((gen + 1))
-    # ranks are placed in blocks of rpn per node (srun's default): the
-    # survivors' old ranks, in order, become the new ranks 0..new_n-1
-    for k in "${!nodes[@]}"; do
-        [[ " ${alive[*]} " == *" ${nodes[$k]} "* ]] || continue
-        for ((i = k * rpn; i < (k + 1) * rpn; i++)); do keep+=("$i"); done
-    done
-    local last
-    last=$(grep '"rates"' "$METRICS" 2>/dev/null | tail -n 1 | grep -o '"rates": *\[[^]]*\]' | sed 's/.*\[//; s/\]//; s/,/ /g')
-    if [ -n "$last" ]; then
-        read -r -a old_rates <<<"$last"
-        for i in "${keep[@]}"; do rates+="${rates:+, }${old_rates[$i]:-1.0}"; done
-        echo "{\"rates\": [$rates]}" >"$RUN_DIR/rates.$next.jsonl"
-    fi
+    RANKS_PER_NODE=$((NPROCS / ${#nodes[@]}))
     step_done=$(tail -n 1 "$METRICS" 2>/dev/null | sed -n 's/^{"step": *\([0-9]*\).*/\1/p')
     snap_at=$(snap_step "$snap")
-    log "node(s) ${gone[*]} do not answer: continuing on ${alive[*]} ($new_n ranks, was $NPROCS) from the snapshot of step $snap_at (the failed run reached step ${step_done:-0}: $((${step_done:-0} - snap_at)) steps lost)"
-    local pargs=(--world-size "$new_n" --ranks-per-node "$rpn" --memory-mb "$MEMORY_MB" -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
-    if [ -f "$PROFILE" ]; then pargs+=(--profile "$PROFILE"); else pargs+=(--model "$PROFILE"); fi
-    [ -f "$RUN_DIR/rates.$next.jsonl" ] && pargs+=(--rates "$RUN_DIR/rates.$next.jsonl")
-    if ! "$REPLAN" "${pargs[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1; then
-        log "malleus-replan for the survivors failed: retrying on all nodes"
-        rm -f "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
-        return 1
-    fi
-    if has_snapshot "$snap" &&
-        ! "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1; then
-        log "malleus-reshard onto the survivors' plan failed: retrying on all nodes"
-        rm -rf "$RUN_DIR/snap.$next" "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
-        return 1
-    fi
-    # a shrink without a snapshot starts over: its generation counts
-    # once its first snapshot is committed, like any other
-    gen=$next
-    plan=$RUN_DIR/plan.$gen.json
-    snap=$RUN_DIR/snap.$gen
-    NPROCS=$new_n
-    RANKS_PER_NODE=$rpn
-    nodes=("${alive[@]}")
-    planner_args=("${pargs[@]}")
-    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
-        IFS=,
-        echo "${nodes[*]}"
-    )" -n "$NPROCS")
-    log "generation $gen: new plan $plan for ${#nodes[@]} nodes, $NPROCS ranks ($(($(date +%s) - t0)) s to probe, plan and reshard)"
-    return 0
+    log "node(s) ${gone[*]} do not answer: continuing on ${alive[*]} ($((RANKS_PER_NODE * ${#alive[@]})) ranks, was $NPROCS) from the snapshot of step $snap_at (the failed run reached step ${step_done:-0}: $((${step_done:-0} - snap_at)) steps lost)"
+    to_nodes "shrink" "${alive[@]}" || { RANKS_PER_NODE=$rpn; return 1; }
+}
+
+# ---- a node back: grow onto it while the job runs (GROW) ------------------
+# watch_nodes PID: in the background while a run goes on fewer nodes than
+# the job's, every GROW_POLL seconds ask the missing ones to run a task;
+# once some answer, write them to $grow_file and send the launcher PID
+# STOP_SIGNAL, so that the run stops at the next step boundary with a
+# snapshot and the loop grows onto them (a node Slurm has marked down has
+# left a --no-kill job's allocation, and never answers again here).
+watch_nodes() {
+    local missing=() back=() n
+    for n in "${job_nodes[@]}"; do [[ " ${nodes[*]} " == *" $n "* ]] || missing+=("$n"); done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    while sleep "$GROW_POLL"; do
+        for n in "${missing[@]}"; do
+            timeout -k 1 "$PROBE_TIMEOUT" srun --overlap -N1 -n1 -w "$n" true >/dev/null 2>&1 && back+=("$n")
+        done
+        if [ "${#back[@]}" -gt 0 ]; then
+            echo "${back[*]} $(date +%s)" >"$grow_file"
+            kill -s "$STOP_SIGNAL" "$1" 2>/dev/null
+            return 0
+        fi
+    done
+}
+
+# grow: the run stopped for nodes that answer again ($grow_file): continue
+# on the job's nodes that the run used or that came back (to_nodes).
+grow() {
+    local back want=() n
+    read -r -a back <<<"$(cat "$grow_file")"
+    unset 'back[${#back[@]}-1]' # the time it was seen
+    rm -f "$grow_file"
+    for n in "${job_nodes[@]}"; do [[ " ${nodes[*]} ${back[*]} " == *" $n "* ]] && want+=("$n"); done
+    log "node(s) ${back[*]} answer again: continuing on ${want[*]} ($((RANKS_PER_NODE * ${#want[@]})) ranks, was $NPROCS) from the snapshot of step $(snap_step "$snap")"
+    to_nodes "grow" "${want[@]}"
 }
 
 # ---- the newest generation -------------------------------------------------
@@ -388,6 +448,8 @@ while :; do
         exit 0
         ;;
     4)
+        # stopped for nodes that came back: grow onto them
+        [ -z "$stop_sig" ] && [ -f "$grow_file" ] && { grow || log "growing failed: continuing on ${nodes[*]}"; continue; }
         stopped
         ;;
     2)
