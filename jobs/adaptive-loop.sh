@@ -322,7 +322,10 @@ to_nodes() {
 shrink() {
     local gone=() n step_done snap_at rpn=$RANKS_PER_NODE
     probe_nodes
-    [ "${#alive[@]}" -lt "${#nodes[@]}" ] || return 1
+    if [ "${#alive[@]}" = "${#nodes[@]}" ]; then
+        log "every node (${nodes[*]}) answers: resuming on them"
+        return 1
+    fi
     for n in "${nodes[@]}"; do [[ " ${alive[*]} " == *" $n "* ]] || gone+=("$n"); done
     if [ "${#alive[@]}" = 0 ] || [ $((NPROCS % ${#nodes[@]})) != 0 ]; then
         log "node(s) ${gone[*]} do not answer, but ${#alive[@]} of ${#nodes[@]} nodes with $NPROCS ranks cannot be shrunk onto: retrying on all"

@@ -13,10 +13,15 @@
 # snapshot, plans for 8 ranks, reshards and finishes the run on all four
 # nodes.  Checks: the shrink and the growth in the events, a 6-rank plan
 # then an 8-rank one, the job's exit 0:0, and every step's loss equal to an
-# uninterrupted one-process run (tests/check_loop.py: the snapshot and its
-# consumed samples are the restart point).  Prints the steps lost and the
-# seconds from the kill to the first step on the survivors, and from the
-# node's return to the first step on 8 ranks.
+# uninterrupted one-process run to the 7 digits the metrics print
+# (tests/check_loop.py: the snapshot and its consumed samples are the
+# restart point).  Then one rank on n3 is killed (its node lives on): the
+# other ranks must end within 6 s (srun --kill-on-bad-exit, else the
+# heartbeat), every node answers, and the loop resumes on the same four
+# nodes and plan from the newest snapshot.  Prints the steps lost and the
+# seconds from the kill to the first step on the survivors, from the
+# node's return to the first step on 8 ranks, and from the rank's death to
+# the first step after it.
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -70,6 +75,26 @@ until_ok 20 "no step on 6 ranks" '[ "$(lines)" -gt "$at" ]'
 back_s=$(date +%s.%N)
 sh "$top_srcdir/tests/slurm/nodes.sh" start "$W/cluster" n3 || exit 99
 echo "node n3 back $(echo "$back_s $kill_s" | awk '{printf "%.1f", $1 - $2}') s after the kill, after step $(lines | tr -d ' ')"
+# a step on 8 ranks, then one rank of n3 is killed (its node lives on)
+until_ok 30 "the job did not grow onto 8 ranks" 'grep -q "generation 2: training" "$W/run/events.log"'
+at=$(lines)
+until_ok 20 "no step on 8 ranks" '[ "$(lines)" -gt "$at" ]'
+ranks() { # the malleus-train processes of nodes $@
+    for k in "$@"; do
+        for p in $(sh "$top_srcdir/tests/slurm/nodes.sh" pids "$W/cluster" "$k"); do
+            [ "$(cat "/proc/$p/comm" 2>/dev/null)" = malleus-train ] && echo "$p"
+        done
+    done
+}
+others=$(ranks n1 n2 n4)
+victim=$(ranks n3 | head -1)
+[ -n "$victim" ] && [ -n "$others" ] || { echo "FAIL: no ranks found on the nodes"; exit 1; }
+rank_s=$(date +%s.%N)
+kill -KILL "$victim"
+echo "killed rank pid $victim on n3 after step $(lines | tr -d ' ')"
+gone() { for p in $others; do [ -d "/proc/$p" ] && return 1; done; return 0; }
+until_ok 6 "the other ranks still ran 6 s after a rank was killed" gone
+gone_s=$(date +%s.%N)
 i=0
 while squeue -h -j "$jobid" 2>/dev/null | grep -q .; do
     sleep 0.5
@@ -94,15 +119,21 @@ plan_ranks() {
 }
 [ "$(plan_ranks "$W/run/plan.1.json")" = 6 ] || { cat "$W/run/plan.1.json"; echo "FAIL: plan.1.json does not have 6 ranks"; exit 1; }
 [ "$(plan_ranks "$W/run/plan.2.json")" = 8 ] || { cat "$W/run/plan.2.json"; echo "FAIL: plan.2.json does not have 8 ranks"; exit 1; }
-"$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
-# the time of the first step of generation $1 (the resumed run's first row)
+# the rank's death: the job restarted on the same 4 nodes, no shrink
+sed -n '/generation 2: training/,$p' "$W/run/events.log" >"$W/gen2.log"
+grep -q "training failed" "$W/gen2.log" && grep -q "every node (n1 n2 n3 n4) answers" "$W/gen2.log" &&
+    ! grep -q "do not answer" "$W/gen2.log" && [ ! -e "$W/run/plan.3.json" ] ||
+    { echo "FAIL: after a rank was killed the loop did not resume on the same 4 nodes"; exit 1; }
+"$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 0 || exit 1
+# the step and time of the first row of the Nth run of generation G ($1 $2)
 first_step() {
-    r=$(sed -n "s/.*generation $1: training.*resuming from step \([0-9]*\).*/\1/p" "$W/run/events.log" | tail -1)
-    grep "^{\"step\": $((r + 1))," "$W/run/metrics.jsonl" | sed -n 's/.*"time": *\([0-9.]*\).*/\1/p' | tail -1
+    r=$(sed -n "s/.*generation $1: training.*resuming from step \([0-9]*\).*/\1/p" "$W/run/events.log" | sed -n "$2p")
+    t=$(grep "^{\"step\": $((r + 1))," "$W/run/metrics.jsonl" | sed -n 's/.*"time": *\([0-9.]*\).*/\1/p' | tail -1)
+    echo "$r $t"
 }
-# steps the stop before the growth lost: the last step of generation 1
-# past the snapshot generation 2 resumed from
-r2=$(sed -n "s/.*generation 2: training.*resuming from step \([0-9]*\).*/\1/p" "$W/run/events.log" | tail -1)
-echo "shrink: $(grep -o '[0-9]* steps lost' "$W/run/events.log" | head -1); kill to the first step on the survivors: $(echo "$(first_step 1) $kill_s" | awk '{printf "%.1f", $1 - $2}') s"
-echo "grow: resumed from step $r2 (0 steps lost: the stop's snapshot); node back to the first step on 8 ranks: $(echo "$(first_step 2) $back_s" | awk '{printf "%.1f", $1 - $2}') s"
+since() { echo "$1 $2" | awk '{printf "%.1f", $1 - $2}'; }
+set -- $(first_step 1 1) $(first_step 2 1) $(first_step 2 2)
+echo "shrink: $(grep -o '[0-9]* steps lost' "$W/run/events.log" | head -1); kill to the first step on the survivors: $(since "$2" "$kill_s") s"
+echo "grow: resumed from step $3 (0 steps lost: the stop's snapshot); node back to the first step on 8 ranks: $(since "$4" "$back_s") s"
+echo "rank killed: the other ranks gone after $(since "$gone_s" "$rank_s") s; resumed from step $5 on the same nodes; kill to the first step: $(since "$6" "$rank_s") s"
 echo "cluster up to the end of the checks: $(ms "$t0") ms"
