@@ -20,7 +20,10 @@
 #        on it (submit with sbatch --no-kill, so that Slurm does not end the
 #        job when it marks the dead node down); a job started again with
 #        more ranks than its newest plan's (the node back) grows onto them
-#        the same way
+#        the same way; a node that answers again while the job runs on
+#        fewer (GROW) is grown onto: the run stops at a step boundary with
+#        a snapshot, re-plan, reshard, train on the larger set; a node
+#        whose ranks straggle run after run (EXCLUDE_RATE) is left out
 #   until STEPS steps are done.  A job started again (requeued, resubmitted,
 #   or this script run again) continues from the newest generation that has
 #   a committed snapshot, and its newest snapshot.
@@ -74,6 +77,19 @@
 #                   default LAUNCH, else 0]
 #   PROBE_TIMEOUT   seconds a node has to run a task before it counts as
 #                   gone [3]
+#   GROW            1: while a run goes on fewer nodes than the job's (after
+#                   a shrink), ask the missing ones every GROW_POLL seconds
+#                   to run a task; once one does, stop the run at a step
+#                   boundary with a snapshot and continue on the larger set
+#                   (re-plan, reshard) [SHRINK]
+#   GROW_POLL       seconds between those asks [10]
+#   EXCLUDE_RATE    leave out a node whose ranks measured a straggling rate
+#                   of this or more (its slowest rank, averaged over a run)
+#                   in each of its last EXCLUDE_AFTER runs, at the next
+#                   re-plan or restart and in every later run of the job
+#                   (requeued too: RUN_DIR/excluded); every run's figures
+#                   go to RUN_DIR/node-rates.log [0: off]
+#   EXCLUDE_AFTER   runs in a row [2]
 #   TRAIN_ARGS      more malleus-train flags, as words (e.g. --inject, policy
 #                   knobs; a value with spaces goes in the arguments instead)
 #
@@ -146,6 +162,10 @@ fi
 SHRINK=${SHRINK:-0}
 PROBE_TIMEOUT=${PROBE_TIMEOUT:-3}
 [ "$SHRINK" = 1 ] && [ "${#nodes[@]}" -lt 2 ] && SHRINK=0
+EXCLUDE_RATE=${EXCLUDE_RATE:-0}
+EXCLUDE_AFTER=${EXCLUDE_AFTER:-2}
+case $EXCLUDE_RATE in '' | *[!0-9.]* | *.*.*) echo "adaptive-loop: EXCLUDE_RATE must be a number (a straggling rate; 0: off), not '$EXCLUDE_RATE'" >&2; exit 2 ;; esac
+case $EXCLUDE_AFTER in '' | *[!0-9]* | 0) echo "adaptive-loop: EXCLUDE_AFTER must be a whole number of runs, 1 or more, not '$EXCLUDE_AFTER'" >&2; exit 2 ;; esac
 GROW=${GROW:-$SHRINK}
 GROW_POLL=${GROW_POLL:-10}
 [ "$SHRINK" = 1 ] || GROW=0
@@ -260,6 +280,16 @@ probe_nodes() {
     rm -rf "$d"
 }
 
+# The launcher for ${nodes[@]} (some of the job's nodes), NPROCS ranks
+# (--overlap: a failed step may still hold their CPUs until Slurm hears
+# from a dead node).
+on_nodes() {
+    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
+        IFS=,
+        echo "${nodes[*]}"
+    )" -n "$NPROCS")
+}
+
 # to_nodes WHY NODE...: make generation gen+1 for NODE... (some of the
 # job's nodes, in the job's order; RANKS_PER_NODE ranks each): a plan for
 # their ranks with the rates the last run measured on the nodes it used
@@ -308,10 +338,7 @@ to_nodes() {
     NPROCS=$new_n
     nodes=("$@")
     planner_args=("${pargs[@]}")
-    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
-        IFS=,
-        echo "${nodes[*]}"
-    )" -n "$NPROCS")
+    on_nodes
     log "generation $gen: new plan $plan for ${#nodes[@]} nodes, $NPROCS ranks ($(($(date +%s) - t0)) s to plan and reshard, $why)"
     return 0
 }
@@ -336,6 +363,67 @@ shrink() {
     snap_at=$(snap_step "$snap")
     log "node(s) ${gone[*]} do not answer: continuing on ${alive[*]} ($((RANKS_PER_NODE * ${#alive[@]})) ranks, was $NPROCS) from the snapshot of step $snap_at (the failed run reached step ${step_done:-0}: $((${step_done:-0} - snap_at)) steps lost)"
     to_nodes "shrink" "${alive[@]}" || { RANKS_PER_NODE=$rpn; return 1; }
+}
+
+# ---- a persistent straggler: leave its node out (EXCLUDE_RATE) ------------
+# note_rates T0: after a run that started at T0 (epoch seconds), append to
+# $node_rates one line per node of the run, "NODE RATE GENERATION": the
+# mean over the run's metrics rows of the highest straggling rate among the
+# node's ranks (ranks in blocks per node, as placed).
+node_rates=$RUN_DIR/node-rates.log
+note_rates() {
+    local rpn figures k
+    [ "${#nodes[@]}" -ge 2 ] && [ $((NPROCS % ${#nodes[@]})) = 0 ] || return 0
+    rpn=$((NPROCS / ${#nodes[@]}))
+    figures=$(grep '"rates"' "$METRICS" 2>/dev/null | awk -v t0="$1" -v rpn="$rpn" -v nn="${#nodes[@]}" '
+        match($0, /"time": *[0-9.]+/) {
+            t = substr($0, RSTART, RLENGTH); sub(/.*: */, "", t)
+            if (t + 0 < t0 || !match($0, /"rates": *\[[^]]*\]/)) next
+            r = substr($0, RSTART, RLENGTH); sub(/.*\[/, "", r); sub(/\].*/, "", r)
+            n = split(r, a, /, */); rows++
+            for (k = 0; k < nn; k++) {
+                m = 0
+                for (i = k * rpn + 1; i <= (k + 1) * rpn && i <= n; i++) if (a[i] + 0 > m) m = a[i] + 0
+                sum[k] += m
+            }
+        }
+        END { if (rows) for (k = 0; k < nn; k++) printf "%s%.2f", (k ? " " : ""), sum[k] / rows }')
+    [ -n "$figures" ] || return 0
+    read -r -a figures <<<"$figures"
+    for k in "${!nodes[@]}"; do echo "${nodes[$k]} ${figures[$k]} $gen" >>"$node_rates"; done
+}
+
+# exclude_slow WHY: when EXCLUDE_RATE is set and some nodes' last
+# EXCLUDE_AFTER runs all measured a rate of EXCLUDE_RATE or more
+# ($node_rates), continue without them (to_nodes), for good: they are
+# written to $RUN_DIR/excluded, which a requeued job reads too.  0 when
+# it did, 1 when no node is that slow or it cannot.
+exclude_slow() {
+    local n slow=() keep=() figs="" f rpn=$RANKS_PER_NODE
+    awk -v x="$EXCLUDE_RATE" 'BEGIN { exit !(x > 0) }' && [ "${#nodes[@]}" -ge 2 ] || return 1
+    for n in "${nodes[@]}"; do
+        f=$(awk -v n="$n" '$1 == n { print $2 }' "$node_rates" 2>/dev/null | tail -n "$EXCLUDE_AFTER" | tr '\n' ' ')
+        if [ "$(echo "$f" | wc -w)" -ge "$EXCLUDE_AFTER" ] &&
+            echo "$f" | awk -v x="$EXCLUDE_RATE" '{ for (i = 1; i <= NF; i++) if ($i + 0 < x) exit 1 }'; then
+            slow+=("$n")
+            figs+="${figs:+; }$n: ${f% }"
+        else
+            keep+=("$n")
+        fi
+    done
+    [ "${#slow[@]}" -gt 0 ] || return 1
+    if [ "${#keep[@]}" = 0 ] || [ $((NPROCS % ${#nodes[@]})) != 0 ]; then
+        log "node(s) ${slow[*]} measured slower than EXCLUDE_RATE=$EXCLUDE_RATE in their last $EXCLUDE_AFTER runs ($figs), but ${#keep[@]} of ${#nodes[@]} nodes cannot take the run: keeping them"
+        return 1
+    fi
+    RANKS_PER_NODE=$((NPROCS / ${#nodes[@]}))
+    log "leaving out node(s) ${slow[*]} $1: rates $figs in their last $EXCLUDE_AFTER runs, each >= EXCLUDE_RATE=$EXCLUDE_RATE; continuing on ${keep[*]} ($((RANKS_PER_NODE * ${#keep[@]})) ranks, was $NPROCS) from the snapshot of step $(snap_step "$snap")"
+    to_nodes "exclude" "${keep[@]}" || { RANKS_PER_NODE=$rpn; return 1; }
+    printf '%s\n' "${slow[@]}" >>"$RUN_DIR/excluded"
+    keep=()
+    for n in "${job_nodes[@]}"; do [[ " ${slow[*]} " == *" $n "* ]] || keep+=("$n"); done
+    job_nodes=("${keep[@]}")
+    return 0
 }
 
 # ---- a node back: grow onto it while the job runs (GROW) ------------------
@@ -385,6 +473,21 @@ if [ -e "$RUN_DIR/plan.$((gen + 1)).json" ] || [ -e "$RUN_DIR/snap.$((gen + 1))"
 fi
 plan=$RUN_DIR/plan.$gen.json
 snap=$RUN_DIR/snap.$gen
+
+# Nodes left out as persistent stragglers by an earlier run of this job
+# (EXCLUDE_RATE) stay out when it is requeued or resubmitted onto them.
+if [ "$SHRINK" = 1 ] && [ -s "$RUN_DIR/excluded" ] && [ $((NPROCS % ${#nodes[@]})) = 0 ]; then
+    keep=()
+    for n in "${nodes[@]}"; do grep -qxF "$n" "$RUN_DIR/excluded" || keep+=("$n"); done
+    if [ "${#keep[@]}" -gt 0 ] && [ "${#keep[@]}" -lt "${#nodes[@]}" ]; then
+        RANKS_PER_NODE=$((NPROCS / ${#nodes[@]}))
+        log "leaving out node(s) $(grep -xF -f "$RUN_DIR/excluded" <<<"$(printf '%s\n' "${nodes[@]}")" | tr '\n' ' ')(left out before as persistent stragglers, listed in $RUN_DIR/excluded): running on ${keep[*]}"
+        nodes=("${keep[@]}")
+        job_nodes=("${keep[@]}")
+        NPROCS=$((RANKS_PER_NODE * ${#nodes[@]}))
+        on_nodes
+    fi
+fi
 
 # Planner inputs shared by every call.
 planner_args=(--world-size "$NPROCS" --ranks-per-node "$RANKS_PER_NODE" --memory-mb "$MEMORY_MB"
@@ -441,7 +544,9 @@ while :; do
         what="$what, resuming from step $(snap_step "$snap")"
     fi
     log "generation $gen: training $what"
+    started=$(date +%s)
     run "${launch[@]}" "${wrapper[@]}" "$TRAIN" "${args[@]}" "${train_args[@]}" "${extra_args[@]}"
+    [ "$SHRINK" = 1 ] && note_rates "$started"
     # MPICH's mpiexec may report 0 once it has forwarded a signal, whatever
     # the ranks said: a stopped run is told by its snapshot's step
     [ "$rc" = 0 ] && [ -n "$stop_sig" ] && [ "$(snap_step "$snap")" -lt "$STEPS" ] && rc=4
@@ -464,6 +569,8 @@ while :; do
     3)
         [ -n "$stop_sig" ] && stopped
         failures=0
+        # a node slow run after run: plan without it
+        exclude_slow "at the re-plan after generation $gen" && continue
         next=$((gen + 1))
         # the rates that drove this decision become the next baseline
         grep '"rates"' "$METRICS" | tail -n 2 >"$RUN_DIR/rates.$next.jsonl"
@@ -491,6 +598,7 @@ while :; do
         log "training failed (exit $rc), failure $failures of $MAX_FAILURES"
         # a node gone is not a failure to retry on the same nodes
         [ "$SHRINK" = 1 ] && [ "$ADAPT" = restart ] && shrink && { failures=0; continue; }
+        [ "$SHRINK" = 1 ] && [ "$ADAPT" = restart ] && exclude_slow "at the restart after the failure" && continue
         [ $failures -ge "$MAX_FAILURES" ] && { log "giving up"; exit 1; }
         has_snapshot "$snap" || log "no snapshot yet: restarting from step 0"
         ;;

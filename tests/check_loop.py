@@ -9,8 +9,7 @@ straggler or gives it less work than the uniform plan did (both skipped
 when STRAGGLER_RANK is -1: a run without a straggler); training reached
 STEPS; the metrics hold every step once (rows a resume superseded are
 marked so, or moved aside); every step's loss equals the reference within
-TOLERANCE relative (1e-4; 0: equal to the 7 significant digits the
-metrics print).
+TOLERANCE relative (1e-4).
 Prints one verdict line; exit 0 pass, 1 fail."""
 import json
 import os

@@ -49,7 +49,7 @@ dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
 EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh tests/slurm/common.sh tests/slurm/nodes.sh \
-    tests/slurm/nodes_test.sh
+    tests/slurm/nodes_test.sh tests/slurm/slow_node.sh
 
 # Several Slurm nodes on this machine (network namespaces): one job across
 # them; a node that stops answering or dies ends the job step in seconds

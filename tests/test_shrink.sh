@@ -13,9 +13,9 @@
 # snapshot, plans for 8 ranks, reshards and finishes the run on all four
 # nodes.  Checks: the shrink and the growth in the events, a 6-rank plan
 # then an 8-rank one, the job's exit 0:0, and every step's loss equal to an
-# uninterrupted one-process run to the 7 digits the metrics print
-# (tests/check_loop.py: the snapshot and its consumed samples are the
-# restart point).  Then one rank on n3 is killed (its node lives on): the
+# uninterrupted one-process run within 1e-5 relative (tests/check_loop.py:
+# the snapshot and its consumed samples are the restart point; what is
+# left is float rounding of the layouts, 0 to 3e-7 measured).  Then one rank on n3 is killed (its node lives on): the
 # other ranks must end within 6 s (srun --kill-on-bad-exit, else the
 # heartbeat), every node answers, and the loop resumes on the same four
 # nodes and plan from the newest snapshot.  Prints the steps lost and the
@@ -61,13 +61,26 @@ until_ok() {
         sleep 0.1
         i=$((i + 1))
         [ $i -lt $(($1 * 10)) ] && squeue -h -j "$jobid" 2>/dev/null | grep -q . ||
-            { tail -30 "$W/job.out"; cat "$W/run/events.log"; echo "FAIL: $2"; exit 1; }
+            { grep '^srun' "$W/job.out"; cat "$W/run/events.log"; echo "FAIL: $2"; exit 1; }
     done
 }
+ranks() { # the malleus-train processes of nodes $@
+    for k in "$@"; do
+        for p in $(sh "$top_srcdir/tests/slurm/nodes.sh" pids "$W/cluster" "$k"); do
+            [ "$(cat "/proc/$p/comm" 2>/dev/null)" = malleus-train ] && echo "$p"
+        done
+    done
+}
+gone() { for p in $others; do [ -d "/proc/$p" ] && return 1; done; return 0; }
 until_ok 60 "the job did not reach step 10" '[ "$(lines)" -ge 10 ]'
+others=$(ranks n1 n2 n4)
 kill_s=$(date +%s.%N)
 sh "$top_srcdir/tests/slurm/nodes.sh" kill "$W/cluster" n3 || exit 99
 echo "killed node n3 after step $(lines | tr -d ' ')"
+until_ok 10 "the ranks of n1, n2 and n4 still ran 10 s after n3 was killed" gone
+echo "the ranks of n1, n2 and n4 gone $(echo "$(date +%s.%N) $kill_s" | awk '{printf "%.1f", $1 - $2}') s after the kill"
+until_ok 40 "the loop did not see the failure" 'grep -q "training failed" "$W/run/events.log"'
+echo "the loop saw the failure $(echo "$(date +%s.%N) $kill_s" | awk '{printf "%.1f", $1 - $2}') s after the kill"
 # a step done on the survivors: a metrics row after generation 1 started
 until_ok 40 "the job did not shrink onto 6 ranks" 'grep -q "generation 1: training" "$W/run/events.log"'
 at=$(lines)
@@ -79,20 +92,12 @@ echo "node n3 back $(echo "$back_s $kill_s" | awk '{printf "%.1f", $1 - $2}') s 
 until_ok 30 "the job did not grow onto 8 ranks" 'grep -q "generation 2: training" "$W/run/events.log"'
 at=$(lines)
 until_ok 20 "no step on 8 ranks" '[ "$(lines)" -gt "$at" ]'
-ranks() { # the malleus-train processes of nodes $@
-    for k in "$@"; do
-        for p in $(sh "$top_srcdir/tests/slurm/nodes.sh" pids "$W/cluster" "$k"); do
-            [ "$(cat "/proc/$p/comm" 2>/dev/null)" = malleus-train ] && echo "$p"
-        done
-    done
-}
 others=$(ranks n1 n2 n4)
 victim=$(ranks n3 | head -1)
 [ -n "$victim" ] && [ -n "$others" ] || { echo "FAIL: no ranks found on the nodes"; exit 1; }
 rank_s=$(date +%s.%N)
 kill -KILL "$victim"
 echo "killed rank pid $victim on n3 after step $(lines | tr -d ' ')"
-gone() { for p in $others; do [ -d "/proc/$p" ] && return 1; done; return 0; }
 until_ok 6 "the other ranks still ran 6 s after a rank was killed" gone
 gone_s=$(date +%s.%N)
 i=0
@@ -124,7 +129,7 @@ sed -n '/generation 2: training/,$p' "$W/run/events.log" >"$W/gen2.log"
 grep -q "training failed" "$W/gen2.log" && grep -q "every node (n1 n2 n3 n4) answers" "$W/gen2.log" &&
     ! grep -q "do not answer" "$W/gen2.log" && [ ! -e "$W/run/plan.3.json" ] ||
     { echo "FAIL: after a rank was killed the loop did not resume on the same 4 nodes"; exit 1; }
-"$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 0 || exit 1
+"$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 1e-5 || exit 1
 # the step and time of the first row of the Nth run of generation G ($1 $2)
 first_step() {
     r=$(sed -n "s/.*generation $1: training.*resuming from step \([0-9]*\).*/\1/p" "$W/run/events.log" | sed -n "$2p")
@@ -136,4 +141,5 @@ set -- $(first_step 1 1) $(first_step 2 1) $(first_step 2 2)
 echo "shrink: $(grep -o '[0-9]* steps lost' "$W/run/events.log" | head -1); kill to the first step on the survivors: $(since "$2" "$kill_s") s"
 echo "grow: resumed from step $3 (0 steps lost: the stop's snapshot); node back to the first step on 8 ranks: $(since "$4" "$back_s") s"
 echo "rank killed: the other ranks gone after $(since "$gone_s" "$rank_s") s; resumed from step $5 on the same nodes; kill to the first step: $(since "$6" "$rank_s") s"
+grep '^srun' "$W/job.out"
 echo "cluster up to the end of the checks: $(ms "$t0") ms"
