@@ -12,7 +12,9 @@
 # 6 ranks of n1, n3 and n4) and finishes there.  Checks: the growth in the
 # events, an 8-rank plan, the exclusion logged with n2's rate, a 6-rank
 # plan after it, the job's exit 0:0 and every step's loss equal to an
-# uninterrupted one-process run (tests/check_loop.py).
+# uninterrupted one-process run (tests/check_loop.py); and that the job
+# submitted once more on the 4 nodes keeps n2 out (RUN_DIR/excluded: no
+# new plan for 8 ranks).
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -76,5 +78,12 @@ n6=$(tr -d '\n' <"$W/run/plan.2.json" | grep -o '"\(ranks\|suspended\)": *\[[0-9
 [ "$n6" = 6 ] || { cat "$W/run/plan.2.json"; echo "FAIL: plan.2.json has $n6 ranks, not 6"; exit 1; }
 echo "node rates per run (node, rate, generation):"
 cat "$W/run/node-rates.log"
+# the same job requeued on the same 4 nodes keeps n2 out (RUN_DIR/excluded)
+jobid=$(sbatch --parsable -N4 -n8 --ntasks-per-node=2 --export=ALL -o "$W/job.out" \
+    "$top_srcdir/jobs/malleus.sbatch") || { echo "FAIL: sbatch refused the job"; exit 1; }
+wait_job
+tail -n 3 "$W/run/events.log"
+[ "$code" = "0:0" ] && grep -q "leaving out node(s) n2 (left out before" "$W/run/events.log" &&
+    [ ! -e "$W/run/plan.3.json" ] || { tail -20 "$W/job.out"; echo "FAIL: the job started again did not keep n2 out"; exit 1; }
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
 echo "cluster up to the end of the checks: $(ms "$t0") ms"
