@@ -79,7 +79,8 @@
 #                   gone [3]
 #   GROW            1: while a run goes on fewer nodes than the job's (after
 #                   a shrink), ask the missing ones every GROW_POLL seconds
-#                   to run a task; once one does, stop the run at a step
+#                   to run a task (each ask waits up to 30 s for a node
+#                   coming up); once one does, stop the run at a step
 #                   boundary with a snapshot and continue on the larger set
 #                   (re-plan, reshard) [SHRINK]
 #   GROW_POLL       seconds between those asks [10]
@@ -428,20 +429,43 @@ exclude_slow() {
 
 # ---- a node back: grow onto it while the job runs (GROW) ------------------
 # watch_nodes PID: in the background while a run goes on fewer nodes than
-# the job's, every GROW_POLL seconds ask the missing ones to run a task;
-# once some answer, write them to $grow_file and send the launcher PID
-# STOP_SIGNAL, so that the run stops at the next step boundary with a
-# snapshot and the loop grows onto them (a node Slurm has marked down has
-# left a --no-kill job's allocation, and never answers again here).
+# the job's, ask the missing ones to run a task, all at once, every
+# GROW_POLL seconds (each ask waits up to 30 s: one that waits for a node
+# being restarted answers the moment it is up); once some answer, write
+# them to $grow_file and send the launcher PID STOP_SIGNAL, so that the
+# run stops at the next step boundary with a snapshot and the loop grows
+# onto them (once the run has done a step).  A node Slurm has marked down
+# has left a --no-kill job's allocation and never answers here.  SIGTERM
+# ends it with its asks.
 watch_nodes() {
-    local missing=() back=() n
+    local missing=() back=() n k probes=() t0
+    t0=$(($(date +%s) + 1)) # a metrics row from then on is this run's
     for n in "${job_nodes[@]}"; do [[ " ${nodes[*]} " == *" $n "* ]] || missing+=("$n"); done
     [ "${#missing[@]}" -gt 0 ] || return 0
-    while sleep "$GROW_POLL"; do
+    trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
+    while :; do
+        sleep "$GROW_POLL" &
+        probes=($!)
+        wait "${probes[@]}"
+        probes=()
         for n in "${missing[@]}"; do
-            timeout -k 1 "$PROBE_TIMEOUT" srun --overlap -N1 -n1 -w "$n" true >/dev/null 2>&1 && back+=("$n")
+            timeout -k 1 30 srun --overlap -N1 -n1 -w "$n" true >/dev/null 2>&1 &
+            probes+=($!)
         done
+        for k in "${!missing[@]}"; do wait "${probes[$k]}" && back+=("${missing[$k]}"); done
+        probes=()
         if [ "${#back[@]}" -gt 0 ]; then
+            # not before the run's first step: until then the ranks may
+            # not handle the stop signal yet (its default action kills)
+            local last
+            while :; do
+                last=$(tail -n 1 "$METRICS" 2>/dev/null | sed -n 's/.*"time": *\([0-9]*\).*/\1/p')
+                [ -n "$last" ] && [ "$last" -ge "$t0" ] && break
+                sleep 1 &
+                probes=($!)
+                wait "${probes[@]}"
+            done
+            probes=()
             echo "${back[*]} $(date +%s)" >"$grow_file"
             kill -s "$STOP_SIGNAL" "$1" 2>/dev/null
             return 0

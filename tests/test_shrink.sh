@@ -23,6 +23,8 @@
 # node's return to the first step on 8 ranks, and from the rank's death to
 # the first step after it.
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
+# (the polls below are shell commands in single quotes, evaluated later)
+# shellcheck disable=SC2016,SC2034,SC2046
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 : "${PYTHON3:=/usr/bin/python3}"
@@ -54,7 +56,8 @@ jobid=$(sbatch --parsable --no-kill -N4 -n8 --ntasks-per-node=2 --export=ALL -o 
 }
 lines() { (wc -l <"$W/run/metrics.jsonl") 2>/dev/null || echo 0; }
 # until_ok SECONDS WHAT TEST: poll the shell command TEST every 0.1 s while
-# the job runs; fail naming WHAT
+# the job runs; fail naming WHAT (TEST is evaluated there, so its variables
+# are written in single quotes)
 until_ok() {
     i=0
     until eval "$3"; do
@@ -80,7 +83,16 @@ echo "killed node n3 after step $(lines | tr -d ' ')"
 until_ok 10 "the ranks of n1, n2 and n4 still ran 10 s after n3 was killed" gone
 echo "the ranks of n1, n2 and n4 gone $(echo "$(date +%s.%N) $kill_s" | awk '{printf "%.1f", $1 - $2}') s after the kill"
 until_ok 40 "the loop did not see the failure" 'grep -q "training failed" "$W/run/events.log"'
-echo "the loop saw the failure $(echo "$(date +%s.%N) $kill_s" | awk '{printf "%.1f", $1 - $2}') s after the kill"
+seen=$(echo "$(date +%s.%N) $kill_s" | awk '{printf "%.1f", $1 - $2}')
+echo "the loop saw the failure $seen s after the kill"
+# srun usually ends KillWait after the ranks; rarely (1 run in 10) it
+# waits until Slurm marks the dead node down, which takes the node out of
+# the job: then its return cannot be grown onto in this job
+scontrol show job "$jobid" | grep -q ' NodeList=n\[1-4\]' || {
+    scontrol show job "$jobid" | grep ' NodeList='
+    echo "SKIP: srun ended only when Slurm marked n3 down ($seen s after the kill), which took n3 out of the job"
+    exit 77
+}
 # a step done on the survivors: a metrics row after generation 1 started
 until_ok 40 "the job did not shrink onto 6 ranks" 'grep -q "generation 1: training" "$W/run/events.log"'
 at=$(lines)
@@ -130,14 +142,17 @@ grep -q "training failed" "$W/gen2.log" && grep -q "every node (n1 n2 n3 n4) ans
     ! grep -q "do not answer" "$W/gen2.log" && [ ! -e "$W/run/plan.3.json" ] ||
     { echo "FAIL: after a rank was killed the loop did not resume on the same 4 nodes"; exit 1; }
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 1e-5 || exit 1
-# the step and time of the first row of the Nth run of generation G ($1 $2)
+# the step a run of generation $1 resumed from (its $2th run) and the time
+# of its first row, the first after time $3 (a row a later resume
+# superseded counts: it was moved aside)
 first_step() {
     r=$(sed -n "s/.*generation $1: training.*resuming from step \([0-9]*\).*/\1/p" "$W/run/events.log" | sed -n "$2p")
-    t=$(grep "^{\"step\": $((r + 1))," "$W/run/metrics.jsonl" | sed -n 's/.*"time": *\([0-9.]*\).*/\1/p' | tail -1)
+    t=$(cat "$W/run/metrics.jsonl" "$W/run/metrics.jsonl.superseded" 2>/dev/null | grep "^{\"step\": $((r + 1))," |
+        sed -n 's/.*"time": *\([0-9.]*\).*/\1/p' | awk -v t0="$3" '$1 > t0 && (m == "" || $1 < m) { m = $1 } END { print m }')
     echo "$r $t"
 }
 since() { echo "$1 $2" | awk '{printf "%.1f", $1 - $2}'; }
-set -- $(first_step 1 1) $(first_step 2 1) $(first_step 2 2)
+set -- $(first_step 1 1 "$kill_s") $(first_step 2 1 "$back_s") $(first_step 2 2 "$rank_s")
 echo "shrink: $(grep -o '[0-9]* steps lost' "$W/run/events.log" | head -1); kill to the first step on the survivors: $(since "$2" "$kill_s") s"
 echo "grow: resumed from step $3 (0 steps lost: the stop's snapshot); node back to the first step on 8 ranks: $(since "$4" "$back_s") s"
 echo "rank killed: the other ranks gone after $(since "$gone_s" "$rank_s") s; resumed from step $5 on the same nodes; kill to the first step: $(since "$6" "$rank_s") s"
