@@ -257,6 +257,10 @@ stopped() {
     if [ "$why" = USR1 ] && [ -n "${SLURM_JOB_ID:-}" ] && [ "$REQUEUE" = 1 ]; then
         # said first: the requeue ends this run of the job at once
         log "stopped at step $(snap_step "$snap") for the time limit: requeuing job $SLURM_JOB_ID"
+        # Slurm refuses a running job's ExcNodeList, and the requeue ends
+        # this script: the nodes left out can only be named
+        [ -s "$RUN_DIR/excluded" ] &&
+            log "node(s) $(sort -u "$RUN_DIR/excluded" | tr '\n' ' ')stay out of the requeued job but may be allocated to it: to give them back, scontrol update JobId=$SLURM_JOB_ID ExcNodeList=$(sort -u "$RUN_DIR/excluded" | paste -sd,) while it is pending"
         scontrol requeue "$SLURM_JOB_ID" && exit 4
         log "scontrol requeue $SLURM_JOB_ID failed: submit the job again to continue"
     fi
@@ -581,7 +585,9 @@ while :; do
         ;;
     4)
         # stopped for nodes that came back: grow onto them
-        [ -z "$stop_sig" ] && [ -f "$grow_file" ] && { grow || log "growing failed: continuing on ${nodes[*]}"; continue; }
+        # (one that fails is not tried again: each try costs the run a stop)
+        [ -z "$stop_sig" ] && [ -f "$grow_file" ] &&
+            { grow || { GROW=0 && log "growing failed: continuing on ${nodes[*]}, without growing again"; }; continue; }
         stopped
         ;;
     2)
