@@ -4,6 +4,7 @@
  * allocated lazily and ended in the out-of-memory killer (or in swap) with
  * no message. */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,17 @@ static int part_need(mal_trainer *tr, int r, part_need_t *need, mal_model_part *
     return 0;
 }
 
+/* `bytes` for a message: MiB below a GiB, else GiB. */
+static const char *human(double bytes, char buf[32])
+{
+    const double mib = 1024.0 * 1024.0;
+    if (bytes < 1024.0 * mib)
+        snprintf(buf, 32, "%.1f MiB", bytes / mib);
+    else
+        snprintf(buf, 32, "%.2f GiB", bytes / (1024.0 * mib));
+    return buf;
+}
+
 int mal_trainer_check_memory(mal_trainer *tr)
 {
     /* Device memory is the backend allocator's to refuse; host memory is
@@ -160,21 +172,22 @@ int mal_trainer_check_memory(mal_trainer *tr)
     if ((double)need.total <= share) return 0;
     mal_plan_loc loc;
     if ((rc = mal_plan_locate(&tr->plan, worst, &loc))) return rc;
-    const double gib = 1024.0 * 1024.0 * 1024.0;
+    char total[32], state[32], acts[32], comm[32], other[32], limit[32], machine[32];
     return MAL_ERR(
         MAL_EINVAL,
         "model %s does not fit in memory: pipeline %d stage %d (rank %d's part: layers [%d, "
-        "%d)%s%s, TP %d, micro-batch %d, %d in flight, recompute %s) needs %zu bytes (%.2f GiB: "
-        "%.2f GiB fp32 parameters, gradients and Adam moments%s, working weights and scratch; "
-        "%.2f GiB activations; %.2f GiB communication buffers; %.2f GiB data and "
-        "--snapshot-async's staging), but a rank has %.0f bytes (%.2f GiB: %.1f GiB of memory "
-        "shared by %d ranks on a node); use --recompute selective or full (or the plan's "
-        "\"recompute\"), more ranks (more stages or TP), a smaller micro-batch or a smaller "
-        "model",
+        "%d)%s%s, TP %d, micro-batch %d, %d in flight, recompute %s) needs %zu bytes (%s: %s "
+        "fp32 parameters, gradients and Adam moments%s, working weights and scratch; %s "
+        "activations; %s communication buffers; %s data and --snapshot-async's staging), but a "
+        "rank has %.0f bytes (%s: %s of memory shared by %d ranks on a node); use --recompute "
+        "selective or full (or the plan's \"recompute\"), more ranks (more stages or TP), a "
+        "smaller micro-batch or a smaller model",
         tr->o.model.name, loc.pipeline, loc.stage, worst, worst_part.layer_begin,
         worst_part.layer_end, worst_part.has_embed ? ", embedding" : "",
         worst_part.has_head ? ", head" : "", worst_part.tp_size, tr->plan.micro_batch_size,
-        need.in_flight, mal_recompute_name(need.recompute), need.total, need.total / gib,
-        need.state / gib, tr->o.zero ? " (its share of the moments, --zero 1)" : "",
-        need.acts / gib, need.comm / gib, need.other / gib, share, share / gib, mem / gib, local);
+        need.in_flight, mal_recompute_name(need.recompute), need.total,
+        human(need.total, total), human(need.state, state),
+        tr->o.zero ? " (its share of the moments, --zero 1)" : "", human(need.acts, acts),
+        human(need.comm, comm), human(need.other, other), share, human(share, limit),
+        human(mem, machine), local);
 }
