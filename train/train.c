@@ -492,9 +492,11 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
                 (double)mal_acts_bytes(tr->part.model, pl->micro_batch_size) / 1048576.0);
         char line[64];
-        snprintf(line, sizeof line, "%s%s (+%.1f MiB one-layer buffer)",
+        /* the mode, where it comes from, and its one-layer buffer */
+        snprintf(line, sizeof line, "%s (%s), +%.*f MiB buffer",
                  mal_recompute_name(tr->part.model->recompute),
-                 tr->o.recompute >= 0 ? ", --recompute" : "", (double)shared / 1048576.0);
+                 tr->o.recompute >= 0 ? "--recompute" : "plan", shared < 100 << 20 ? 1 : 0,
+                 (double)shared / 1048576.0);
         fprintf(f, "| recompute            | %-40.40s |\n", line);
     }
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));

@@ -17,6 +17,14 @@
 # accountant does not count, so the ratio is measured / (prediction - X).
 #
 # Usage: bench/memory/run.sh [-m "MODELS"] [-s STEPS] [-o DIR] [PLAN.json...]
+#        bench/memory/run.sh -r [-m "MODELS"] [-s STEPS] [-o DIR]
+# With -r (activation recomputation; default model: small, 4 steps): each
+# model on one rank (micro-batch 2, global batch 4) and on a two-stage
+# pipeline of one rank each (micro-batch 1, 4 micro-batches: the first
+# stage keeps 2 in flight) with --recompute none, selective and full: per
+# rank the accountant's activation bytes at its peak, its peak, and the
+# median step time of steps 2.. (the first warms up), with the ratios to
+# none (memory saved, time added).
 # Environment: MPIEXEC (default mpiexec.mpich), BUILD (default .: where
 # malleus-train and malleus-replan are).
 set -u
@@ -24,17 +32,24 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 BUILD=${BUILD:-.}
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-models="tiny tiny-llama3 small"
-steps=2
+models=
+steps=
 out=
-while getopts m:s:o:h opt; do
+recompute=0
+while getopts m:s:o:rh opt; do
     case $opt in
     m) models=$OPTARG ;;
     s) steps=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    r) recompute=1 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
     esac
 done
+if [ $recompute = 1 ]; then
+    : "${models:=small}" "${steps:=4}"
+else
+    : "${models:=tiny tiny-llama3 small}" "${steps:=2}"
+fi
 shift $((OPTIND - 1))
 for b in malleus-train malleus-replan; do
     [ -x "$BUILD/$b" ] || { echo "run.sh: no $BUILD/$b (build first, or set BUILD)" >&2; exit 2; }
@@ -42,6 +57,64 @@ done
 command -v "$MPIEXEC" >/dev/null || { echo "run.sh: no $MPIEXEC (set MPIEXEC)" >&2; exit 2; }
 [ -n "$out" ] || out=$(mktemp -d /tmp/malleus-bench-memory-XXXXXX)
 mkdir -p "$out" || exit 1
+# -r: the recompute modes, one rank and two stages per model
+recompute_bench() {
+    : >"$out/runs"
+    for model in $models; do
+        layers=$("$BUILD/malleus-train" --model "$model" --steps 0 </dev/null 2>&1 |
+            sed -n 's/^| layers \/ heads \/ ffn | *\([0-9]*\) .*/\1/p')
+        [ -n "$layers" ] || { echo "run.sh: no model $model" >&2; return 1; }
+        cat >"$out/$model-pp2.json" <<PLAN
+{ "format": "malleus-plan/1", "micro_batch_size": 1, "comment": "two stages, 4 micro-batches",
+  "pipelines": [ { "micro_batches": 4, "stages": [ { "ranks": [0], "layers": [0, $((layers / 2))] },
+    { "ranks": [1], "layers": [$((layers / 2)), $layers] } ] } ], "suspended": [] }
+PLAN
+        for mode in none selective full; do
+            pre="$out/$model-1rank-$mode"
+            "$BUILD/malleus-train" --model "$model" --micro-batch 2 --global-batch 4 \
+                --steps "$steps" --threads 1 --recompute $mode --metrics "$pre.jsonl" \
+                </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
+            echo "$model 1rank $mode $pre" >>"$out/runs"
+            pre="$out/$model-pp2-$mode"
+            "$MPIEXEC" -n 2 "$BUILD/malleus-train" --model "$model" --plan "$out/$model-pp2.json" \
+                --global-batch 4 --steps "$steps" --threads 1 --recompute $mode \
+                --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
+            echo "$model pp2 $mode $pre" >>"$out/runs"
+        done
+    done
+    python3 - "$out/runs" <<'PY'
+import json, re, statistics, sys
+RANK = re.compile(r"^\s*rank (\d+): ([0-9.]+) =.* activations ([0-9.]+)")
+runs = [l.split() for l in open(sys.argv[1])]
+res = {}
+for model, plan, mode, pre in runs:
+    peaks = {}
+    for line in open(pre + ".log"):
+        m = RANK.match(line)
+        if m:
+            peaks[int(m[1])] = (float(m[3]), float(m[2]))
+    steps = [json.loads(l) for l in open(pre + ".jsonl")]
+    times = [s["step_ms"] for s in steps[1:]] or [s["step_ms"] for s in steps]
+    res[model, plan, mode] = (peaks, statistics.median(times))
+print("activation recomputation: per rank, the accountant's activations at its peak and its "
+      "peak (MiB), the median step time (ms) of steps 2..; ratios to --recompute none")
+fmt = "%-8s %-6s %-10s %4s %10s %10s %8s %8s %9s"
+print(fmt % ("model", "plan", "recompute", "rank", "acts MiB", "peak MiB", "acts/n", "peak/n",
+             "time/n"))
+for (model, plan, mode), (peaks, t) in res.items():
+    base, tb = res[model, plan, "none"]
+    for r in sorted(peaks):
+        a, p = peaks[r]
+        print(fmt % (model, plan, mode, r, "%.1f" % a, "%.1f" % p, "%.2f" % (a / base[r][0]),
+                     "%.2f" % (p / base[r][1]), "%.2f" % (t / tb) + (" (%.0f)" % t if r == 0 else "")))
+PY
+}
+if [ $recompute = 1 ]; then
+    echo "logs in $out" >&2
+    recompute_bench
+    exit $?
+fi
+
 # the default plans of a model: the suite's for the 4-layer models, plus
 # two pipelines deeper than the suite's (1F1B keeps S - j micro-batches of
 # activations on stage j); three 8-layer plans for `small`
