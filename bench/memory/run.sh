@@ -22,9 +22,12 @@
 # model on one rank (micro-batch 2, global batch 4) and on a two-stage
 # pipeline of one rank each (micro-batch 1, 4 micro-batches: the first
 # stage keeps 2 in flight) with --recompute none, selective and full: per
-# rank the accountant's activation bytes at its peak, its peak, and the
-# median step time of steps 2.. (the first warms up), with the ratios to
-# none (memory saved, time added).
+# rank the accountant's activation bytes at its peak, its peak, the least
+# step time of steps 2.. (the first warms up; the least is the step other
+# loads of a shared machine disturbed least) and the CPU time per step of
+# all ranks (each run also with 1 step: the difference over STEPS - 1
+# steps, without the set-up), with the ratios to none (memory saved, time
+# added).
 # Environment: MPIEXEC (default mpiexec.mpich), BUILD (default .: where
 # malleus-train and malleus-replan are).
 set -u
@@ -70,43 +73,59 @@ recompute_bench() {
     { "ranks": [1], "layers": [$((layers / 2)), $layers] } ] } ], "suspended": [] }
 PLAN
         for mode in none selective full; do
-            pre="$out/$model-1rank-$mode"
-            "$BUILD/malleus-train" --model "$model" --micro-batch 2 --global-batch 4 \
-                --steps "$steps" --threads 1 --recompute $mode --metrics "$pre.jsonl" \
-                </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
-            echo "$model 1rank $mode $pre" >>"$out/runs"
-            pre="$out/$model-pp2-$mode"
-            "$MPIEXEC" -n 2 "$BUILD/malleus-train" --model "$model" --plan "$out/$model-pp2.json" \
-                --global-batch 4 --steps "$steps" --threads 1 --recompute $mode \
-                --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
-            echo "$model pp2 $mode $pre" >>"$out/runs"
+            for s in 1 "$steps"; do # CPU seconds of 1 and of STEPS steps: their difference
+                pre="$out/$model-1rank-$mode-$s"
+                /usr/bin/time -f "%U %S" -o "$pre.cpu" "$BUILD/malleus-train" --model "$model" \
+                    --micro-batch 2 --global-batch 4 --steps "$s" --threads 1 --recompute $mode \
+                    --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
+                pre="$out/$model-pp2-$mode-$s"
+                /usr/bin/time -f "%U %S" -o "$pre.cpu" "$MPIEXEC" -n 2 "$BUILD/malleus-train" \
+                    --model "$model" --plan "$out/$model-pp2.json" --global-batch 4 --steps "$s" \
+                    --threads 1 --recompute $mode --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 ||
+                    { cat "$pre.log"; return 1; }
+            done
+            echo "$model 1rank $mode $out/$model-1rank-$mode" >>"$out/runs"
+            echo "$model pp2 $mode $out/$model-pp2-$mode" >>"$out/runs"
         done
     done
-    python3 - "$out/runs" <<'PY'
-import json, re, statistics, sys
+    python3 - "$out/runs" "$steps" <<'PY'
+import json, re, sys
 RANK = re.compile(r"^\s*rank (\d+): ([0-9.]+) =.* activations ([0-9.]+)")
 runs = [l.split() for l in open(sys.argv[1])]
+steps = int(sys.argv[2])
 res = {}
+def cpu(path):
+    u, s = open(path).read().split()[-2:]
+    return float(u) + float(s)
 for model, plan, mode, pre in runs:
+    full = "%s-%d" % (pre, steps)
     peaks = {}
-    for line in open(pre + ".log"):
+    for line in open(full + ".log"):
         m = RANK.match(line)
         if m:
             peaks[int(m[1])] = (float(m[3]), float(m[2]))
-    steps = [json.loads(l) for l in open(pre + ".jsonl")]
-    times = [s["step_ms"] for s in steps[1:]] or [s["step_ms"] for s in steps]
-    res[model, plan, mode] = (peaks, statistics.median(times))
+    rows = [json.loads(l) for l in open(full + ".jsonl")]
+    # the least step time of steps 2..: on a shared machine, the step the
+    # other loads disturbed least (the median moves with them)
+    wall = min(r["step_ms"] for r in rows[1:]) if len(rows) > 1 else rows[0]["step_ms"]
+    # CPU seconds per step (all ranks, one BLAS thread each): what the
+    # work costs whoever else shares the cores
+    per = (cpu(full + ".cpu") - cpu(pre + "-1.cpu")) / max(steps - 1, 1)
+    res[model, plan, mode] = (peaks, wall, per)
 print("activation recomputation: per rank, the accountant's activations at its peak and its "
-      "peak (MiB), the median step time (ms) of steps 2..; ratios to --recompute none")
-fmt = "%-8s %-6s %-10s %4s %10s %10s %8s %8s %9s"
+      "peak (MiB); the least step time (ms) of steps 2..; the CPU time per step of all ranks "
+      "(s, steps 2..%d); ratios to --recompute none" % steps)
+fmt = "%-8s %-6s %-10s %4s %9s %9s %7s %7s %8s %7s %7s %7s"
 print(fmt % ("model", "plan", "recompute", "rank", "acts MiB", "peak MiB", "acts/n", "peak/n",
-             "time/n"))
-for (model, plan, mode), (peaks, t) in res.items():
-    base, tb = res[model, plan, "none"]
+             "step ms", "time/n", "cpu s", "cpu/n"))
+for (model, plan, mode), (peaks, t, c) in res.items():
+    base, tb, cb = res[model, plan, "none"]
     for r in sorted(peaks):
         a, p = peaks[r]
-        print(fmt % (model, plan, mode, r, "%.1f" % a, "%.1f" % p, "%.2f" % (a / base[r][0]),
-                     "%.2f" % (p / base[r][1]), "%.2f" % (t / tb) + (" (%.0f)" % t if r == 0 else "")))
+        step = ("%.0f" % t, "%.2f" % (t / tb), "%.2f" % c, "%.2f" % (c / cb)) if r == 0 else \
+            ("", "", "", "")
+        print(fmt % ((model, plan, mode, r, "%.1f" % a, "%.1f" % p, "%.2f" % (a / base[r][0]),
+                      "%.2f" % (p / base[r][1])) + step))
 PY
 }
 if [ $recompute = 1 ]; then
