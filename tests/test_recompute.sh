@@ -6,10 +6,11 @@
 # first stage) in every mode and with a plan whose first stage is "full"
 # and whose second keeps everything: bitwise the losses and parameters of
 # none on every rank, within 1e-4 of one process, and the activation
-# memory each rank holds what the model promised before allocating.
-# Then malleus-train's memory check before allocating counts the mode: on
-# 12 MiB shared by the 4 ranks (3 MiB each), the TP-2 x PP-2 plan is
-# refused without recomputation, naming the stage, its need and the limit
+# memory each rank holds what the model promised before allocating; on
+# the CPU backend, on cpu-opaque and on a GPU where one is usable.  Then
+# malleus-train's memory check before allocating counts the mode: on 12
+# MiB shared by the 4 ranks (3 MiB each), the TP-2 x PP-2 plan is refused
+# without recomputation, naming the stage, its need and the limit
 # (its first stage keeps 2 micro-batches in flight: 3227593 bytes), and
 # fits with --recompute selective (3078601) and with the plan whose first
 # stage is "full" (its second stage is then the largest, 2901449); a mode
@@ -19,10 +20,19 @@ set -u
 : "${top_builddir:=.}"
 P="$top_srcdir/tests/plans"
 fails=0
-sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_recompute" \
-    "$P/tp2pp2.json" "$P/tp2pp2_mixed.json" || fails=$((fails + 1))
-
 TRAIN="$top_builddir/malleus-train"
+# the CPU backend; cpu-opaque (no code outside the backend may touch a
+# device buffer: the shared one-layer buffer is carved, never read); the
+# GPU where one is usable
+devices="cpu cpu-opaque"
+"$TRAIN" --device cuda --steps 0 --quiet >/dev/null 2>&1 && devices="$devices cuda"
+for dev in $devices; do
+    echo "device $dev:"
+    MALLEUS_TEST_DEVICE=$dev sh "$top_srcdir/tests/mpirun.sh" 4 120 \
+        "$top_builddir/tests/test_recompute" "$P/tp2pp2.json" "$P/tp2pp2_mixed.json" ||
+        fails=$((fails + 1))
+done
+
 W=$(mktemp -d "${TMPDIR:-/tmp}/malleus-test-recompute-XXXXXX") || exit 99
 trap 'rm -rf "$W"' EXIT
 run4() {
