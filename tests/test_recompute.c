@@ -8,7 +8,8 @@
  * less activation memory than the one before it.  Then, for each plan, the
  * ranks train under it with --recompute none (every stage, the
  * baseline), selective, full and, where the plan names modes of its own
- * ("recompute" per stage: a mixed plan), the plan's: every step's loss
+ * ("recompute" per stage: a mixed plan), the plan's, from the start and
+ * moved onto online half way from the plan without them: every step's loss
  * and every parameter shard every rank holds bitwise those of the
  * baseline, and within 1e-4 of one process.  Every run's activation
  * memory (the memory accountant's MAL_MEM_ACTIVATIONS) must be what the
@@ -40,13 +41,16 @@ typedef struct {
     int mode; /* the mode this rank's part ran in */
 } run_result;
 
-/* Train a run of options o; keep what it did in *r. */
-static void train(mal_train_options o, run_result *r)
+/* Train a run of options o; keep what it did in *r.  With `then`, the
+ * run moves onto that plan online half way (the new part made in its
+ * stage's mode). */
+static void train(mal_train_options o, const mal_plan *then, run_result *r)
 {
     mal_trainer *tr;
     memset(r, 0, sizeof *r);
     CHECK_OK(mal_trainer_create(&tr, &o));
     for (int s = 0; s < STEPS; s++) {
+        if (then && s == STEPS / 2) CHECK_OK(mal_trainer_change_plan(tr, then));
         mal_step_stats st;
         CHECK_OK(mal_trainer_step(tr, &st));
         r->loss[s] = st.loss;
@@ -108,7 +112,7 @@ int main(int argc, char **argv)
     for (int mode = 0; mode < MAL_RECOMPUTE_COUNT; mode++) {
         mal_train_options o = mal_test_tiny_options(STEPS, 3);
         o.recompute = mode;
-        train(o, &one[mode]);
+        train(o, NULL, &one[mode]);
         int ok = same_bits(&one[mode], &one[0]) && one[mode].acts_ok &&
                  (mode == 0 || one[mode].acts < one[mode - 1].acts);
         failed |= !ok;
@@ -129,17 +133,27 @@ int main(int argc, char **argv)
             for (int s = 0; s < plan.pipelines[p].n_stages; s++)
                 has_own |= plan.pipelines[p].stages[s].recompute != MAL_RECOMPUTE_NONE;
         run_result base;
+        /* the plan without its modes: where it has any, a run starts on
+         * it and moves onto the plan online half way */
+        mal_plan bare;
+        mal_plan_init(&bare);
+        CHECK_OK(mal_plan_copy(&bare, &plan));
+        for (int p = 0; p < bare.n_pipelines; p++)
+            for (int s = 0; s < bare.pipelines[p].n_stages; s++)
+                bare.pipelines[p].stages[s].recompute = MAL_RECOMPUTE_NONE;
         /* the modes: none (the baseline) first, then the others, then the
-         * plan's own (-1) where it has any */
-        for (int mode = 0; mode < MAL_RECOMPUTE_COUNT + has_own; mode++) {
+         * plan's own (-1) where it has any, from the start and after an
+         * online change */
+        for (int mode = 0; mode < MAL_RECOMPUTE_COUNT + 2 * has_own; mode++) {
             int rmode = mode < MAL_RECOMPUTE_COUNT ? mode : -1;
+            int online = mode == MAL_RECOMPUTE_COUNT + 1;
             mal_train_options o = mal_test_tiny_options(STEPS, 3);
-            o.plan = &plan;
+            o.plan = online ? &bare : &plan;
             o.world = world;
             o.recompute = rmode;
             run_result r;
             double t0 = mal_now();
-            train(o, &r);
+            train(o, online ? &plan : NULL, &r);
             double secs = mal_now() - t0;
             if (mode == 0) base = r;
             double worst = 0;
@@ -155,16 +169,18 @@ int main(int argc, char **argv)
             int ok = bad[0] == 0 && bad[1] == 0 && bad[2] <= 1e-4 && bad[3] == 0;
             failed |= !ok;
             if (world->rank == 0)
-                printf("%s %s, --recompute %s: %d steps in %.2f s, losses and parameters %s "
+                printf("%s %s, --recompute %s%s: %d steps in %.2f s, losses and parameters %s "
                        "those of none on every rank, max loss rel diff to one process %.2e, "
                        "activation memory %s the promise%s\n",
-                       ok ? "PASS" : "FAIL", argv[a], mode_name(rmode), STEPS, secs,
+                       ok ? "PASS" : "FAIL", argv[a], mode_name(rmode),
+                       online ? " (moved onto it online at step 3)" : "", STEPS, secs,
                        bad[0] ? "NOT bitwise" : "bitwise", bad[2],
                        bad[1] ? "DIFFERS FROM" : "equal to",
                        bad[3] ? "; a rank ran in another mode than its stage's" : "");
             if (mode) free(r.params);
         }
         free(base.params);
+        mal_plan_fini(&bare);
         mal_plan_fini(&plan);
     }
     for (int mode = 0; mode < MAL_RECOMPUTE_COUNT; mode++)

@@ -4,9 +4,11 @@
 # losses and parameters, less activation memory each), then a two-stage
 # pipeline of TP-2 stages with 8 micro-batches (several in flight on the
 # first stage) in every mode and with a plan whose first stage is "full"
-# and whose second keeps everything: bitwise the losses and parameters of
-# none on every rank, within 1e-4 of one process, and the activation
-# memory each rank holds what the model promised before allocating; on
+# and whose second keeps everything (from the start, and moved onto
+# online half way from the same plan without modes): bitwise the losses
+# and parameters of none on every rank, within 1e-4 of one process, and
+# the activation memory each rank holds what the model promised before
+# allocating; on
 # the CPU backend, on cpu-opaque and on a GPU where one is usable.  Then
 # malleus-train's memory check before allocating counts the mode: on 12
 # MiB shared by the 4 ranks (3 MiB each), the TP-2 x PP-2 plan is refused
