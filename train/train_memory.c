@@ -179,9 +179,8 @@ int mal_trainer_check_memory(mal_trainer *tr)
         "%d)%s%s, TP %d, micro-batch %d, %d in flight, recompute %s) needs %zu bytes (%s: %s "
         "fp32 parameters, gradients and Adam moments%s, working weights and scratch; %s "
         "activations; %s communication buffers; %s data and --snapshot-async's staging), but a "
-        "rank has %.0f bytes (%s: %s of memory shared by %d ranks on a node); use --recompute "
-        "selective or full (or the plan's \"recompute\"), more ranks (more stages or TP), a "
-        "smaller micro-batch or a smaller model",
+        "rank has %.0f bytes (%s: %s of memory shared by %d ranks on a node); use %smore "
+        "ranks (more stages or TP), a smaller micro-batch or a smaller model",
         tr->o.model.name, loc.pipeline, loc.stage, worst, worst_part.layer_begin,
         worst_part.layer_end, worst_part.has_embed ? ", embedding" : "",
         worst_part.has_head ? ", head" : "", worst_part.tp_size, tr->plan.micro_batch_size,
@@ -189,5 +188,10 @@ int mal_trainer_check_memory(mal_trainer *tr)
         human(need.total, total), human(need.state, state),
         tr->o.zero ? " (its share of the moments, --zero 1)" : "", human(need.acts, acts),
         human(need.comm, comm), human(need.other, other), share, human(share, limit),
-        human(mem, machine), local);
+        human(mem, machine), local,
+        /* what recomputation could still save */
+        need.recompute == MAL_RECOMPUTE_NONE        ? "--recompute selective or full (or the "
+                                                      "plan's \"recompute\"), "
+        : need.recompute == MAL_RECOMPUTE_SELECTIVE ? "--recompute full, "
+                                                    : "");
 }
