@@ -81,7 +81,7 @@ static void eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clus
         exit(1);
     }
     r->T = ev.step_time;
-    if (mal_sim_plan(plan, p, rates, c->world_size, 0.0, &r->sim, NULL)) {
+    if (mal_sim_plan_on(plan, p, c, rates, 0.0, &r->sim, NULL)) {
         fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
         exit(1);
     }
