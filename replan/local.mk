@@ -33,3 +33,7 @@ EXTRA_DIST += tests/replan_ref.h
 # Slow links and mixed hardware: terms, placement, warm-up, exact reference.
 check_PROGRAMS += tests/test_replan_links
 TESTS += tests/test_replan_links
+
+# Mixed hardware: each device type's memory and profile in the search.
+check_PROGRAMS += tests/test_replan_types
+TESTS += tests/test_replan_types
