@@ -139,6 +139,24 @@ static void check_no_plan(void)
     mal_profile_fini(&p);
 }
 
+/* The small type's profile file `path` holding `json` is refused, the
+ * message saying `a` and `b`. */
+static void refuse_profile(const char *dir, const char *path, const mal_profile *p,
+                           const char *json, const char *a, const char *b)
+{
+    mal_cluster c;
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(json, f);
+    fclose(f);
+    cluster(&c, 1000, 85, ", \"profile\": \"small.json\"");
+    CHECK(mal_cluster_load_profiles(&c, dir, p, 1) == MAL_EINVAL);
+    printf("refused: %s\n", mal_errmsg());
+    CHECK(strstr(mal_errmsg(), a) && strstr(mal_errmsg(), b));
+    mal_clearerr();
+    mal_cluster_fini(&c);
+}
+
 /* "small" has a profile of its own: 40 MB per layer and layer_time 1.25
  * (speed 0.8: rate 1.25).  In 85 MB it holds 2 layers (with --profile's
  * 10 MB it would hold 8).  Its speed alone would give [big 4, small 4]
@@ -179,30 +197,16 @@ static void check_type_profile(void)
     CHECK(strstr(mal_errmsg(), "types.small.profile") != NULL);
     mal_clearerr();
     mal_cluster_fini(&c);
-    f = fopen(path, "w");
-    CHECK(f != NULL);
-    fprintf(f, "{\"name\": \"other\", \"n_layers\": 6, \"tp\": 2, \"alpha\": {\"2\": 1.0}, "
-               "\"layer_memory_mb\": [1], \"embedding_memory_mb\": 0, \"overhead_mb\": 0, "
-               "\"layer_time\": 1}");
-    fclose(f);
-    cluster(&c, 1000, 85, ", \"profile\": \"small.json\"");
-    CHECK(mal_cluster_load_profiles(&c, dir, &p, 1) == MAL_EINVAL);
-    printf("another model: %s\n", mal_errmsg());
-    CHECK(strstr(mal_errmsg(), "types.small.profile") && strstr(mal_errmsg(), "n_layers"));
-    mal_clearerr();
-    mal_cluster_fini(&c);
+    refuse_profile(dir, path, &p,
+                   "{\"name\": \"other\", \"n_layers\": 6, \"tp\": 2, \"alpha\": {\"2\": 1.0}, "
+                   "\"layer_memory_mb\": [1], \"embedding_memory_mb\": 0, \"overhead_mb\": 0, "
+                   "\"layer_time\": 1}",
+                   "types.small.profile", "n_layers");
     /* a type faster than --profile: times would be priced at the wrong
      * layer_time */
-    f = fopen(path, "w");
-    CHECK(f != NULL);
-    fprintf(f, PROFILE, "fast-hw", 10.0, 10.0, 0.5);
-    fclose(f);
-    cluster(&c, 1000, 85, ", \"profile\": \"small.json\"");
-    CHECK(mal_cluster_load_profiles(&c, dir, &p, 1) == MAL_EINVAL);
-    printf("faster than --profile: %s\n", mal_errmsg());
-    CHECK(strstr(mal_errmsg(), "types.small") && strstr(mal_errmsg(), "fastest"));
-    mal_clearerr();
-    mal_cluster_fini(&c);
+    char fast[512];
+    snprintf(fast, sizeof fast, PROFILE, "fast-hw", 10.0, 10.0, 0.5);
+    refuse_profile(dir, path, &p, fast, "types.small", "fastest");
     /* a preset name: the model's other presets describe other models */
     cluster(&c, 1000, 85, ", \"profile\": \"tiny\"");
     CHECK(mal_cluster_load_profiles(&c, dir, &p, 1) == MAL_EINVAL);
