@@ -19,7 +19,8 @@ TESTS += tests/test_replan_limits.sh
 dist_check_SCRIPTS += tests/test_replan_memory.sh
 TESTS += tests/test_replan_memory.sh
 
-EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
+EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh \
+	bench/replan/corpus.sh
 
 # Hostile planner inputs: refusals naming the field, no overflow.
 check_PROGRAMS += tests/test_replan_inputs
