@@ -724,6 +724,64 @@ done:
     return rc;
 }
 
+/* A mixed cluster where no construction found a plan: the healthy type's
+ * groups cannot form pipelines alone, and the plans may need nodes of one
+ * situation treated apart (one in the pipeline, the others suspended),
+ * which neither the constructions nor single first-improvement moves
+ * from an infeasible state reach.  Grow one pipeline instead: every node
+ * suspended, then node by node (most layers first) the option that gives
+ * the best plan so far; while none fits, the node's groups join whole
+ * (the pipeline gathers layers until it holds them all). */
+static int grow_pipeline(search *s)
+{
+    ctx *c = s->c;
+    if (!c->node_ty || isfinite(s->best.T) || s->n_act == 0) return 0;
+    state st = {0};
+    int rc = 0, better, found = 0;
+    deficit *order = malloc((size_t)s->n_act * sizeof *order);
+    int *empty = malloc((size_t)MAL_MAX(1, c->n_classes) * sizeof *empty);
+    if (!order || !empty || (rc = state_alloc(s, &st))) {
+        if (!rc) rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    for (int k = 0; k < c->n_classes; k++) {
+        empty[k] = -1;
+        for (int q = 0; q < c->classes[k].n_opts && empty[k] < 0; q++)
+            if (c->classes[k].opts[q].n_groups == 0) empty[k] = q;
+        if (empty[k] < 0) goto done; /* every node must take part: nothing to grow */
+    }
+    for (int a = 0; a < s->n_act; a++) {
+        const nclass *k = &c->classes[c->nodes[s->act[a]].cls];
+        const nopt *w = &k->opts[whole_option(c, k)];
+        st.choice[a] = empty[c->nodes[s->act[a]].cls];
+        for (int g = 0; g < s->gmax; g++)
+            st.blk[a * s->gmax + g] = 0;
+        /* most layers first (cmp_slowest sorts ascending) */
+        order[a] = (deficit){-(w->room + (double)w->n_groups * c->L), a};
+    }
+    qsort(order, (size_t)s->n_act, sizeof *order, cmp_slowest);
+    for (int i = 0; i < s->n_act && !rp_out_of_time(c); i++) {
+        int a = order[i].a, cls = c->nodes[s->act[a]].cls, keep = -1;
+        const nclass *k = &c->classes[cls];
+        for (int q = 0; q < k->n_opts; q++) {
+            if (q == empty[cls]) continue;
+            st.choice[a] = q;
+            if ((rc = try_state(s, &st, &better))) goto done;
+            if (better) keep = q;
+        }
+        if (keep >= 0)
+            found = 1;
+        else if (!found)
+            keep = whole_option(c, k);
+        st.choice[a] = keep >= 0 ? keep : empty[cls];
+    }
+done:
+    state_free(&st);
+    free(order);
+    free(empty);
+    return rc;
+}
+
 /* Local search from the best state: change a node's option (its groups
  * stay together), move one special to another or a new block, merge two
  * blocks; first improvement, until none helps or the budget is spent. */
@@ -1411,7 +1469,7 @@ static int plan_with(const mal_replan_input *in, int th, double t0, double deadl
     s.evals_left = RP_LS_EVALS;
     s.work_cap = INFINITY;
     s.best_window = s.window;
-    if ((rc = constructions(&s))) goto cleanup;
+    if ((rc = constructions(&s)) || (rc = grow_pipeline(&s))) goto cleanup;
     s.work_cap = c.work + RP_LS_WORK;
     mal_log(MAL_LOG_DEBUG, "replan: constructions: T %g after %d evaluations (%.3f s)", s.best.T,
             s.n_cand, mal_now() - t0);

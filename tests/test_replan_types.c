@@ -234,10 +234,68 @@ static void check_type_profile(void)
     rmdir(dir);
 }
 
+/* The local search's start on a mixed cluster where no construction fits:
+ * 4 nodes of 4 ranks, TP 4 only; node 0 of type "a" (a straggler at 2.62:
+ * no healthy group), nodes 1-3 of type "b", whose groups hold at most one
+ * layer and none on a first stage.  A group of "a" holds 5 layers alone, 6
+ * as a last stage: the only plans are one pipeline [b, a] (1 + 6 = 7
+ * layers) with the other two "b" nodes suspended -- one node of a
+ * situation in, the others out, which the heuristic search used to miss
+ * ("no plan fits").  It must find the exhaustive search's plan. */
+static void check_grow(void)
+{
+    static const char *const prof[2] = {
+        "{\"name\": \"a\", \"n_layers\": 7, \"tp\": 4, \"alpha\": {\"4\": 1.0}, "
+        "\"layer_memory_mb\": [1.0, 1.2256135], \"embedding_memory_mb\": 0.181008, "
+        "\"overhead_mb\": 1.0, \"layer_time\": 0.01}",
+        "{\"name\": \"b\", \"n_layers\": 7, \"tp\": 4, \"alpha\": {\"4\": 1.01542}, "
+        "\"layer_memory_mb\": [1.5464, 1.67789], \"embedding_memory_mb\": 0.434045, "
+        "\"overhead_mb\": 1.0, \"layer_time\": 0.01}"};
+    mal_profile p;
+    mal_cluster c;
+    CHECK_OK(mal_profile_parse_string(&p, prof[0], "a", 1));
+    CHECK_OK(
+        mal_cluster_parse_string(&c,
+                                 "{\"world_size\": 16, \"ranks_per_node\": 4, \"types\": "
+                                 "{\"a\": {\"memory_mb\": 7.3190755}, \"b\": {\"memory_mb\": "
+                                 "3.1219386729675}}, \"node_types\": [\"a\", \"b\", \"b\", \"b\"]}",
+                                 "cluster.json"));
+    for (int t = 0; t < c.n_types; t++)
+        if (!strcmp(c.types[t].name, "b")) {
+            CHECK((c.types[t].profile = calloc(1, sizeof *c.types[t].profile)) != NULL);
+            CHECK_OK(mal_profile_parse_string(c.types[t].profile, prof[1], "b", 1));
+        }
+    double rates[16];
+    for (int r = 0; r < 16; r++)
+        rates[r] = 1.0;
+    rates[3] = 2.621;
+    mal_replan_input in = {0};
+    in.cluster = &c;
+    in.profile = &p;
+    in.rates = rates;
+    in.micro_batch_size = 1;
+    in.n_micro_batches = 6;
+    mal_plan full, heur;
+    mal_replan_stats st;
+    in.search = MAL_REPLAN_EXHAUSTIVE;
+    CHECK_OK(mal_replan(&in, &full, &st));
+    in.search = MAL_REPLAN_HEURISTIC;
+    CHECK_OK(mal_replan(&in, &heur, &st));
+    printf("grow: exhaustive %.5f s, heuristic %.5f s, %d pipeline(s), %d suspended\n",
+           full.predicted_step_time, heur.predicted_step_time, heur.n_pipelines, heur.n_suspended);
+    CHECK_CLOSE(heur.predicted_step_time, full.predicted_step_time, 1e-12, 0);
+    CHECK(heur.n_pipelines == 1 && heur.pipelines[0].n_stages == 2 && heur.n_suspended == 8);
+    mal_plan_fini(&full);
+    mal_plan_fini(&heur);
+    mal_cluster_fini(&c);
+    mal_profile_fini(&p);
+}
+
 int main(void)
 {
     check_memory_cap();
     check_no_plan();
     check_type_profile();
+    check_grow();
     return 0;
 }
