@@ -287,10 +287,18 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
     int rc = mal_cost_eval_plan(plan, p, c, in->rates, &ev);
     if (rc) return rc;
     double lt = p->layer_time;
+    char mem[96];
+    snprintf(mem, sizeof mem, "%.0f MB each", c->memory_mb);
+    if (c->type_of) { /* a mixed cluster: each type's (device types, below) */
+        double hi = 0;
+        for (int n = 0; n < c->n_nodes; n++)
+            hi = MAL_MAX(hi, c->types[c->type_of[n]].memory_mb);
+        snprintf(mem, sizeof mem, "%d device types, %.0f-%.0f MB", c->n_types, c->memory_mb, hi);
+    }
     fprintf(f,
-            "malleus-replan: %d ranks on %d nodes (%.0f MB each), model %s (%d layers, TP %d), %d "
+            "malleus-replan: %d ranks on %d nodes (%s), model %s (%d layers, TP %d), %d "
             "micro-batches of %d per step\n",
-            world, c->n_nodes, c->memory_mb, p->name, p->n_layers, p->tp, in->n_micro_batches,
+            world, c->n_nodes, mem, p->name, p->n_layers, p->tp, in->n_micro_batches,
             in->micro_batch_size);
     int n_strag = 0;
     for (int r = 0; r < world; r++)
