@@ -129,6 +129,7 @@ int mal_plan_copy(mal_plan *dst, const mal_plan *src)
                                          st->layer_end)))
                 goto fail;
             dst->pipelines[p].stages[s].warmup = st->warmup;
+            dst->pipelines[p].stages[s].recompute = st->recompute;
         }
     }
     if ((rc = mal_plan_set_suspended(dst, src->n_suspended, src->suspended))) goto fail;
@@ -206,7 +207,7 @@ static int parse_json(mal_plan *plan, json_t *root, const char *what)
                                            "suspended", "predicted_step_time", "comment",
                                            NULL};
     static const char *const pipe_keys[] = {"micro_batches", "stages", "predicted_time", NULL};
-    static const char *const stage_keys[] = {"ranks", "layers", "warmup", NULL};
+    static const char *const stage_keys[] = {"ranks", "layers", "warmup", "recompute", NULL};
     int rc;
     char field[128];
 
@@ -280,6 +281,15 @@ static int parse_json(mal_plan *plan, json_t *root, const char *what)
                 snprintf(field, sizeof field, "pipelines[%d].stages[%d].warmup", p, s);
                 if ((rc = get_int(wj, what, field, &st->warmup))) return rc;
                 if (st->warmup < 0) return MAL_ERR(MAL_EFORMAT, "%s: %s must be >= 0", what, field);
+            }
+            json_t *cj = json_object_get(sj, "recompute");
+            if (cj) {
+                snprintf(field, sizeof field, "pipelines[%d].stages[%d].recompute", p, s);
+                if (!json_is_string(cj) ||
+                    mal_recompute_parse(json_string_value(cj), &st->recompute))
+                    return MAL_ERR(MAL_EFORMAT,
+                                   "%s: %s must be \"none\", \"selective\" or \"full\"", what,
+                                   field);
             }
         }
     }
@@ -405,6 +415,8 @@ int mal_plan_to_string(const mal_plan *plan, char **out)
              * their bytes */
             if (st->warmup > 0 && st->warmup != pl->n_stages - s - 1)
                 sb_printf(&b, ", \"warmup\": %d", st->warmup);
+            if (st->recompute != MAL_RECOMPUTE_NONE)
+                sb_printf(&b, ", \"recompute\": \"%s\"", mal_recompute_name(st->recompute));
             sb_printf(&b, " }");
         }
         sb_printf(&b, " ] }");
@@ -747,6 +759,24 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static const char *const recompute_names[MAL_RECOMPUTE_COUNT] = {"none", "selective", "full"};
+
+const char *mal_recompute_name(int mode)
+{
+    return mode >= 0 && mode < MAL_RECOMPUTE_COUNT ? recompute_names[mode] : "?";
+}
+
+int mal_recompute_parse(const char *name, int *mode)
+{
+    for (int i = 0; i < MAL_RECOMPUTE_COUNT; i++)
+        if (name && !strcmp(name, recompute_names[i])) {
+            *mode = i;
+            return 0;
+        }
+    return MAL_ERR(MAL_EINVAL, "recompute: \"%s\" is not a mode (none, selective, full)",
+                   name ? name : "");
+}
+
 int mal_plan_stage_warmup(const mal_plan_pipeline *pl, int j)
 {
     int w = pl->stages[j].warmup > 0 ? pl->stages[j].warmup : pl->n_stages - j - 1;
@@ -765,7 +795,8 @@ int mal_plan_same_layout(const mal_plan *a, const mal_plan *b)
             const mal_plan_stage *u = &x->stages[s], *v = &y->stages[s];
             if (u->n_ranks != v->n_ranks || u->layer_begin != v->layer_begin ||
                 u->layer_end != v->layer_end ||
-                mal_plan_stage_warmup(x, s) != mal_plan_stage_warmup(y, s))
+                mal_plan_stage_warmup(x, s) != mal_plan_stage_warmup(y, s) ||
+                u->recompute != v->recompute)
                 return 0;
             if (u->n_ranks && memcmp(u->ranks, v->ranks, (size_t)u->n_ranks * sizeof(int)))
                 return 0;
@@ -817,6 +848,8 @@ void mal_plan_id(const mal_plan *plan, char out[MAL_PLAN_ID_LEN])
              * without warm-up depths stay what they were */
             if (st->warmup > 0 && st->warmup != pl->n_stages - s - 1)
                 h = id_mix(h, 0x80000000u | (uint32_t)st->warmup);
+            if (st->recompute != MAL_RECOMPUTE_NONE)
+                h = id_mix(h, 0x40000000u | (uint32_t)st->recompute);
         }
     }
     /* the suspended ranks are a set (mal_plan_same_layout): an order-free sum */

@@ -27,6 +27,13 @@
  * one after it); a deeper warm-up keeps W + 1 micro-batches of
  * activations in flight and hides a slow stage boundary.  The planner
  * writes it only where it differs from the default.
+ * A stage may carry "recompute": "none" | "selective" | "full", how it keeps
+ * activations for the backward pass (default "none": everything the
+ * backward reads is kept; "selective": the norms' outputs and the SwiGLU
+ * product are recomputed from the kept matrix products; "full": only each
+ * layer's input is kept and the layer's forward runs again before its
+ * backward).  The numbers are the same in every mode; memory and time are
+ * not.  The planner writes it only where it is not "none".
  * Global batch = micro_batch_size x sum of micro_batches.  A pipeline may
  * carry an optional "predicted_time" (seconds) written by the planner.
  * Unknown keys are rejected so that a misspelt key is not silently ignored.
@@ -44,7 +51,24 @@ typedef struct mal_plan_stage {
     int layer_begin; /* first layer held */
     int layer_end;   /* one past the last layer held */
     int warmup;      /* 1F1B warm-up forwards; 0: the default S - j - 1 */
+    int recompute;   /* mal_recompute: MAL_RECOMPUTE_NONE (0) unless given */
 } mal_plan_stage;
+
+/* How a stage keeps activations for its backward pass (see "recompute"
+ * above); ordered by memory kept, most first. */
+typedef enum mal_recompute {
+    MAL_RECOMPUTE_NONE = 0,
+    MAL_RECOMPUTE_SELECTIVE = 1,
+    MAL_RECOMPUTE_FULL = 2,
+} mal_recompute;
+#define MAL_RECOMPUTE_COUNT 3
+
+/* The plan-file name of a mode ("none", "selective", "full").  Local. */
+const char *mal_recompute_name(int mode);
+
+/* Local.  The mode named `name` into *mode; MAL_EINVAL (message listing the
+ * names) otherwise. */
+int mal_recompute_parse(const char *name, int *mode);
 
 typedef struct mal_plan_pipeline {
     int micro_batches;

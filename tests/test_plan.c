@@ -202,6 +202,52 @@ static void test_round_trip(void)
  * regular files only.  /dev/zero never ends and a FIFO nobody writes to
  * never answers; both, and a directory, are refused at once with a message
  * naming the kind of file. */
+/* A stage's "recompute" mode: read, written only where not "none" (plans
+ * without it keep their bytes and ids), copied, part of the layout, and a
+ * mode that is not one is refused naming the field. */
+static void test_recompute(void)
+{
+    mal_plan a, b, d;
+    char *s1 = NULL, *s0 = NULL;
+    char id0[MAL_PLAN_ID_LEN], id1[MAL_PLAN_ID_LEN];
+    CHECK_OK(mal_plan_parse_string(&a, example, "example"));
+    CHECK_EQ_INT(a.pipelines[0].stages[1].recompute, MAL_RECOMPUTE_NONE);
+    CHECK_OK(mal_plan_to_string(&a, &s0));
+    CHECK(!strstr(s0, "recompute"));
+    mal_plan_id(&a, id0);
+    CHECK_OK(mal_plan_copy(&d, &a));
+    a.pipelines[0].stages[1].recompute = MAL_RECOMPUTE_FULL;
+    a.pipelines[1].stages[0].recompute = MAL_RECOMPUTE_SELECTIVE;
+    CHECK(!mal_plan_same_layout(&a, &d));
+    mal_plan_id(&a, id1);
+    CHECK(strcmp(id0, id1));
+    CHECK_OK(mal_plan_to_string(&a, &s1));
+    CHECK(strstr(s1, "\"recompute\": \"full\""));
+    CHECK_OK(mal_plan_parse_string(&b, s1, "s1"));
+    CHECK_EQ_INT(b.pipelines[0].stages[0].recompute, MAL_RECOMPUTE_NONE);
+    CHECK_EQ_INT(b.pipelines[0].stages[1].recompute, MAL_RECOMPUTE_FULL);
+    CHECK_EQ_INT(b.pipelines[1].stages[0].recompute, MAL_RECOMPUTE_SELECTIVE);
+    CHECK(mal_plan_same_layout(&a, &b));
+    CHECK_OK(mal_plan_validate(&b, WORLD, LAYERS, HEADS, FFN, GBATCH));
+    mal_plan_fini(&d);
+    CHECK_OK(mal_plan_copy(&d, &b));
+    CHECK(mal_plan_same_layout(&d, &b));
+    int mode = -1;
+    CHECK_OK(mal_recompute_parse("selective", &mode));
+    CHECK_EQ_INT(mode, MAL_RECOMPUTE_SELECTIVE);
+    CHECK(!strcmp(mal_recompute_name(MAL_RECOMPUTE_FULL), "full"));
+    CHECK_EQ_INT(mal_recompute_parse("some", &mode), MAL_EINVAL);
+    mal_plan_fini(&a);
+    mal_plan_fini(&b);
+    mal_plan_fini(&d);
+    free(s0);
+    free(s1);
+    expect_reject("\"layers\": [3, 8] }", "\"layers\": [3, 8], \"recompute\": \"most\" }",
+                  "pipelines[0].stages[1].recompute", 1);
+    expect_reject("\"layers\": [3, 8] }", "\"layers\": [3, 8], \"recompute\": 2 }",
+                  "must be \"none\", \"selective\" or \"full\"", 1);
+}
+
 static void test_not_regular(void)
 {
     mal_plan c;
@@ -280,6 +326,7 @@ int main(void)
 {
     test_rules();
     test_round_trip();
+    test_recompute();
     test_not_regular();
     test_uniform();
     printf("test_plan: ok\n");
