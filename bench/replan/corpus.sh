@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 py=${PYTHON3:-/usr/bin/python3}
 norm() {
-    sed -E 's/\.c:[0-9]+:/.c:N:/; s/[0-9.]+ s, no time limit/X s, no time limit/' "$1"
+    sed -E 's/\.c:[0-9]+:/.c:N:/g; s/[0-9.]+ s, no time limit/X s, no time limit/' "$1"
 }
 if [ "${1:-}" = "--compare" ]; then
     n=0
