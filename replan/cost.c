@@ -99,11 +99,26 @@ void mal_cost_eval_fini(mal_cost_eval *ev)
     memset(ev, 0, sizeof *ev);
 }
 
+const mal_profile *mal_cost_stage_profile(const mal_profile *p, const mal_cluster *c,
+                                          const mal_plan_stage *st)
+{
+    return c && st->n_ranks > 0 ? mal_cluster_rank_profile(c, st->ranks[0], p) : p;
+}
+
+double mal_cost_stage_capacity(const mal_cluster *c, const mal_plan_stage *st)
+{
+    double mem = INFINITY;
+    for (int q = 0; q < st->n_ranks; q++)
+        mem = MAL_MIN(mem, mal_cluster_rank_memory(c, st->ranks[q]));
+    return st->n_ranks > 0 ? mem : c->memory_mb;
+}
+
 /* y * l of stage k (alpha known to exist: checked by the caller's loop) */
 static double stage_time(const mal_plan_pipeline *pl, int k, const mal_profile *p,
                          const mal_cluster *c, const double *rates)
 {
     const mal_plan_stage *st = &pl->stages[k];
+    p = mal_cost_stage_profile(p, c, st);
     double x = 1.0;
     for (int q = 0; q < st->n_ranks; q++) {
         int r = st->ranks[q];
@@ -130,7 +145,9 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
         double P = 0, total = 0;
         for (int j = 0; j < pl->n_stages; j++) {
             const mal_plan_stage *st = &pl->stages[j];
-            double a = mal_profile_alpha(p, st->n_ranks);
+            /* a stage of a mixed cluster: its type's profile and memory */
+            const mal_profile *ps = mal_cost_stage_profile(p, c, st);
+            double a = mal_profile_alpha(ps, st->n_ranks);
             if (a <= 0) {
                 mal_cost_eval_fini(ev);
                 return MAL_ERR(MAL_EINVAL,
@@ -146,8 +163,8 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
             int l = st->layer_end - st->layer_begin;
             P = MAL_MAX(P, x * a * l);
             total += x * a * l;
-            if (mal_cost_stage_memory(p, st->n_ranks, pl->n_stages, j, l) >
-                c->memory_mb * (1 + 1e-12))
+            if (mal_cost_stage_memory(ps, st->n_ranks, pl->n_stages, j, l) >
+                mal_cost_stage_capacity(c, st) * (1 + 1e-12))
                 ev->memory_ok = 0;
         }
         ev->period[i] = P;

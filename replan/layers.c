@@ -3,7 +3,7 @@
  * minimise the period P = max_j y_j l_j within memory, memoised.
  *
  * Memory makes the order matter: stage j of S may hold at most
- * ub(size, S, j) layers (1F1B keeps S - j micro-batches of activations in
+ * ub(size, type, S, j) layers (1F1B keeps S - j micro-batches of activations in
  * flight at stage j, and the first and last stages hold the embedding and
  * the LM head), so a slow, small group holding few layers can sit in front
  * and leave the roomy late positions to fast groups.  For a trial period P,
@@ -40,27 +40,33 @@ static uint64_t fnv_bytes(const unsigned char *b, size_t n)
     return h;
 }
 
-static int layer_cap_max(const ctx *c, int size);
+static int layer_cap_max(const ctx *c, int size, int ty);
 
-int rp_layer_cap_max(const ctx *c, int size)
+int rp_layer_cap(const ctx *c, int size, int ty, int S, int j)
+{
+    return mal_cost_layer_cap(c->tprof[ty], c->tmem[ty], size, S, j);
+}
+
+int rp_layer_cap_max(const ctx *c, int size, int ty)
 {
     int l = 0;
     while ((1 << l) < size && l <= MAL_REPLAN_MAX_TP_LOG)
         l++;
-    if ((1 << l) != size || l > MAL_REPLAN_MAX_TP_LOG) return layer_cap_max(c, size);
+    if ((1 << l) != size || l > MAL_REPLAN_MAX_TP_LOG) return layer_cap_max(c, size, ty);
     ctx *mc = (ctx *)c; /* a memo, not a change of the context's meaning */
-    if (mc->capmax[l] <= 0) mc->capmax[l] = 1 + layer_cap_max(c, size);
-    return mc->capmax[l] - 1;
+    if (mc->capmax[ty][l] <= 0) mc->capmax[ty][l] = 1 + layer_cap_max(c, size, ty);
+    return mc->capmax[ty][l] - 1;
 }
 
-static int layer_cap_max(const ctx *c, int size)
+static int layer_cap_max(const ctx *c, int size, int ty)
 {
     /* ub(size, S, j) = floor((room - E [first/last]) / k[S-1-j]) <= room / min k */
-    double room = (c->mem - c->p->overhead_mb) * size / (double)c->t;
+    const mal_profile *p = c->tprof[ty];
+    double room = (c->tmem[ty] - p->overhead_mb) * size / (double)c->t;
     if (room < 0) return 0;
     double kmin = INFINITY;
     for (int d = 0; d < c->L; d++)
-        kmin = MAL_MIN(kmin, mal_profile_k(c->p, d));
+        kmin = MAL_MIN(kmin, mal_profile_k(p, d));
     if (!(kmin > 0)) return c->L;
     double l = floor(room / kmin * (1 + 1e-12) + 1e-9);
     return l >= c->L ? c->L : (int)l;
@@ -333,19 +339,20 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
         if (kind[j] >= 0) pref[kind[j]] = j;
     double ymax = h > 0 ? c->yh : 0, inv = h / c->yh;
     for (int j = 0; j < S; j++)
-        ubh[j] = h > 0 ? mal_cost_layer_cap(c->p, c->mem, c->th, S, j) : 0;
+        ubh[j] = h > 0 ? rp_layer_cap(c, c->th, c->hty, S, j) : 0;
     for (int i = 0; i < ns; i++) {
         ymax = MAL_MAX(ymax, sg[i].y);
         inv += 1.0 / sg[i].y;
         int best = 0;
         for (int j = 0; j < S; j++) {
-            /* ub depends on the size only: copy the row of an equal size */
-            if (i > 0 && sg[i].size == sg[i - 1].size)
+            /* ub depends on the size and the type only: copy the row of
+             * an equal one */
+            if (i > 0 && sg[i].size == sg[i - 1].size && sg[i].ty == sg[i - 1].ty)
                 ubs[i * S + j] = ubs[(i - 1) * S + j];
-            else if (sg[i].size == c->th && h > 0)
+            else if (sg[i].size == c->th && sg[i].ty == c->hty && h > 0)
                 ubs[i * S + j] = ubh[j];
             else
-                ubs[i * S + j] = mal_cost_layer_cap(c->p, c->mem, sg[i].size, S, j);
+                ubs[i * S + j] = rp_layer_cap(c, sg[i].size, sg[i].ty, S, j);
             best = MAL_MAX(best, ubs[i * S + j]);
         }
         if (best < 1) goto done; /* this group fits nowhere */
@@ -428,7 +435,8 @@ static int cache_grow(ctx *c)
         if (!c->cache[i].key) continue;
         size_t klen;
         memcpy(&klen, c->cache[i].key, sizeof klen);
-        size_t j = fnv_bytes((const unsigned char *)c->cache[i].key, klen + sizeof klen) & (ncap - 1);
+        size_t j =
+            fnv_bytes((const unsigned char *)c->cache[i].key, klen + sizeof klen) & (ncap - 1);
         while (nc[j].key)
             j = (j + 1) & (ncap - 1);
         nc[j] = c->cache[i];
@@ -459,14 +467,15 @@ int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out)
         memset(q, 0, sizeof *sg);
         memcpy(q, &sg[i].size, sizeof sg[i].size);
         memcpy(q + offsetof(sgrp, y), &sg[i].y, sizeof sg[i].y);
+        memcpy(q + offsetof(sgrp, ty), &sg[i].ty, sizeof sg[i].ty);
     }
     size_t klen = len + sizeof len;
     int rc = 0;
     if (2 * (c->cache_n + 1) > c->cache_cap && (rc = cache_grow(c))) goto done;
     uint64_t hv = fnv_bytes(key, klen);
     size_t j = hv & (c->cache_cap - 1);
-    while (c->cache[j].key && (memcmp(c->cache[j].key, key, sizeof len) ||
-                               memcmp(c->cache[j].key, key, klen)))
+    while (c->cache[j].key &&
+           (memcmp(c->cache[j].key, key, sizeof len) || memcmp(c->cache[j].key, key, klen)))
         j = (j + 1) & (c->cache_cap - 1);
     if (!c->cache[j].key) {
         centry e = {0};

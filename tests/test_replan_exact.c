@@ -38,6 +38,7 @@
 typedef struct grp {
     int size;
     double y;
+    int ty; /* device type (mixed instances; else 0) */
 } grp;
 
 static uint64_t lcg(uint64_t *s)
@@ -58,22 +59,34 @@ typedef struct inst {
     double alpha[8]; /* by log2 size; 0 = not allowed */
     double k0, k1, E, X;
     double rates[64];
+    /* mixed instances: type 1's nodes, memory, speed and profile (type 0
+     * is the fields above at speed 1) */
+    int mixed, node_type[16];
+    double mem1, speed1, alpha1[8], k0_1, k1_1, E1, X1;
 } inst;
 
-static double alpha_of(const inst *I, int s)
+static double alpha_of_ty(const inst *I, int ty, int s)
 {
     int l = 0;
     while ((1 << l) < s)
         l++;
-    return (1 << l) == s && l < 8 ? I->alpha[l] : 0;
+    return (1 << l) == s && l < 8 ? (ty ? I->alpha1[l] : I->alpha[l]) : 0;
 }
 
-/* layers a group of `size` holds at most on stage j of S (memory) */
-static int cap_ref(const inst *I, int size, int S, int j)
+static double alpha_of(const inst *I, int s)
+{
+    return alpha_of_ty(I, 0, s);
+}
+
+/* layers a group of `size` and type ty holds at most on stage j of S
+ * (its type's memory and profile) */
+static int cap_ref(const inst *I, int size, int ty, int S, int j)
 {
     int ne = (j == 0) + (j == S - 1);
-    double k = I->k0 + (I->k1 - I->k0) * (S - 1 - j);
-    double room = (I->mem - I->X) * size / (double)I->tp - I->E * ne;
+    double k0 = ty ? I->k0_1 : I->k0, k1 = ty ? I->k1_1 : I->k1;
+    double E = ty ? I->E1 : I->E, X = ty ? I->X1 : I->X, mem = ty ? I->mem1 : I->mem;
+    double k = k0 + (k1 - k0) * (S - 1 - j);
+    double room = (mem - X) * size / (double)I->tp - E * ne;
     if (room < 0) return 0;
     double l = floor(room / k * (1 + 1e-12) + 1e-9);
     return l > I->L ? I->L : (int)l;
@@ -101,7 +114,8 @@ static int order_feasible(const inst *I, const grp *g, int S, double P, int *bes
         for (int q = 0; q < S; q++) {
             if (m & (1 << q)) continue;
             int c = (int)floor(P / g[q].y * (1 + 1e-12) + 1e-9);
-            int w = c < cap_ref(I, g[q].size, S, pos) ? c : cap_ref(I, g[q].size, S, pos);
+            int cap = cap_ref(I, g[q].size, g[q].ty, S, pos);
+            int w = c < cap ? c : cap;
             if (w > I->L) w = I->L;
             if (w < 1) continue;
             if (best[m] + w > best[m | (1 << q)]) best[m | (1 << q)] = best[m] + w;
@@ -149,7 +163,8 @@ static int cmp_grp(const void *a, const void *b)
 {
     const grp *u = a, *v = b;
     if (u->size != v->size) return u->size > v->size ? -1 : 1;
-    return (u->y > v->y) - (u->y < v->y);
+    if (u->y != v->y) return (u->y > v->y) - (u->y < v->y);
+    return (u->ty > v->ty) - (u->ty < v->ty);
 }
 
 static double pipeline_period(const inst *I, memo *mm, const grp *g0, int S)
@@ -160,7 +175,8 @@ static double pipeline_period(const inst *I, memo *mm, const grp *g0, int S)
     qsort(g, (size_t)S, sizeof *g, cmp_grp);
     int len = 0;
     for (int q = 0; q < S; q++)
-        len += snprintf(key + len, sizeof key - (size_t)len, "%d:%a|", g[q].size, g[q].y);
+        len +=
+            snprintf(key + len, sizeof key - (size_t)len, "%d:%a:%d|", g[q].size, g[q].y, g[q].ty);
     for (int i = 0; i < mm->n; i++)
         if (!strcmp(mm->key[i], key)) return mm->P[i];
     if (mm->n == mm->cap) {
@@ -295,7 +311,7 @@ static int cmp_rank(const void *a, const void *b)
 }
 
 /* ordered compositions of positions [p, a) of rates xr[] into allowed sizes */
-static void compose(ref *R, int n, const double *xr, int p, int a, grp *cur, int nc)
+static void compose(ref *R, int n, int ty, const double *xr, int p, int a, grp *cur, int nc)
 {
     if (p == a) {
         /* keep one copy of each multiset */
@@ -311,10 +327,10 @@ static void compose(ref *R, int n, const double *xr, int p, int a, grp *cur, int
         return;
     }
     for (int s = 1; p + s <= a; s *= 2) {
-        double al = alpha_of(R->I, s);
+        double al = alpha_of_ty(R->I, ty, s);
         if (al <= 0) continue;
-        cur[nc] = (grp){s, al * xr[p + s - 1]};
-        compose(R, n, xr, p + s, a, cur, nc + 1);
+        cur[nc] = (grp){s, al * xr[p + s - 1], ty};
+        compose(R, n, ty, xr, p + s, a, cur, nc + 1);
     }
 }
 
@@ -325,20 +341,33 @@ static double reference_th(const inst *I, int th, long budget)
     ref *R = calloc(1, sizeof *R);
     CHECK(R != NULL);
     R->I = I;
-    R->healthy = (grp){th, alpha_of(I, th)};
+    /* the healthy full groups are of one type: the fastest, then the one
+     * with more memory (ties: type 0); the other type's nodes are all
+     * specials, which include its nominal groups: no plan is lost */
+    int hty = I->mixed && (I->speed1 > 1.0 || (I->speed1 == 1.0 && I->mem1 > I->mem)) ? 1 : 0;
+    R->healthy = (grp){th, alpha_of_ty(I, hty, th), hty};
+    if (!(R->healthy.y > 0)) {
+        free(R);
+        return INFINITY;
+    }
     R->n_nodes = I->world / I->rpn;
     R->best = INFINITY;
     R->budget = budget;
     double x[64];
-    for (int r = 0; r < I->world; r++)
-        x[r] = I->rates[r] < 1.2 ? 1.0 : I->rates[r];
+    for (int r = 0; r < I->world; r++) {
+        /* a slower type's rank plans at 1 / speed at least */
+        double v = I->rates[r];
+        if (I->mixed && I->node_type[r / I->rpn] && 1.0 / I->speed1 > v) v = 1.0 / I->speed1;
+        x[r] = v < 1.2 ? 1.0 : v;
+    }
     g_x = x;
     for (int n = 0; n < R->n_nodes; n++) {
         int m[16], h = 0;
         for (int q = 0; q < I->rpn; q++)
             m[q] = n * I->rpn + q;
         qsort(m, (size_t)I->rpn, sizeof *m, cmp_rank);
-        while (h < I->rpn && x[m[h]] == 1.0)
+        int ty = I->mixed ? I->node_type[n] : 0;
+        while (ty == hty && h < I->rpn && x[m[h]] == 1.0)
             h++;
         int F = h / th, rest = I->rpn - F * th;
         R->H += F;
@@ -347,7 +376,7 @@ static double reference_th(const inst *I, int th, long budget)
             xr[q] = x[m[F * th + q]];
         grp cur[16];
         for (int u = 0; u <= rest; u++)
-            compose(R, n, xr, 0, rest - u, cur, 0);
+            compose(R, n, ty, xr, 0, rest - u, cur, 0);
     }
     /* a rough size of the enumeration (option combinations times set
      * partitions of the most specials): skip hopeless ones at once */
@@ -362,8 +391,10 @@ static double reference_th(const inst *I, int th, long budget)
         most += mg;
     }
     est *= most < 12 ? bell[most] : 1e12;
-    if (est > 50.0 * budget) R->work = budget + 1;
-    else node_options(R, 0);
+    if (est > 50.0 * budget)
+        R->work = budget + 1;
+    else
+        node_options(R, 0);
     double best = R->work > R->budget ? -1 : R->best;
     for (int i = 0; i < R->mm.n; i++)
         free(R->mm.key[i]);
@@ -388,6 +419,49 @@ static double reference(const inst *I, long budget)
 }
 
 /* ---- random instances ---------------------------------------------------- */
+
+static void make_profile(const inst *I, mal_profile *p);
+
+/* type 1's profile: its own alpha, k and E, X */
+static void make_profile_1(const inst *I, mal_profile *p)
+{
+    make_profile(I, p);
+    snprintf(p->name, sizeof p->name, "exact-1");
+    memcpy(p->alpha, I->alpha1, sizeof I->alpha1);
+    p->k[0] = I->k0_1;
+    p->k[1] = I->k1_1;
+    p->embed_mb = I->E1;
+    p->overhead_mb = I->X1;
+}
+
+/* The cluster of an instance and the rates the planner gets (a mixed
+ * cluster's: through its types' speeds); type 1 gets its own profile. */
+static void make_cluster(const inst *I, mal_cluster *c, double *rates)
+{
+    memcpy(rates, I->rates, (size_t)I->world * sizeof *rates);
+    if (!I->mixed) {
+        CHECK_OK(mal_cluster_regular(c, I->world, I->rpn, I->mem));
+        return;
+    }
+    char js[2048];
+    int len = snprintf(js, sizeof js,
+                       "{\"world_size\": %d, \"ranks_per_node\": %d, \"types\": {\"a\": "
+                       "{\"memory_mb\": %.17g}, \"b\": {\"memory_mb\": %.17g, \"speed\": %.17g}}, "
+                       "\"node_types\": [",
+                       I->world, I->rpn, I->mem, I->mem1, I->speed1);
+    for (int n = 0; n < I->world / I->rpn; n++)
+        len += snprintf(js + len, sizeof js - (size_t)len, "%s\"%s\"", n ? ", " : "",
+                        I->node_type[n] ? "b" : "a");
+    snprintf(js + len, sizeof js - (size_t)len, "]}");
+    CHECK_OK(mal_cluster_parse_string(c, js, "mixed"));
+    for (int t = 0; t < c->n_types; t++)
+        if (!strcmp(c->types[t].name, "b")) {
+            c->types[t].profile = calloc(1, sizeof *c->types[t].profile);
+            CHECK(c->types[t].profile != NULL);
+            make_profile_1(I, c->types[t].profile);
+        }
+    mal_cluster_effective_rates(c, rates, rates);
+}
 
 static void make_profile(const inst *I, mal_profile *p)
 {
@@ -456,6 +530,55 @@ static void random_instance(uint64_t *seed, inst *I)
     if (!any) I->rates[lcg(seed) % (unsigned)I->world] = 1.2 + 13.8 * unif(seed);
 }
 
+/* A mixed instance: 8-16 ranks on nodes of 4, each node of type 0 or 1
+ * (both in use); type 1 at speed 1 or 0.5-0.9 with its own memory (tight:
+ * 1-4 nominal layers) and profile (alpha of the same sizes, each up to
+ * 10 % slower, or the same; its own k and E); at most one straggler per
+ * node, at 1.5, 3 or 6. */
+static void random_mixed(uint64_t *seed, inst *I)
+{
+    static const int worlds[] = {8, 12, 16};
+    memset(I, 0, sizeof *I);
+    I->mixed = 1;
+    I->world = worlds[lcg(seed) % 3];
+    I->rpn = 4;
+    I->tp = (lcg(seed) % 2) ? 4 : 2;
+    int lt = I->tp == 4 ? 2 : 1;
+    double e = 0.85 + 0.15 * unif(seed);
+    int same_alpha = lcg(seed) % 2; /* groups of both types alike but in memory */
+    for (int l = 0; l <= 2; l++)
+        if (l == lt || unif(seed) < 0.5) {
+            I->alpha[l] = pow(2.0, (lt - l) * e);
+            I->alpha1[l] = I->alpha[l] * (same_alpha ? 1.0 : 1 + 0.1 * unif(seed));
+        }
+    I->L = 4 + (int)(lcg(seed) % 7);
+    I->k0 = 1.0;
+    I->k1 = 1.0 + 0.5 * unif(seed);
+    I->E = 0.5 * unif(seed);
+    I->X = 1.0;
+    I->mem = (lcg(seed) % 2) ? 1000 : I->X + I->k1 * (3 + (int)(lcg(seed) % 4)) + I->E + 0.01;
+    I->k0_1 = 1.0 + unif(seed);
+    I->k1_1 = I->k0_1 * (1.0 + 0.5 * unif(seed));
+    I->E1 = 0.5 * unif(seed);
+    I->X1 = 1.0;
+    I->mem1 = I->X1 + I->k1_1 * (1 + (int)(lcg(seed) % 4)) + I->E1 + 0.01;
+    I->speed1 = (lcg(seed) % 3) ? 0.5 + 0.4 * unif(seed) : 1.0;
+    int nn = I->world / I->rpn, n1 = 0;
+    for (int n = 0; n < nn; n++)
+        n1 += I->node_type[n] = (int)(lcg(seed) % 2);
+    if (n1 == 0) I->node_type[lcg(seed) % (unsigned)nn] = 1;
+    if (n1 == nn) I->node_type[lcg(seed) % (unsigned)nn] = 0;
+    int groups = I->world / I->tp;
+    I->M = groups + (int)(lcg(seed) % (unsigned)(2 * groups + 1));
+    for (int r = 0; r < I->world; r++)
+        I->rates[r] = 1.0 + 0.15 * unif(seed);
+    /* stragglers at a few rates: nodes of both types in the same
+     * situation but for their type */
+    static const double strag[] = {1.5, 3.0, 6.0};
+    for (int n = 0; n < nn; n++)
+        if (lcg(seed) % 3 == 0) I->rates[n * I->rpn + (int)(lcg(seed) % 4)] = strag[lcg(seed) % 3];
+}
+
 /* The lower bound the planner reports never exceeds the optimum: the
  * heuristic search alone (its bound is the space's, not the optimum it
  * proved); and with a time limit too short for anything (1 ns) the planner
@@ -497,26 +620,49 @@ static void check_bound_and_limit(const mal_replan_input *in0, double opt, const
 
 int main(int argc, char **argv)
 {
-    int want = 60, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
-    if (argc == 3 && !strcmp(argv[1], "--long")) want = atoi(argv[2]);
+    int want = 60, want_mixed = 150, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
+    if (argc == 3 && !strcmp(argv[1], "--long")) want = want_mixed = atoi(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--heuristic")) {
         want = atoi(argv[2]);
         heuristic = 1;
     }
     if (argc == 3 && !strcmp(argv[1], "--only")) only = atoi(argv[2]); /* debugging */
-    uint64_t seed = 14;
+    if (argc == 3 && !strcmp(argv[1], "--only-mixed")) { /* debugging: the N-th try of them */
+        only = atoi(argv[2]);
+        want = 0;
+    }
+    /* the mixed instances have a seed of their own: the others stay those
+     * of before */
+    uint64_t seed = 14, seed_mixed = 2718;
     int done = 0, skipped = 0, infeasible = 0, tries = 0, by_world[33] = {0}, n_heur = 0;
+    int done_mixed = 0, infeasible_mixed = 0;
     double t_ref = 0, t_plan = 0;
-    while (done < want) {
+    if (heuristic) want_mixed = 0;
+    while (done < want + want_mixed) {
         inst I;
-        random_instance(&seed, &I);
+        if (done < want)
+            random_instance(&seed, &I);
+        else
+            random_mixed(&seed_mixed, &I);
         tries++;
-        if (only && tries != only) continue;
+        if (only && tries != only) {
+            if (tries > only) break;
+            continue;
+        }
         if (only) {
             fprintf(stderr, "world %d rpn %d tp %d L %d M %d mem %.17g k1 %.17g E %.17g alpha",
                     I.world, I.rpn, I.tp, I.L, I.M, I.mem, I.k1, I.E);
             for (int l = 0; l < 8; l++)
                 fprintf(stderr, " %g", I.alpha[l]);
+            if (I.mixed) {
+                fprintf(stderr, "\nmixed: mem1 %.17g speed1 %g k0_1 %g k1_1 %g E1 %g alpha1",
+                        I.mem1, I.speed1, I.k0_1, I.k1_1, I.E1);
+                for (int l = 0; l < 8; l++)
+                    fprintf(stderr, " %g", I.alpha1[l]);
+                fprintf(stderr, "\nnode types");
+                for (int n = 0; n < I.world / I.rpn; n++)
+                    fprintf(stderr, " %d", I.node_type[n]);
+            }
             fprintf(stderr, "\nrates");
             for (int r = 0; r < I.world; r++)
                 fprintf(stderr, " %.3f", I.rates[r]);
@@ -532,10 +678,12 @@ int main(int argc, char **argv)
         t_ref += t1 - t0;
         mal_cluster c;
         mal_profile p;
-        CHECK_OK(mal_cluster_regular(&c, I.world, I.rpn, I.mem));
+        double rates[64];
+        make_cluster(&I, &c, rates);
         make_profile(&I, &p);
-        mal_replan_input in = {&c, &p, I.rates, 1, I.M, 0, NULL,
-                               heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO, 0, NULL};
+        mal_replan_input in = {&c,  &p,  rates, 1,
+                               I.M, 0,   NULL,  heuristic ? MAL_REPLAN_HEURISTIC : MAL_REPLAN_AUTO,
+                               0,   NULL};
         mal_plan plan;
         mal_replan_stats st;
         t0 = mal_now();
@@ -551,26 +699,36 @@ int main(int argc, char **argv)
             if (rc == 0) mal_plan_fini(&plan);
         } else if (!isfinite(opt)) {
             if (rc != MAL_EINVAL)
-                fprintf(stderr, "instance %d: no plan exists, but the planner returned %d\n",
-                        tries, rc);
+                fprintf(stderr, "instance %d: no plan exists, but the planner returned %d\n", tries,
+                        rc);
             CHECK_EQ_INT(rc, MAL_EINVAL);
             infeasible++;
+            infeasible_mixed += I.mixed;
         } else {
             if (rc || fabs(st.objective - opt) > 1e-9 * opt) {
                 fprintf(stderr,
-                        "instance %d: world %d, %d per node, tp %d, L %d, M %d, memory %g: "
+                        "instance %d%s: world %d, %d per node, tp %d, L %d, M %d, memory %g: "
                         "planner %g (rc %d, %s), optimum %g\n",
-                        tries, I.world, I.rpn, I.tp, I.L, I.M, I.mem, rc ? NAN : st.objective, rc,
-                        st.exhaustive ? "exhaustive" : "heuristic", opt);
+                        tries, I.mixed ? " (mixed)" : "", I.world, I.rpn, I.tp, I.L, I.M, I.mem,
+                        rc ? NAN : st.objective, rc, st.exhaustive ? "exhaustive" : "heuristic",
+                        opt);
                 exit(1);
             }
             n_heur += !st.exhaustive;
             /* the written plan is that objective, fits memory, validates */
             mal_cost_eval ev;
             CHECK_OK(mal_plan_validate(&plan, I.world, I.L, p.n_heads, p.ffn_hidden, I.M));
-            CHECK_OK(mal_cost_eval_plan(&plan, &p, &c, I.rates, &ev));
+            CHECK_OK(mal_cost_eval_plan(&plan, &p, &c, rates, &ev));
             CHECK(ev.memory_ok);
             CHECK_CLOSE(ev.step_time, opt, 1e-9, 0);
+            /* a TP group within one type */
+            for (int i = 0; i < plan.n_pipelines; i++)
+                for (int j = 0; j < plan.pipelines[i].n_stages; j++) {
+                    const mal_plan_stage *s = &plan.pipelines[i].stages[j];
+                    for (int k = 1; k < s->n_ranks; k++)
+                        CHECK_EQ_INT(mal_cluster_rank_type(&c, s->ranks[k]),
+                                     mal_cluster_rank_type(&c, s->ranks[0]));
+                }
             mal_cost_eval_fini(&ev);
             mal_plan_fini(&plan);
             /* the reported bound: the objective itself when the whole space
@@ -582,6 +740,7 @@ int main(int argc, char **argv)
         mal_cluster_fini(&c);
         mal_profile_fini(&p);
         done++;
+        done_mixed += I.mixed;
         by_world[I.world]++;
         if (only) break;
     }
@@ -594,5 +753,8 @@ int main(int argc, char **argv)
            "skipped as too large for the reference; reference %.2f s, planner %.2f s\n",
            done, by_world[16], by_world[24], by_world[32], infeasible, n_heur, skipped, t_ref,
            t_plan);
+    printf("test_replan_exact: of them %d mixed (two device types, each with its memory, speed "
+           "and profile; %d without any plan)\n",
+           done_mixed, infeasible_mixed);
     return 0;
 }
