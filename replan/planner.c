@@ -1054,9 +1054,13 @@ static int build_plan(search *s, mal_plan *out)
         if (!seen[e - c->cache] && n_lp++ < RP_LP_LAYERS) {
             seen[e - c->cache] = 1;
             for (int j = 0; j < e->S; j++) {
+                /* each stage in the recompute mode the search chose: its
+                 * time factor and its memory cap */
                 int size = e->kind[j] < 0 ? t : s->sg[i][e->kind[j]].size;
-                yv[j] = e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y;
-                ub[j] = mal_cost_layer_cap(c->p, c->mem, size, e->S, j);
+                yv[j] = (e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y) *
+                        (1.0 + mal_cost_recompute_time(c->p, e->mode[j]));
+                ub[j] = mal_cost_layer_cap_mode(c->p, c->mem, size, e->S, j, c->replicas,
+                                                e->mode[j]);
             }
             double Plp;
             if ((rc = mal_lp_layers(e->S, yv, ub, c->L, lv, &Plp))) goto cleanup;
@@ -1096,6 +1100,9 @@ static int build_plan(search *s, mal_plan *out)
         }
     }
     out->predicted_step_time = Tmax * c->p->layer_time + c->p->sync_time;
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < ent[i]->S; j++)
+            out->pipelines[i].stages[j].recompute = ent[i]->mode[j];
 
     /* healthy groups (physical) and suspended ranks */
     int n_hg = c->H, n_susp = 0;
@@ -1246,7 +1253,12 @@ static int explain_infeasible(const ctx *c)
 {
     int nominal_groups = c->world / c->t;
     int pmax = MAL_MIN(c->L, nominal_groups);
-    double need = mal_cost_stage_memory(c->p, c->t, pmax, 0, (c->L + pmax - 1) / pmax);
+    /* the deepest pipeline of nominal groups, in the most frugal mode the
+     * run allows: the first stage of an even split (the most micro-batches
+     * in flight) and its terms */
+    int m = c->mode[c->n_modes - 1], l = (c->L + pmax - 1) / pmax;
+    mal_cost_memory t;
+    mal_cost_stage_terms(c->p, c->t, pmax, 0, l, pmax - 1, c->replicas, m, &t);
     if (nominal_groups > c->M)
         return MAL_ERR(MAL_EINVAL,
                        "no plan fits: %d micro-batches per step cannot feed %d TP groups (1F1B "
@@ -1254,16 +1266,20 @@ static int explain_infeasible(const ctx *c)
                        "batch",
                        c->M, nominal_groups);
     return MAL_ERR(MAL_EINVAL,
-                   "no plan fits in memory: memory_mb = %g, but even %d stages of TP %d need "
-                   "%.1f MB on the first stage (k, E, X from the profile); use more ranks, more "
-                   "memory or a smaller micro-batch",
-                   c->mem, pmax, c->t, need);
+                   "no plan fits in memory: memory_mb = %g, but even %d stages of TP %d (recompute "
+                   "%s) need %.1f MB on stage 0 of %d (%d layers at %.1f MB each with %d "
+                   "micro-batches in flight, embedding %.1f, workspace %.1f, buffers %.1f, "
+                   "overhead %.1f MB); use more ranks, more memory, a smaller micro-batch%s",
+                   c->mem, pmax, c->t, mal_recompute_name(m), t.total, pmax, l,
+                   l > 0 ? t.layers / l : 0.0, pmax, t.embed, t.workspace,
+                   t.scratch + t.p2p + t.dp_grads - t.zero_saved, t.overhead,
+                   m == MAL_RECOMPUTE_FULL ? "" : " or --recompute auto");
 }
 
 /* The whole search with healthy full groups of `th` ranks: the plan in
  * `out` (initialised here), or *found = 0 when nothing fits. */
-static int plan_with(const mal_replan_input *in, int th, double t0, double deadline, int *have_plan,
-                     mal_plan *out, mal_replan_stats *stats, int *found)
+static int plan_with(const mal_replan_input *in, int th, int replicas, double t0, double deadline,
+                     int *have_plan, mal_plan *out, mal_replan_stats *stats, int *found)
 {
     int rc;
     mal_plan_init(out);
@@ -1281,6 +1297,8 @@ static int plan_with(const mal_replan_input *in, int th, double t0, double deadl
     c.M = in->n_micro_batches;
     c.world = in->cluster->world_size;
     c.mem = in->cluster->memory_mb;
+    c.replicas = replicas;
+    rp_set_modes(&c);
     c.x = malloc((size_t)c.world * sizeof *c.x);
     if (!c.x) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
     for (int r = 0; r < c.world; r++)
@@ -1529,6 +1547,23 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     double deadline = in->time_limit > 0 ? t0 + in->time_limit : INFINITY;
     double bound = INFINITY;
     int have_plan = 0, stop = MAL_REPLAN_STOP_OPTIMAL, skipped = 0;
+    /* The memory of a stage depends on how many pipelines replicate its
+     * layers (the gradient sum's copy, the moments --zero 1 shards), which
+     * the search does not know beforehand: the first pass assumes the
+     * dearest count (mal_cost_stage_terms), so every plan it finds fits;
+     * a second pass assumes the count that pays -- one pipeline without
+     * --zero, the first plan's pipelines (3 or more) with it -- and its
+     * plan counts only where the plan's own memory fits. */
+    for (int pass = 0; pass < 2; pass++) {
+    int replicas = 0;
+    if (pass == 1) {
+        if (have_plan && mal_now() >= deadline) break;
+        if (!p->zero)
+            replicas = any && out->n_pipelines == 1 ? 0 : 1;
+        else
+            replicas = any && out->n_pipelines >= 3 ? out->n_pipelines : 0;
+        if (!replicas) break;
+    }
     /* Healthy full groups of the nominal size, and of every larger size the
      * profile allows: fewer, roomier stages can beat the nominal ones when
      * memory forces deep pipelines.  Each size is a whole search; the best
@@ -1549,9 +1584,23 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         st.n_layer_lps = best.n_layer_lps;
         st.n_candidates = best.n_candidates;
         st.n_pruned = best.n_pruned;
-        if ((rc = plan_with(in, th, t0, deadline, &have_plan, &plan, &st, &found))) {
+        if ((rc = plan_with(in, th, replicas, t0, deadline, &have_plan, &plan, &st, &found))) {
             mal_plan_fini(out);
             return rc;
+        }
+        if (found && pass == 1) {
+            /* the count assumed must be the plan's: else its own memory */
+            mal_cost_eval ev;
+            if ((rc = mal_cost_eval_plan(&plan, p, cl, in->rates, &ev))) {
+                mal_plan_fini(&plan);
+                mal_plan_fini(out);
+                return rc;
+            }
+            if (!ev.memory_ok) {
+                found = 0;
+                mal_plan_fini(&plan);
+            }
+            mal_cost_eval_fini(&ev);
         }
         best.n_layer_lps = st.n_layer_lps;
         best.n_candidates = st.n_candidates;
@@ -1570,6 +1619,7 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
             mal_plan_fini(&plan);
         }
     }
+    }
     if (!any) {
         ctx c = {0};
         c.p = p;
@@ -1578,6 +1628,7 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         c.M = in->n_micro_batches;
         c.world = cl->world_size;
         c.mem = cl->memory_mb;
+        rp_set_modes(&c);
         return explain_infeasible(&c);
     }
     /* the bound: the least over the sizes searched, any plan's for the

@@ -70,6 +70,7 @@ typedef struct centry {
     int *kind; /* [S] stage order: -1 healthy full group, else index into the
                 * composition's sorted specials */
     int *l;    /* [S] layers per stage */
+    unsigned char *mode; /* [S] recompute mode per stage (mal_recompute) */
 } centry;
 
 typedef struct ctx {
@@ -79,6 +80,14 @@ typedef struct ctx {
     int th;             /* size of the healthy full groups (t, or larger) */
     double yh;          /* their rate: alpha[th] (1.0 at the nominal size) */
     double mem;
+    /* Recomputation modes a stage may take (README "Recomputation"), by
+     * rising time: mode[0..n_modes), their time factors 1 + recompute
+     * share; and the replicas the memory caps assume (0: the worst case,
+     * mal_cost_stage_terms) */
+    int n_modes;
+    int mode[3];
+    double mode_rt[3];
+    int replicas;
     double *x; /* [world] floored rates */
     int n_nodes;
     nodeinfo *nodes;
@@ -131,6 +140,12 @@ void rp_cache_trim(ctx *c);
 /* Most layers a group of `size` can hold anywhere in any pipeline (an upper
  * bound used by the pruning). */
 int rp_layer_cap_max(const ctx *c, int size);
+/* Most layers a group of `size` holds at stage j of S with the search's
+ * mode index m (c->mode[m]).  Local. */
+int rp_layer_cap(const ctx *c, int size, int S, int j, int m);
+/* The modes the search may use (the profile's `recompute`)
+ * into c.  Local. */
+void rp_set_modes(ctx *c);
 
 /* ---- eval.c ---- */
 

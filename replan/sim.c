@@ -130,9 +130,10 @@ int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates
             for (int k = 0; k < st->n_ranks; k++)
                 if (st->ranks[k] >= 0 && st->ranks[k] < world_size)
                     x = MAL_MAX(x, mal_cost_floor(rates[st->ranks[k]]));
+            /* recomputation runs before the stage's backward pass */
             double c = x * a * (st->layer_end - st->layer_begin);
             fwd[j] = c * MAL_SIM_FORWARD_SHARE;
-            bwd[j] = c - fwd[j];
+            bwd[j] = c * mal_cost_stage_factor(p, st) - fwd[j];
         }
         double t = mal_sim_pipeline(pl->n_stages, fwd, bwd, pl->micro_batches, p2p);
         free(fwd);
@@ -180,7 +181,8 @@ int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_clu
              * too, by folding them into the stage's time) */
             double cst = l * (x * a + mal_cost_tp_comm(p, c, ln, st->ranks, st->n_ranks));
             fwd[j] = cst * MAL_SIM_FORWARD_SHARE;
-            bwd[j] = cst - fwd[j];
+            /* recomputation runs before the backward pass */
+            bwd[j] = mal_cost_stage_links_time(p, c, ln, st, x * a) - fwd[j];
             hop[j] = j + 1 < S ? mal_cost_p2p(p, c, ln, st, &pl->stages[j + 1]) : 0;
             warm[j] = mal_plan_stage_warmup(pl, j);
         }
