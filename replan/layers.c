@@ -55,7 +55,7 @@ int rp_layer_cap_max(const ctx *c, int size)
 
 void rp_set_modes(ctx *c)
 {
-    int r = c->p->recompute;
+    int r = c->recompute;
     c->n_modes = 0;
     for (int m = MAL_RECOMPUTE_NONE; m <= MAL_RECOMPUTE_FULL; m++)
         if (r == MAL_REPLAN_RECOMPUTE_AUTO || r == m) {

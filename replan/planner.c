@@ -1278,8 +1278,9 @@ static int explain_infeasible(const ctx *c)
 
 /* The whole search with healthy full groups of `th` ranks: the plan in
  * `out` (initialised here), or *found = 0 when nothing fits. */
-static int plan_with(const mal_replan_input *in, int th, int replicas, double t0, double deadline,
-                     int *have_plan, mal_plan *out, mal_replan_stats *stats, int *found)
+static int plan_with(const mal_replan_input *in, int th, int replicas, int recompute, double t0,
+                     double deadline, int *have_plan, mal_plan *out, mal_replan_stats *stats,
+                     int *found)
 {
     int rc;
     mal_plan_init(out);
@@ -1298,6 +1299,7 @@ static int plan_with(const mal_replan_input *in, int th, int replicas, double t0
     c.world = in->cluster->world_size;
     c.mem = in->cluster->memory_mb;
     c.replicas = replicas;
+    c.recompute = recompute;
     rp_set_modes(&c);
     c.x = malloc((size_t)c.world * sizeof *c.x);
     if (!c.x) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
@@ -1553,16 +1555,22 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
      * dearest count (mal_cost_stage_terms), so every plan it finds fits;
      * a second pass assumes the count that pays -- one pipeline without
      * --zero, the first plan's pipelines (3 or more) with it -- and its
-     * plan counts only where the plan's own memory fits. */
-    for (int pass = 0; pass < 2; pass++) {
+     * plan counts only where the plan's own memory fits.  With
+     * --recompute auto both run first without recomputation, then with it:
+     * a plan that recomputes is taken only where none fits or it is faster
+     * (ties keep the plan without). */
+    int want = p->recompute;
+    for (int pass = 0; pass < 4; pass++) {
+    int recompute = pass < 2 && want == MAL_REPLAN_RECOMPUTE_AUTO ? MAL_REPLAN_RECOMPUTE_NONE : want;
+    if (pass >= 2 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
     int replicas = 0;
-    if (pass == 1) {
+    if (pass % 2 == 1) {
         if (have_plan && mal_now() >= deadline) break;
         if (!p->zero)
             replicas = any && out->n_pipelines == 1 ? 0 : 1;
         else
             replicas = any && out->n_pipelines >= 3 ? out->n_pipelines : 0;
-        if (!replicas) break;
+        if (!replicas) continue;
     }
     /* Healthy full groups of the nominal size, and of every larger size the
      * profile allows: fewer, roomier stages can beat the nominal ones when
@@ -1584,11 +1592,12 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         st.n_layer_lps = best.n_layer_lps;
         st.n_candidates = best.n_candidates;
         st.n_pruned = best.n_pruned;
-        if ((rc = plan_with(in, th, replicas, t0, deadline, &have_plan, &plan, &st, &found))) {
+        if ((rc = plan_with(in, th, replicas, recompute, t0, deadline, &have_plan, &plan, &st,
+                            &found))) {
             mal_plan_fini(out);
             return rc;
         }
-        if (found && pass == 1) {
+        if (found && replicas) {
             /* the count assumed must be the plan's: else its own memory */
             mal_cost_eval ev;
             if ((rc = mal_cost_eval_plan(&plan, p, cl, in->rates, &ev))) {
@@ -1628,6 +1637,7 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         c.M = in->n_micro_batches;
         c.world = cl->world_size;
         c.mem = cl->memory_mb;
+        c.recompute = p->recompute;
         rp_set_modes(&c);
         return explain_infeasible(&c);
     }

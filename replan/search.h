@@ -88,6 +88,7 @@ typedef struct ctx {
     int mode[3];
     double mode_rt[3];
     int replicas;
+    int recompute; /* MAL_REPLAN_RECOMPUTE_* this search may use */
     double *x; /* [world] floored rates */
     int n_nodes;
     nodeinfo *nodes;
@@ -143,7 +144,7 @@ int rp_layer_cap_max(const ctx *c, int size);
 /* Most layers a group of `size` holds at stage j of S with the search's
  * mode index m (c->mode[m]).  Local. */
 int rp_layer_cap(const ctx *c, int size, int S, int j, int m);
-/* The modes the search may use (the profile's `recompute`)
+/* The modes the search may use (c->recompute)
  * into c.  Local. */
 void rp_set_modes(ctx *c);
 
