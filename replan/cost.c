@@ -62,7 +62,8 @@ double mal_cost_layer_acts(const mal_profile *p, int size)
     if ((1 << lg) == size && p->rank_state_mb[lg] > 0) return p->rank_acts_mb[lg];
     /* k[d] grows by one micro-batch's activations per position */
     if (p->n_k < 2) return 0.0;
-    double a = mal_profile_k(p, 1) - mal_profile_k(p, 0);
+    /* never more than a layer holds with one micro-batch in flight */
+    double a = MAL_MIN(mal_profile_k(p, 1) - mal_profile_k(p, 0), mal_profile_k(p, 0));
     return a > 0 ? a * ((double)p->tp / size) : 0.0;
 }
 

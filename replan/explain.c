@@ -213,14 +213,20 @@ static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluste
     else
         fprintf(f, "%.3f (k[%d] of TP %d) x TP 1/1", mal_profile_k_at(p, t.depth, st->n_ranks),
                 t.depth, st->n_ranks);
-    fprintf(f, " = %.3f + embedding/head %d x %.3f x TP %d/%d", t.layers, ne, p->embed_mb, p->tp,
-            st->n_ranks);
+    /* the layers' term as without recomputation; what it does not keep is
+     * a term of its own */
+    fprintf(f, " = %.3f + embedding/head %d x %.3f x TP %d/%d", t.layers + t.recompute_saved, ne,
+            p->embed_mb, p->tp, st->n_ranks);
     if (t.embed_tied > 0) fprintf(f, " - tied %.3f", t.embed_tied);
     fprintf(f,
             " = %.3f + scratch %.3f + pipeline buffers %d x %.3f = %.3f + gradient sum %.3f - "
-            "moments not kept %.3f (%s, %d replicas) + overhead %.3f = total %.3f of %.0f\n",
+            "moments not kept %.3f (%s, %d replicas)",
             t.embed, t.scratch, nb, p->activation_bytes / 1048576.0, t.p2p, t.dp_grads,
-            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas, t.overhead, t.total,
+            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas);
+    if (t.recompute != MAL_RECOMPUTE_NONE)
+        fprintf(f, " - recompute %s %.3f + workspace %.3f", mal_recompute_name(t.recompute),
+                t.recompute_saved, t.workspace);
+    fprintf(f, " + overhead %.3f = total %.3f of %.0f\n", t.overhead, t.total,
             mal_cluster_rank_memory(c, st->ranks[0]));
 }
 
@@ -297,11 +303,21 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
             fprintf(f, "  stage %d: TP %d ranks [", j, st->n_ranks);
             for (int k = 0; k < st->n_ranks; k++)
                 fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
+            double fct = mal_cost_stage_factor(p, st);
             fprintf(f,
                     "]  rate %.2f  %.4f s per layer  layers [%d, %d) = %d  stage time %.4f s  "
-                    "memory %.0f / %.0f MB\n",
-                    x, y * lt, st->layer_begin, st->layer_end, l, y * l * lt,
+                    "memory %.0f / %.0f MB",
+                    x, y * lt, st->layer_begin, st->layer_end, l, y * l * fct * lt,
                     stage_total(p, plan, i, j), mal_cluster_rank_memory(c, st->ranks[0]));
+            if (st->recompute != MAL_RECOMPUTE_NONE) {
+                /* what the mode buys and costs: activations not kept,
+                 * time added per micro-batch */
+                mal_cost_memory t;
+                mal_cost_memory_terms(p, plan, i, j, &t);
+                fprintf(f, "  recompute %s: saves %.0f MB, adds %.4f s", mal_recompute_name(st->recompute),
+                        t.recompute_saved - t.workspace, y * l * (fct - 1) * lt);
+            }
+            fputc('\n', f);
             explain_stage_memory(f, p, c, plan, i, j);
         }
     }

@@ -427,11 +427,14 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
      * a layer: P >= max y; all layers: P >= L / sum 1/y) */
     double lb = MAL_MAX(ymax, L / inv) * (1 - 1e-12), P;
     /* with every group at y * L the test is memory alone */
-    if (!feasible(&s, ymax * L)) goto done;
+    /* the slowest group in the slowest mode holding every layer: the
+     * largest period worth trying */
+    const double Ptop = ymax * c->mode_rt[c->n_modes - 1] * L;
+    if (!feasible(&s, Ptop)) goto done;
     if (L <= RP_MAX_CAND) {
         size_t nu = candidates(c, h, sg, ns, lb, cand, ys, next);
-        size_t lo = 0, hi = nu; /* cand[hi] feasible; cand[nu] = ymax * L */
-        cand[nu] = ymax * L;
+        size_t lo = 0, hi = nu; /* cand[hi] feasible; cand[nu] = Ptop */
+        cand[nu] = Ptop;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
             if (feasible(&s, cand[mid]))
@@ -443,7 +446,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     } else {
         /* very deep models: bisection on the real line lands within
          * rounding of the least candidate; the split below recomputes P */
-        double lo = lb, hi = ymax * L;
+        double lo = lb, hi = Ptop;
         for (int it = 0; it < 200 && hi - lo > 1e-13 * hi; it++) {
             double mid = 0.5 * (lo + hi);
             if (feasible(&s, mid))

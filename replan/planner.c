@@ -1565,7 +1565,12 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     if (pass >= 2 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
     int replicas = 0;
     if (pass % 2 == 1) {
-        if (have_plan && mal_now() >= deadline) break;
+        if (have_plan && mal_now() >= deadline) {
+            /* the passes left are a space unsearched: the bound is any plan's */
+            skipped = 1;
+            stop = MAL_REPLAN_STOP_TIME;
+            break;
+        }
         if (!p->zero)
             replicas = any && out->n_pipelines == 1 ? 0 : 1;
         else

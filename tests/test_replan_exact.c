@@ -20,8 +20,14 @@
  * heuristic search alone, where it is not the optimum) never exceeds it,
  * and a time limit too short for any search still gives a valid plan.
  *
- *   test_replan_exact              60 instances (CI: a few seconds)
- *   test_replan_exact --long N     N instances (e.g. 1000)
+ * Activation recomputation (--recompute auto): 30 more instances, memory
+ * always tight, where every stage may keep all activations, keep a share
+ * f_s (selective) or f_f (full) of them at 1 + t_s or 1 + t_f times the
+ * time, plus a one-layer workspace of what it drops; the reference tries
+ * every mode on every stage of every order.
+ *
+ *   test_replan_exact              60 + 30 instances (CI: a few seconds)
+ *   test_replan_exact --long N     N + N/2 instances (e.g. 1000)
  *   test_replan_exact --heuristic N  the restricted search alone on N
  *                                    instances: how often it is optimal
  *                                    (reported, not required) */
@@ -58,6 +64,8 @@ typedef struct inst {
     double alpha[8]; /* by log2 size; 0 = not allowed */
     double k0, k1, E, X;
     double rates[64];
+    int rec;            /* recomputation allowed (modes 0 none, 1 selective, 2 full) */
+    double kept[3], rt[3]; /* activations kept, time factor, by mode */
 } inst;
 
 static double alpha_of(const inst *I, int s)
@@ -68,12 +76,16 @@ static double alpha_of(const inst *I, int s)
     return (1 << l) == s && l < 8 ? I->alpha[l] : 0;
 }
 
-/* layers a group of `size` holds at most on stage j of S (memory) */
-static int cap_ref(const inst *I, int size, int S, int j)
+/* layers a group of `size` holds at most on stage j of S (memory) in mode
+ * m: per layer the state k0 - a plus the kept share of a = k1 - k0 per
+ * micro-batch in flight (S - j), and once the workspace of the share
+ * dropped; all at the nominal size, scaled by size / tp */
+static int cap_ref(const inst *I, int size, int S, int j, int m)
 {
     int ne = (j == 0) + (j == S - 1);
-    double k = I->k0 + (I->k1 - I->k0) * (S - 1 - j);
-    double room = (I->mem - I->X) * size / (double)I->tp - I->E * ne;
+    double a = I->k1 - I->k0, drop = m ? 1 - I->kept[m] : 0;
+    double k = I->k0 - a + a * (1 - drop) * (S - j);
+    double room = (I->mem - I->X) * size / (double)I->tp - I->E * ne - a * drop;
     if (room < 0) return 0;
     double l = floor(room / k * (1 + 1e-12) + 1e-9);
     return l > I->L ? I->L : (int)l;
@@ -100,8 +112,13 @@ static int order_feasible(const inst *I, const grp *g, int S, double P, int *bes
         int pos = __builtin_popcount((unsigned)m);
         for (int q = 0; q < S; q++) {
             if (m & (1 << q)) continue;
-            int c = (int)floor(P / g[q].y * (1 + 1e-12) + 1e-9);
-            int w = c < cap_ref(I, g[q].size, S, pos) ? c : cap_ref(I, g[q].size, S, pos);
+            /* the stage's best mode at this period */
+            int w = 0;
+            for (int md = 0; md <= (I->rec ? 2 : 0); md++) {
+                int c = (int)floor(P / (g[q].y * I->rt[md]) * (1 + 1e-12) + 1e-9);
+                int u = cap_ref(I, g[q].size, S, pos, md);
+                if ((c < u ? c : u) > w) w = c < u ? c : u;
+            }
             if (w > I->L) w = I->L;
             if (w < 1) continue;
             if (best[m] + w > best[m | (1 << q)]) best[m | (1 << q)] = best[m] + w;
@@ -114,12 +131,13 @@ static double best_period(const inst *I, const grp *g, int S)
 {
     if (S < 1 || S > I->L || S > 14) return INFINITY;
     int *best = malloc(sizeof(int) << S);
-    double *cand = malloc((size_t)S * I->L * sizeof *cand);
+    double *cand = malloc((size_t)S * I->L * 3 * sizeof *cand);
     CHECK(best && cand);
     int n = 0;
-    for (int q = 0; q < S; q++)
-        for (int l = 1; l <= I->L; l++)
-            cand[n++] = g[q].y * l;
+    for (int md = 0; md <= (I->rec ? 2 : 0); md++)
+        for (int q = 0; q < S; q++)
+            for (int l = 1; l <= I->L; l++)
+                cand[n++] = g[q].y * I->rt[md] * l;
     qsort(cand, (size_t)n, sizeof *cand, cmp_dbl);
     double P = INFINITY;
     int lo = 0, hi = n - 1;
@@ -406,12 +424,20 @@ static void make_profile(const inst *I, mal_profile *p)
     p->embed_mb = I->E;
     p->overhead_mb = I->X;
     p->layer_time = 0.01;
+    for (int m = 0; m < 3; m++) {
+        p->acts_kept[m] = I->kept[m];
+        p->recompute_time[m] = I->rt[m] - 1;
+    }
+    p->recompute = I->rec ? MAL_REPLAN_RECOMPUTE_AUTO : MAL_REPLAN_RECOMPUTE_NONE;
 }
 
-static void random_instance(uint64_t *seed, inst *I)
+static void random_instance(uint64_t *seed, inst *I, int rec)
 {
     static const int worlds[] = {16, 24, 32};
     memset(I, 0, sizeof *I);
+    I->rec = rec;
+    I->kept[0] = 1;
+    I->rt[0] = 1;
     I->world = worlds[lcg(seed) % 3];
     I->rpn = (lcg(seed) % 2) ? 8 : 4;
     if (I->rpn == 4)
@@ -434,8 +460,21 @@ static void random_instance(uint64_t *seed, inst *I)
     I->k1 = 1.0 + 0.5 * unif(seed);
     I->E = 0.5 * unif(seed);
     I->X = 1.0;
-    /* memory: loose, or tight enough that nominal stages hold 2-5 layers */
-    if (lcg(seed) % 2)
+    if (rec) {
+        /* recomputation: keep 30-90 % (selective), then 5-30 % (full), at
+         * 1-10 % and 25-45 % more time; the activations most of a layer
+         * (k1 - k0 of k1) */
+        I->k1 = 1.5 + 0.45 * unif(seed);
+        I->kept[1] = 0.3 + 0.6 * unif(seed);
+        I->kept[2] = 0.05 + 0.25 * unif(seed);
+        I->rt[1] = 1.01 + 0.09 * unif(seed);
+        I->rt[2] = 1.25 + 0.2 * unif(seed);
+    }
+    /* memory: loose, or tight enough that nominal stages hold 2-5 layers
+     * (with recomputation always tight: 1-4 layers without it) */
+    if (rec)
+        I->mem = I->X + I->k1 * (1 + (int)(lcg(seed) % 4)) + I->E + 0.01;
+    else if (lcg(seed) % 2)
         I->mem = 1000;
     else
         I->mem = I->X + I->k1 * (2 + (int)(lcg(seed) % 4)) + I->E + 0.01;
@@ -497,8 +536,12 @@ static void check_bound_and_limit(const mal_replan_input *in0, double opt, const
 
 int main(int argc, char **argv)
 {
-    int want = 60, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
-    if (argc == 3 && !strcmp(argv[1], "--long")) want = atoi(argv[2]);
+    int want = 60, want_rec = 30, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
+    int n_rec_plans = 0, n_rec_stages = 0;
+    if (argc == 3 && !strcmp(argv[1], "--long")) {
+        want = atoi(argv[2]);
+        want_rec = want / 2;
+    }
     if (argc == 3 && !strcmp(argv[1], "--heuristic")) {
         want = atoi(argv[2]);
         heuristic = 1;
@@ -507,9 +550,9 @@ int main(int argc, char **argv)
     uint64_t seed = 14;
     int done = 0, skipped = 0, infeasible = 0, tries = 0, by_world[33] = {0}, n_heur = 0;
     double t_ref = 0, t_plan = 0;
-    while (done < want) {
+    while (done < want + want_rec) {
         inst I;
-        random_instance(&seed, &I);
+        random_instance(&seed, &I, done >= want);
         tries++;
         if (only && tries != only) continue;
         if (only) {
@@ -568,6 +611,13 @@ int main(int argc, char **argv)
             /* the written plan is that objective, fits memory, validates */
             mal_cost_eval ev;
             CHECK_OK(mal_plan_validate(&plan, I.world, I.L, p.n_heads, p.ffn_hidden, I.M));
+            int n_rc = 0;
+            for (int i = 0; i < plan.n_pipelines; i++)
+                for (int j = 0; j < plan.pipelines[i].n_stages; j++)
+                    n_rc += plan.pipelines[i].stages[j].recompute != MAL_RECOMPUTE_NONE;
+            CHECK(I.rec || n_rc == 0);
+            n_rec_plans += n_rc > 0;
+            n_rec_stages += n_rc;
             CHECK_OK(mal_cost_eval_plan(&plan, &p, &c, I.rates, &ev));
             CHECK(ev.memory_ok);
             CHECK_CLOSE(ev.step_time, opt, 1e-9, 0);
@@ -589,6 +639,9 @@ int main(int argc, char **argv)
         printf("test_replan_exact: the heuristic search alone is optimal on %d of %d instances "
                "with a plan\n",
                n_equal, n_plans);
+    printf("test_replan_exact: %d of the %d instances with --recompute auto recompute on %d "
+           "stages\n",
+           n_rec_plans, want_rec, n_rec_stages);
     printf("test_replan_exact: %d instances (%d of 16 ranks, %d of 24, %d of 32) equal the exact "
            "optimum (%d without any plan; %d found by the planner's heuristic search alone), %d "
            "skipped as too large for the reference; reference %.2f s, planner %.2f s\n",
