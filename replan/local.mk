@@ -33,3 +33,8 @@ EXTRA_DIST += tests/replan_ref.h
 # Slow links and mixed hardware: terms, placement, warm-up, exact reference.
 check_PROGRAMS += tests/test_replan_links
 TESTS += tests/test_replan_links
+
+# Activation recomputation: memory and time per mode, plans it forces,
+# the refusal when nothing fits even with full recomputation.
+check_PROGRAMS += tests/test_replan_recompute
+TESTS += tests/test_replan_recompute
