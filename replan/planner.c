@@ -1553,28 +1553,42 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
      * layers (the gradient sum's copy, the moments --zero 1 shards), which
      * the search does not know beforehand: the first pass assumes the
      * dearest count (mal_cost_stage_terms), so every plan it finds fits;
-     * a second pass assumes the count that pays -- one pipeline without
-     * --zero, the first plan's pipelines (3 or more) with it -- and its
-     * plan counts only where the plan's own memory fits.  With
-     * --recompute auto both run first without recomputation, then with it:
-     * a plan that recomputes is taken only where none fits or it is faster
-     * (ties keep the plan without). */
-    int want = p->recompute;
-    for (int pass = 0; pass < 4; pass++) {
-    int recompute = pass < 2 && want == MAL_REPLAN_RECOMPUTE_AUTO ? MAL_REPLAN_RECOMPUTE_NONE : want;
-    if (pass >= 2 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
+     * later passes assume counts that pay -- one pipeline without --zero;
+     * with it, the best plan's count R (at least 3: below that the moments
+     * shed only pay for the gradients' copy), the next count of nominal
+     * pipelines of fewer stages, and R - 1 -- and their
+     * plans count only where the plan's own memory fits.  With --recompute
+     * auto all of it runs first without recomputation, then with it: a plan
+     * that recomputes is taken only where none fits or it is faster (ties
+     * keep the plan without). */
+    int want = p->recompute, r0 = 0;
+    for (int pass = 0; pass < 8; pass++) {
+    const int phase = pass / 4, k = pass % 4;
+    int recompute = phase == 0 && want == MAL_REPLAN_RECOMPUTE_AUTO ? MAL_REPLAN_RECOMPUTE_NONE : want;
+    if (phase == 1 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
     int replicas = 0;
-    if (pass % 2 == 1) {
+    if (k > 0) {
         if (have_plan && mal_now() >= deadline) {
             /* the passes left are a space unsearched: the bound is any plan's */
             skipped = 1;
             stop = MAL_REPLAN_STOP_TIME;
             break;
         }
-        if (!p->zero)
-            replicas = any && out->n_pipelines == 1 ? 0 : 1;
-        else
-            replicas = any && out->n_pipelines >= 3 ? out->n_pipelines : 0;
+        if (!(p->layer_state_mb > 0 || p->embed_state_mb > 0))
+            replicas = 0; /* no state to sum or shard: the count changes nothing */
+        else if (!p->zero)
+            replicas = k == 1 && !(any && out->n_pipelines == 1) ? 1 : 0;
+        else {
+            /* the best plan's count R (at least 3), the next count of
+             * nominal pipelines of fewer stages (groups / S above R), and
+             * R - 1 */
+            int groups = cl->world_size / p->tp;
+            if (k == 1) r0 = MAL_MAX(3, any ? out->n_pipelines : 0);
+            if (k == 1) replicas = r0;
+            for (int S = groups; k == 2 && S >= 1 && !replicas; S--)
+                if (groups / S > r0) replicas = groups / S;
+            if (k == 3 && r0 > 3) replicas = r0 - 1;
+        }
         if (!replicas) continue;
     }
     /* Healthy full groups of the nominal size, and of every larger size the
