@@ -67,8 +67,8 @@ double mal_cost_layer_acts(const mal_profile *p, int size)
     return a > 0 ? a * ((double)p->tp / size) : 0.0;
 }
 
-void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, int d,
-                          int replicas, int mode, mal_cost_memory *out)
+void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                          int mode, mal_cost_memory *out)
 {
     const int ne = (j == 0) + (j == S - 1);
     const double scale = (double)p->tp / size, MB = 1048576.0;
@@ -121,8 +121,8 @@ void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, i
                  out->zero_saved + out->workspace + out->overhead;
 }
 
-double mal_cost_stage_need(const mal_profile *p, int size, int S, int j, int l, int d,
-                           int replicas, int mode)
+double mal_cost_stage_need(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                           int mode)
 {
     mal_cost_memory t;
     mal_cost_stage_terms(p, size, S, j, l, d, replicas, mode, &t);

@@ -314,8 +314,9 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
                  * time added per micro-batch */
                 mal_cost_memory t;
                 mal_cost_memory_terms(p, plan, i, j, &t);
-                fprintf(f, "  recompute %s: saves %.0f MB, adds %.4f s", mal_recompute_name(st->recompute),
-                        t.recompute_saved - t.workspace, y * l * (fct - 1) * lt);
+                fprintf(f, "  recompute %s: saves %.0f MB, adds %.4f s",
+                        mal_recompute_name(st->recompute), t.recompute_saved - t.workspace,
+                        y * l * (fct - 1) * lt);
             }
             fputc('\n', f);
             explain_stage_memory(f, p, c, plan, i, j);

@@ -175,14 +175,14 @@ static long long hungarian(int n, int m, const long long *a, int *col_of, long l
  * position, so the assignment below stays exact. */
 typedef struct solver {
     int S, L, h, ns, nm;
-    const double *rt; /* [nm] time factors */
-    double yh;        /* rate of a healthy full group */
-    const sgrp *sg;   /* [ns] */
-    const int *ubh;   /* [nm * S] ub of a healthy full group at each position */
-    const int *ubs;   /* [(nm * ns) * S] ub of each special at each position */
-    const int *pref;  /* [ns] the rule's position of each special */
-    int *pos;         /* [ns] out: position of each special */
-    char *taken;      /* [S] */
+    const double *rt;   /* [nm] time factors */
+    double yh;          /* rate of a healthy full group */
+    const sgrp *sg;     /* [ns] */
+    const int *ubh;     /* [nm * S] ub of a healthy full group at each position */
+    const int *ubs;     /* [(nm * ns) * S] ub of each special at each position */
+    const int *pref;    /* [ns] the rule's position of each special */
+    int *pos;           /* [ns] out: position of each special */
+    char *taken;        /* [S] */
     int caph[3], *caps; /* layers each can hold at the trial period, by
                          * mode (caps: [nm * ns]) */
     long long *a, *u, *v, *minv;

@@ -356,9 +356,8 @@ int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, c
             double mem = INFINITY;
             for (int q = 0; q < st->n_ranks; q++)
                 mem = MAL_MIN(mem, mal_cluster_rank_memory(c, st->ranks[q]));
-            while (w > S - k - 1 &&
-                   mal_cost_stage_need(p, st->n_ranks, S, k, l, w, 0, st->recompute) >
-                       mem * (1 + 1e-12))
+            while (w > S - k - 1 && mal_cost_stage_need(p, st->n_ranks, S, k, l, w, 0,
+                                                        st->recompute) > mem * (1 + 1e-12))
                 w--;
             warm[k] = w;
         }

@@ -1059,8 +1059,8 @@ static int build_plan(search *s, mal_plan *out)
                 int size = e->kind[j] < 0 ? t : s->sg[i][e->kind[j]].size;
                 yv[j] = (e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y) *
                         (1.0 + mal_cost_recompute_time(c->p, e->mode[j]));
-                ub[j] = mal_cost_layer_cap_mode(c->p, c->mem, size, e->S, j, c->replicas,
-                                                e->mode[j]);
+                ub[j] =
+                    mal_cost_layer_cap_mode(c->p, c->mem, size, e->S, j, c->replicas, e->mode[j]);
             }
             double Plp;
             if ((rc = mal_lp_layers(e->S, yv, ub, c->L, lv, &Plp))) goto cleanup;
@@ -1563,90 +1563,92 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
      * keep the plan without). */
     int want = p->recompute, r0 = 0;
     for (int pass = 0; pass < 8; pass++) {
-    const int phase = pass / 4, k = pass % 4;
-    int recompute = phase == 0 && want == MAL_REPLAN_RECOMPUTE_AUTO ? MAL_REPLAN_RECOMPUTE_NONE : want;
-    if (phase == 1 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
-    int replicas = 0;
-    if (k > 0) {
-        if (have_plan && mal_now() >= deadline) {
-            /* the passes left are a space unsearched: the bound is any plan's */
-            skipped = 1;
-            stop = MAL_REPLAN_STOP_TIME;
-            break;
+        const int phase = pass / 4, k = pass % 4;
+        int recompute =
+            phase == 0 && want == MAL_REPLAN_RECOMPUTE_AUTO ? MAL_REPLAN_RECOMPUTE_NONE : want;
+        if (phase == 1 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
+        int replicas = 0;
+        if (k > 0) {
+            if (have_plan && mal_now() >= deadline) {
+                /* the passes left are a space unsearched: the bound is any plan's */
+                skipped = 1;
+                stop = MAL_REPLAN_STOP_TIME;
+                break;
+            }
+            if (!(p->layer_state_mb > 0 || p->embed_state_mb > 0))
+                replicas = 0; /* no state to sum or shard: the count changes nothing */
+            else if (!p->zero)
+                replicas = k == 1 && !(any && out->n_pipelines == 1) ? 1 : 0;
+            else {
+                /* the best plan's count R (at least 3), the next count of
+                 * nominal pipelines of fewer stages (groups / S above R), and
+                 * R - 1 */
+                int groups = cl->world_size / p->tp;
+                if (k == 1) r0 = MAL_MAX(3, any ? out->n_pipelines : 0);
+                if (k == 1) replicas = r0;
+                for (int S = groups; k == 2 && S >= 1 && !replicas; S--)
+                    if (groups / S > r0) replicas = groups / S;
+                if (k == 3 && r0 > 3) replicas = r0 - 1;
+            }
+            if (!replicas) continue;
         }
-        if (!(p->layer_state_mb > 0 || p->embed_state_mb > 0))
-            replicas = 0; /* no state to sum or shard: the count changes nothing */
-        else if (!p->zero)
-            replicas = k == 1 && !(any && out->n_pipelines == 1) ? 1 : 0;
-        else {
-            /* the best plan's count R (at least 3), the next count of
-             * nominal pipelines of fewer stages (groups / S above R), and
-             * R - 1 */
-            int groups = cl->world_size / p->tp;
-            if (k == 1) r0 = MAL_MAX(3, any ? out->n_pipelines : 0);
-            if (k == 1) replicas = r0;
-            for (int S = groups; k == 2 && S >= 1 && !replicas; S--)
-                if (groups / S > r0) replicas = groups / S;
-            if (k == 3 && r0 > 3) replicas = r0 - 1;
-        }
-        if (!replicas) continue;
-    }
-    /* Healthy full groups of the nominal size, and of every larger size the
-     * profile allows: fewer, roomier stages can beat the nominal ones when
-     * memory forces deep pipelines.  Each size is a whole search; the best
-     * plan wins (ties: the smaller size, tried first).  Past the time
-     * limit, with a plan in hand, the larger sizes are skipped. */
-    for (int th = p->tp; th <= biggest && th <= (1 << MAL_REPLAN_MAX_TP_LOG); th *= 2) {
-        if (th > p->tp && (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
-                           (p->ffn_hidden > 0 && p->ffn_hidden % th)))
-            continue;
-        if (have_plan && mal_now() >= deadline) {
-            skipped = 1;
-            stop = MAL_REPLAN_STOP_TIME;
-            continue;
-        }
-        mal_plan plan;
-        int found;
-        memset(&st, 0, sizeof st);
-        st.n_layer_lps = best.n_layer_lps;
-        st.n_candidates = best.n_candidates;
-        st.n_pruned = best.n_pruned;
-        if ((rc = plan_with(in, th, replicas, recompute, t0, deadline, &have_plan, &plan, &st,
-                            &found))) {
-            mal_plan_fini(out);
-            return rc;
-        }
-        if (found && replicas) {
-            /* the count assumed must be the plan's: else its own memory */
-            mal_cost_eval ev;
-            if ((rc = mal_cost_eval_plan(&plan, p, cl, in->rates, &ev))) {
-                mal_plan_fini(&plan);
+        /* Healthy full groups of the nominal size, and of every larger size the
+         * profile allows: fewer, roomier stages can beat the nominal ones when
+         * memory forces deep pipelines.  Each size is a whole search; the best
+         * plan wins (ties: the smaller size, tried first).  Past the time
+         * limit, with a plan in hand, the larger sizes are skipped. */
+        for (int th = p->tp; th <= biggest && th <= (1 << MAL_REPLAN_MAX_TP_LOG); th *= 2) {
+            if (th > p->tp &&
+                (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
+                 (p->ffn_hidden > 0 && p->ffn_hidden % th)))
+                continue;
+            if (have_plan && mal_now() >= deadline) {
+                skipped = 1;
+                stop = MAL_REPLAN_STOP_TIME;
+                continue;
+            }
+            mal_plan plan;
+            int found;
+            memset(&st, 0, sizeof st);
+            st.n_layer_lps = best.n_layer_lps;
+            st.n_candidates = best.n_candidates;
+            st.n_pruned = best.n_pruned;
+            if ((rc = plan_with(in, th, replicas, recompute, t0, deadline, &have_plan, &plan, &st,
+                                &found))) {
                 mal_plan_fini(out);
                 return rc;
             }
-            if (!ev.memory_ok) {
-                found = 0;
+            if (found && replicas) {
+                /* the count assumed must be the plan's: else its own memory */
+                mal_cost_eval ev;
+                if ((rc = mal_cost_eval_plan(&plan, p, cl, in->rates, &ev))) {
+                    mal_plan_fini(&plan);
+                    mal_plan_fini(out);
+                    return rc;
+                }
+                if (!ev.memory_ok) {
+                    found = 0;
+                    mal_plan_fini(&plan);
+                }
+                mal_cost_eval_fini(&ev);
+            }
+            best.n_layer_lps = st.n_layer_lps;
+            best.n_candidates = st.n_candidates;
+            best.n_pruned = st.n_pruned;
+            bound = MAL_MIN(bound, st.lower_bound);
+            /* the most telling reason: time, then budget, then convergence */
+            if (st.stop > stop) stop = st.stop;
+            if (!found) continue;
+            exact &= st.exhaustive;
+            if (st.objective < best.objective * (1 - RP_TOL)) {
+                mal_plan_fini(out);
+                *out = plan;
+                best.objective = st.objective;
+                any = 1;
+            } else {
                 mal_plan_fini(&plan);
             }
-            mal_cost_eval_fini(&ev);
         }
-        best.n_layer_lps = st.n_layer_lps;
-        best.n_candidates = st.n_candidates;
-        best.n_pruned = st.n_pruned;
-        bound = MAL_MIN(bound, st.lower_bound);
-        /* the most telling reason: time, then budget, then convergence */
-        if (st.stop > stop) stop = st.stop;
-        if (!found) continue;
-        exact &= st.exhaustive;
-        if (st.objective < best.objective * (1 - RP_TOL)) {
-            mal_plan_fini(out);
-            *out = plan;
-            best.objective = st.objective;
-            any = 1;
-        } else {
-            mal_plan_fini(&plan);
-        }
-    }
     }
     if (!any) {
         ctx c = {0};

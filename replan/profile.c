@@ -113,12 +113,12 @@ static int get_mode_map(json_t *root, const char *name, const char *what, double
     {
         int m;
         if (mal_recompute_parse(key, &m) || m == MAL_RECOMPUTE_NONE)
-            return MAL_ERR(MAL_EINVAL, "%s: %s key \"%s\" must be \"selective\" or \"full\"",
-                           what, name, key);
+            return MAL_ERR(MAL_EINVAL, "%s: %s key \"%s\" must be \"selective\" or \"full\"", what,
+                           name, key);
         double x = json_is_number(val) ? json_number_value(val) : NAN;
         if (!(x >= lo && x <= hi))
-            return MAL_ERR(MAL_EINVAL, "%s: %s[\"%s\"] must be a number in [%g, %g]", what,
-                           name, key, lo, hi);
+            return MAL_ERR(MAL_EINVAL, "%s: %s[\"%s\"] must be a number in [%g, %g]", what, name,
+                           key, lo, hi);
         out[m] = x;
     }
     return 0;

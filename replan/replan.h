@@ -273,11 +273,11 @@ void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, in
  * without), recompute mode `mode`.  The search's layer caps and
  * feasibility use this, so a plan it calls feasible fits
  * mal_cost_memory_terms's total.  Local. */
-void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, int d,
-                          int replicas, int mode, mal_cost_memory *out);
+void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                          int mode, mal_cost_memory *out);
 /* Its total (MB). */
-double mal_cost_stage_need(const mal_profile *p, int size, int S, int j, int l, int d,
-                           int replicas, int mode);
+double mal_cost_stage_need(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                           int mode);
 /* Most layers stage j of S (warm-up depth S - 1 - j) of a group of `size`
  * holds within memory_mb with recompute `mode` and `replicas` as above (0
  * when it cannot hold one).  mal_cost_layer_cap is this with replicas 0

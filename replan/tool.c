@@ -196,9 +196,9 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     if (o->recompute && strcmp(o->recompute, "auto")) {
         int m;
         if (mal_recompute_parse(o->recompute, &m)) {
-            rc = MAL_ERR(MAL_EINVAL,
-                         "--recompute: \"%s\" is not one of none, selective, full, auto",
-                         o->recompute);
+            rc =
+                MAL_ERR(MAL_EINVAL, "--recompute: \"%s\" is not one of none, selective, full, auto",
+                        o->recompute);
             goto done;
         }
         prof.recompute = m; /* MAL_REPLAN_RECOMPUTE_* are the plan's modes */

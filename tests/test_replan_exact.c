@@ -64,7 +64,7 @@ typedef struct inst {
     double alpha[8]; /* by log2 size; 0 = not allowed */
     double k0, k1, E, X;
     double rates[64];
-    int rec;            /* recomputation allowed (modes 0 none, 1 selective, 2 full) */
+    int rec;               /* recomputation allowed (modes 0 none, 1 selective, 2 full) */
     double kept[3], rt[3]; /* activations kept, time factor, by mode */
 } inst;
 

@@ -328,7 +328,7 @@ static void check_boundary_link(void)
         rates[r] = 1.0;
     CHECK_OK(mal_profile_preset(&p, "small", 1));
     p.link_bandwidth /= 64; /* a slow interconnect: a hop near a stage's time */
-    p.zero = 1; /* the run's default: two replicas' moments sharded */
+    p.zero = 1;             /* the run's default: two replicas' moments sharded */
     CHECK_OK(mal_cluster_regular(&c, W, W, 200)); /* 200 MB: two stages */
     mal_plan blind, aware;
     mal_replan_stats st;

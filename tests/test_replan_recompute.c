@@ -118,8 +118,8 @@ static void check_eval_and_sim(void)
     mal_profile_fini(&p);
 }
 
-static int plan_for(double mem, int recompute, mal_plan *plan, mal_replan_stats *st,
-                    mal_profile *p, mal_cluster *c, const double *rates)
+static int plan_for(double mem, int recompute, mal_plan *plan, mal_replan_stats *st, mal_profile *p,
+                    mal_cluster *c, const double *rates)
 {
     profile(p, recompute);
     CHECK_OK(mal_cluster_regular(c, 8, 8, mem));
@@ -164,8 +164,8 @@ static void check_forced(void)
             CHECK(mal_cost_stage_need(&p, s->n_ranks, pl->n_stages, j, l, d, plan.n_pipelines,
                                       s->recompute) <= 9 * (1 + 1e-12));
             for (int m = MAL_RECOMPUTE_NONE; m < s->recompute; m++)
-                CHECK(mal_cost_stage_need(&p, s->n_ranks, pl->n_stages, j, l, d,
-                                          plan.n_pipelines, m) > 9);
+                CHECK(mal_cost_stage_need(&p, s->n_ranks, pl->n_stages, j, l, d, plan.n_pipelines,
+                                          m) > 9);
             n_rc += s->recompute != MAL_RECOMPUTE_NONE;
         }
     }

@@ -217,7 +217,7 @@ static void reference_figures(mal_profile *q, int keep_activations)
  * 0 when the grid skips it, else the number of stragglers. */
 static int grid_scenario(const setting *st, int n, double x, int packed, double *rates)
 {
-    if (packed && n == 1) return 0;              /* the same as one per node */
+    if (packed && n == 1) return 0;               /* the same as one per node */
     if (!packed && n > st->world / RPN) return 0; /* one per node: not enough nodes */
     for (int r = 0; r < st->world; r++)
         rates[r] = 1.0;
@@ -344,8 +344,8 @@ static int memory_model_rows(const char *only)
     int n_rows = 0, n_changed = 0, n_unfit = 0, n_fewer = 0;
     double sum_ratio = 0, min_ratio = INFINITY, max_ratio = 0, sum_fa = 0, sum_fb = 0;
     printf("%-5s %2s %5s %-6s %8s | %-24s %8s %4s | %-24s %8s %4s | %s\n", "model", "n", "rate",
-           "place", "bound_s", "reference: pipes x stages", "step_s", "fits", "runtime: pipes x stages",
-           "step_s", "rc", "B/A");
+           "place", "bound_s", "reference: pipes x stages", "step_s", "fits",
+           "runtime: pipes x stages", "step_s", "rc", "B/A");
     for (size_t si = 0; si < MAL_ARRAY_SIZE(settings); si++) {
         const setting *st = &settings[si];
         if (only && !strstr(only, st->name)) continue;
@@ -375,8 +375,8 @@ static int memory_model_rows(const char *only)
                     double rates[64];
                     int n = grid_scenario(st, counts[ci], xs[xi], packed, rates);
                     if (!n) continue;
-                    mal_replan_input in = {&cl, &ref, rates, MBS, M, st->dp, NULL,
-                                           MAL_REPLAN_AUTO, 0, NULL};
+                    mal_replan_input in = {&cl,    &ref, rates,           MBS, M,
+                                           st->dp, NULL, MAL_REPLAN_AUTO, 0,   NULL};
                     mm_plan a, b;
                     mm_run(&in, &rt, st->recompute ? MAL_RECOMPUTE_FULL : 0, &a);
                     in.profile = &rt;
@@ -389,10 +389,11 @@ static int memory_model_rows(const char *only)
                     char sa[32], sb[32];
                     snprintf(sa, sizeof sa, "%d x %d-%d", a.pipes, a.smin, a.smax);
                     snprintf(sb, sizeof sb, "%d x %d-%d", b.pipes, b.smin, b.smax);
-                    printf("%-5s %2d %5.1f %-6s %8.3f | %-24s %8.3f %4s | %-24s %8.3f %4d | %.3f%s\n",
-                           st->name, n, xs[xi], packed ? "packed" : "spread", bound * lt, sa, Ta,
-                           a.fits_runtime ? "yes" : "no", sb, Tb, b.n_rc, Tb / Ta,
-                           changed ? "  changed" : "");
+                    printf(
+                        "%-5s %2d %5.1f %-6s %8.3f | %-24s %8.3f %4s | %-24s %8.3f %4d | %.3f%s\n",
+                        st->name, n, xs[xi], packed ? "packed" : "spread", bound * lt, sa, Ta,
+                        a.fits_runtime ? "yes" : "no", sb, Tb, b.n_rc, Tb / Ta,
+                        changed ? "  changed" : "");
                     n_rows++;
                     n_changed += changed;
                     n_unfit += !a.fits_runtime;
