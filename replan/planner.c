@@ -1278,9 +1278,9 @@ static int explain_infeasible(const ctx *c)
 
 /* The whole search with healthy full groups of `th` ranks: the plan in
  * `out` (initialised here), or *found = 0 when nothing fits. */
-static int plan_with(const mal_replan_input *in, int th, int replicas, int recompute, double t0,
-                     double deadline, int *have_plan, mal_plan *out, mal_replan_stats *stats,
-                     int *found)
+static int plan_with(const mal_replan_input *in, int th, int replicas, int recompute, int share,
+                     double t0, double deadline, int *have_plan, mal_plan *out,
+                     mal_replan_stats *stats, int *found)
 {
     int rc;
     mal_plan_init(out);
@@ -1365,11 +1365,11 @@ static int plan_with(const mal_replan_input *in, int th, int replicas, int recom
 
     /* a good incumbent first: it lets the bounds prune the enumeration */
     s.count = -1;
-    s.evals_left = RP_LS_EVALS;
+    s.evals_left = RP_LS_EVALS / share;
     s.work_cap = INFINITY;
     s.best_window = s.window;
     if ((rc = constructions(&s))) goto cleanup;
-    s.work_cap = c.work + RP_LS_WORK;
+    s.work_cap = c.work + RP_LS_WORK / share;
     mal_log(MAL_LOG_DEBUG, "replan: constructions: T %g after %d evaluations (%.3f s)", s.best.T,
             s.n_cand, mal_now() - t0);
     if ((rc = local_search(&s))) goto cleanup;
@@ -1553,7 +1553,8 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
      * layers (the gradient sum's copy, the moments --zero 1 shards), which
      * the search does not know beforehand: the first pass assumes the
      * dearest count (mal_cost_stage_terms), so every plan it finds fits;
-     * later passes assume counts that pay -- one pipeline without --zero;
+     * later passes assume counts that pay -- one pipeline without --zero
+     * (where nothing fits or the best plan has two);
      * with it, the best plan's count R (at least 3: below that the moments
      * shed only pay for the gradients' copy), the next count of nominal
      * pipelines of fewer stages, and R - 1 -- and their
@@ -1578,7 +1579,9 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
             if (!(p->layer_state_mb > 0 || p->embed_state_mb > 0))
                 replicas = 0; /* no state to sum or shard: the count changes nothing */
             else if (!p->zero)
-                replicas = k == 1 && !(any && out->n_pipelines == 1) ? 1 : 0;
+                /* one pipeline: worth a search where the best plan so
+                 * far has few pipelines, or none fits */
+                replicas = k == 1 && (!any || out->n_pipelines == 2) ? 1 : 0;
             else {
                 /* the best plan's count R (at least 3), the next count of
                  * nominal pipelines of fewer stages (groups / S above R), and
@@ -1613,8 +1616,11 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
             st.n_layer_lps = best.n_layer_lps;
             st.n_candidates = best.n_candidates;
             st.n_pruned = best.n_pruned;
-            if ((rc = plan_with(in, th, replicas, recompute, t0, deadline, &have_plan, &plan, &st,
-                                &found))) {
+            /* the passes after the first are variations of its memory
+             * model: a quarter of its local-search budget each */
+            int had_plan = have_plan;
+            if ((rc = plan_with(in, th, replicas, recompute, pass ? 4 : 1, t0, deadline,
+                                &have_plan, &plan, &st, &found))) {
                 mal_plan_fini(out);
                 return rc;
             }
@@ -1627,7 +1633,9 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
                     return rc;
                 }
                 if (!ev.memory_ok) {
+                    /* not a plan: the time limit still waits for one */
                     found = 0;
+                    have_plan = had_plan;
                     mal_plan_fini(&plan);
                 }
                 mal_cost_eval_fini(&ev);

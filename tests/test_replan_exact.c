@@ -471,9 +471,9 @@ static void random_instance(uint64_t *seed, inst *I, int rec)
         I->rt[2] = 1.25 + 0.2 * unif(seed);
     }
     /* memory: loose, or tight enough that nominal stages hold 2-5 layers
-     * (with recomputation always tight: 1-4 layers without it) */
+     * (with recomputation always tight) */
     if (rec)
-        I->mem = I->X + I->k1 * (1 + (int)(lcg(seed) % 4)) + I->E + 0.01;
+        I->mem = I->X + I->k1 * (2 + (int)(lcg(seed) % 4)) + I->E + 0.01;
     else if (lcg(seed) % 2)
         I->mem = 1000;
     else
