@@ -1616,11 +1616,11 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
             st.n_layer_lps = best.n_layer_lps;
             st.n_candidates = best.n_candidates;
             st.n_pruned = best.n_pruned;
+            int had_plan = have_plan;
             /* the passes after the first are variations of its memory
              * model: a quarter of its local-search budget each */
-            int had_plan = have_plan;
-            if ((rc = plan_with(in, th, replicas, recompute, pass ? 4 : 1, t0, deadline,
-                                &have_plan, &plan, &st, &found))) {
+            if ((rc = plan_with(in, th, replicas, recompute, pass ? 4 : 1, t0, deadline, &have_plan,
+                                &plan, &st, &found))) {
                 mal_plan_fini(out);
                 return rc;
             }
