@@ -22,6 +22,9 @@ static const int precision_values[] = {MAL_PRECISION_FP32, MAL_PRECISION_BF16};
 static const char *const inject_modes[] = {"sleep", "gpu", NULL};
 static const int inject_mode_values[] = {MAL_INJECT_SLEEP, MAL_INJECT_GPU};
 static const char *const on_off[] = {"on", "off", NULL};
+static const char *const recompute_modes[] = {"none", "selective", "full", NULL};
+static const int recompute_values[] = {MAL_RECOMPUTE_NONE, MAL_RECOMPUTE_SELECTIVE,
+                                       MAL_RECOMPUTE_FULL};
 static const int on_off_values[] = {1, 0};
 
 int main(int argc, char **argv)
@@ -135,6 +138,16 @@ int main(int argc, char **argv)
          .help = "global gradient-norm clip, 0 = off (default: 1.0)"},
         {MAL_OPT_INT, "threads", .metavar = "N", .target = &o->threads, .lo = 1, .hi = 1024,
          .help = "BLAS threads (default: OpenBLAS's choice)"},
+        {MAL_OPT_CHOICE, "recompute", .metavar = "MODE", .target = &o->recompute,
+         .choices = recompute_modes, .values = recompute_values,
+         .help = "activation recomputation on every stage, overriding\n"
+                 "the plan's \"recompute\" fields: none (keep everything\n"
+                 "the backward reads), selective (drop the norms' outputs\n"
+                 "and the SwiGLU product, recomputed before each layer's\n"
+                 "backward), full (keep only each layer's input; its\n"
+                 "forward runs again before its backward).  The same\n"
+                 "numbers, bit for bit; less memory, more time (default:\n"
+                 "the plan's, else none)"},
 
         {MAL_OPT_SECTION, .help = "Backends:"},
         {MAL_OPT_STRING, "device", .metavar = "NAME", .target = &o->device, .help = device_help},

@@ -766,26 +766,59 @@ int mal_gradsync_zero(mal_gradsync *g, int rank)
 
 size_t mal_gradsync_zero_floats(const mal_gradsync *g) { return g->zero ? g->z_floats : 0; }
 
+/* A sync of `part` under `plan` on a model with nothing allocated: the
+ * tensor table alone (plan_pieces and the regions read only that); the
+ * caller reads it, then frees it with layout_sync_free. */
+static int layout_sync(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                       const mal_model_part *part, mal_model *m, mal_gradsync **out)
+{
+    *m = (mal_model){.cfg = *cfg, .part = *part};
+    mal_gradsync *g = *out = calloc(1, sizeof *g);
+    if (!g) return MAL_ERR(MAL_ENOMEM, "gradient sync: out of memory");
+    g->m = m;
+    int rc = mal_model_layout(cfg, part, &m->tensors, &m->n_tensors, &m->n_params);
+    return rc ? rc : plan_pieces(g, plan, rank);
+}
+
+static void layout_sync_free(mal_model *m, mal_gradsync *g)
+{
+    mal_gradsync_destroy(g); /* no device buffers to free: none were made */
+    free(m->tensors);
+}
+
 int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
                            const mal_model_part *part, int overlapped, size_t *moments,
                            size_t *sums)
 {
-    /* the sync's pieces from the part's tensor table alone: a model with
-     * nothing allocated (plan_pieces and the regions read its table) */
-    mal_model m = {.cfg = *cfg, .part = *part};
-    mal_gradsync *g = calloc(1, sizeof *g);
+    mal_model m;
+    mal_gradsync *g;
     size_t owned = 0, local = 0;
-    *moments = *sums = 0;
-    if (!g) return MAL_ERR(MAL_ENOMEM, "sharded optimizer: out of memory");
-    g->m = &m;
-    int rc = mal_model_layout(cfg, part, &m.tensors, &m.n_tensors, &m.n_params);
-    if (!rc) rc = plan_pieces(g, plan, rank);
+    int rc = layout_sync(plan, cfg, rank, part, &m, &g);
     if (!rc) rc = zero_regions(g, rank, &owned, &local);
     /* overlapped, the sums stay in the buckets' regions (counted with
-     * the buckets) */
+     * the buckets, mal_gradsync_buffer_need) */
     *moments = owned + local, *sums = overlapped ? 0 : owned;
-    mal_gradsync_destroy(g); /* no device buffers to free: none were made */
-    free(m.tensors);
+    layout_sync_free(&m, g);
+    return rc;
+}
+
+int mal_gradsync_buffer_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                             const mal_model_part *part, int overlapped, size_t *floats)
+{
+    mal_model m;
+    mal_gradsync *g;
+    *floats = 0;
+    int rc = layout_sync(plan, cfg, rank, part, &m, &g);
+    /* overlapped: the buckets' buffer, a region for every replicated
+     * piece (mal_gradsync_buckets); after the backward pass: the packing
+     * buffer, twice the largest holder set's pieces (need_buf) */
+    size_t total = 0, largest = 0;
+    for (int i = 0; !rc && i < g->n_groups; i++) {
+        total += g->groups[i].n_floats;
+        largest = MAL_MAX(largest, g->groups[i].n_floats);
+    }
+    if (!rc) *floats = overlapped ? total : 2 * largest;
+    layout_sync_free(&m, g);
     return rc;
 }
 

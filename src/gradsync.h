@@ -164,6 +164,14 @@ int mal_gradsync_zero_need(const mal_plan *plan, const mal_model_config *cfg, in
                            const mal_model_part *part, int overlapped, size_t *moments,
                            size_t *sums);
 
+/* Local.  Floats of the device buffer the gradient sum of world rank
+ * `rank` holding `part` under `plan` keeps (computed from the plan,
+ * nothing allocated): the buckets' buffer when `overlapped`
+ * (mal_gradsync_buckets), else the packing buffer of the sum after the
+ * backward pass; 0 for a part without replicas. */
+int mal_gradsync_buffer_need(const mal_plan *plan, const mal_model_config *cfg, int rank,
+                             const mal_model_part *part, int overlapped, size_t *floats);
+
 /* Collective over the holders of each piece, after the backward pass
  * (in place of mal_gradsync_run): reduce-scatter the gradients; this rank
  * keeps the sums of its regions. */

@@ -18,6 +18,9 @@ mal_model_part mal_model_part_full(const mal_model_config *cfg)
     return p;
 }
 
+/* A mal_recompute mode. */
+static int valid_mode(int mode) { return mode >= 0 && mode < MAL_RECOMPUTE_COUNT; }
+
 /* FNV-1a of the global tensor name: the RNG stream of its initial values. */
 static uint64_t name_hash(const char *s)
 {
@@ -364,7 +367,7 @@ static int part_bytes(const mal_model *m, size_t *state, size_t *work, size_t sc
 }
 
 int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int max_B, mal_kern k,
-                    int n_acts, size_t *bytes)
+                    int n_acts, int recompute, size_t *bytes)
 {
     mal_model m;
     memset(&m, 0, sizeof m);
@@ -372,13 +375,20 @@ int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int
     if (!rc) rc = build_layout(&m);
     size_t state, work, scratch[N_SCRATCH];
     if (!rc) rc = part_bytes(&m, &state, &work, scratch);
+    if (!rc && !valid_mode(recompute))
+        rc = MAL_ERR(MAL_EINVAL, "model: recompute mode %d is not one (none, selective, full)",
+                     recompute);
     if (!rc) {
         int ovf = 0;
         size_t total = mal_size_add(mal_size_mul(state, 4, &ovf), work, &ovf);
         for (int i = 0; i < N_SCRATCH; i++)
             total = mal_size_add(total, scratch[i], &ovf);
-        size_t acts = mal_acts_bytes(&m, max_B);
-        if (acts == SIZE_MAX) ovf = 1;
+        m.recompute = recompute;
+        size_t shared, acts = mal_acts_bytes(&m, max_B);
+        if (acts == SIZE_MAX || mal_acts_layer_bytes(&m, max_B, recompute, &shared) == SIZE_MAX)
+            ovf = 1;
+        else
+            total = mal_size_add(total, shared, &ovf);
         total = mal_size_add(total, mal_size_mul(acts, (size_t)(n_acts > 0 ? n_acts : 0), &ovf),
                              &ovf);
         if (ovf)
@@ -462,6 +472,7 @@ void mal_model_destroy(mal_model *m)
     scratch_slots(m, scr);
     for (size_t i = 0; i < N_SCRATCH; i++)
         if (*scr[i]) mal_kern_free(m->k, *scr[i]);
+    if (m->rc_block) mal_kern_free(m->k, m->rc_block);
     free(m->w.layer);
     free(m->g.layer);
     free(m->tensors);
@@ -482,6 +493,10 @@ void mal_model_release_work(mal_model *m)
         if (*bufs[i]) mal_kern_free(m->k, *bufs[i]);
         *bufs[i] = NULL;
     }
+    /* no pass runs on it again: the recompute buffer goes too */
+    if (m->rc_block) mal_kern_free(m->k, m->rc_block);
+    m->rc_block = NULL;
+    memset(m->rc_arr, 0, sizeof m->rc_arr);
 }
 
 void mal_model_rebind_views(mal_model *m)
@@ -577,6 +592,30 @@ void mal_model_zero_grad(mal_model *m)
 
 /* Per-layer activation arrays, in the order they are carved from the block. */
 enum { A_H1, A_RSTD1, A_Q, A_K, A_V, A_ATT, A_AO, A_MID, A_H2, A_RSTD2, A_G, A_U, A_S, A_NARR };
+_Static_assert((int)A_NARR == (int)MAL_ACTS_LAYER_ARRAYS, "model.h's count of per-layer arrays");
+
+/* 1 when recompute mode `mode` does not keep per-layer array i (A_*) in a
+ * mal_acts.  Selective drops what one element-wise kernel rebuilds from
+ * kept arrays: the norms' outputs and rstd (from the layer's input and the
+ * mid-layer residual) and the SwiGLU product (from the gate and up
+ * products, the largest, N x F); full drops everything of a layer. */
+static int dropped(int mode, int i)
+{
+    if (mode == MAL_RECOMPUTE_FULL) return 1;
+    if (mode == MAL_RECOMPUTE_SELECTIVE)
+        return i == A_H1 || i == A_RSTD1 || i == A_H2 || i == A_RSTD2 || i == A_S;
+    return 0;
+}
+
+/* Where each per-layer array's pointer table lives in `a`, in A_* order
+ * (float ** and void ** tables alike hold device pointers). */
+static void acts_tables(mal_acts *a, void ***t[A_NARR])
+{
+    void ***s[A_NARR] = {&a->h1,  (void ***)&a->rstd1, &a->q,  &a->k, &a->v,
+                         &a->att, &a->ao,              &a->mid, &a->h2,
+                         (void ***)&a->rstd2,          &a->g,  &a->u, &a->s};
+    memcpy(t, s, sizeof s);
+}
 
 /* Every array starts at a multiple of 64 bytes (16 floats), so vector loads
  * never straddle.  Checked: sets *ovf instead of wrapping. */
@@ -607,17 +646,36 @@ static void layer_bytes(const mal_model *m, int B, size_t sz[A_NARR], int *ovf)
     memcpy(sz, s, sizeof s);
 }
 
+size_t mal_acts_layer_bytes(const mal_model *m, int B, int mode, size_t *shared)
+{
+    size_t sz[A_NARR], msz[A_NARR], kept = 0, sh = 0;
+    size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
+    int ovf = !valid_mode(mode);
+    layer_bytes(m, B, sz, &ovf);
+    layer_bytes(m, m->max_B, msz, &ovf);
+    for (int i = 0; i < A_NARR && !ovf; i++) {
+        if (dropped(mode, i))
+            sh = mal_size_add(sh, pad64(msz[i], &ovf), &ovf);
+        else
+            kept = mal_size_add(kept, pad64(sz[i], &ovf), &ovf);
+    }
+    /* the layer's input, the residual stream: kept in every mode */
+    kept = mal_size_add(kept, pad64(mul3(N, C, m->esz, &ovf), &ovf), &ovf);
+    if (shared) *shared = ovf ? SIZE_MAX : m->n_local_layers ? sh : 0;
+    return ovf ? SIZE_MAX : kept;
+}
+
 size_t mal_acts_bytes(const mal_model *m, int B)
 {
     size_t N = (size_t)B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
-    size_t V = (size_t)m->vocab_local, sz[A_NARR], total = 0, e = m->esz, f = sizeof(float);
+    size_t V = (size_t)m->vocab_local, e = m->esz, f = sizeof(float);
     size_t L = (size_t)m->n_local_layers;
     int ovf = 0;
-    layer_bytes(m, B, sz, &ovf);
-    for (int i = 0; i < A_NARR; i++)
-        total = mal_size_add(total, mal_size_mul(pad64(sz[i], &ovf), L, &ovf), &ovf);
-    /* residual stream */
-    total = mal_size_add(total, mal_size_mul(pad64(mul3(N, C, e, &ovf), &ovf), L + 1, &ovf), &ovf);
+    size_t per_layer = mal_acts_layer_bytes(m, B, m->recompute, NULL);
+    if (per_layer == SIZE_MAX) return SIZE_MAX;
+    size_t total = mal_size_mul(per_layer, L, &ovf);
+    /* the residual stream leaving the last layer (the part's output) */
+    total = mal_size_add(total, pad64(mul3(N, C, e, &ovf), &ovf), &ovf);
     if (m->part.has_head) {
         total = mal_size_add(total, pad64(mul3(N, C, e, &ovf), &ovf), &ovf);
         total = mal_size_add(total, pad64(mul3(N, V, e, &ovf), &ovf), &ovf);
@@ -625,6 +683,37 @@ size_t mal_acts_bytes(const mal_model *m, int B)
     }
     total = mal_size_add(total, 2 * pad64(N * sizeof(int), &ovf), &ovf);
     return ovf ? SIZE_MAX : total;
+}
+
+int mal_model_set_recompute(mal_model *m, int mode)
+{
+    if (!valid_mode(mode))
+        return MAL_ERR(MAL_EINVAL, "model: recompute mode %d is not one (none, selective, full)",
+                       mode);
+    if (m->rc_block) mal_kern_free(m->k, m->rc_block);
+    m->rc_block = NULL;
+    memset(m->rc_arr, 0, sizeof m->rc_arr);
+    m->recompute = MAL_RECOMPUTE_NONE;
+    size_t shared, msz[A_NARR];
+    int ovf = 0;
+    if (mal_acts_layer_bytes(m, m->max_B, mode, &shared) == SIZE_MAX)
+        return MAL_ERR(MAL_EINVAL, "model: the recompute buffer's size overflows");
+    if (shared) {
+        if (!(m->rc_block = mal_kern_alloc_as(m->k, shared, MAL_MEM_ACTIVATIONS)))
+            return MAL_ERR(MAL_ENOMEM,
+                           "model: cannot allocate %zu bytes for --recompute %s's one-layer "
+                           "buffer",
+                           shared, mal_recompute_name(mode));
+        layer_bytes(m, m->max_B, msz, &ovf);
+        char *p = m->rc_block; /* carving a device buffer: pointer arithmetic only */
+        for (int i = 0; i < A_NARR; i++)
+            if (dropped(mode, i)) {
+                m->rc_arr[i] = p;
+                p += pad64(msz[i], &ovf);
+            }
+    }
+    m->recompute = mode;
+    return 0;
 }
 
 int mal_acts_create(mal_acts **out, const mal_model *m, int B)
@@ -636,10 +725,9 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     if (!a) return MAL_ERR(MAL_ENOMEM, "activations: out of memory");
     a->B = B;
     a->T = m->cfg.seq_len;
-    /* float ** and void ** arrays alike hold device pointers */
-    void ***arrs[A_NARR] = {&a->h1,  (void ***)&a->rstd1, &a->q,  &a->k, &a->v,
-                            &a->att, &a->ao,              &a->mid, &a->h2,
-                            (void ***)&a->rstd2,          &a->g,  &a->u, &a->s};
+    a->recompute = m->recompute;
+    void ***arrs[A_NARR];
+    acts_tables(a, arrs);
     a->res = calloc((size_t)L + 1, sizeof(void *));
     int ok = a->res != NULL;
     for (int i = 0; i < A_NARR; i++)
@@ -658,12 +746,14 @@ int mal_acts_create(mal_acts **out, const mal_model *m, int B)
     size_t sz[A_NARR];
     int ovf = 0; /* not again: mal_acts_bytes checked these */
     layer_bytes(m, B, sz, &ovf);
-    /* carving a device buffer: pointer arithmetic only */
+    /* carving a device buffer: pointer arithmetic only; an array the mode
+     * drops stays NULL */
     char *p = a->block;
     for (int l = 0; l <= L; l++, p += pad64(N * C * e, &ovf))
         a->res[l] = p;
     for (int l = 0; l < L; l++)
         for (int i = 0; i < A_NARR; i++) {
+            if (dropped(a->recompute, i)) continue;
             (*arrs[i])[l] = p;
             p += pad64(sz[i], &ovf);
         }
@@ -683,11 +773,10 @@ void mal_acts_destroy(const mal_model *m, mal_acts *a)
 {
     if (!a) return;
     if (a->block) mal_kern_free(m->k, a->block);
-    void **arrs[A_NARR] = {a->h1,  (void **)a->rstd1, a->q,  a->k,   a->v,
-                           a->att, a->ao,             a->mid, a->h2, (void **)a->rstd2,
-                           a->g,   a->u,              a->s};
+    void ***arrs[A_NARR];
+    acts_tables(a, arrs);
     for (int i = 0; i < A_NARR; i++)
-        free(arrs[i]);
+        free(*arrs[i]);
     free(a->res);
     free(a);
 }
@@ -765,14 +854,92 @@ static int grad_ready(mal_model *m, int layer)
     return m->grad_ready ? m->grad_ready(m->grad_ctx, layer) : 0;
 }
 
+/* Layer l's arrays for activation set a (A_* order): its own where its
+ * mode keeps them, else the model's shared one-layer buffer. */
+static void layer_arrays(const mal_model *m, mal_acts *a, int l, void *p[A_NARR])
+{
+    void ***t[A_NARR];
+    acts_tables(a, t);
+    for (int i = 0; i < A_NARR; i++)
+        p[i] = (*t[i])[l] ? (*t[i])[l] : m->rc_arr[i];
+}
+
+/* A pass on activations made under another mode would read arrays that do
+ * not exist. */
+static int check_mode(const mal_model *m, const mal_acts *a)
+{
+    if (a->recompute == m->recompute) return 0;
+    return MAL_ERR(MAL_EINVAL,
+                   "model: activations made for recompute mode %s, the model is in mode %s",
+                   mal_recompute_name(a->recompute), mal_recompute_name(m->recompute));
+}
+
+/* Forward of local layer l from its input x into its arrays p (A_*), and
+ * its output into y; with y NULL it stops after the SwiGLU product: the
+ * full recomputation before the layer's backward, which reads everything
+ * but the output (already in the next layer's input, or sent on). */
+static int layer_forward(mal_model *m, int B, int T, int l, const void *x, void *const p[A_NARR],
+                         void *y)
+{
+    mal_kern k = m->k;
+    const mal_model_config *c = &m->cfg;
+    const int N = B * T, C = c->d_model;
+    const int Hl = m->n_heads_local, hd = m->head_dim, A = Hl * hd, F = m->ffn_local;
+    const int Kl = m->heads.Hkv, AK = Kl * hd;
+    const mal_layer_views *w = &m->w.layer[l];
+    void *mid = p[A_MID];
+    int rc;
+    mal_kern_rmsnorm_fwd(k, p[A_H1], p[A_RSTD1], x, w->attn_norm, N, C, c->norm_eps);
+    mal_kern_matmul_fwd(k, p[A_Q], p[A_H1], w->wq, N, C, A, 0);
+    mal_kern_matmul_fwd(k, p[A_K], p[A_H1], w->wk, N, C, AK, 0);
+    mal_kern_matmul_fwd(k, p[A_V], p[A_H1], w->wv, N, C, AK, 0);
+    mal_kern_rope_fwd(k, p[A_Q], B, T, Hl, hd, &m->rope);
+    mal_kern_rope_fwd(k, p[A_K], B, T, Kl, hd, &m->rope);
+    mal_kern_attention_fwd(k, p[A_AO], p[A_ATT], p[A_Q], p[A_K], p[A_V], B, T, m->heads, hd);
+    /* Row-parallel output projection: partial sums over the TP group are
+     * reduced before the residual is added, so it is added once. */
+    mal_kern_matmul_fwd(k, mid, p[A_AO], w->wo, N, A, C, 0);
+    if ((rc = tp_reduce(m, mid, (size_t)N * C))) return rc;
+    mal_kern_add(k, mid, mid, x, (size_t)N * C);
+
+    mal_kern_rmsnorm_fwd(k, p[A_H2], p[A_RSTD2], mid, w->mlp_norm, N, C, c->norm_eps);
+    mal_kern_matmul_fwd(k, p[A_G], p[A_H2], w->w1, N, C, F, 0);
+    mal_kern_matmul_fwd(k, p[A_U], p[A_H2], w->w3, N, C, F, 0);
+    mal_kern_swiglu_fwd(k, p[A_S], p[A_G], p[A_U], (size_t)N * F);
+    if (!y) return 0;
+    mal_kern_matmul_fwd(k, y, p[A_S], w->w2, N, F, C, 0);
+    if ((rc = tp_reduce(m, y, (size_t)N * C))) return rc;
+    mal_kern_add(k, y, y, mid, (size_t)N * C);
+    return 0;
+}
+
+/* Before layer l's backward: what its mode dropped, computed again by the
+ * forward's own kernels on the same inputs (so bitwise the same values)
+ * into the shared buffer that p points into. */
+static int layer_recompute(mal_model *m, mal_acts *a, int l, void *const p[A_NARR])
+{
+    mal_kern k = m->k;
+    const mal_model_config *c = &m->cfg;
+    const mal_layer_views *w = &m->w.layer[l];
+    const int N = a->B * a->T, C = c->d_model;
+    switch (a->recompute) {
+    case MAL_RECOMPUTE_FULL: return layer_forward(m, a->B, a->T, l, a->res[l], p, NULL);
+    case MAL_RECOMPUTE_SELECTIVE:
+        mal_kern_rmsnorm_fwd(k, p[A_H1], p[A_RSTD1], a->res[l], w->attn_norm, N, C, c->norm_eps);
+        mal_kern_rmsnorm_fwd(k, p[A_H2], p[A_RSTD2], p[A_MID], w->mlp_norm, N, C, c->norm_eps);
+        mal_kern_swiglu_fwd(k, p[A_S], p[A_G], p[A_U], (size_t)N * m->ffn_local);
+        return 0;
+    default: return 0;
+    }
+}
+
 int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_scale)
 {
     mal_kern k = m->k;
     const mal_model_config *c = &m->cfg;
-    const int B = a->B, T = a->T, N = B * T, C = c->d_model, Vl = m->vocab_local;
-    const int Hl = m->n_heads_local, hd = m->head_dim, A = Hl * hd, F = m->ffn_local;
-    const int Kl = m->heads.Hkv, AK = Kl * hd;
+    const int N = a->B * a->T, C = c->d_model, Vl = m->vocab_local;
     int rc;
+    if ((rc = check_mode(m, a))) return rc;
 
     if (m->part.has_embed) {
         /* Vocabulary-parallel: each rank looks up the tokens of its rows,
@@ -786,30 +953,11 @@ int mal_model_forward(mal_model *m, mal_acts *a, const void *inp, float dloss_sc
     }
 
     for (int l = 0; l < m->n_local_layers; l++) {
-        const mal_layer_views *w = &m->w.layer[l];
-        void *x = a->res[l];
-        mal_kern_rmsnorm_fwd(k, a->h1[l], a->rstd1[l], x, w->attn_norm, N, C, c->norm_eps);
-        mal_kern_matmul_fwd(k, a->q[l], a->h1[l], w->wq, N, C, A, 0);
-        mal_kern_matmul_fwd(k, a->k[l], a->h1[l], w->wk, N, C, AK, 0);
-        mal_kern_matmul_fwd(k, a->v[l], a->h1[l], w->wv, N, C, AK, 0);
-        mal_kern_rope_fwd(k, a->q[l], B, T, Hl, hd, &m->rope);
-        mal_kern_rope_fwd(k, a->k[l], B, T, Kl, hd, &m->rope);
-        mal_kern_attention_fwd(k, a->ao[l], a->att[l], a->q[l], a->k[l], a->v[l], B, T, m->heads,
-                               hd);
-        /* Row-parallel output projection: partial sums over the TP group are
-         * reduced before the residual is added, so it is added once. */
-        mal_kern_matmul_fwd(k, a->mid[l], a->ao[l], w->wo, N, A, C, 0);
-        if ((rc = tp_reduce(m, a->mid[l], (size_t)N * C))) return rc;
-        mal_kern_add(k, a->mid[l], a->mid[l], x, (size_t)N * C);
-
-        mal_kern_rmsnorm_fwd(k, a->h2[l], a->rstd2[l], a->mid[l], w->mlp_norm, N, C, c->norm_eps);
-        mal_kern_matmul_fwd(k, a->g[l], a->h2[l], w->w1, N, C, F, 0);
-        mal_kern_matmul_fwd(k, a->u[l], a->h2[l], w->w3, N, C, F, 0);
-        mal_kern_swiglu_fwd(k, a->s[l], a->g[l], a->u[l], (size_t)N * F);
-        void *y = a->res[l + 1];
-        mal_kern_matmul_fwd(k, y, a->s[l], w->w2, N, F, C, 0);
-        if ((rc = tp_reduce(m, y, (size_t)N * C))) return rc;
-        mal_kern_add(k, y, y, a->mid[l], (size_t)N * C);
+        /* arrays the mode drops are written to the shared buffer, read
+         * within this layer only */
+        void *p[A_NARR];
+        layer_arrays(m, a, l, p);
+        if ((rc = layer_forward(m, a->B, a->T, l, a->res[l], p, a->res[l + 1]))) return rc;
     }
 
     if (m->part.has_head) {
@@ -830,6 +978,7 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
     const int Kl = m->heads.Hkv, AK = Kl * hd;
     const size_t NC = (size_t)N * C;
     int rc;
+    if ((rc = check_mode(m, a))) return rc;
     /* d0: gradient of the residual stream leaving the current layer;
      * d1: gradient of the mid-layer residual. */
     void *d0 = m->d_res0, *d1 = m->d_res1;
@@ -857,19 +1006,23 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
     for (int l = m->n_local_layers - 1; l >= 0; l--) {
         const mal_layer_views *w = &m->w.layer[l];
         mal_layer_views *gw = &m->g.layer[l];
+        void *p[A_NARR];
+        layer_arrays(m, a, l, p);
+        /* the shared buffer holds another layer's (or micro-batch's)
+         * arrays: this layer's first, on the same queue as its readers */
+        if ((rc = layer_recompute(m, a, l, p))) return rc;
         /* MLP block: y = mid + swiglu(h2 W1^T, h2 W3^T) W2^T */
         void *const mz[] = {m->d_s, m->d_g, m->d_u, m->d_h};
         const size_t mzb[] = {(size_t)N * F * e, (size_t)N * F * e, (size_t)N * F * e, NC * e};
         mal_kern_copy(k, d1, d0, NC * e);
         mal_kern_zero_multi(k, mz, mzb, 4);
-        mal_kern_matmul_bwd(k, m->d_s, gw->w2, d0, a->s[l], w->w2, N, F, C);
-        mal_kern_swiglu_bwd(k, m->d_g, m->d_u, m->d_s, a->g[l], a->u[l], (size_t)N * F);
-        mal_kern_matmul_bwd(k, m->d_h, gw->w1, m->d_g, a->h2[l], w->w1, N, C, F);
-        mal_kern_matmul_bwd(k, m->d_h, gw->w3, m->d_u, a->h2[l], w->w3, N, C, F);
+        mal_kern_matmul_bwd(k, m->d_s, gw->w2, d0, p[A_S], w->w2, N, F, C);
+        mal_kern_swiglu_bwd(k, m->d_g, m->d_u, m->d_s, p[A_G], p[A_U], (size_t)N * F);
+        mal_kern_matmul_bwd(k, m->d_h, gw->w1, m->d_g, p[A_H2], w->w1, N, C, F);
+        mal_kern_matmul_bwd(k, m->d_h, gw->w3, m->d_u, p[A_H2], w->w3, N, C, F);
         /* Column-parallel input: each TP rank saw only its FFN columns. */
         if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
-        mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, a->mid[l], w->mlp_norm, a->rstd2[l], N,
-                             C);
+        mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, p[A_MID], w->mlp_norm, p[A_RSTD2], N, C);
 
         /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T
          * (d_h was last read by the norm's backward just above) */
@@ -877,21 +1030,21 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         const size_t azb[] = {(size_t)N * A * e, (size_t)N * A * e, (size_t)N * AK * e,
                               (size_t)N * AK * e, NC * e};
         mal_kern_zero_multi(k, az, azb, 5);
-        mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, a->ao[l], w->wo, N, A, C);
-        mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, a->ao[l], a->q[l],
-                               a->k[l], a->v[l], a->att[l], B, T, m->heads, hd);
+        mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, p[A_AO], w->wo, N, A, C);
+        mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, p[A_AO], p[A_Q],
+                               p[A_K], p[A_V], p[A_ATT], B, T, m->heads, hd);
         mal_kern_rope_bwd(k, m->d_q, B, T, Hl, hd, &m->rope);
         mal_kern_rope_bwd(k, m->d_k, B, T, Kl, hd, &m->rope);
         /* A key/value head replicated over TP ranks gets here only the
          * gradient from this rank's query heads (d_k, d_v partial): the
          * sum over the replicas is the gradient sync's (gradsync.c); its
          * input gradient is summed with the rest just below. */
-        mal_kern_matmul_bwd(k, m->d_h, gw->wq, m->d_q, a->h1[l], w->wq, N, C, A);
-        mal_kern_matmul_bwd(k, m->d_h, gw->wk, m->d_k, a->h1[l], w->wk, N, C, AK);
-        mal_kern_matmul_bwd(k, m->d_h, gw->wv, m->d_v, a->h1[l], w->wv, N, C, AK);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wq, m->d_q, p[A_H1], w->wq, N, C, A);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wk, m->d_k, p[A_H1], w->wk, N, C, AK);
+        mal_kern_matmul_bwd(k, m->d_h, gw->wv, m->d_v, p[A_H1], w->wv, N, C, AK);
         if ((rc = tp_reduce(m, m->d_h, NC))) return rc;
         mal_kern_copy(k, d0, d1, NC * e);
-        mal_kern_rmsnorm_bwd(k, d0, gw->attn_norm, m->d_h, a->res[l], w->attn_norm, a->rstd1[l], N,
+        mal_kern_rmsnorm_bwd(k, d0, gw->attn_norm, m->d_h, a->res[l], w->attn_norm, p[A_RSTD1], N,
                              C);
         if ((rc = grad_ready(m, m->part.layer_begin + l))) return rc;
     }

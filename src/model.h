@@ -47,6 +47,7 @@
 
 #include "config.h"
 #include "kernels/kernels.h"
+#include "plan.h"
 
 typedef struct {
     int layer_begin, layer_end; /* [begin, end) transformer layers */
@@ -142,6 +143,9 @@ enum {
     MAL_STATE_N_SAVED = 3,
 };
 
+/* The per-layer arrays of a mal_acts (h1 ... s below). */
+enum { MAL_ACTS_LAYER_ARRAYS = 13 };
+
 typedef struct mal_model {
     mal_model_config cfg;
     mal_model_part part;
@@ -174,6 +178,16 @@ typedef struct mal_model {
                         * cross-entropy's exchange (head parts with
                         * tp_size > 1; else NULL) */
     int max_B;
+
+    /* Activation recomputation (mal_recompute, plan.h; set with
+     * mal_model_set_recompute): the arrays of a layer that the mode does
+     * not keep in a mal_acts live in one shared one-layer buffer (device,
+     * sized for max_B; NULL under MAL_RECOMPUTE_NONE), written by the
+     * forward as scratch and again, recomputed, by the backward of each
+     * layer just before that layer's backward. */
+    int recompute;
+    void *rc_block;
+    void *rc_arr[MAL_ACTS_LAYER_ARRAYS]; /* per array (model.c's order); NULL: kept */
 
     mal_tp_allreduce_fn tp_allreduce;
     void *tp_ctx;
@@ -254,12 +268,38 @@ int mal_model_init_params(mal_model *m, uint64_t seed);
 /* Local.  Bytes that mal_model_create of this part (fp32 parameters,
  * gradients and Adam moments, working weights, backward scratch) and
  * `n_acts` activation sets of micro-batch max_B (mal_acts_create) take on
- * backend k, computed without allocating them: a caller can refuse a model
- * that cannot fit before trying.  Every size is checked: MAL_EINVAL with a
- * message when one overflows (the model cannot exist), or when the part
- * does not fit the config. */
+ * backend k under recompute mode `recompute` (mal_recompute; the shared
+ * one-layer buffer included, mal_model_set_recompute), computed without
+ * allocating them: a caller can refuse a model that cannot fit before
+ * trying.  Every size is checked: MAL_EINVAL with a message when one
+ * overflows (the model cannot exist), or when the part does not fit the
+ * config or the mode is not one. */
 int mal_model_bytes(const mal_model_config *cfg, const mal_model_part *part, int max_B, mal_kern k,
-                    int n_acts, size_t *bytes);
+                    int n_acts, int recompute, size_t *bytes);
+
+/* Local.  Set how the part keeps activations for its backward pass
+ * (mal_recompute: NONE keeps every array the backward reads; SELECTIVE
+ * drops the two RMSNorms' outputs and their rstd and the SwiGLU product,
+ * recomputed from the kept residual, mid-layer residual and gate/up
+ * products before each layer's backward; FULL keeps only each layer's
+ * input, the residual stream, and runs the layer's forward again, TP
+ * all-reduces included, before its backward).  The losses and gradients
+ * are bitwise those of NONE (the same kernels on the same inputs).
+ * (Re)allocates the model's shared one-layer buffer (attributed to
+ * MAL_MEM_ACTIVATIONS), so call it before mal_acts_create: activation sets
+ * keep the mode they were made with and a pass refuses a set whose mode
+ * differs from the model's.  MAL_EINVAL for an unknown mode, MAL_ENOMEM. */
+int mal_model_set_recompute(mal_model *m, int mode);
+
+/* Local.  Bytes of one transformer layer's activations for micro-batches
+ * of B sequences on this part under recompute mode `mode`: the return
+ * value is what a mal_acts keeps per layer until that layer's backward
+ * (its residual input included), *shared (may be NULL) the model's shared
+ * one-layer buffer for that mode (at max_B, once per model).  The
+ * planner-facing breakdown: a stage of L layers keeping n micro-batches in
+ * flight holds n * (L * kept + the head's) + shared.  SIZE_MAX when a
+ * size overflows or the mode is not one. */
+size_t mal_acts_layer_bytes(const mal_model *m, int B, int mode, size_t *shared);
 
 /* Local.  The tensor table of a part without allocating anything else
  * (for planning, resharding, ownership); caller frees *tensors. */
@@ -273,8 +313,12 @@ const mal_tensor_info *mal_model_find(const mal_model *m, const char *name);
  * in the compute dtype, float * ones fp32). */
 typedef struct mal_acts {
     int B, T;
+    int recompute;         /* the model's mode when made: the arrays it drops
+                            * are NULL per layer (mal_model_set_recompute) */
     int *tokens, *targets; /* (N) */
     void **res;            /* [n_local_layers+1] (N,C): residual stream entering each layer; last = output */
+    /* per layer; an array the recompute mode drops is NULL (its values
+     * live in the model's shared one-layer buffer while needed) */
     void **h1, **q, **k, **v, **ao, **mid, **h2, **g, **u, **s; /* k, v: (N,Kl*hd) */
     void **att;            /* what attention keeps for its backward (kernels.h) */
     float **rstd1, **rstd2; /* (N) */
@@ -323,7 +367,8 @@ int mal_model_logits_row(mal_model *m, const mal_acts *a, int row, float *host);
 void mal_model_zero_grad(mal_model *m);
 
 /* Bytes of activations one micro-batch of B sequences needs on this part
- * (compute dtype, fp32 statistics, int32 tokens); SIZE_MAX when the sizes
+ * under the model's recompute mode (compute dtype, fp32 statistics, int32
+ * tokens; not the shared one-layer buffer); SIZE_MAX when the sizes
  * overflow. */
 size_t mal_acts_bytes(const mal_model *m, int B);
 

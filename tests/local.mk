@@ -32,6 +32,13 @@ dist_check_SCRIPTS += tests/test_zero.sh
 TESTS += tests/test_zero.sh
 EXTRA_DIST += tests/plans/four_moved.json tests/plans/three_replicas.json
 
+# Activation recomputation: every mode bitwise the numbers of none (one
+# process, TP 2 x PP 2, a plan mixing modes per stage).
+check_PROGRAMS += tests/test_recompute
+dist_check_SCRIPTS += tests/test_recompute.sh
+TESTS += tests/test_recompute.sh
+EXTRA_DIST += tests/plans/tp2pp2.json tests/plans/tp2pp2_mixed.json
+
 # Online fast path: straggler appears and recovers, state migrates in-job.
 check_PROGRAMS += tests/test_online
 dist_check_SCRIPTS += tests/test_online.sh

@@ -128,7 +128,7 @@ static void model_buffers(mal_dtype dt)
     CHECK_OK(mal_config_load(&cfg, "tiny"));
     mal_model_part part = {1, 3, 0, 1, 2, 1}; /* layers 1-2 and the head, TP rank 1 of 2 */
     size_t promised;
-    CHECK_OK(mal_model_bytes(&cfg, &part, 2, k, 2, &promised));
+    CHECK_OK(mal_model_bytes(&cfg, &part, 2, k, 2, MAL_RECOMPUTE_NONE, &promised));
     mal_model *m;
     CHECK_OK(mal_model_create(&m, &cfg, &part, 2, k, 7));
     mal_acts *a[2];

@@ -51,10 +51,15 @@ int mal_trainer_build_part(mal_trainer *tr, int init_params, int whole_moments)
     if ((rc = mal_layout_part(&tr->plan, &tr->o.model, tr->world_rank, &part, &active)) || !active)
         return rc;
     /* sharded, the gradient sync keeps this rank's share of the moments */
-    return mal_model_create_ex(&p->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
-                               tr->o.seed,
-                               (init_params ? MAL_MODEL_INIT : 0) |
-                                   (tr->o.zero && !whole_moments ? MAL_MODEL_NO_MOMENTS : 0));
+    if ((rc = mal_model_create_ex(&p->model, &tr->o.model, &part, tr->plan.micro_batch_size, tr->k,
+                                  tr->o.seed,
+                                  (init_params ? MAL_MODEL_INIT : 0) |
+                                      (tr->o.zero && !whole_moments ? MAL_MODEL_NO_MOMENTS : 0))))
+        return rc;
+    /* before the pipeline makes its activation sets (mal_trainer_wire_part):
+     * they are laid out for the mode */
+    return mal_model_set_recompute(
+        p->model, mal_trainer_recompute(tr, &tr->plan, p->loc.pipeline, p->loc.stage));
 }
 
 int mal_trainer_wire_part(mal_trainer *tr)

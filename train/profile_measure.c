@@ -37,7 +37,7 @@ static int scratch_bytes(mal_kern k, const mal_model_config *cfg, int B, int t, 
     size_t np, all;
     if ((rc = mal_model_layout(cfg, &part, &tens, &n_t, &np))) return rc;
     free(tens);
-    if ((rc = mal_model_bytes(cfg, &part, B, k, 0, &all))) return rc;
+    if ((rc = mal_model_bytes(cfg, &part, B, k, 0, MAL_RECOMPUTE_NONE, &all))) return rc;
     /* the state (4 buffers of fp32) and a working copy apart (its dtype) */
     double state = 16.0 * (double)np, esz = (double)mal_dtype_bytes(k->compute);
     if (k->compute != MAL_F32) state += esz * (double)(np + 1);
@@ -165,7 +165,7 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
      * one layer cannot fit in this machine's memory, before allocating. */
     mal_model_part one = {0, 1, 0, 0, 1, 0};
     size_t need, mem = mal_phys_memory_bytes();
-    if ((rc = mal_model_bytes(cfg, &one, B, k, 1, &need))) return rc;
+    if ((rc = mal_model_bytes(cfg, &one, B, k, 1, MAL_RECOMPUTE_NONE, &need))) return rc;
     if (mem && need > mem)
         return MAL_ERR(MAL_EINVAL,
                        "profile: one layer of model %s needs %zu bytes (%.1f GiB) to measure, "

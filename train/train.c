@@ -37,6 +37,7 @@ mal_train_options mal_train_defaults(void)
     o.dp_overlap = 1;
     o.dp_bucket_mb = 25; /* PyTorch DDP's default */
     o.zero = -1;         /* 1 where the plan has replicas (make_plan) */
+    o.recompute = -1;    /* each stage's plan field */
     o.change_cost = -1;  /* measured at the last change, else estimated */
     o.resume_from = -1;
     o.link_probe_every = MAL_LINK_PROBE_EVERY_DEFAULT;
@@ -185,6 +186,8 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
     if (o->zero < -1 || o->zero > 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
+    if (o->recompute < -1 || o->recompute >= MAL_RECOMPUTE_COUNT)
+        return MAL_ERR(MAL_EINVAL, "--recompute must be none, selective or full");
     if ((rc = mal_train_resume_check_options(o))) return rc;
     int world_size = o->world ? o->world->size : 1;
 
@@ -482,9 +485,20 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
         fprintf(f, "| rope scaling         | %-40.40s |\n", sc);
     }
     fprintf(f, "| state (p+g+m+v)      | %-36.1f MiB |\n", state_mb);
-    if (tr->part.model)
+    if (tr->part.model) {
+        size_t shared;
+        mal_acts_layer_bytes(tr->part.model, pl->micro_batch_size, tr->part.model->recompute,
+                             &shared);
         fprintf(f, "| activations/micro    | %-36.1f MiB |\n",
                 (double)mal_acts_bytes(tr->part.model, pl->micro_batch_size) / 1048576.0);
+        char line[64];
+        /* the mode, where it comes from, and its one-layer buffer */
+        snprintf(line, sizeof line, "%s (%s), +%.*f MiB buffer",
+                 mal_recompute_name(tr->part.model->recompute),
+                 tr->o.recompute >= 0 ? "--recompute" : "plan", shared < 100 << 20 ? 1 : 0,
+                 (double)shared / 1048576.0);
+        fprintf(f, "| recompute            | %-40.40s |\n", line);
+    }
     fprintf(f, "| data                 | %-40.40s |\n", mal_data_name(tr->data));
     if (mal_data_n_tokens(tr->data) == UINT64_MAX) /* synthetic: generated */
         fprintf(f, "| data tokens          | %-40s |\n", "unbounded (generated)");

@@ -124,6 +124,10 @@ typedef struct {
                              * change gathers the moments whole.  0: every holder
                              * keeps whole moments.  -1 (the default): 1 where the
                              * plan has more than one pipeline, else 0 */
+    int recompute;          /* activation recomputation (mal_recompute, plan.h) for
+                             * every stage, overriding the plan's; -1 (the
+                             * default): each stage's plan field (none unless the
+                             * plan says) */
     int log_every;          /* print a step line every N steps (0: never) */
     double peak_tflops;     /* one device's peak TFLOP/s for MFU (0: the table of known
                              * devices, else no MFU) */

@@ -111,6 +111,14 @@ struct mal_trainer {
  * the node); made before any part is allocated. */
 int mal_trainer_check_memory(struct mal_trainer *tr);
 
+/* The recompute mode (mal_recompute) of stage `stage` of pipeline `pipe`
+ * of `plan`: --recompute where given, else the stage's plan field. */
+static inline int mal_trainer_recompute(const struct mal_trainer *tr, const mal_plan *plan,
+                                        int pipe, int stage)
+{
+    return tr->o.recompute >= 0 ? tr->o.recompute : plan->pipelines[pipe].stages[stage].recompute;
+}
+
 /* What the trainer's pooled communicators are for (comm_pool.h). */
 enum { MAL_POOL_TP = 1 };
 

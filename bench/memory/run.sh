@@ -17,6 +17,17 @@
 # accountant does not count, so the ratio is measured / (prediction - X).
 #
 # Usage: bench/memory/run.sh [-m "MODELS"] [-s STEPS] [-o DIR] [PLAN.json...]
+#        bench/memory/run.sh -r [-m "MODELS"] [-s STEPS] [-o DIR]
+# With -r (activation recomputation; default model: small, 4 steps): each
+# model on one rank (micro-batch 2, global batch 4) and on a two-stage
+# pipeline of one rank each (micro-batch 1, 4 micro-batches: the first
+# stage keeps 2 in flight) with --recompute none, selective and full: per
+# rank the accountant's activation bytes at its peak, its peak, the least
+# step time of steps 2.. (the first warms up; the least is the step other
+# loads of a shared machine disturbed least) and the CPU time per step of
+# all ranks (each run also with 1 step: the difference over STEPS - 1
+# steps, without the set-up), with the ratios to none (memory saved, time
+# added).
 # Environment: MPIEXEC (default mpiexec.mpich), BUILD (default .: where
 # malleus-train and malleus-replan are).
 set -u
@@ -24,17 +35,24 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 BUILD=${BUILD:-.}
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-models="tiny tiny-llama3 small"
-steps=2
+models=
+steps=
 out=
-while getopts m:s:o:h opt; do
+recompute=0
+while getopts m:s:o:rh opt; do
     case $opt in
     m) models=$OPTARG ;;
     s) steps=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    r) recompute=1 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
     esac
 done
+if [ $recompute = 1 ]; then
+    : "${models:=small}" "${steps:=4}"
+else
+    : "${models:=tiny tiny-llama3 small}" "${steps:=2}"
+fi
 shift $((OPTIND - 1))
 for b in malleus-train malleus-replan; do
     [ -x "$BUILD/$b" ] || { echo "run.sh: no $BUILD/$b (build first, or set BUILD)" >&2; exit 2; }
@@ -42,6 +60,80 @@ done
 command -v "$MPIEXEC" >/dev/null || { echo "run.sh: no $MPIEXEC (set MPIEXEC)" >&2; exit 2; }
 [ -n "$out" ] || out=$(mktemp -d /tmp/malleus-bench-memory-XXXXXX)
 mkdir -p "$out" || exit 1
+# -r: the recompute modes, one rank and two stages per model
+recompute_bench() {
+    : >"$out/runs"
+    for model in $models; do
+        layers=$("$BUILD/malleus-train" --model "$model" --steps 0 </dev/null 2>&1 |
+            sed -n 's/^| layers \/ heads \/ ffn | *\([0-9]*\) .*/\1/p')
+        [ -n "$layers" ] || { echo "run.sh: no model $model" >&2; return 1; }
+        cat >"$out/$model-pp2.json" <<PLAN
+{ "format": "malleus-plan/1", "micro_batch_size": 1, "comment": "two stages, 4 micro-batches",
+  "pipelines": [ { "micro_batches": 4, "stages": [ { "ranks": [0], "layers": [0, $((layers / 2))] },
+    { "ranks": [1], "layers": [$((layers / 2)), $layers] } ] } ], "suspended": [] }
+PLAN
+        for mode in none selective full; do
+            for s in 1 "$steps"; do # CPU seconds of 1 and of STEPS steps: their difference
+                pre="$out/$model-1rank-$mode-$s"
+                /usr/bin/time -f "%U %S" -o "$pre.cpu" "$BUILD/malleus-train" --model "$model" \
+                    --micro-batch 2 --global-batch 4 --steps "$s" --threads 1 --recompute $mode \
+                    --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
+                pre="$out/$model-pp2-$mode-$s"
+                /usr/bin/time -f "%U %S" -o "$pre.cpu" "$MPIEXEC" -n 2 "$BUILD/malleus-train" \
+                    --model "$model" --plan "$out/$model-pp2.json" --global-batch 4 --steps "$s" \
+                    --threads 1 --recompute $mode --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 ||
+                    { cat "$pre.log"; return 1; }
+            done
+            echo "$model 1rank $mode $out/$model-1rank-$mode" >>"$out/runs"
+            echo "$model pp2 $mode $out/$model-pp2-$mode" >>"$out/runs"
+        done
+    done
+    python3 - "$out/runs" "$steps" <<'PY'
+import json, re, sys
+RANK = re.compile(r"^\s*rank (\d+): ([0-9.]+) =.* activations ([0-9.]+)")
+runs = [l.split() for l in open(sys.argv[1])]
+steps = int(sys.argv[2])
+res = {}
+def cpu(path):
+    u, s = open(path).read().split()[-2:]
+    return float(u) + float(s)
+for model, plan, mode, pre in runs:
+    full = "%s-%d" % (pre, steps)
+    peaks = {}
+    for line in open(full + ".log"):
+        m = RANK.match(line)
+        if m:
+            peaks[int(m[1])] = (float(m[3]), float(m[2]))
+    rows = [json.loads(l) for l in open(full + ".jsonl")]
+    # the least step time of steps 2..: on a shared machine, the step the
+    # other loads disturbed least (the median moves with them)
+    wall = min(r["step_ms"] for r in rows[1:]) if len(rows) > 1 else rows[0]["step_ms"]
+    # CPU seconds per step (all ranks, one BLAS thread each): what the
+    # work costs whoever else shares the cores
+    per = (cpu(full + ".cpu") - cpu(pre + "-1.cpu")) / max(steps - 1, 1)
+    res[model, plan, mode] = (peaks, wall, per)
+print("activation recomputation: per rank, the accountant's activations at its peak and its "
+      "peak (MiB); the least step time (ms) of steps 2..; the CPU time per step of all ranks "
+      "(s, steps 2..%d); ratios to --recompute none" % steps)
+fmt = "%-8s %-6s %-10s %4s %9s %9s %7s %7s %8s %7s %7s %7s"
+print(fmt % ("model", "plan", "recompute", "rank", "acts MiB", "peak MiB", "acts/n", "peak/n",
+             "step ms", "time/n", "cpu s", "cpu/n"))
+for (model, plan, mode), (peaks, t, c) in res.items():
+    base, tb, cb = res[model, plan, "none"]
+    for r in sorted(peaks):
+        a, p = peaks[r]
+        step = ("%.0f" % t, "%.2f" % (t / tb), "%.2f" % c, "%.2f" % (c / cb)) if r == 0 else \
+            ("", "", "", "")
+        print(fmt % ((model, plan, mode, r, "%.1f" % a, "%.1f" % p, "%.2f" % (a / base[r][0]),
+                      "%.2f" % (p / base[r][1])) + step))
+PY
+}
+if [ $recompute = 1 ]; then
+    echo "logs in $out" >&2
+    recompute_bench
+    exit $?
+fi
+
 # the default plans of a model: the suite's for the 4-layer models, plus
 # two pipelines deeper than the suite's (1F1B keeps S - j micro-batches of
 # activations on stage j); three 8-layer plans for `small`

@@ -25,10 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)mal_config_n_params(&cfg);
     size_t bytes;
     mal_model_part one = {0, 1, 1, 1, 1, 0};
-    (void)mal_model_bytes(&cfg, &one, 1, k, 1, &bytes);
+    (void)mal_model_bytes(&cfg, &one, 1, k, 1, MAL_RECOMPUTE_NONE, &bytes);
     if (cfg.n_layers <= 64) {
         mal_model_part full = mal_model_part_full(&cfg);
-        (void)mal_model_bytes(&cfg, &full, 4, k, 2, &bytes);
+        (void)mal_model_bytes(&cfg, &full, 4, k, 2, MAL_RECOMPUTE_FULL, &bytes);
     }
     /* What was accepted is written and read back as the same model. */
     char *json = mal_config_to_json(&cfg);
