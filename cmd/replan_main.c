@@ -53,6 +53,12 @@ int main(int argc, char **argv)
                  "sharded over each layer's replicas (the default, as\n"
                  "malleus-train's where a plan has replicas): a stage's\n"
                  "memory then depends on the plan's pipelines"},
+        {MAL_OPT_STRING, "recompute", 0, "MODE", .target = &o.recompute,
+         .help = "activation recomputation the plan may use: auto (the\n"
+                 "default: per stage, only where a stage would not fit\n"
+                 "otherwise or the plan is faster with it), none, or\n"
+                 "selective / full on every stage (replan/README.md\n"
+                 "\"Recomputation\")"},
         {MAL_OPT_SECTION, .help = "Batch:"},
         {MAL_OPT_INT, "micro-batch-size", 'b', "N", .target = &o.micro_batch_size, .lo = 1,
          .hi = 1000000000, .help = "samples per micro-batch (default 1)"},

@@ -33,21 +33,66 @@ double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l
     return mal_cost_stage_memory_d(p, size, S, j, l, S - 1 - j);
 }
 
-void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, int j,
-                           mal_cost_memory *out)
+double mal_cost_acts_kept(const mal_profile *p, int mode)
 {
-    const mal_plan_pipeline *pl = &plan->pipelines[i];
-    const mal_plan_stage *st = &pl->stages[j];
-    const int S = pl->n_stages, l = st->layer_end - st->layer_begin, size = st->n_ranks;
+    if (mode != MAL_RECOMPUTE_SELECTIVE && mode != MAL_RECOMPUTE_FULL) return 1.0;
+    if (p->acts_kept[MAL_RECOMPUTE_NONE] != 1.0) /* a profile built without them */
+        return mode == MAL_RECOMPUTE_FULL ? MAL_REPLAN_KEPT_FULL : MAL_REPLAN_KEPT_SELECTIVE;
+    return p->acts_kept[mode];
+}
+
+double mal_cost_recompute_time(const mal_profile *p, int mode)
+{
+    if (mode != MAL_RECOMPUTE_SELECTIVE && mode != MAL_RECOMPUTE_FULL) return 0.0;
+    if (p->acts_kept[MAL_RECOMPUTE_NONE] != 1.0)
+        return mode == MAL_RECOMPUTE_FULL ? MAL_REPLAN_TIME_FULL : MAL_REPLAN_TIME_SELECTIVE;
+    return p->recompute_time[mode];
+}
+
+double mal_cost_stage_factor(const mal_profile *p, const mal_plan_stage *st)
+{
+    return 1.0 + mal_cost_recompute_time(p, st->recompute);
+}
+
+double mal_cost_layer_acts(const mal_profile *p, int size)
+{
+    int lg = 0;
+    while ((1 << lg) < size && lg < MAL_REPLAN_MAX_TP_LOG)
+        lg++;
+    if ((1 << lg) == size && p->rank_state_mb[lg] > 0) return p->rank_acts_mb[lg];
+    /* k[d] grows by one micro-batch's activations per position */
+    if (p->n_k < 2) return 0.0;
+    /* never more than a layer holds with one micro-batch in flight */
+    double a = MAL_MIN(mal_profile_k(p, 1) - mal_profile_k(p, 0), mal_profile_k(p, 0));
+    return a > 0 ? a * ((double)p->tp / size) : 0.0;
+}
+
+void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                          int mode, mal_cost_memory *out)
+{
     const int ne = (j == 0) + (j == S - 1);
     const double scale = (double)p->tp / size, MB = 1048576.0;
     const double bpp = p->state_bytes > 0 ? p->state_bytes : 16.0;
     memset(out, 0, sizeof *out);
-    out->depth = mal_plan_stage_warmup(pl, j);
-    out->replicas = plan->n_pipelines;
-    out->slots = MAL_MIN(pl->micro_batches, out->depth + 1);
-    out->layers = mal_profile_k_at(p, out->depth, size) * l;
+    out->depth = d;
+    out->recompute = mode;
+    /* not known: the most the gradient-sum terms can cost -- with zero the
+     * copy of the gradients (4 bytes) is paid for by the moments shed (8
+     * bytes x (1 - 1/R)) from two replicas on, without it every replica
+     * pays the copy */
+    out->replicas = replicas > 0 ? replicas : p->zero ? 1 : 2;
+    out->slots = d + 1;
+    out->layers = mal_profile_k_at(p, d, size) * l;
     out->k_at_size = has_k_at(p, size);
+    /* recomputation keeps a share of each layer's activations per
+     * micro-batch in flight and regenerates the rest, one layer and one
+     * micro-batch at a time, into a workspace */
+    const double acts = mal_cost_layer_acts(p, size), drop = 1.0 - mal_cost_acts_kept(p, mode);
+    if (mode != MAL_RECOMPUTE_NONE && drop > 0) {
+        out->recompute_saved = acts * drop * (d + 1) * l;
+        out->layers -= out->recompute_saved;
+        out->workspace = l > 0 ? acts * drop : 0.0;
+    }
     /* a one-stage pipeline of a tied model holds the embedding's state
      * once (the LM head's logits still count) */
     const int tied = p->tied_embeddings, ne_state = tied && ne == 2 ? 1 : ne;
@@ -73,21 +118,60 @@ void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, in
                            (h_embed > 1 ? st_embed * (1.0 - 1.0 / h_embed) : 0));
     out->overhead = p->overhead_mb;
     out->total = out->layers + out->embed + out->scratch + out->p2p + out->dp_grads -
-                 out->zero_saved + out->overhead;
+                 out->zero_saved + out->workspace + out->overhead;
+}
+
+double mal_cost_stage_need(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                           int mode)
+{
+    mal_cost_memory t;
+    mal_cost_stage_terms(p, size, S, j, l, d, replicas, mode, &t);
+    return t.total;
+}
+
+void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, int j,
+                           mal_cost_memory *out)
+{
+    const mal_plan_pipeline *pl = &plan->pipelines[i];
+    const mal_plan_stage *st = &pl->stages[j];
+    const int d = mal_plan_stage_warmup(pl, j);
+    mal_cost_stage_terms(p, st->n_ranks, pl->n_stages, j, st->layer_end - st->layer_begin, d,
+                         plan->n_pipelines, st->recompute, out);
+    /* a pipeline never has more micro-batches in flight than it runs: the
+     * pipeline's receive buffers are one per micro-batch in flight */
+    int slots = MAL_MIN(pl->micro_batches, d + 1);
+    if (slots != out->slots) {
+        out->total -= out->p2p;
+        out->p2p = p->activation_bytes / 1048576.0 * ((j > 0) * slots + (j < pl->n_stages - 1));
+        out->total += out->p2p;
+        out->slots = slots;
+    }
+}
+
+int mal_cost_layer_cap_mode(const mal_profile *p, double memory_mb, int size, int S, int j,
+                            int replicas, int mode)
+{
+    /* the need is affine in the layers: a + b l */
+    const int d = S - 1 - j;
+    double a = mal_cost_stage_need(p, size, S, j, 0, d, replicas, mode);
+    double b = mal_cost_stage_need(p, size, S, j, 1, d, replicas, mode) - a;
+    /* the workspace is there from the first layer on: part of b's first
+     * layer, not of every layer */
+    mal_cost_memory t1;
+    mal_cost_stage_terms(p, size, S, j, 1, d, replicas, mode, &t1);
+    a += t1.workspace;
+    b -= t1.workspace;
+    double room = memory_mb - a;
+    if (room < 0) return 0;
+    if (b <= 0) return p->n_layers;
+    double l = floor(room / b * (1 + 1e-12) + 1e-9);
+    if (l > p->n_layers) return p->n_layers;
+    return (int)l;
 }
 
 int mal_cost_layer_cap(const mal_profile *p, double memory_mb, int size, int S, int j)
 {
-    int ne = (j == 0) + (j == S - 1);
-    double room = (memory_mb - p->overhead_mb) * size / (double)p->tp - p->embed_mb * ne;
-    double k = mal_profile_k(p, S - 1 - j);
-    if (has_k_at(p, size)) /* per rank: room and k at the group's own size */
-        room = room * p->tp / size, k = mal_profile_k_at(p, S - 1 - j, size);
-    if (room < 0) return 0;
-    if (k <= 0) return p->n_layers;
-    double l = floor(room / k * (1 + 1e-12) + 1e-9);
-    if (l > p->n_layers) return p->n_layers;
-    return (int)l;
+    return mal_cost_layer_cap_mode(p, memory_mb, size, S, j, 0, MAL_RECOMPUTE_NONE);
 }
 
 void mal_cost_eval_fini(mal_cost_eval *ev)
@@ -124,7 +208,8 @@ static double stage_time(const mal_plan_pipeline *pl, int k, const mal_profile *
         int r = st->ranks[q];
         if (r >= 0 && r < c->world_size) x = MAL_MAX(x, mal_cost_floor(rates[r]));
     }
-    return x * mal_profile_alpha(p, st->n_ranks) * (st->layer_end - st->layer_begin);
+    return x * mal_profile_alpha(p, st->n_ranks) * (st->layer_end - st->layer_begin) *
+           mal_cost_stage_factor(p, st);
 }
 
 int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
@@ -161,11 +246,15 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
                 if (r >= 0 && r < c->world_size) x = MAL_MAX(x, mal_cost_floor(rates[r]));
             }
             int l = st->layer_end - st->layer_begin;
-            P = MAL_MAX(P, x * a * l);
-            total += x * a * l;
-            if (mal_cost_stage_memory(ps, st->n_ranks, pl->n_stages, j, l) >
-                mal_cost_stage_capacity(c, st) * (1 + 1e-12))
-                ev->memory_ok = 0;
+            double cj = x * a * l * mal_cost_stage_factor(ps, st);
+            P = MAL_MAX(P, cj);
+            total += cj;
+            /* the whole need, plan-dependent terms included: what --explain
+             * prints and the search's caps bound; against the stage's type's
+             * memory (its least rank's) */
+            mal_cost_memory mt;
+            mal_cost_memory_terms(ps, plan, i, j, &mt);
+            if (mt.total > mal_cost_stage_capacity(c, st) * (1 + 1e-12)) ev->memory_ok = 0;
         }
         ev->period[i] = P;
         ev->time[i] = (pl->micro_batches + pl->n_stages - 1) * P;

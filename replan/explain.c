@@ -215,14 +215,20 @@ static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluste
     else
         fprintf(f, "%.3f (k[%d] of TP %d) x TP 1/1", mal_profile_k_at(p, t.depth, st->n_ranks),
                 t.depth, st->n_ranks);
-    fprintf(f, " = %.3f + embedding/head %d x %.3f x TP %d/%d", t.layers, ne, p->embed_mb, p->tp,
-            st->n_ranks);
+    /* the layers' term as without recomputation; what it does not keep is
+     * a term of its own */
+    fprintf(f, " = %.3f + embedding/head %d x %.3f x TP %d/%d", t.layers + t.recompute_saved, ne,
+            p->embed_mb, p->tp, st->n_ranks);
     if (t.embed_tied > 0) fprintf(f, " - tied %.3f", t.embed_tied);
     fprintf(f,
             " = %.3f + scratch %.3f + pipeline buffers %d x %.3f = %.3f + gradient sum %.3f - "
-            "moments not kept %.3f (%s, %d replicas) + overhead %.3f = total %.3f of %.0f\n",
+            "moments not kept %.3f (%s, %d replicas)",
             t.embed, t.scratch, nb, p->activation_bytes / 1048576.0, t.p2p, t.dp_grads,
-            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas, t.overhead, t.total,
+            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas);
+    if (t.recompute != MAL_RECOMPUTE_NONE)
+        fprintf(f, " - recompute %s %.3f + workspace %.3f", mal_recompute_name(t.recompute),
+                t.recompute_saved, t.workspace);
+    fprintf(f, " + overhead %.3f = total %.3f of %.0f\n", t.overhead, t.total,
             mal_cost_stage_capacity(c, st));
 }
 
@@ -249,7 +255,9 @@ static void explain_stage_type(FILE *f, const mal_profile *p, const mal_cluster 
     const mal_profile *ps = mal_cost_stage_profile(p, c, st);
     double mem = mal_cost_stage_capacity(c, st);
     int l = st->layer_end - st->layer_begin;
-    int cap = mal_cost_layer_cap(ps, mem, st->n_ranks, pl->n_stages, j);
+    /* the cap with the stage's recompute mode and the plan's replicas */
+    int cap = mal_cost_layer_cap_mode(ps, mem, st->n_ranks, pl->n_stages, j, plan->n_pipelines,
+                                      st->recompute);
     int by_speed = y > 0 ? (int)floor(period / y * (1 + 1e-12) + 1e-9) : l;
     fprintf(f, "    type %s (speed %.2f, %.0f MB, profile %s): memory %.1f of %.0f MB; %d layers: ",
             c->types[ty].name, mal_cluster_rank_speed(c, st->ranks[0]), mem, ps->name,
@@ -332,16 +340,28 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
             for (int k = 0; k < st->n_ranks; k++)
                 x = MAL_MAX(x, mal_cost_floor(in->rates[st->ranks[k]]));
             int l = st->layer_end - st->layer_begin;
-            double y = x * mal_profile_alpha(mal_cost_stage_profile(p, c, st), st->n_ranks);
+            const mal_profile *ps = mal_cost_stage_profile(p, c, st); /* its type's */
+            double y = x * mal_profile_alpha(ps, st->n_ranks);
             fprintf(f, "  stage %d: TP %d ranks [", j, st->n_ranks);
             for (int k = 0; k < st->n_ranks; k++)
                 fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
+            double fct = mal_cost_stage_factor(ps, st);
             fprintf(f,
                     "]  rate %.2f  %.4f s per layer  layers [%d, %d) = %d  stage time %.4f s  "
-                    "memory %.0f / %.0f MB\n",
-                    x, y * lt, st->layer_begin, st->layer_end, l, y * l * lt,
+                    "memory %.0f / %.0f MB",
+                    x, y * lt, st->layer_begin, st->layer_end, l, y * l * fct * lt,
                     stage_total(p, c, plan, i, j), mal_cost_stage_capacity(c, st));
-            explain_stage_type(f, p, c, plan, i, j, ev.period[i], y);
+            if (st->recompute != MAL_RECOMPUTE_NONE) {
+                /* what the mode buys and costs: activations not kept,
+                 * time added per micro-batch */
+                mal_cost_memory t;
+                mal_cost_memory_terms(ps, plan, i, j, &t);
+                fprintf(f, "  recompute %s: saves %.0f MB, adds %.4f s",
+                        mal_recompute_name(st->recompute), t.recompute_saved - t.workspace,
+                        y * l * (fct - 1) * lt);
+            }
+            fputc('\n', f);
+            explain_stage_type(f, p, c, plan, i, j, ev.period[i], y * fct);
             explain_stage_memory(f, p, c, plan, i, j);
         }
     }

@@ -42,11 +42,6 @@ static uint64_t fnv_bytes(const unsigned char *b, size_t n)
 
 static int layer_cap_max(const ctx *c, int size, int ty);
 
-int rp_layer_cap(const ctx *c, int size, int ty, int S, int j)
-{
-    return mal_cost_layer_cap(c->tprof[ty], c->tmem[ty], size, S, j);
-}
-
 int rp_layer_cap_max(const ctx *c, int size, int ty)
 {
     int l = 0;
@@ -58,15 +53,42 @@ int rp_layer_cap_max(const ctx *c, int size, int ty)
     return mc->capmax[ty][l] - 1;
 }
 
+void rp_set_modes(ctx *c)
+{
+    int r = c->recompute;
+    c->n_modes = 0;
+    for (int m = MAL_RECOMPUTE_NONE; m <= MAL_RECOMPUTE_FULL; m++)
+        if (r == MAL_REPLAN_RECOMPUTE_AUTO || r == m) c->mode[c->n_modes++] = m;
+    if (c->n_modes == 0) /* not a mode: none */
+        c->mode[c->n_modes++] = MAL_RECOMPUTE_NONE;
+    /* each device type's time factors from its own profile */
+    for (int ty = 0; ty < MAL_MAX(1, c->n_ty); ty++)
+        for (int m = 0; m < c->n_modes; m++)
+            c->mode_rt[ty][m] = 1.0 + mal_cost_recompute_time(c->tprof[ty], c->mode[m]);
+}
+
+int rp_layer_cap(const ctx *c, int size, int ty, int S, int j, int m)
+{
+    return mal_cost_layer_cap_mode(c->tprof[ty], c->tmem[ty], size, S, j, c->replicas, c->mode[m]);
+}
+
 static int layer_cap_max(const ctx *c, int size, int ty)
 {
-    /* ub(size, S, j) = floor((room - E [first/last]) / k[S-1-j]) <= room / min k */
+    /* ub(size, ty, S, j) = floor((mem - fixed terms) / per-layer need) <=
+     * (mem - X) / the least per-layer need of any depth and mode (the fixed
+     * terms other than X are not negative); with the type's memory and
+     * profile */
     const mal_profile *p = c->tprof[ty];
-    double room = (c->tmem[ty] - p->overhead_mb) * size / (double)c->t;
+    double room = c->tmem[ty] - p->overhead_mb;
     if (room < 0) return 0;
     double kmin = INFINITY;
-    for (int d = 0; d < c->L; d++)
-        kmin = MAL_MIN(kmin, mal_profile_k(p, d));
+    for (int m = 0; m < c->n_modes; m++)
+        for (int d = 0; d < c->L; d++) {
+            mal_cost_memory t0, t1;
+            mal_cost_stage_terms(p, size, d + 1, 0, 0, d, c->replicas, c->mode[m], &t0);
+            mal_cost_stage_terms(p, size, d + 1, 0, 1, d, c->replicas, c->mode[m], &t1);
+            kmin = MAL_MIN(kmin, t1.total - t0.total - t1.workspace);
+        }
     if (!(kmin > 0)) return c->L;
     double l = floor(room / kmin * (1 + 1e-12) + 1e-9);
     return l >= c->L ? c->L : (int)l;
@@ -147,17 +169,24 @@ static long long hungarian(int n, int m, const long long *a, int *col_of, long l
 }
 
 /* One composition being solved: h healthy full groups (all alike) and ns
- * specials; S = h + ns positions. */
+ * specials; S = h + ns positions.  With recomputation each stage takes the
+ * mode (of nm, by rising time) in which it holds the most layers within
+ * the period: a group's worth at a position is max over the modes m of
+ * min(floor(P / (y rt_m)), ub_m) -- still a weight per group and
+ * position, so the assignment below stays exact. */
 typedef struct solver {
-    int S, L, h, ns;
-    double yh;       /* rate of a healthy full group */
-    const sgrp *sg;  /* [ns] */
-    const int *ubh;  /* [S] ub of a healthy full group at each position */
-    const int *ubs;  /* [ns * S] ub of each special at each position */
-    const int *pref; /* [ns] the rule's position of each special */
-    int *pos;        /* [ns] out: position of each special */
-    char *taken;     /* [S] */
-    int caph, *caps; /* layers each can hold at the trial period */
+    int S, L, h, ns, nm;
+    const double *rth;     /* [nm] time factors of the healthy groups' type */
+    const double (*rt)[3]; /* [type][nm] time factors of each device type */
+    double yh;             /* rate of a healthy full group */
+    const sgrp *sg;        /* [ns] */
+    const int *ubh;        /* [nm * S] ub of a healthy full group at each position */
+    const int *ubs;        /* [(nm * ns) * S] ub of each special at each position */
+    const int *pref;       /* [ns] the rule's position of each special */
+    int *pos;              /* [ns] out: position of each special */
+    char *taken;           /* [S] */
+    int caph[3], *caps;    /* layers each can hold at the trial period, by
+                            * mode (caps: [nm * ns]) */
     long long *a, *u, *v, *minv;
     int *p, *way;
     char *used;
@@ -165,10 +194,29 @@ typedef struct solver {
 
 #define FORBID ((long long)1e15)
 
+/* The time factor of group i (< 0: healthy) in mode index m: its type's. */
+static double rt_of(const solver *s, int i, int m)
+{
+    return i < 0 ? s->rth[m] : s->rt[s->sg[i].ty][m];
+}
+
 static int cap_at(double P, double y, int L)
 {
     double f = floor(P / y * (1 + 1e-12) + 1e-9);
     return f >= L ? L : (int)f;
+}
+
+/* Layers special i holds at position j at the trial period (its best mode);
+ * i < 0: a healthy full group. */
+static int worth(const solver *s, int i, int j)
+{
+    int w = 0;
+    for (int m = 0; m < s->nm; m++) {
+        int v = i < 0 ? MAL_MIN(s->caph[m], s->ubh[m * s->S + j])
+                      : MAL_MIN(s->caps[m * s->ns + i], s->ubs[(m * s->ns + i) * s->S + j]);
+        w = MAL_MAX(w, v);
+    }
+    return w;
 }
 
 /* Layers held in total when specials sit at s->pos[] and healthy groups
@@ -178,14 +226,14 @@ static long held(const solver *s)
     long total = 0;
     memset(s->taken, 0, (size_t)s->S);
     for (int i = 0; i < s->ns; i++) {
-        int w = MAL_MIN(s->caps[i], s->ubs[i * s->S + s->pos[i]]);
+        int w = worth(s, i, s->pos[i]);
         if (w < 1) return -1;
         total += w;
         s->taken[s->pos[i]] = 1;
     }
     for (int j = 0; j < s->S; j++) {
         if (s->taken[j]) continue;
-        int w = MAL_MIN(s->caph, s->ubh[j]);
+        int w = worth(s, -1, j);
         if (w < 1) return -1;
         total += w;
     }
@@ -197,16 +245,21 @@ static long held(const solver *s)
 static int feasible(solver *s, double P)
 {
     int S = s->S, ns = s->ns, loose = 1;
-    s->caph = s->h > 0 ? cap_at(P, s->yh, s->L) : s->L;
-    if (s->h > 0 && s->caph < 1) return 0;
+    /* the first mode is the fastest: when it fits everywhere, it is every
+     * stage's best */
+    for (int m = 0; m < s->nm; m++) {
+        s->caph[m] = s->h > 0 ? cap_at(P, s->yh * rt_of(s, -1, m), s->L) : s->L;
+        for (int i = 0; i < ns; i++)
+            s->caps[m * ns + i] = cap_at(P, s->sg[i].y * rt_of(s, i, m), s->L);
+    }
+    if (s->h > 0 && s->caph[0] < 1) return 0;
     for (int i = 0; i < ns; i++) {
-        s->caps[i] = cap_at(P, s->sg[i].y, s->L);
         if (s->caps[i] < 1) return 0;
         for (int j = 0; j < S && loose; j++)
             loose = s->ubs[i * S + j] >= s->caps[i];
     }
     for (int j = 0; j < S && loose && s->h > 0; j++)
-        loose = s->ubh[j] >= s->caph;
+        loose = s->ubh[j] >= s->caph[0];
     for (int i = 0; i < ns; i++)
         s->pos[i] = s->pref[i];
     if (loose || ns == 0) return held(s) >= s->L;
@@ -219,11 +272,11 @@ static int feasible(solver *s, double P)
     long long W = (long long)S * ns + 1, BONUS = (long long)(s->L + 1) * 2 * W * (S + 1);
     int must = 0;
     for (int j = 0; j < S && s->h > 0; j++)
-        must += MAL_MIN(s->caph, s->ubh[j]) < 1;
+        must += worth(s, -1, j) < 1;
     if (must > ns) return 0;
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < S; j++) {
-            int w = MAL_MIN(s->caps[i], s->ubs[i * S + j]);
+            int w = worth(s, i, j);
             long long d = j > s->pref[i] ? j - s->pref[i] : s->pref[i] - j, val;
             if (w < 1) {
                 s->a[(size_t)i * S + j] = FORBID;
@@ -232,7 +285,7 @@ static int feasible(solver *s, double P)
             if (s->h == 0) {
                 val = w;
             } else {
-                int wh = MAL_MIN(s->caph, s->ubh[j]);
+                int wh = worth(s, -1, j);
                 val = wh < 1 ? w + BONUS / W : w - wh;
             }
             s->a[(size_t)i * S + j] = -val * W + d;
@@ -240,6 +293,18 @@ static int feasible(solver *s, double P)
     long long cost = hungarian(ns, S, s->a, s->pos, s->u, s->v, s->p, s->way, s->minv, s->used);
     if (cost >= FORBID / 2) return 0;
     return held(s) >= s->L;
+}
+
+/* The first (fastest) mode index in which group i (< 0: healthy) holds l
+ * layers at position j within memory and the trial period. */
+static int stage_mode(const solver *s, int i, int j, int l)
+{
+    for (int m = 0; m < s->nm; m++) {
+        int cap = i < 0 ? s->caph[m] : s->caps[m * s->ns + i];
+        int ub = i < 0 ? s->ubh[m * s->S + j] : s->ubs[(m * s->ns + i) * s->S + j];
+        if (l <= cap && l <= ub) return m;
+    }
+    return s->nm - 1; /* not reached: l is some mode's worth */
 }
 
 /* The next n bytes (8-aligned) of the solver's scratch: their offset. */
@@ -257,16 +322,18 @@ static size_t candidates(const ctx *c, int h, const sgrp *sg, int ns, double lb,
                          double *ys, int *next)
 {
     int L = c->L, k = 0;
-    for (int i = -1; i < ns; i++) {
-        double y = i < 0 ? c->yh : sg[i].y;
-        if ((i < 0 && h == 0) || (i > 0 && y == sg[i - 1].y)) continue;
-        int l = 1;
-        while (l <= L && y * l < lb)
-            l++;
-        if (l > L) continue;
-        ys[k] = y;
-        next[k++] = l;
-    }
+    for (int m = 0; m < c->n_modes; m++)
+        for (int i = -1; i < ns; i++) {
+            double y = i < 0 ? c->yh * c->mode_rt[c->hty][m] : sg[i].y * c->mode_rt[sg[i].ty][m];
+            if ((i < 0 && h == 0) || (i > 0 && sg[i].y == sg[i - 1].y && sg[i].ty == sg[i - 1].ty))
+                continue;
+            int l = 1;
+            while (l <= L && y * l < lb)
+                l++;
+            if (l > L) continue;
+            ys[k] = y;
+            next[k++] = l;
+        }
     size_t n = 0;
     for (;;) {
         int arg = -1;
@@ -292,14 +359,15 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     /* every array of this solve from one scratch buffer kept in the context
      * (a composition is solved for every option of every node situation:
      * hundreds of thousands at scale) */
+    const size_t nm = (size_t)c->n_modes;
     size_t nsx = (size_t)MAL_MAX(1, ns), S1 = (size_t)S + 1, off = 0;
-    size_t ncand = L <= RP_MAX_CAND ? (nsx + 1) * L + 1 : 1;
-    size_t o_kind = take(&off, S * sizeof(int)), o_ubh = take(&off, S * sizeof(int));
-    size_t o_ubs = take(&off, nsx * S * sizeof(int)), o_pref = take(&off, nsx * sizeof(int));
+    size_t ncand = L <= RP_MAX_CAND ? nm * (nsx + 1) * L + 1 : 1;
+    size_t o_kind = take(&off, S * sizeof(int)), o_ubh = take(&off, nm * S * sizeof(int));
+    size_t o_ubs = take(&off, nm * nsx * S * sizeof(int)), o_pref = take(&off, nsx * sizeof(int));
     size_t o_cand = take(&off, ncand * sizeof(double)), o_yj = take(&off, S * sizeof(double));
-    size_t o_ys = take(&off, (nsx + 1) * sizeof(double));
-    size_t o_next = take(&off, (nsx + 1) * sizeof(int)), o_pos = take(&off, nsx * sizeof(int));
-    size_t o_taken = take(&off, (size_t)S), o_caps = take(&off, nsx * sizeof(int));
+    size_t o_ys = take(&off, nm * (nsx + 1) * sizeof(double));
+    size_t o_next = take(&off, nm * (nsx + 1) * sizeof(int)), o_pos = take(&off, nsx * sizeof(int));
+    size_t o_taken = take(&off, (size_t)S), o_caps = take(&off, nm * nsx * sizeof(int));
     size_t o_a = take(&off, nsx * S * sizeof(long long));
     size_t o_u = take(&off, (nsx + 1) * sizeof(long long));
     size_t o_v = take(&off, S1 * sizeof(long long)), o_minv = take(&off, S1 * sizeof(long long));
@@ -320,6 +388,9 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     solver s = {0};
     s.S = S;
     s.L = L;
+    s.nm = c->n_modes;
+    s.rth = c->mode_rt[c->hty];
+    s.rt = (const double(*)[3])c->mode_rt;
     s.h = h;
     s.yh = c->yh;
     s.ns = ns;
@@ -338,23 +409,26 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     for (int j = 0; j < S; j++)
         if (kind[j] >= 0) pref[kind[j]] = j;
     double ymax = h > 0 ? c->yh : 0, inv = h / c->yh;
-    for (int j = 0; j < S; j++)
-        ubh[j] = h > 0 ? rp_layer_cap(c, c->th, c->hty, S, j) : 0;
+    for (int m = 0; m < c->n_modes; m++)
+        for (int j = 0; j < S; j++)
+            ubh[m * S + j] = h > 0 ? rp_layer_cap(c, c->th, c->hty, S, j, m) : 0;
     for (int i = 0; i < ns; i++) {
         ymax = MAL_MAX(ymax, sg[i].y);
         inv += 1.0 / sg[i].y;
         int best = 0;
-        for (int j = 0; j < S; j++) {
-            /* ub depends on the size and the type only: copy the row of
-             * an equal one */
-            if (i > 0 && sg[i].size == sg[i - 1].size && sg[i].ty == sg[i - 1].ty)
-                ubs[i * S + j] = ubs[(i - 1) * S + j];
-            else if (sg[i].size == c->th && sg[i].ty == c->hty && h > 0)
-                ubs[i * S + j] = ubh[j];
-            else
-                ubs[i * S + j] = rp_layer_cap(c, sg[i].size, sg[i].ty, S, j);
-            best = MAL_MAX(best, ubs[i * S + j]);
-        }
+        for (int m = 0; m < c->n_modes; m++)
+            for (int j = 0; j < S; j++) {
+                /* ub depends on the size and the type only: copy the row
+                 * of an equal one */
+                int *u = &ubs[(m * ns + i) * S + j];
+                if (i > 0 && sg[i].size == sg[i - 1].size && sg[i].ty == sg[i - 1].ty)
+                    *u = u[-S];
+                else if (sg[i].size == c->th && sg[i].ty == c->hty && h > 0)
+                    *u = ubh[m * S + j];
+                else
+                    *u = rp_layer_cap(c, sg[i].size, sg[i].ty, S, j, m);
+                best = MAL_MAX(best, *u);
+            }
         if (best < 1) goto done; /* this group fits nowhere */
     }
     s.ubh = ubh;
@@ -364,11 +438,17 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
      * a layer: P >= max y; all layers: P >= L / sum 1/y) */
     double lb = MAL_MAX(ymax, L / inv) * (1 - 1e-12), P;
     /* with every group at y * L the test is memory alone */
-    if (!feasible(&s, ymax * L)) goto done;
+    /* the slowest group in the slowest mode holding every layer: the
+     * largest period worth trying */
+    double rtmax = 1.0;
+    for (int ty = 0; ty < MAL_MAX(1, c->n_ty); ty++)
+        rtmax = MAL_MAX(rtmax, c->mode_rt[ty][c->n_modes - 1]);
+    const double Ptop = ymax * rtmax * L;
+    if (!feasible(&s, Ptop)) goto done;
     if (L <= RP_MAX_CAND) {
         size_t nu = candidates(c, h, sg, ns, lb, cand, ys, next);
-        size_t lo = 0, hi = nu; /* cand[hi] feasible; cand[nu] = ymax * L */
-        cand[nu] = ymax * L;
+        size_t lo = 0, hi = nu; /* cand[hi] feasible; cand[nu] = Ptop */
+        cand[nu] = Ptop;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
             if (feasible(&s, cand[mid]))
@@ -380,7 +460,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     } else {
         /* very deep models: bisection on the real line lands within
          * rounding of the least candidate; the split below recomputes P */
-        double lo = lb, hi = ymax * L;
+        double lo = lb, hi = Ptop;
         for (int it = 0; it < 200 && hi - lo > 1e-13 * hi; it++) {
             double mid = 0.5 * (lo + hi);
             if (feasible(&s, mid))
@@ -395,7 +475,8 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
      * elsewhere; then the layers beyond L come off the slowest stages */
     e->kind = malloc((size_t)S * sizeof *e->kind);
     e->l = malloc((size_t)S * sizeof *e->l);
-    if (!e->kind || !e->l) goto oom;
+    e->mode = malloc((size_t)S);
+    if (!e->kind || !e->l || !e->mode) goto oom;
     long total = 0;
     for (int j = 0; j < S; j++)
         e->kind[j] = -1;
@@ -404,19 +485,27 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     for (int j = 0; j < S; j++) {
         int i = e->kind[j];
         yj[j] = i < 0 ? c->yh : sg[i].y;
-        e->l[j] = i < 0 ? MAL_MIN(s.caph, ubh[j]) : MAL_MIN(s.caps[i], ubs[i * S + j]);
+        e->l[j] = worth(&s, i, j);
+        e->mode[j] = (unsigned char)stage_mode(&s, i, j, e->l[j]);
         total += e->l[j];
     }
     while (total > L) {
         int arg = -1;
         for (int j = 0; j < S; j++)
-            if (e->l[j] > 1 && (arg < 0 || yj[j] * e->l[j] >= yj[arg] * e->l[arg])) arg = j;
+            if (e->l[j] > 1 &&
+                (arg < 0 || yj[j] * rt_of(&s, e->kind[j], e->mode[j]) * e->l[j] >=
+                                yj[arg] * rt_of(&s, e->kind[arg], e->mode[arg]) * e->l[arg]))
+                arg = j;
         e->l[arg]--;
+        /* fewer layers may fit a faster mode (never a slower one) */
+        e->mode[arg] = (unsigned char)stage_mode(&s, e->kind[arg], arg, e->l[arg]);
         total--;
     }
     P = 0;
-    for (int j = 0; j < S; j++)
-        P = MAL_MAX(P, yj[j] * e->l[j]);
+    for (int j = 0; j < S; j++) {
+        P = MAL_MAX(P, yj[j] * rt_of(&s, e->kind[j], e->mode[j]) * e->l[j]);
+        e->mode[j] = (unsigned char)c->mode[e->mode[j]]; /* the mode itself, not its index */
+    }
     e->P = P;
     goto done;
 oom:
@@ -483,12 +572,14 @@ int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out)
         if ((rc = solve(c, h, sg, ns, &e))) {
             free(e.kind);
             free(e.l);
+            free(e.mode);
             goto done;
         }
         e.key = malloc(klen);
         if (!e.key) {
             free(e.kind);
             free(e.l);
+            free(e.mode);
             rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
             goto done;
         }
@@ -512,6 +603,7 @@ static void cache_clear(ctx *c)
         free(c->cache[i].key);
         free(c->cache[i].kind);
         free(c->cache[i].l);
+        free(c->cache[i].mode);
     }
     free(c->cache);
     c->cache = NULL;

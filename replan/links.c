@@ -301,6 +301,17 @@ double mal_cost_p2p(const mal_profile *p, const mal_cluster *c, const mal_links 
     return units(p, worst);
 }
 
+double mal_cost_stage_links_time(const mal_profile *p, const mal_cluster *c, const mal_links *ln,
+                                 const mal_plan_stage *st, double y)
+{
+    /* recomputation adds its share of the compute; full recomputation
+     * runs the forward pass again, with its all-reduces (half of them) */
+    double tp = mal_cost_tp_comm(p, c, ln, st->ranks, st->n_ranks);
+    double again = st->recompute == MAL_RECOMPUTE_FULL ? 0.5 : 0.0;
+    return (st->layer_end - st->layer_begin) *
+           (y * mal_cost_stage_factor(mal_cost_stage_profile(p, c, st), st) + tp * (1.0 + again));
+}
+
 int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, const mal_cluster *c,
                             const double *rates, const mal_links *ln, int choose, int *warm,
                             double *T_out, double *Peff_out)
@@ -321,8 +332,7 @@ int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, c
             int r = st->ranks[k];
             if (r >= 0 && r < c->world_size) x = MAL_MAX(x, mal_cost_floor(rates[r]));
         }
-        int l = st->layer_end - st->layer_begin;
-        cj[j] = l * (x * a + mal_cost_tp_comm(p, c, ln, st->ranks, st->n_ranks));
+        cj[j] = mal_cost_stage_links_time(p, c, ln, st, x * a);
         dj[j] = j + 1 < S ? mal_cost_p2p(p, c, ln, st, &pl->stages[j + 1]) : 0.0;
         P = MAL_MAX(P, cj[j]);
         sum_d += dj[j];
@@ -346,8 +356,8 @@ int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, c
             /* its own type's memory and profile */
             double mem = mal_cost_stage_capacity(c, st);
             const mal_profile *ps = mal_cost_stage_profile(p, c, st);
-            while (w > S - k - 1 &&
-                   mal_cost_stage_memory_d(ps, st->n_ranks, S, k, l, w) > mem * (1 + 1e-12))
+            while (w > S - k - 1 && mal_cost_stage_need(ps, st->n_ranks, S, k, l, w, 0,
+                                                        st->recompute) > mem * (1 + 1e-12))
                 w--;
             warm[k] = w;
         }

@@ -38,3 +38,8 @@ TESTS += tests/test_replan_links
 # Mixed hardware: each device type's memory and profile in the search.
 check_PROGRAMS += tests/test_replan_types
 TESTS += tests/test_replan_types
+
+# Activation recomputation: memory and time per mode, plans it forces,
+# the refusal when nothing fits even with full recomputation.
+check_PROGRAMS += tests/test_replan_recompute
+TESTS += tests/test_replan_recompute

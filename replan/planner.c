@@ -1109,10 +1109,15 @@ static int build_plan(search *s, mal_plan *out)
         if (!seen[e - c->cache] && n_lp++ < RP_LP_LAYERS) {
             seen[e - c->cache] = 1;
             for (int j = 0; j < e->S; j++) {
+                /* each stage in the recompute mode the search chose: its
+                 * time factor and its memory cap */
                 int size = e->kind[j] < 0 ? t : s->sg[i][e->kind[j]].size;
                 int ty = e->kind[j] < 0 ? c->hty : s->sg[i][e->kind[j]].ty;
-                yv[j] = e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y;
-                ub[j] = rp_layer_cap(c, size, ty, e->S, j);
+                const mal_profile *pt = c->tprof[ty]; /* its type's */
+                yv[j] = (e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y) *
+                        (1.0 + mal_cost_recompute_time(pt, e->mode[j]));
+                ub[j] = mal_cost_layer_cap_mode(pt, c->tmem[ty], size, e->S, j, c->replicas,
+                                                e->mode[j]);
             }
             double Plp;
             if ((rc = mal_lp_layers(e->S, yv, ub, c->L, lv, &Plp))) goto cleanup;
@@ -1152,6 +1157,9 @@ static int build_plan(search *s, mal_plan *out)
         }
     }
     out->predicted_step_time = Tmax * c->p->layer_time + c->p->sync_time;
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < ent[i]->S; j++)
+            out->pipelines[i].stages[j].recompute = ent[i]->mode[j];
 
     /* healthy groups (physical) and suspended ranks */
     int n_hg = c->H, n_susp = 0;
@@ -1307,7 +1315,12 @@ static int explain_infeasible(const ctx *c)
 {
     int nominal_groups = c->world / c->t;
     int pmax = MAL_MIN(c->L, nominal_groups);
-    double need = mal_cost_stage_memory(c->p, c->t, pmax, 0, (c->L + pmax - 1) / pmax);
+    /* the deepest pipeline of nominal groups, in the most frugal mode the
+     * run allows: the first stage of an even split (the most micro-batches
+     * in flight) and its terms */
+    int m = c->mode[c->n_modes - 1], l = (c->L + pmax - 1) / pmax;
+    mal_cost_memory t;
+    mal_cost_stage_terms(c->p, c->t, pmax, 0, l, pmax - 1, c->replicas, m, &t);
     if (nominal_groups > c->M)
         return MAL_ERR(MAL_EINVAL,
                        "no plan fits: %d micro-batches per step cannot feed %d TP groups (1F1B "
@@ -1319,27 +1332,33 @@ static int explain_infeasible(const ctx *c)
         char why[2048] = "";
         size_t at = 0;
         const mal_cluster *cl = c->in->cluster;
-        for (int t = 0; t < c->n_ty; t++) {
+        for (int ty = 0; ty < c->n_ty; ty++) {
             int used = 0;
             for (int n = 0; n < cl->n_nodes; n++)
-                used |= cl->type_of[n] == t;
+                used |= cl->type_of[n] == ty;
             if (!used || at >= sizeof why - 1) continue;
-            double nt = mal_cost_stage_memory(c->tprof[t], c->t, pmax, 0, (c->L + pmax - 1) / pmax);
+            double nt =
+                mal_cost_stage_need(c->tprof[ty], c->t, pmax, 0, l, pmax - 1, c->replicas, m);
             at += (size_t)snprintf(why + at, sizeof why - at,
                                    "%stype %s: memory_mb = %g, need %.1f MB", at ? "; " : "",
-                                   cl->types[t].name, c->tmem[t], nt);
+                                   cl->types[ty].name, c->tmem[ty], nt);
         }
         return MAL_ERR(MAL_EINVAL,
-                       "no plan fits in memory: even %d stages of TP %d need more than a rank "
-                       "holds on the first stage (k, E, X from each type's profile): %s; use "
-                       "more ranks, more memory or a smaller micro-batch",
-                       pmax, c->t, why);
+                       "no plan fits in memory: even %d stages of TP %d (recompute %s) need more "
+                       "than a rank holds on the first stage (every term from each type's "
+                       "profile): %s; use more ranks, more memory, a smaller micro-batch%s",
+                       pmax, c->t, mal_recompute_name(m), why,
+                       m == MAL_RECOMPUTE_FULL ? "" : " or --recompute auto");
     }
     return MAL_ERR(MAL_EINVAL,
-                   "no plan fits in memory: memory_mb = %g, but even %d stages of TP %d need "
-                   "%.1f MB on the first stage (k, E, X from the profile); use more ranks, more "
-                   "memory or a smaller micro-batch",
-                   c->mem, pmax, c->t, need);
+                   "no plan fits in memory: memory_mb = %g, but even %d stages of TP %d (recompute "
+                   "%s) need %.1f MB on stage 0 of %d (%d layers at %.1f MB each with %d "
+                   "micro-batches in flight, embedding %.1f, workspace %.1f, buffers %.1f, "
+                   "overhead %.1f MB); use more ranks, more memory, a smaller micro-batch%s",
+                   c->mem, pmax, c->t, mal_recompute_name(m), t.total, pmax, l,
+                   l > 0 ? t.layers / l : 0.0, pmax, t.embed, t.workspace,
+                   t.scratch + t.p2p + t.dp_grads - t.zero_saved, t.overhead,
+                   m == MAL_RECOMPUTE_FULL ? "" : " or --recompute auto");
 }
 
 /* The type of the healthy full groups: of the fastest types in use, the
@@ -1364,6 +1383,21 @@ static int healthy_type(const mal_cluster *cl)
     return best < 0 ? 0 : best;
 }
 
+/* Whether any profile the search prices a stage with (--profile, each
+ * device type's) has state whose gradient sum and moments depend on the
+ * number of pipelines. */
+static int has_state(const mal_replan_input *in)
+{
+    const mal_cluster *cl = in->cluster;
+    const mal_profile *p = in->profile;
+    int any = p->layer_state_mb > 0 || p->embed_state_mb > 0;
+    for (int t = 0; cl->type_of && t < cl->n_types; t++) {
+        const mal_profile *q = cl->types[t].profile;
+        if (q) any |= q->layer_state_mb > 0 || q->embed_state_mb > 0;
+    }
+    return any;
+}
+
 /* The context's device types (README "Mixed hardware"): each type's memory
  * and profile; one type, the cluster's memory and --profile, when the
  * cluster has none. */
@@ -1381,8 +1415,9 @@ static void set_types(ctx *c, const mal_replan_input *in)
 
 /* The whole search with healthy full groups of `th` ranks: the plan in
  * `out` (initialised here), or *found = 0 when nothing fits. */
-static int plan_with(const mal_replan_input *in, int th, double t0, double deadline, int *have_plan,
-                     mal_plan *out, mal_replan_stats *stats, int *found)
+static int plan_with(const mal_replan_input *in, int th, int replicas, int recompute, int share,
+                     double t0, double deadline, int *have_plan, mal_plan *out,
+                     mal_replan_stats *stats, int *found)
 {
     int rc;
     mal_plan_init(out);
@@ -1401,6 +1436,9 @@ static int plan_with(const mal_replan_input *in, int th, double t0, double deadl
     set_types(&c, in);
     c.yh = mal_profile_alpha(c.tprof[c.hty], th);
     c.mem = c.tmem[c.hty];
+    c.replicas = replicas;
+    c.recompute = recompute;
+    rp_set_modes(&c);
     c.x = malloc((size_t)c.world * sizeof *c.x);
     if (!c.x) return MAL_ERR(MAL_ENOMEM, "replan: out of memory");
     for (int r = 0; r < c.world; r++)
@@ -1466,11 +1504,11 @@ static int plan_with(const mal_replan_input *in, int th, double t0, double deadl
 
     /* a good incumbent first: it lets the bounds prune the enumeration */
     s.count = -1;
-    s.evals_left = RP_LS_EVALS;
+    s.evals_left = RP_LS_EVALS / share;
     s.work_cap = INFINITY;
     s.best_window = s.window;
     if ((rc = constructions(&s)) || (rc = grow_pipeline(&s))) goto cleanup;
-    s.work_cap = c.work + RP_LS_WORK;
+    s.work_cap = c.work + RP_LS_WORK / share;
     mal_log(MAL_LOG_DEBUG, "replan: constructions: T %g after %d evaluations (%.3f s)", s.best.T,
             s.n_cand, mal_now() - t0);
     if ((rc = local_search(&s))) goto cleanup;
@@ -1664,49 +1702,117 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     double deadline = in->time_limit > 0 ? t0 + in->time_limit : INFINITY;
     double bound = INFINITY;
     int have_plan = 0, stop = MAL_REPLAN_STOP_OPTIMAL, skipped = 0;
-    /* Healthy full groups of the nominal size, and of every larger size the
-     * profile allows: fewer, roomier stages can beat the nominal ones when
-     * memory forces deep pipelines.  Each size is a whole search; the best
-     * plan wins (ties: the smaller size, tried first).  Past the time
-     * limit, with a plan in hand, the larger sizes are skipped. */
-    for (int th = p->tp; th <= biggest && th <= (1 << MAL_REPLAN_MAX_TP_LOG); th *= 2) {
-        if (th > p->tp && (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
-                           (p->ffn_hidden > 0 && p->ffn_hidden % th)))
-            continue;
-        /* the healthy groups are of one type: its profile must allow the size */
-        if (cl->type_of && cl->types[healthy_type(cl)].profile &&
-            mal_profile_alpha(cl->types[healthy_type(cl)].profile, th) <= 0)
-            continue;
-        if (have_plan && mal_now() >= deadline) {
-            skipped = 1;
-            stop = MAL_REPLAN_STOP_TIME;
-            continue;
+    /* The memory of a stage depends on how many pipelines replicate its
+     * layers (the gradient sum's copy, the moments --zero 1 shards), which
+     * the search does not know beforehand: the first pass assumes the
+     * dearest count (mal_cost_stage_terms), so every plan it finds fits;
+     * later passes assume counts that pay -- one pipeline without --zero
+     * (where nothing fits or the best plan has two);
+     * with it, the best plan's count R (at least 3: below that the moments
+     * shed only pay for the gradients' copy), the next count of nominal
+     * pipelines of fewer stages, and R - 1 -- and their
+     * plans count only where the plan's own memory fits.  With --recompute
+     * auto all of it runs first without recomputation, then with it: a plan
+     * that recomputes is taken only where none fits or it is faster (ties
+     * keep the plan without). */
+    int want = p->recompute, r0 = 0;
+    for (int pass = 0; pass < 8; pass++) {
+        const int phase = pass / 4, k = pass % 4;
+        int recompute =
+            phase == 0 && want == MAL_REPLAN_RECOMPUTE_AUTO ? MAL_REPLAN_RECOMPUTE_NONE : want;
+        if (phase == 1 && want != MAL_REPLAN_RECOMPUTE_AUTO) break;
+        int replicas = 0;
+        if (k > 0) {
+            if (have_plan && mal_now() >= deadline) {
+                /* the passes left are a space unsearched: the bound is any plan's */
+                skipped = 1;
+                stop = MAL_REPLAN_STOP_TIME;
+                break;
+            }
+            if (!has_state(in))
+                replicas = 0; /* no state to sum or shard: the count changes nothing */
+            else if (!p->zero)
+                /* one pipeline: worth a search where the best plan so
+                 * far has few pipelines, or none fits */
+                replicas = k == 1 && (!any || out->n_pipelines == 2) ? 1 : 0;
+            else {
+                /* the best plan's count R (at least 3), the next count of
+                 * nominal pipelines of fewer stages (groups / S above R), and
+                 * R - 1 */
+                int groups = cl->world_size / p->tp;
+                if (k == 1) r0 = MAL_MAX(3, any ? out->n_pipelines : 0);
+                if (k == 1) replicas = r0;
+                for (int S = groups; k == 2 && S >= 1 && !replicas; S--)
+                    if (groups / S > r0) replicas = groups / S;
+                if (k == 3 && r0 > 3) replicas = r0 - 1;
+            }
+            if (!replicas) continue;
         }
-        mal_plan plan;
-        int found;
-        memset(&st, 0, sizeof st);
-        st.n_layer_lps = best.n_layer_lps;
-        st.n_candidates = best.n_candidates;
-        st.n_pruned = best.n_pruned;
-        if ((rc = plan_with(in, th, t0, deadline, &have_plan, &plan, &st, &found))) {
-            mal_plan_fini(out);
-            return rc;
-        }
-        best.n_layer_lps = st.n_layer_lps;
-        best.n_candidates = st.n_candidates;
-        best.n_pruned = st.n_pruned;
-        bound = MAL_MIN(bound, st.lower_bound);
-        /* the most telling reason: time, then budget, then convergence */
-        if (st.stop > stop) stop = st.stop;
-        if (!found) continue;
-        exact &= st.exhaustive;
-        if (st.objective < best.objective * (1 - RP_TOL)) {
-            mal_plan_fini(out);
-            *out = plan;
-            best.objective = st.objective;
-            any = 1;
-        } else {
-            mal_plan_fini(&plan);
+        /* Healthy full groups of the nominal size, and of every larger size the
+         * profile allows: fewer, roomier stages can beat the nominal ones when
+         * memory forces deep pipelines.  Each size is a whole search; the best
+         * plan wins (ties: the smaller size, tried first).  Past the time
+         * limit, with a plan in hand, the larger sizes are skipped. */
+        for (int th = p->tp; th <= biggest && th <= (1 << MAL_REPLAN_MAX_TP_LOG); th *= 2) {
+            if (th > p->tp &&
+                (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
+                 (p->ffn_hidden > 0 && p->ffn_hidden % th)))
+                continue;
+            /* the healthy groups are of one type: its profile must allow the size */
+            if (cl->type_of && cl->types[healthy_type(cl)].profile &&
+                mal_profile_alpha(cl->types[healthy_type(cl)].profile, th) <= 0)
+                continue;
+            if (have_plan && mal_now() >= deadline) {
+                skipped = 1;
+                stop = MAL_REPLAN_STOP_TIME;
+                continue;
+            }
+            mal_plan plan;
+            int found;
+            memset(&st, 0, sizeof st);
+            st.n_layer_lps = best.n_layer_lps;
+            st.n_candidates = best.n_candidates;
+            st.n_pruned = best.n_pruned;
+            int had_plan = have_plan;
+            /* the passes after the first are variations of its memory
+             * model: a quarter of its local-search budget each */
+            if ((rc = plan_with(in, th, replicas, recompute, pass ? 4 : 1, t0, deadline, &have_plan,
+                                &plan, &st, &found))) {
+                mal_plan_fini(out);
+                return rc;
+            }
+            if (found && replicas) {
+                /* the count assumed must be the plan's: else its own memory */
+                mal_cost_eval ev;
+                if ((rc = mal_cost_eval_plan(&plan, p, cl, in->rates, &ev))) {
+                    mal_plan_fini(&plan);
+                    mal_plan_fini(out);
+                    return rc;
+                }
+                if (!ev.memory_ok) {
+                    /* not a plan: the time limit still waits for one */
+                    found = 0;
+                    have_plan = had_plan;
+                    mal_plan_fini(&plan);
+                }
+                mal_cost_eval_fini(&ev);
+            }
+            best.n_layer_lps = st.n_layer_lps;
+            best.n_candidates = st.n_candidates;
+            best.n_pruned = st.n_pruned;
+            bound = MAL_MIN(bound, st.lower_bound);
+            /* the most telling reason: time, then budget, then convergence */
+            if (st.stop > stop) stop = st.stop;
+            if (!found) continue;
+            exact &= st.exhaustive;
+            if (st.objective < best.objective * (1 - RP_TOL)) {
+                mal_plan_fini(out);
+                *out = plan;
+                best.objective = st.objective;
+                any = 1;
+            } else {
+                mal_plan_fini(&plan);
+            }
         }
     }
     if (!any) {
@@ -1719,6 +1825,8 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
         c.world = cl->world_size;
         set_types(&c, in);
         c.mem = cl->memory_mb;
+        c.recompute = p->recompute;
+        rp_set_modes(&c);
         return explain_infeasible(&c);
     }
     /* the bound: the least over the sizes searched, any plan's for the

@@ -88,6 +88,42 @@ static int kv_heads_per_rank(const mal_model_config *c, int t)
 
 #define PRESET_NK 128
 
+/* The recomputation figures of a profile that gives none. */
+static void default_recompute(mal_profile *p)
+{
+    p->acts_kept[MAL_RECOMPUTE_NONE] = 1.0;
+    p->acts_kept[MAL_RECOMPUTE_SELECTIVE] = MAL_REPLAN_KEPT_SELECTIVE;
+    p->acts_kept[MAL_RECOMPUTE_FULL] = MAL_REPLAN_KEPT_FULL;
+    p->recompute_time[MAL_RECOMPUTE_NONE] = 0.0;
+    p->recompute_time[MAL_RECOMPUTE_SELECTIVE] = MAL_REPLAN_TIME_SELECTIVE;
+    p->recompute_time[MAL_RECOMPUTE_FULL] = MAL_REPLAN_TIME_FULL;
+}
+
+/* {"selective": x, "full": y} into out[mode]: numbers in [lo, hi]. */
+static int get_mode_map(json_t *root, const char *name, const char *what, double lo, double hi,
+                        double *out)
+{
+    json_t *o = json_object_get(root, name), *val;
+    const char *key;
+    if (!o) return 0;
+    if (!json_is_object(o))
+        return MAL_ERR(MAL_EFORMAT, "%s: %s must be an object {\"selective\": x, \"full\": y}",
+                       what, name);
+    json_object_foreach(o, key, val)
+    {
+        int m;
+        if (mal_recompute_parse(key, &m) || m == MAL_RECOMPUTE_NONE)
+            return MAL_ERR(MAL_EINVAL, "%s: %s key \"%s\" must be \"selective\" or \"full\"", what,
+                           name, key);
+        double x = json_is_number(val) ? json_number_value(val) : NAN;
+        if (!(x >= lo && x <= hi))
+            return MAL_ERR(MAL_EINVAL, "%s: %s[\"%s\"] must be a number in [%g, %g]", what, name,
+                           key, lo, hi);
+        out[m] = x;
+    }
+    return 0;
+}
+
 int mal_profile_preset(mal_profile *p, const char *name, int micro_batch_size)
 {
     return mal_profile_preset_tp(p, name, micro_batch_size, 0);
@@ -185,6 +221,15 @@ int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size
     p->node_link_bandwidth = cpu ? 1e9 : 2.5e10;
     p->activation_bytes = esz * b * T * C;
     p->tp_allreduces = 4; /* two in the forward pass, two in the backward */
+    /* Recomputation, counted as the activations above are (Megatron's
+     * sequence-parallel ranks: every tensor split over the group):
+     * selective drops the two norms' outputs (2 x 2 C bytes per token) and
+     * the SwiGLU product (2 F), full keeps only the layer's input (2 C). */
+    default_recompute(p);
+    const double sel_drop = T * b * (4 * C + 2 * F) / t, full_kept = 2 * T * b * C / t;
+    p->acts_kept[MAL_RECOMPUTE_FULL] = full_kept / act_rank;
+    p->acts_kept[MAL_RECOMPUTE_SELECTIVE] =
+        MAL_MAX(p->acts_kept[MAL_RECOMPUTE_FULL], 1.0 - sel_drop / act_rank);
     p->grad_bytes = esz * params;
     p->comm_in_alpha = 1;
     return 0;
@@ -272,6 +317,8 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
                                        "rank_state_mb",
                                        "rank_acts_mb",
                                        "tied_embeddings",
+                                       "acts_kept",
+                                       "recompute_time",
                                        "links", /* measured pairs: --links reads them */
                                        NULL};
     int rc;
@@ -288,6 +335,7 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
         if (!ok)
             return MAL_ERR(MAL_EFORMAT, "%s: unknown key \"%s\" in the model profile", what, key);
     }
+    default_recompute(p);
     json_t *pre = json_object_get(root, "preset");
     int req = 1;
     if (pre) {
@@ -374,6 +422,15 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
     if (tie && !json_is_boolean(tie))
         return MAL_ERR(MAL_EINVAL, "%s: tied_embeddings must be true or false", what);
     if (tie) p->tied_embeddings = json_is_true(tie);
+    if ((rc = get_mode_map(root, "acts_kept", what, 0.0, 1.0, p->acts_kept)) ||
+        (rc = get_mode_map(root, "recompute_time", what, 0.0, 10.0, p->recompute_time)))
+        return rc;
+    if (p->acts_kept[MAL_RECOMPUTE_FULL] > p->acts_kept[MAL_RECOMPUTE_SELECTIVE] ||
+        p->recompute_time[MAL_RECOMPUTE_FULL] < p->recompute_time[MAL_RECOMPUTE_SELECTIVE])
+        return MAL_ERR(MAL_EINVAL,
+                       "%s: full recomputation must keep no more activations (acts_kept) and "
+                       "take no less time (recompute_time) than selective",
+                       what);
     if (p->link_bandwidth > 0 && !(p->activation_bytes > 0))
         return MAL_ERR(MAL_EINVAL,
                        "%s: link_bandwidth prices communication, which needs activation_bytes "
@@ -463,6 +520,11 @@ int mal_profile_write(const mal_profile *p, FILE *f)
     write_size_map(f, "scratch_mb", p->scratch_mb);
     write_size_map(f, "rank_state_mb", p->rank_state_mb);
     write_size_map(f, "rank_acts_mb", p->rank_acts_mb);
+    fprintf(f,
+            ",\n  \"acts_kept\": {\"selective\": %.6g, \"full\": %.6g}, \"recompute_time\": "
+            "{\"selective\": %.6g, \"full\": %.6g}",
+            p->acts_kept[MAL_RECOMPUTE_SELECTIVE], p->acts_kept[MAL_RECOMPUTE_FULL],
+            p->recompute_time[MAL_RECOMPUTE_SELECTIVE], p->recompute_time[MAL_RECOMPUTE_FULL]);
     if (p->link_bandwidth > 0)
         fprintf(f,
                 ",\n  \"link_latency\": %.6g, \"link_bandwidth\": %.6g, \"node_link_latency\": "

@@ -134,6 +134,20 @@ typedef struct mal_profile {
     /* The run being planned shards the Adam moments over each layer's
      * replicas (the trainer's --zero 1; malleus-replan --zero). */
     int zero;
+    /* Activation recomputation (README "Recomputation"), indexed by
+     * mal_recompute: the share of a layer's activations a stage keeps per
+     * micro-batch in flight (acts_kept[NONE] = 1), and the time the
+     * recomputation adds as a share of the layer's forward + backward time
+     * (recompute_time[NONE] = 0).  Presets derive them from the shape; a
+     * profile whose acts_kept[NONE] is not 1 (never filled) has the
+     * defaults MAL_REPLAN_KEPT_* and MAL_REPLAN_TIME_*. */
+    double acts_kept[3];
+    double recompute_time[3];
+    /* The recomputation the run being planned may use (malleus-replan
+     * --recompute; a setting of the run, as `zero` is):
+     * MAL_REPLAN_RECOMPUTE_NONE (0: never), _SELECTIVE or _FULL (every stage
+     * that one), or _AUTO (per stage, only where it pays). */
+    int recompute;
     /* The LM head is the token embedding: a one-stage pipeline holds its
      * state once, and the first and last stages of a deeper one sum its
      * gradient as replicas do. */
@@ -240,7 +254,9 @@ static inline double mal_cost_floor(double x)
 /* Most layers stage j of an S-stage pipeline with a TP group of `size` may
  * hold within memory (0 when it cannot hold one).  Local. */
 int mal_cost_layer_cap(const mal_profile *p, double memory_mb, int size, int S, int j);
-/* Memory (MB) of a rank on stage j of S holding l layers with TP `size`. */
+/* Memory (MB) of a rank on stage j of S holding l layers with TP `size`:
+ * the per-stage part only (layers, embedding / LM head, overhead); the
+ * whole need is mal_cost_stage_need. */
 double mal_cost_stage_memory(const mal_profile *p, int size, int S, int j, int l);
 
 /* The same with `d` + 1 micro-batches of activations in flight (a stage
@@ -262,7 +278,11 @@ double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int
 typedef struct {
     double layers, embed, scratch, p2p, dp_grads, zero_saved, overhead, total;
     double embed_tied; /* of embed: the second copy a tied one-stage part does not hold */
-    int depth, replicas, slots;
+    /* recomputation (the stage's mode): the one-layer workspace it
+     * regenerates activations into (in total), and the activations it does
+     * not keep (already left out of `layers`) */
+    double workspace, recompute_saved;
+    int depth, replicas, slots, recompute;
     int k_at_size; /* layers from the profile's figures at the stage's TP size */
 } mal_cost_memory;
 void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, int j,
@@ -273,6 +293,35 @@ void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, in
 const mal_profile *mal_cost_stage_profile(const mal_profile *p, const mal_cluster *c,
                                           const mal_plan_stage *st);
 double mal_cost_stage_capacity(const mal_cluster *c, const mal_plan_stage *st);
+/* The same terms for a stage not yet in a plan: TP `size`, stage j of S,
+ * l layers, warm-up depth d (d + 1 micro-batches in flight: the pipeline
+ * runs at least that many), `replicas` pipelines holding its layers (<= 0:
+ * not known, the most the gradient-sum terms can cost: 1 with p->zero, 2
+ * without), recompute mode `mode`.  The search's layer caps and
+ * feasibility use this, so a plan it calls feasible fits
+ * mal_cost_memory_terms's total.  Local. */
+void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                          int mode, mal_cost_memory *out);
+/* Its total (MB). */
+double mal_cost_stage_need(const mal_profile *p, int size, int S, int j, int l, int d, int replicas,
+                           int mode);
+/* Most layers stage j of S (warm-up depth S - 1 - j) of a group of `size`
+ * holds within memory_mb with recompute `mode` and `replicas` as above (0
+ * when it cannot hold one).  mal_cost_layer_cap is this with replicas 0
+ * and no recomputation.  Local. */
+int mal_cost_layer_cap_mode(const mal_profile *p, double memory_mb, int size, int S, int j,
+                            int replicas, int mode);
+/* One layer's activations per micro-batch on a rank of a group of `size`
+ * (MB): rank_acts_mb where measured, else k[1] - k[0] scaled.  Local. */
+double mal_cost_layer_acts(const mal_profile *p, int size);
+/* Share of a layer's activations kept with recompute `mode` (1 for none),
+ * and the time the recomputation adds as a share of the layer's time (0 for
+ * none).  Local. */
+double mal_cost_acts_kept(const mal_profile *p, int mode);
+double mal_cost_recompute_time(const mal_profile *p, int mode);
+/* Time of a stage per micro-batch per layer relative to no recomputation:
+ * 1 + mal_cost_recompute_time(stage's mode).  Local. */
+double mal_cost_stage_factor(const mal_profile *p, const mal_plan_stage *st);
 
 /* Communication terms (README "Links"), layer units, 0 when the profile
  * prices no communication.  Local.
@@ -287,6 +336,11 @@ double mal_cost_p2p(const mal_profile *p, const mal_cluster *c, const mal_links 
  * slowest such link's excess over a healthy one): */
 double mal_cost_dp_comm(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
                         const mal_links *ln);
+/* A stage's time per micro-batch with communication (layer units): its
+ * layers x (y x the recompute factor (its type's profile) + its TP all-reduces, half of them
+ * again under full recomputation); y = its rate x alpha.  Local. */
+double mal_cost_stage_links_time(const mal_profile *p, const mal_cluster *c, const mal_links *ln,
+                                 const mal_plan_stage *st, double y);
 /* A pipeline's time with communication (layer units): stage time
  * l (x alpha + TP), boundaries d_j each way, and the period
  * Peff = max(max_j c_j, max_k R_k / (w_k + 1)) where R_k is the round trip
@@ -306,6 +360,16 @@ int mal_cost_plan_links(const mal_plan *plan, const mal_profile *p, const mal_cl
 /* Share of a layer's (forward + backward) time spent in the forward pass
  * (backward computes two matrix products per forward one). */
 #define MAL_REPLAN_FORWARD_SHARE (1.0 / 3.0)
+
+/* Recomputation figures of a profile that gives none (README
+ * "Recomputation"): the shares of a layer's activations the runtime keeps
+ * (measured on `small`: 0.80 selective, 0.18 full), full running the
+ * forward pass again (a third of the layer's time), selective redoing the
+ * element-wise work (a few per cent). */
+#define MAL_REPLAN_KEPT_SELECTIVE 0.8
+#define MAL_REPLAN_KEPT_FULL 0.18
+#define MAL_REPLAN_TIME_SELECTIVE 0.03
+#define MAL_REPLAN_TIME_FULL MAL_REPLAN_FORWARD_SHARE
 
 typedef struct mal_cost_eval {
     double step_time;   /* layer units, max over pipelines: the closed form
@@ -382,6 +446,13 @@ typedef struct mal_replan_input {
                               * first plan is always finished) */
     const mal_links *links;  /* slow links (NULL: none) */
 } mal_replan_input;
+
+enum {
+    MAL_REPLAN_RECOMPUTE_NONE = 0,
+    MAL_REPLAN_RECOMPUTE_SELECTIVE = 1,
+    MAL_REPLAN_RECOMPUTE_FULL = 2,
+    MAL_REPLAN_RECOMPUTE_AUTO = 3
+};
 
 /* Why the search ended (mal_replan_stats.stop), in rising order of what a
  * caller should know. */

@@ -70,10 +70,11 @@ typedef struct nodeinfo {
 typedef struct centry {
     char *key;
     int S;
-    double P;  /* period; INFINITY when no order and split fits memory */
-    int *kind; /* [S] stage order: -1 healthy full group, else index into the
-                * composition's sorted specials */
-    int *l;    /* [S] layers per stage */
+    double P;            /* period; INFINITY when no order and split fits memory */
+    int *kind;           /* [S] stage order: -1 healthy full group, else index into the
+                          * composition's sorted specials */
+    int *l;              /* [S] layers per stage */
+    unsigned char *mode; /* [S] recompute mode per stage (mal_recompute) */
 } centry;
 
 typedef struct ctx {
@@ -91,7 +92,16 @@ typedef struct ctx {
     double tmem[MAL_REPLAN_MAX_TYPES];
     const mal_profile *tprof[MAL_REPLAN_MAX_TYPES];
     const int *node_ty; /* [n_nodes] type of each node (NULL: all type 0) */
-    double *x;          /* [world] floored rates */
+    /* Recomputation modes a stage may take (README "Recomputation"), by
+     * rising time: mode[0..n_modes), each type's time factors 1 + its
+     * profile's recompute share; and the replicas the memory caps assume
+     * (0: the worst case, mal_cost_stage_terms) */
+    int n_modes;
+    int mode[3];
+    double mode_rt[MAL_REPLAN_MAX_TYPES][3];
+    int replicas;
+    int recompute; /* MAL_REPLAN_RECOMPUTE_* this search may use */
+    double *x;     /* [world] floored rates */
     int n_nodes;
     nodeinfo *nodes;
     int *node_ranks; /* [world] the ranks node by node; nodes point into it */
@@ -143,10 +153,14 @@ void rp_cache_free(ctx *c);
  * Only where no pointer into the cache is held.  Local. */
 void rp_cache_trim(ctx *c);
 /* Most layers a group of `size` and type ty can hold anywhere in any
- * pipeline (an upper bound used by the pruning). */
+ * pipeline, in any mode (an upper bound used by the pruning). */
 int rp_layer_cap_max(const ctx *c, int size, int ty);
-/* ub(size, S, j) of a group of type ty (its memory and profile).  Local. */
-int rp_layer_cap(const ctx *c, int size, int ty, int S, int j);
+/* Most layers a group of `size` and type ty (its memory and profile) holds
+ * at stage j of S with the search's mode index m (c->mode[m]).  Local. */
+int rp_layer_cap(const ctx *c, int size, int ty, int S, int j, int m);
+/* The modes the search may use (c->recompute), and each type's time
+ * factors (c->tprof, c->n_ty set), into c.  Local. */
+void rp_set_modes(ctx *c);
 
 /* ---- eval.c ---- */
 

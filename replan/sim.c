@@ -137,7 +137,8 @@ static int sim_plan(const mal_plan *plan, const mal_profile *p, const mal_cluste
         }
         for (int j = 0; j < pl->n_stages; j++) {
             const mal_plan_stage *st = &pl->stages[j];
-            double a = mal_profile_alpha(mal_cost_stage_profile(p, cl, st), st->n_ranks), x = 1.0;
+            const mal_profile *ps = mal_cost_stage_profile(p, cl, st); /* its type's */
+            double a = mal_profile_alpha(ps, st->n_ranks), x = 1.0;
             if (a <= 0) {
                 free(fwd);
                 free(bwd);
@@ -148,9 +149,10 @@ static int sim_plan(const mal_plan *plan, const mal_profile *p, const mal_cluste
             for (int k = 0; k < st->n_ranks; k++)
                 if (st->ranks[k] >= 0 && st->ranks[k] < world_size)
                     x = MAL_MAX(x, mal_cost_floor(rates[st->ranks[k]]));
+            /* recomputation runs before the stage's backward pass */
             double c = x * a * (st->layer_end - st->layer_begin);
             fwd[j] = c * MAL_SIM_FORWARD_SHARE;
-            bwd[j] = c - fwd[j];
+            bwd[j] = c * mal_cost_stage_factor(ps, st) - fwd[j];
         }
         double t = mal_sim_pipeline(pl->n_stages, fwd, bwd, pl->micro_batches, p2p);
         free(fwd);
@@ -198,7 +200,8 @@ int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_clu
              * too, by folding them into the stage's time) */
             double cst = l * (x * a + mal_cost_tp_comm(p, c, ln, st->ranks, st->n_ranks));
             fwd[j] = cst * MAL_SIM_FORWARD_SHARE;
-            bwd[j] = cst - fwd[j];
+            /* recomputation runs before the backward pass */
+            bwd[j] = mal_cost_stage_links_time(p, c, ln, st, x * a) - fwd[j];
             hop[j] = j + 1 < S ? mal_cost_p2p(p, c, ln, st, &pl->stages[j + 1]) : 0;
             warm[j] = mal_plan_stage_warmup(pl, j);
         }

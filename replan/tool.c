@@ -192,6 +192,17 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
                          : mal_profile_preset(&prof, o->model, o->micro_batch_size);
     if (rc) goto done;
     prof.zero = o->zero;
+    prof.recompute = MAL_REPLAN_RECOMPUTE_AUTO;
+    if (o->recompute && strcmp(o->recompute, "auto")) {
+        int m;
+        if (mal_recompute_parse(o->recompute, &m)) {
+            rc =
+                MAL_ERR(MAL_EINVAL, "--recompute: \"%s\" is not one of none, selective, full, auto",
+                        o->recompute);
+            goto done;
+        }
+        prof.recompute = m; /* MAL_REPLAN_RECOMPUTE_* are the plan's modes */
+    }
     if (o->print_profile) {
         rc = mal_profile_write(&prof, out);
         goto done;

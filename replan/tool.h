@@ -34,6 +34,7 @@ typedef struct mal_replan_opts {
     int search;                /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
     double time_limit;         /* --time-limit seconds (0: none) */
     int zero;                  /* --zero: the run shards the Adam moments (0 or 1, default 1) */
+    const char *recompute;     /* --recompute none|selective|full|auto (NULL: auto) */
 } mal_replan_opts;
 
 /* The defaults (window 2, micro-batch size 1, automatic search, time limit

@@ -24,7 +24,8 @@ expect_fail() {
 "$BIN" --help >"$T/help" || fail "--help"
 for o in --cluster --world-size --ranks-per-node --memory-mb --profile --model --rates --window \
          --micro-batch-size --micro-batches --global-batch --pipelines --current --output --explain \
-         --simulate --uniform --search --summary --links --compute-only node_types Examples; do
+         --simulate --uniform --search --summary --links --compute-only --recompute node_types \
+         Examples; do
     grep -q -- "$o" "$T/help" || fail "--help does not mention $o"
 done
 "$BIN" --version | grep -q "malleus-replan" || fail "--version"
@@ -86,6 +87,12 @@ echo '{"12": 2.0}' >"$T/unk.json"
 expect_fail 2 "rank 12 is not in the cluster" $C -M 8 -r "$T/unk.json"
 expect_fail 2 "not divisible into nodes" --world-size 10 --ranks-per-node 4 --memory-mb 100 --model tiny -M 8
 expect_fail 2 "no plan fits in memory" --world-size 8 --ranks-per-node 4 --memory-mb 16.01 --model tiny -M 8
+expect_fail 2 "(recompute full) need" --world-size 8 --ranks-per-node 4 --memory-mb 16.01 --model tiny -M 8
+expect_fail 2 '"bogus" is not one of none, selective, full, auto' $C -M 8 --recompute bogus
+echo '{"preset": "tiny", "acts_kept": {"full": 1.5}}' >"$T/ak.json"
+expect_fail 2 'acts_kept\["full"\] must be a number in \[0, 1\]' $C_NOMODEL -M 8 -p "$T/ak.json"
+echo '{"preset": "tiny", "recompute_time": {"partial": 0.1}}' >"$T/rt.json"
+expect_fail 2 'recompute_time key "partial"' $C_NOMODEL -M 8 -p "$T/rt.json"
 echo '{"world_size": 8, "ranks_per_node": 4}' >"$T/cl.json"
 expect_fail 2 "memory_mb" -c "$T/cl.json" --model tiny -M 8
 expect_fail 2 "unknown preset" $C -M 8 --model 7b

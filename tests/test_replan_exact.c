@@ -20,8 +20,20 @@
  * heuristic search alone, where it is not the optimum) never exceeds it,
  * and a time limit too short for any search still gives a valid plan.
  *
- *   test_replan_exact              60 instances (CI: a few seconds)
- *   test_replan_exact --long N     N instances (e.g. 1000)
+ * Activation recomputation (--recompute auto): 30 more instances, memory
+ * always tight, where every stage may keep all activations, keep a share
+ * f_s (selective) or f_f (full) of them at 1 + t_s or 1 + t_f times the
+ * time, plus a one-layer workspace of what it drops; the reference tries
+ * every mode on every stage of every order.
+ *
+ * Mixed hardware: 150 instances of two device types, each with its own
+ * memory, speed and profile; the reference sizes each group by its type's.
+ * And 20 mixed instances with --recompute auto, each type with its own
+ * shares kept and time factors, memory tight on both: the reference sizes
+ * each group by its type and tries every mode on every stage.
+ *
+ *   test_replan_exact              60 + 30 + 150 + 20 instances (CI: seconds)
+ *   test_replan_exact --long N     N + N/2 + N + N/2 instances (e.g. 300)
  *   test_replan_exact --heuristic N  the restricted search alone on N
  *                                    instances: how often it is optimal
  *                                    (reported, not required) */
@@ -63,6 +75,9 @@ typedef struct inst {
      * is the fields above at speed 1) */
     int mixed, node_type[16];
     double mem1, speed1, alpha1[8], k0_1, k1_1, E1, X1;
+    int rec;                 /* recomputation allowed (modes 0 none, 1 selective, 2 full) */
+    double kept[3], rt[3];   /* activations kept, time factor, by mode */
+    double kept1[3], rt1[3]; /* type 1's (mixed instances) */
 } inst;
 
 static double alpha_of_ty(const inst *I, int ty, int s)
@@ -78,15 +93,19 @@ static double alpha_of(const inst *I, int s)
     return alpha_of_ty(I, 0, s);
 }
 
-/* layers a group of `size` and type ty holds at most on stage j of S
- * (its type's memory and profile) */
-static int cap_ref(const inst *I, int size, int ty, int S, int j)
+/* layers a group of `size` and type ty (its memory and profile) holds at
+ * most on stage j of S in mode m: per layer the state k0 - a plus the kept
+ * share of a = k1 - k0 per micro-batch in flight (S - j), and once the
+ * workspace of the share dropped; all at the nominal size, scaled by
+ * size / tp */
+static int cap_ref(const inst *I, int size, int ty, int S, int j, int m)
 {
     int ne = (j == 0) + (j == S - 1);
     double k0 = ty ? I->k0_1 : I->k0, k1 = ty ? I->k1_1 : I->k1;
     double E = ty ? I->E1 : I->E, X = ty ? I->X1 : I->X, mem = ty ? I->mem1 : I->mem;
-    double k = k0 + (k1 - k0) * (S - 1 - j);
-    double room = (mem - X) * size / (double)I->tp - E * ne;
+    double a = k1 - k0, drop = m ? 1 - (ty ? I->kept1 : I->kept)[m] : 0;
+    double k = k0 - a + a * (1 - drop) * (S - j);
+    double room = (mem - X) * size / (double)I->tp - E * ne - a * drop;
     if (room < 0) return 0;
     double l = floor(room / k * (1 + 1e-12) + 1e-9);
     return l > I->L ? I->L : (int)l;
@@ -113,9 +132,15 @@ static int order_feasible(const inst *I, const grp *g, int S, double P, int *bes
         int pos = __builtin_popcount((unsigned)m);
         for (int q = 0; q < S; q++) {
             if (m & (1 << q)) continue;
-            int c = (int)floor(P / g[q].y * (1 + 1e-12) + 1e-9);
-            int cap = cap_ref(I, g[q].size, g[q].ty, S, pos);
-            int w = c < cap ? c : cap;
+            /* the stage's best mode at this period (its type's time
+             * factors) */
+            const double *rt = g[q].ty ? I->rt1 : I->rt;
+            int w = 0;
+            for (int md = 0; md <= (I->rec ? 2 : 0); md++) {
+                int c = (int)floor(P / (g[q].y * rt[md]) * (1 + 1e-12) + 1e-9);
+                int u = cap_ref(I, g[q].size, g[q].ty, S, pos, md);
+                if ((c < u ? c : u) > w) w = c < u ? c : u;
+            }
             if (w > I->L) w = I->L;
             if (w < 1) continue;
             if (best[m] + w > best[m | (1 << q)]) best[m | (1 << q)] = best[m] + w;
@@ -128,12 +153,13 @@ static double best_period(const inst *I, const grp *g, int S)
 {
     if (S < 1 || S > I->L || S > 14) return INFINITY;
     int *best = malloc(sizeof(int) << S);
-    double *cand = malloc((size_t)S * I->L * sizeof *cand);
+    double *cand = malloc((size_t)S * I->L * 3 * sizeof *cand);
     CHECK(best && cand);
     int n = 0;
-    for (int q = 0; q < S; q++)
-        for (int l = 1; l <= I->L; l++)
-            cand[n++] = g[q].y * l;
+    for (int md = 0; md <= (I->rec ? 2 : 0); md++)
+        for (int q = 0; q < S; q++)
+            for (int l = 1; l <= I->L; l++)
+                cand[n++] = g[q].y * (g[q].ty ? I->rt1 : I->rt)[md] * l;
     qsort(cand, (size_t)n, sizeof *cand, cmp_dbl);
     double P = INFINITY;
     int lo = 0, hi = n - 1;
@@ -432,6 +458,10 @@ static void make_profile_1(const inst *I, mal_profile *p)
     p->k[1] = I->k1_1;
     p->embed_mb = I->E1;
     p->overhead_mb = I->X1;
+    for (int m = 0; m < 3; m++) {
+        p->acts_kept[m] = I->kept1[m];
+        p->recompute_time[m] = I->rt1[m] - 1;
+    }
 }
 
 /* The cluster of an instance and the rates the planner gets (a mixed
@@ -480,12 +510,20 @@ static void make_profile(const inst *I, mal_profile *p)
     p->embed_mb = I->E;
     p->overhead_mb = I->X;
     p->layer_time = 0.01;
+    for (int m = 0; m < 3; m++) {
+        p->acts_kept[m] = I->kept[m];
+        p->recompute_time[m] = I->rt[m] - 1;
+    }
+    p->recompute = I->rec ? MAL_REPLAN_RECOMPUTE_AUTO : MAL_REPLAN_RECOMPUTE_NONE;
 }
 
-static void random_instance(uint64_t *seed, inst *I)
+static void random_instance(uint64_t *seed, inst *I, int rec)
 {
     static const int worlds[] = {16, 24, 32};
     memset(I, 0, sizeof *I);
+    I->rec = rec;
+    I->kept[0] = 1;
+    I->rt[0] = 1;
     I->world = worlds[lcg(seed) % 3];
     I->rpn = (lcg(seed) % 2) ? 8 : 4;
     if (I->rpn == 4)
@@ -508,8 +546,21 @@ static void random_instance(uint64_t *seed, inst *I)
     I->k1 = 1.0 + 0.5 * unif(seed);
     I->E = 0.5 * unif(seed);
     I->X = 1.0;
-    /* memory: loose, or tight enough that nominal stages hold 2-5 layers */
-    if (lcg(seed) % 2)
+    if (rec) {
+        /* recomputation: keep 30-90 % (selective), then 5-30 % (full), at
+         * 1-10 % and 25-45 % more time; the activations most of a layer
+         * (k1 - k0 of k1) */
+        I->k1 = 1.5 + 0.45 * unif(seed);
+        I->kept[1] = 0.3 + 0.6 * unif(seed);
+        I->kept[2] = 0.05 + 0.25 * unif(seed);
+        I->rt[1] = 1.01 + 0.09 * unif(seed);
+        I->rt[2] = 1.25 + 0.2 * unif(seed);
+    }
+    /* memory: loose, or tight enough that nominal stages hold 2-5 layers
+     * (with recomputation always tight) */
+    if (rec)
+        I->mem = I->X + I->k1 * (2 + (int)(lcg(seed) % 4)) + I->E + 0.01;
+    else if (lcg(seed) % 2)
         I->mem = 1000;
     else
         I->mem = I->X + I->k1 * (2 + (int)(lcg(seed) % 4)) + I->E + 0.01;
@@ -534,12 +585,17 @@ static void random_instance(uint64_t *seed, inst *I)
  * (both in use); type 1 at speed 1 or 0.5-0.9 with its own memory (tight:
  * 1-4 nominal layers) and profile (alpha of the same sizes, each up to
  * 10 % slower, or the same; its own k and E); at most one straggler per
- * node, at 1.5, 3 or 6. */
-static void random_mixed(uint64_t *seed, inst *I)
+ * node, at 1.5, 3 or 6.  With rec: recomputation allowed, each type with
+ * its own shares kept and time factors, activations most of a layer, and
+ * type 0's memory tight too (2-5 nominal layers). */
+static void random_mixed(uint64_t *seed, inst *I, int rec)
 {
     static const int worlds[] = {8, 12, 16};
     memset(I, 0, sizeof *I);
     I->mixed = 1;
+    I->rec = rec;
+    I->kept[0] = I->kept1[0] = 1;
+    I->rt[0] = I->rt1[0] = 1;
     I->world = worlds[lcg(seed) % 3];
     I->rpn = 4;
     I->tp = (lcg(seed) % 2) ? 4 : 2;
@@ -563,6 +619,21 @@ static void random_mixed(uint64_t *seed, inst *I)
     I->X1 = 1.0;
     I->mem1 = I->X1 + I->k1_1 * (1 + (int)(lcg(seed) % 4)) + I->E1 + 0.01;
     I->speed1 = (lcg(seed) % 3) ? 0.5 + 0.4 * unif(seed) : 1.0;
+    if (rec) {
+        /* as random_instance's, per type: keep 30-90 % (selective), 5-30 %
+         * (full), at 1-10 % and 25-45 % more time */
+        I->k1 = 1.5 + 0.45 * unif(seed);
+        I->k1_1 = I->k0_1 * (1.5 + 0.45 * unif(seed));
+        I->mem = I->X + I->k1 * (2 + (int)(lcg(seed) % 4)) + I->E + 0.01;
+        I->mem1 = I->X1 + I->k1_1 * (2 + (int)(lcg(seed) % 3)) + I->E1 + 0.01;
+        for (int t = 0; t < 2; t++) {
+            double *kept = t ? I->kept1 : I->kept, *rt = t ? I->rt1 : I->rt;
+            kept[1] = 0.3 + 0.6 * unif(seed);
+            kept[2] = 0.05 + 0.25 * unif(seed);
+            rt[1] = 1.01 + 0.09 * unif(seed);
+            rt[2] = 1.25 + 0.2 * unif(seed);
+        }
+    }
     int nn = I->world / I->rpn, n1 = 0;
     for (int n = 0; n < nn; n++)
         n1 += I->node_type[n] = (int)(lcg(seed) % 2);
@@ -620,8 +691,12 @@ static void check_bound_and_limit(const mal_replan_input *in0, double opt, const
 
 int main(int argc, char **argv)
 {
-    int want = 60, want_mixed = 150, only = 0, heuristic = 0, n_equal = 0, n_plans = 0;
-    if (argc == 3 && !strcmp(argv[1], "--long")) want = want_mixed = atoi(argv[2]);
+    int want = 60, want_rec = 30, want_mixed = 150, want_mixrec = 20, only = 0, heuristic = 0;
+    int n_equal = 0, n_plans = 0, n_rec_plans = 0, n_rec_stages = 0, n_mixrec_plans = 0;
+    if (argc == 3 && !strcmp(argv[1], "--long")) {
+        want = want_mixed = atoi(argv[2]);
+        want_rec = want_mixrec = want / 2;
+    }
     if (argc == 3 && !strcmp(argv[1], "--heuristic")) {
         want = atoi(argv[2]);
         heuristic = 1;
@@ -629,21 +704,23 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "--only")) only = atoi(argv[2]); /* debugging */
     if (argc == 3 && !strcmp(argv[1], "--only-mixed")) { /* debugging: the N-th try of them */
         only = atoi(argv[2]);
-        want = 0;
+        want = want_rec = 0;
     }
-    /* the mixed instances have a seed of their own: the others stay those
-     * of before */
-    uint64_t seed = 14, seed_mixed = 2718;
+    /* the mixed instances, and the mixed ones with recomputation, have
+     * seeds of their own: the others stay those of before */
+    uint64_t seed = 14, seed_mixed = 2718, seed_mixrec = 1618;
     int done = 0, skipped = 0, infeasible = 0, tries = 0, by_world[33] = {0}, n_heur = 0;
     int done_mixed = 0, infeasible_mixed = 0;
     double t_ref = 0, t_plan = 0;
-    if (heuristic) want_mixed = 0;
-    while (done < want + want_mixed) {
+    if (heuristic) want_mixed = want_mixrec = 0;
+    while (done < want + want_rec + want_mixed + want_mixrec) {
         inst I;
-        if (done < want)
-            random_instance(&seed, &I);
+        if (done < want + want_rec)
+            random_instance(&seed, &I, done >= want);
+        else if (done < want + want_rec + want_mixed)
+            random_mixed(&seed_mixed, &I, 0);
         else
-            random_mixed(&seed_mixed, &I);
+            random_mixed(&seed_mixrec, &I, 1);
         tries++;
         if (only && tries != only) {
             if (tries > only) break;
@@ -718,6 +795,14 @@ int main(int argc, char **argv)
             /* the written plan is that objective, fits memory, validates */
             mal_cost_eval ev;
             CHECK_OK(mal_plan_validate(&plan, I.world, I.L, p.n_heads, p.ffn_hidden, I.M));
+            int n_rc = 0;
+            for (int i = 0; i < plan.n_pipelines; i++)
+                for (int j = 0; j < plan.pipelines[i].n_stages; j++)
+                    n_rc += plan.pipelines[i].stages[j].recompute != MAL_RECOMPUTE_NONE;
+            CHECK(I.rec || n_rc == 0);
+            n_rec_plans += n_rc > 0 && !I.mixed;
+            n_mixrec_plans += n_rc > 0 && I.mixed;
+            n_rec_stages += n_rc;
             CHECK_OK(mal_cost_eval_plan(&plan, &p, &c, rates, &ev));
             CHECK(ev.memory_ok);
             CHECK_CLOSE(ev.step_time, opt, 1e-9, 0);
@@ -748,13 +833,17 @@ int main(int argc, char **argv)
         printf("test_replan_exact: the heuristic search alone is optimal on %d of %d instances "
                "with a plan\n",
                n_equal, n_plans);
+    printf("test_replan_exact: %d of the %d instances with --recompute auto recompute on %d "
+           "stages\n",
+           n_rec_plans, want_rec, n_rec_stages);
     printf("test_replan_exact: %d instances (%d of 16 ranks, %d of 24, %d of 32) equal the exact "
            "optimum (%d without any plan; %d found by the planner's heuristic search alone), %d "
            "skipped as too large for the reference; reference %.2f s, planner %.2f s\n",
            done, by_world[16], by_world[24], by_world[32], infeasible, n_heur, skipped, t_ref,
            t_plan);
     printf("test_replan_exact: of them %d mixed (two device types, each with its memory, speed "
-           "and profile; %d without any plan)\n",
-           done_mixed, infeasible_mixed);
+           "and profile; %d without any plan), %d of them with --recompute auto (%d plans "
+           "recompute)\n",
+           done_mixed, infeasible_mixed, want_mixrec, n_mixrec_plans);
     return 0;
 }

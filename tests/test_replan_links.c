@@ -328,6 +328,7 @@ static void check_boundary_link(void)
         rates[r] = 1.0;
     CHECK_OK(mal_profile_preset(&p, "small", 1));
     p.link_bandwidth /= 64; /* a slow interconnect: a hop near a stage's time */
+    p.zero = 1;             /* the run's default: two replicas' moments sharded */
     CHECK_OK(mal_cluster_regular(&c, W, W, 200)); /* 200 MB: two stages */
     mal_plan blind, aware;
     mal_replan_stats st;
@@ -481,6 +482,7 @@ static void check_mixed(void)
     mal_cluster c = {0};
     mal_profile p = {0};
     CHECK_OK(mal_profile_preset(&p, "small", 1));
+    p.zero = 1; /* the run's default: replicas' moments sharded */
     /* refusals name the field */
     static const char *const bad[] = {
         "{\"world_size\": 8, \"ranks_per_node\": 4, \"memory_mb\": 100, \"types\": {\"a\": "

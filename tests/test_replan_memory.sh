@@ -34,8 +34,8 @@ check() {
         # layers L x K (k[d]) x TP a/b = V   or   layers L x K (k[d] of TP s) x TP 1/1 = V
         # + embedding/head E x M x TP a/b [- tied Y] = W + scratch S
         # + pipeline buffers N x A = B + gradient sum G - moments not kept Z (--zero z, R replicas)
-        # + overhead X = total T of C
-        tied = 0
+        # [- recompute MODE R + workspace W] + overhead X = total T of C
+        tied = 0; rs = 0; ws = 0
         for (i = 1; i <= NF; i++) {
             if ($i == "layers" && !lseen) { l = $(i + 1); k = $(i + 3); lseen = 1
                 kd = $(i + 4); gsub(/[^0-9]/, "", kd); ks = $(i + 5) == "of" ? $(i + 7) + 0 : 0
@@ -48,6 +48,8 @@ check() {
             if ($i == "sum") g = $(i + 1)
             if ($i == "kept") { z = $(i + 1); zero = $(i + 3); r = $(i + 4); sub(/^\(/, "", r) }
             if ($i == "overhead") x = $(i + 1)
+            if ($i == "recompute") rs = $(i + 2)
+            if ($i == "workspace") ws = $(i + 1)
             if ($i == "total") { s = $(i + 1); total[n] = s }
         }
         lseen = 0
@@ -62,7 +64,7 @@ check() {
         # no replicas, no gradient sum; with --zero 0 nothing is left out
         if (r == 1 && g != 0) { print "FAIL: a gradient sum without replicas: " $0; bad++ }
         if (zero == "0," && z != 0) { print "FAIL: moments left out with --zero 0: " $0; bad++ }
-        if (!near(lv + ev + sc + pv + g - z + x, s)) {
+        if (!near(lv + ev + sc + pv + g - z - rs + ws + x, s)) {
             print "FAIL: terms do not add up to the total: " $0; bad++ }
         if (expect_g != "" && (g > 0) != expect_g) { print "FAIL: gradient sum " g ": " $0; bad++ }
         # --zero 1, layers and embedding held by every pipeline alike: a
@@ -92,6 +94,14 @@ run "simulate uneven_stages.json" 7 --world-size 8 --ranks-per-node 8 --memory-m
     -M 8 --model tiny --simulate "$P/uneven_stages.json" --explain
 run "plan, 70b, 64 ranks" 8 --world-size 64 --ranks-per-node 8 --memory-mb 81920 --model 70b \
     -M 128 --uniform --explain -o "$T/plan.json"
+# Recomputation: every stage full (--recompute full); the activations not
+# kept and the workspace are terms of the sum, and each stage line says
+# what the mode saves and adds.
+run "plan, 70b, 64 ranks, --recompute full" 8 --world-size 64 --ranks-per-node 8 \
+    --memory-mb 81920 --model 70b -M 128 --recompute full --explain -o "$T/plan.json"
+[ "$(grep -c ' stage [0-9]*: TP .*recompute full: saves [0-9]* MB, adds' "$T/out")" = 8 ] &&
+    [ "$(grep -c '"recompute": "full"' "$T/plan.json")" = 8 ] ||
+    { echo "FAIL: not every stage recomputes in full"; cat "$T/out"; fails=$((fails + 1)); }
 # The plan-dependent terms: --zero 1 on two pipelines (tiny's layers and
 # untied embedding held by both): a gradient sum on every stage and half of
 # the moments left out; one pipeline: no gradient sum.

@@ -28,7 +28,14 @@
  * Malleus with the types' speeds only (every stage sized for the least
  * memory) and Malleus with each type's memory and profile.
  *
- * Usage: bench_paper [--csv FILE] [--widest] [--links] [--settings 32b,70b,110b]
+ * --memory-model: the grid planned with the reference system's memory
+ * figures (the default mode's) and with the runtime's (ZeRO-1 moments
+ * sharded, the gradient sum's copy, pipeline buffers, recomputation per
+ * stage): plans changed, step and bound, and the uniform depths each
+ * setting fits at.
+ *
+ * Usage: bench_paper [--csv FILE] [--widest] [--links] [--memory-model]
+ *                    [--settings 32b,70b,110b]
  * Prints one row per scenario and the averages; --csv writes the rows for
  * bench/paper/plot.py; --widest also runs --search exhaustive where at most
  * two nodes have stragglers (beyond, the enumeration does not end in
@@ -192,6 +199,231 @@ static void planner(const mal_replan_input *in, int search, int kind, result *r,
         exit(1);
     }
     mal_plan_fini(&plan);
+}
+
+/* The reference system's memory figures, which the paper grid is planned
+ * with: each layer's state counted whole (16 bytes per parameter) and
+ * nothing that depends on the plan -- no copy of the gradients for their
+ * sum, no moments sharded over replicas, no pipeline receive buffers (the
+ * planner counts these from layer_state_mb, embedding_state_mb and
+ * activation_bytes; --memory-model plans with them). */
+static void reference_figures(mal_profile *q, int keep_activations)
+{
+    q->layer_state_mb = q->embed_state_mb = 0;
+    if (!keep_activations) q->activation_bytes = 0; /* priced by --links */
+}
+
+/* ---- --memory-model: the runtime's memory --------------------------------- */
+
+/* The straggler grid: scenario (count ci, rate xi, packed) into rates[];
+ * 0 when the grid skips it, else the number of stragglers. */
+static int grid_scenario(const setting *st, int n, double x, int packed, double *rates)
+{
+    if (packed && n == 1) return 0;               /* the same as one per node */
+    if (!packed && n > st->world / RPN) return 0; /* one per node: not enough nodes */
+    for (int r = 0; r < st->world; r++)
+        rates[r] = 1.0;
+    for (int k = 0; k < n; k++)
+        rates[packed ? k : k * RPN + 3] = x;
+    return n;
+}
+
+/* A plan's shape: per pipeline its stages' TP sizes, layers and recompute
+ * modes, and its micro-batches (ranks left out: alike ranks may trade
+ * places without changing the plan). */
+static void plan_shape(const mal_plan *plan, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < plan->n_pipelines && o < len; i++) {
+        const mal_plan_pipeline *pl = &plan->pipelines[i];
+        o += (size_t)snprintf(buf + o, len - o, "|%d:", pl->micro_batches);
+        for (int j = 0; j < pl->n_stages && o < len; j++) {
+            const mal_plan_stage *q = &pl->stages[j];
+            o += (size_t)snprintf(buf + o, len - o, " %d/%d/%d", q->n_ranks,
+                                  q->layer_end - q->layer_begin, q->recompute);
+        }
+    }
+}
+
+typedef struct mm_plan {
+    double T, sim;
+    int pipes, smin, smax, n_rc, fits_runtime;
+    char shape[4096];
+} mm_plan;
+
+static void mm_run(const mal_replan_input *in, const mal_profile *runtime, int assumed, mm_plan *o)
+{
+    mal_plan plan;
+    mal_replan_stats stats;
+    memset(o, 0, sizeof *o);
+    o->T = o->sim = INFINITY;
+    int rc = mal_replan(in, &plan, &stats);
+    if (rc == MAL_EINVAL) return;
+    if (rc) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        exit(1);
+    }
+    result r;
+    eval_plan(&plan, in->profile, in->cluster, in->rates, 3, &r);
+    o->T = r.T;
+    o->sim = r.sim;
+    o->pipes = plan.n_pipelines;
+    o->smin = 1 << 30;
+    for (int i = 0; i < plan.n_pipelines; i++) {
+        o->smin = MAL_MIN(o->smin, plan.pipelines[i].n_stages);
+        o->smax = MAL_MAX(o->smax, plan.pipelines[i].n_stages);
+        for (int j = 0; j < plan.pipelines[i].n_stages; j++)
+            o->n_rc += plan.pipelines[i].stages[j].recompute != MAL_RECOMPUTE_NONE;
+    }
+    plan_shape(&plan, o->shape, sizeof o->shape);
+    /* does it fit the runtime's memory, in the recompute mode its memory
+     * figures assumed (the reference's 32B: full on every stage)? */
+    for (int i = 0; i < plan.n_pipelines && assumed; i++)
+        for (int j = 0; j < plan.pipelines[i].n_stages; j++)
+            plan.pipelines[i].stages[j].recompute = assumed;
+    mal_cost_eval ev;
+    if (mal_cost_eval_plan(&plan, runtime, in->cluster, in->rates, &ev)) exit(1);
+    o->fits_runtime = ev.memory_ok;
+    mal_cost_eval_fini(&ev);
+    mal_plan_fini(&plan);
+}
+
+/* The uniform layouts DP x TP x PP of a setting on the runtime's memory:
+ * which depths fit in which recompute mode, and their healthy step. */
+static void mm_uniform(const setting *st, const mal_profile *rt, const mal_cluster *cl)
+{
+    double rates[64];
+    for (int r = 0; r < st->world; r++)
+        rates[r] = 1.0;
+    int groups = st->world / st->tp;
+    for (int pp = 1; pp <= groups && pp <= rt->n_layers; pp *= 2) {
+        int dp = groups / pp;
+        if (M < dp * pp) continue;
+        mal_plan plan;
+        if (mal_plan_uniform(dp, st->tp, pp, rt->n_layers, MBS, dp * MBS, &plan)) exit(1);
+        for (int d = 0; d < dp; d++)
+            plan.pipelines[d].micro_batches = M / dp + (d < M % dp);
+        printf("  %-5s uniform DP %2d x TP %d x PP %2d:", st->name, dp, st->tp, pp);
+        int fit = -1;
+        for (int m = MAL_RECOMPUTE_NONE; m <= MAL_RECOMPUTE_FULL; m++) {
+            double most = 0;
+            for (int i = 0; i < plan.n_pipelines; i++)
+                for (int j = 0; j < plan.pipelines[i].n_stages; j++) {
+                    plan.pipelines[i].stages[j].recompute = m;
+                    mal_cost_memory t;
+                    mal_cost_memory_terms(rt, &plan, i, j, &t);
+                    most = MAL_MAX(most, t.total);
+                }
+            printf("  %s %5.1f GB%s", mal_recompute_name(m), most / 1024,
+                   most <= MEM_MB ? "" : " (no)");
+            if (fit < 0 && most <= MEM_MB) fit = m;
+        }
+        if (fit >= 0) {
+            for (int i = 0; i < plan.n_pipelines; i++)
+                for (int j = 0; j < plan.pipelines[i].n_stages; j++)
+                    plan.pipelines[i].stages[j].recompute = fit;
+            result r;
+            eval_plan(&plan, rt, cl, rates, 0, &r);
+            printf("   step %.3f s (%s)", r.T * rt->layer_time, mal_recompute_name(fit));
+        }
+        printf("\n");
+        mal_plan_fini(&plan);
+    }
+}
+
+/* --memory-model: the grid planned twice -- with the reference figures
+ * (the default mode's: state whole, no plan-dependent terms, 32B with
+ * full recomputation everywhere) and with the runtime's memory (--zero 1
+ * moments sharded over each layer's replicas, the gradient sum's copy,
+ * pipeline buffers, recomputation chosen per stage: --recompute auto) --
+ * how many plans change, the step and its distance from the bound, and the
+ * uniform depths each setting fits at. */
+static int memory_model_rows(const char *only)
+{
+    static const int counts[] = {1, 2, 4, 8};
+    static const double xs[] = {1.5, 2, 4, 8, 12};
+    int n_rows = 0, n_changed = 0, n_unfit = 0, n_fewer = 0;
+    double sum_ratio = 0, min_ratio = INFINITY, max_ratio = 0, sum_fa = 0, sum_fb = 0;
+    printf("%-5s %2s %5s %-6s %8s | %-24s %8s %4s | %-24s %8s %4s | %s\n", "model", "n", "rate",
+           "place", "bound_s", "reference: pipes x stages", "step_s", "fits",
+           "runtime: pipes x stages", "step_s", "rc", "B/A");
+    for (size_t si = 0; si < MAL_ARRAY_SIZE(settings); si++) {
+        const setting *st = &settings[si];
+        if (only && !strstr(only, st->name)) continue;
+        mal_profile ref, rt;
+        mal_cluster cl;
+        if (mal_profile_preset_tp(&ref, st->name, MBS, st->tp) ||
+            mal_profile_preset_tp(&rt, st->name, MBS, st->tp) ||
+            mal_cluster_regular(&cl, st->world, RPN, MEM_MB)) {
+            fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+            return 1;
+        }
+        if (st->recompute) { /* as the default mode: full everywhere */
+            double state = ref.layer_state_mb / ref.tp;
+            for (int d = 0; d < ref.n_k; d++)
+                ref.k[d] = state + (ref.k[d] - state) * 2.0 / 34.0;
+            ref.layer_time *= 4.0 / 3.0;
+        }
+        reference_figures(&ref, 0);
+        rt.zero = 1;
+        rt.recompute = MAL_REPLAN_RECOMPUTE_AUTO;
+        double lt = rt.layer_time;
+        int s_rows = n_rows, s_changed = n_changed, s_unfit = n_unfit;
+        double s_ratio = sum_ratio, s_fa = sum_fa, s_fb = sum_fb;
+        for (size_t ci = 0; ci < MAL_ARRAY_SIZE(counts); ci++)
+            for (size_t xi = 0; xi < MAL_ARRAY_SIZE(xs); xi++)
+                for (int packed = 0; packed <= 1; packed++) {
+                    double rates[64];
+                    int n = grid_scenario(st, counts[ci], xs[xi], packed, rates);
+                    if (!n) continue;
+                    mal_replan_input in = {&cl,    &ref, rates,           MBS, M,
+                                           st->dp, NULL, MAL_REPLAN_AUTO, 0,   NULL};
+                    mm_plan a, b;
+                    mm_run(&in, &rt, st->recompute ? MAL_RECOMPUTE_FULL : 0, &a);
+                    in.profile = &rt;
+                    mm_run(&in, &rt, 0, &b);
+                    double bound = mal_cost_capacity_bound(&rt, st->world, rates, M);
+                    /* the reference's times are of its own layer time (32B:
+                     * a third more for full recomputation) */
+                    double Ta = a.T * ref.layer_time, Tb = b.T * lt;
+                    int changed = strcmp(a.shape, b.shape) != 0;
+                    char sa[32], sb[32];
+                    snprintf(sa, sizeof sa, "%d x %d-%d", a.pipes, a.smin, a.smax);
+                    snprintf(sb, sizeof sb, "%d x %d-%d", b.pipes, b.smin, b.smax);
+                    printf(
+                        "%-5s %2d %5.1f %-6s %8.3f | %-24s %8.3f %4s | %-24s %8.3f %4d | %.3f%s\n",
+                        st->name, n, xs[xi], packed ? "packed" : "spread", bound * lt, sa, Ta,
+                        a.fits_runtime ? "yes" : "no", sb, Tb, b.n_rc, Tb / Ta,
+                        changed ? "  changed" : "");
+                    n_rows++;
+                    n_changed += changed;
+                    n_unfit += !a.fits_runtime;
+                    n_fewer += b.smax < a.smax;
+                    sum_ratio += Tb / Ta;
+                    min_ratio = MAL_MIN(min_ratio, Tb / Ta);
+                    max_ratio = MAL_MAX(max_ratio, Tb / Ta);
+                    sum_fa += bound * lt / Ta;
+                    sum_fb += bound * lt / Tb;
+                }
+        s_rows = n_rows - s_rows;
+        printf("  %-5s %d scenarios: %d change plan, %d reference plans do not fit the runtime; "
+               "step runtime/reference mean %.3f; at %.3f of the bound (reference %.3f)\n",
+               st->name, s_rows, n_changed - s_changed, n_unfit - s_unfit,
+               (sum_ratio - s_ratio) / MAL_MAX(1, s_rows), (sum_fb - s_fb) / MAL_MAX(1, s_rows),
+               (sum_fa - s_fa) / MAL_MAX(1, s_rows));
+        mm_uniform(st, &rt, &cl);
+        mal_profile_fini(&ref);
+        mal_profile_fini(&rt);
+        mal_cluster_fini(&cl);
+    }
+    printf("\n%d scenarios: %d change plan with the runtime's memory (%d with fewer stages in "
+           "their deepest pipeline); %d reference plans do not fit the runtime's memory as they "
+           "stand; step runtime/reference mean %.3f (%.3f-%.3f); at %.3f of the capacity bound "
+           "(reference %.3f)\n",
+           n_rows, n_changed, n_fewer, n_unfit, sum_ratio / MAL_MAX(1, n_rows), min_ratio,
+           max_ratio, sum_fb / MAL_MAX(1, n_rows), sum_fa / MAL_MAX(1, n_rows));
+    return 0;
 }
 
 /* ---- --links: slow links and mixed hardware ------------------------------ */
@@ -410,7 +642,7 @@ static void mixed_rows(const setting *st, const mal_profile *prof, double frac, 
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL, *only = NULL;
-    int widest = 0, links = 0;
+    int widest = 0, links = 0, memory_model = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -420,12 +652,15 @@ int main(int argc, char **argv)
             widest = 1;
         else if (!strcmp(argv[i], "--links"))
             links = 1;
+        else if (!strcmp(argv[i], "--memory-model"))
+            memory_model = 1;
         else {
             fprintf(stderr, "usage: bench_paper [--csv FILE] [--widest] [--links] "
-                            "[--settings 32b,70b,110b]\n");
+                            "[--memory-model] [--settings 32b,70b,110b]\n");
             return 2;
         }
     }
+    if (memory_model) return memory_model_rows(only);
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
     if (csv_path && !csv) {
         perror(csv_path);
@@ -472,6 +707,8 @@ int main(int argc, char **argv)
                 q->layer_time *= 4.0 / 3.0;
             }
         }
+        reference_figures(&prof, links);
+        reference_figures(&nomtp, links);
         /* baseline 3's space: the nominal TP size only */
         for (int l = 0; l <= MAL_REPLAN_MAX_TP_LOG; l++)
             if ((1 << l) != st->tp) nomtp.alpha[l] = 0;
@@ -486,14 +723,9 @@ int main(int argc, char **argv)
         for (size_t ci = 0; ci < MAL_ARRAY_SIZE(counts); ci++)
             for (size_t xi = 0; xi < MAL_ARRAY_SIZE(xs); xi++)
                 for (int packed = 0; packed <= 1; packed++) {
-                    int n = counts[ci];
-                    if (packed && n == 1) continue; /* the same as one per node */
-                    if (!packed && n > st->world / RPN) continue;
                     double rates[64];
-                    for (int r = 0; r < st->world; r++)
-                        rates[r] = 1.0;
-                    for (int k = 0; k < n; k++)
-                        rates[packed ? k : k * RPN + 3] = xs[xi];
+                    int n = grid_scenario(st, counts[ci], xs[xi], packed, rates);
+                    if (!n) continue;
                     mal_replan_input in = {&cl,    &prof, rates,           MBS, M,
                                            st->dp, NULL,  MAL_REPLAN_AUTO, 0,   NULL};
                     result r1, r2, r3, r4;
