@@ -218,6 +218,51 @@ static void check_forced(void)
     mal_profile_fini(&p);
 }
 
+/* The replica-count passes (README "Recomputation", the caps' memory
+ * terms): 8 ranks, four TP-2 groups, 8 layers, 8 micro-batches, 17.5 MB,
+ * each layer's state 2 MB (1 MB a rank) with --zero 1.  Four one-stage
+ * pipelines (8 layers each) take (2 + 0) x 8 = 16 layer units and need
+ * 16 + E 1 + X 1 = 18 MB with one replica (the first pass's dearest
+ * count), but with four replicas the gradient copy (2 MB) and the moments
+ * not kept (3 MB) make it 17: only a later pass finds them.  The first
+ * pass's best, two pipelines of two stages (5 x 4 = 20), holds fewer layers
+ * per stage than its caps (5 and 8) allow: a pass skipped because no stage
+ * of the best plan is at its cap would miss the plan. */
+static void check_replica_passes(void)
+{
+    double rates[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    mal_profile p;
+    mal_cluster c;
+    mal_plan plan;
+    mal_replan_stats st;
+    profile(&p, MAL_REPLAN_RECOMPUTE_NONE);
+    p.layer_state_mb = 2.0;
+    p.zero = 1;
+    CHECK_CLOSE(mal_cost_stage_need(&p, 2, 1, 0, 8, 0, 0, MAL_RECOMPUTE_NONE), 18.0, 1e-12, 0);
+    CHECK_CLOSE(mal_cost_stage_need(&p, 2, 1, 0, 8, 0, 4, MAL_RECOMPUTE_NONE), 17.0, 1e-12, 0);
+    CHECK_EQ_INT(mal_cost_layer_cap_mode(&p, 17.5, 2, 2, 0, 0, MAL_RECOMPUTE_NONE), 5);
+    CHECK_EQ_INT(mal_cost_layer_cap_mode(&p, 17.5, 2, 2, 1, 0, MAL_RECOMPUTE_NONE), 8);
+    CHECK_OK(mal_cluster_regular(&c, 8, 8, 17.5));
+    mal_replan_input in = {0};
+    in.cluster = &c;
+    in.profile = &p;
+    in.rates = rates;
+    in.micro_batch_size = 1;
+    in.n_micro_batches = 8;
+    in.search = MAL_REPLAN_EXHAUSTIVE;
+    CHECK_OK(mal_replan(&in, &plan, &st));
+    printf("replica passes: %d pipelines, step %.4f layer units\n", plan.n_pipelines, st.objective);
+    CHECK_EQ_INT(plan.n_pipelines, 4);
+    CHECK_CLOSE(st.objective, 16.0, 1e-12, 0);
+    mal_cost_eval ev;
+    CHECK_OK(mal_cost_eval_plan(&plan, &p, &c, rates, &ev));
+    CHECK(ev.memory_ok);
+    mal_cost_eval_fini(&ev);
+    mal_plan_fini(&plan);
+    mal_cluster_fini(&c);
+    mal_profile_fini(&p);
+}
+
 /* Nothing fits even with full recomputation: refused naming the stage, its
  * need and the limit; without recomputation allowed the message says so. */
 static void check_refusal(void)
@@ -301,6 +346,7 @@ int main(void)
     check_eval_and_sim();
     check_forced();
     check_refusal();
+    check_replica_passes();
     printf("test_replan_recompute: ok\n");
     return 0;
 }
