@@ -211,17 +211,28 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
                        "profile: nominal TP size %d must be a power of two dividing n_heads %d and "
                        "ffn_hidden %d",
                        nominal_tp, cfg->n_heads, cfg->ffn_hidden);
-    /* The largest model this measures is one layer at TP 1 (with one
-     * micro-batch's activations): refuse, with the numbers, a model whose
-     * one layer cannot fit in this machine's memory, before allocating. */
-    mal_model_part one = {0, 1, 0, 0, 1, 0};
-    size_t need, mem = mal_phys_memory_bytes();
-    if ((rc = mal_model_bytes(cfg, &one, B, k, 1, MAL_RECOMPUTE_NONE, &need))) return rc;
+    /* The most this holds at once is one layer at TP 1, or the nominal
+     * size's layer in the three recompute modes (an instance each, with
+     * one micro-batch's activations): refuse, with the numbers, a model
+     * whose layer cannot fit in this machine's memory, before allocating. */
+    mal_model_part one = {0, 1, 0, 0, 1, 0}, npart = {0, 1, 0, 0, nominal_tp, 0};
+    size_t need = 0, mem = mal_phys_memory_bytes();
+    for (int mode = MAL_RECOMPUTE_NONE; mode <= MAL_RECOMPUTE_FULL; mode++) {
+        size_t b;
+        if ((rc = mal_model_bytes(cfg, &npart, B, k, 1, mode, &b))) return rc;
+        need = need + b < need ? SIZE_MAX : need + b;
+    }
+    if (nominal_tp > 1) {
+        size_t b;
+        if ((rc = mal_model_bytes(cfg, &one, B, k, 1, MAL_RECOMPUTE_NONE, &b))) return rc;
+        need = MAL_MAX(need, b);
+    }
     if (mem && need > mem)
         return MAL_ERR(MAL_EINVAL,
-                       "profile: one layer of model %s needs %zu bytes (%.1f GiB) to measure, "
-                       "more than this machine's %zu (%.1f GiB)",
-                       cfg->name, need, need / (MB * 1024), mem, mem / (MB * 1024));
+                       "profile: one layer of model %s needs %zu bytes (%.1f GiB) to measure (at "
+                       "TP 1 and in each recompute mode at TP %d), more than this machine's %zu "
+                       "(%.1f GiB)",
+                       cfg->name, need, need / (MB * 1024), nominal_tp, mem, mem / (MB * 1024));
     /* the nominal size's layer in every recompute mode, for the time
      * recomputation adds: more repetitions, since a ratio of two least
      * times is what the planner reads */
