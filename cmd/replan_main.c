@@ -18,8 +18,10 @@ int main(int argc, char **argv)
         {MAL_OPT_SECTION, .help = "Cluster (one of):"},
         {MAL_OPT_STRING, "cluster", 'c', "FILE", .target = &o.cluster_path,
          .help = "cluster JSON: {\"world_size\", \"ranks_per_node\" | \"nodes\", \"memory_mb\"};\n"
-                 "mixed hardware: \"types\": {NAME: {\"memory_mb\", \"speed\"}} and\n"
-                 "\"node_types\": [NAME per node] instead of \"memory_mb\""},
+                 "mixed hardware: \"types\": {NAME: {\"memory_mb\", \"speed\" | \"profile\"}}\n"
+                 "and \"node_types\": [NAME per node] instead of \"memory_mb\"; a type's\n"
+                 "\"profile\" (a file beside the cluster file, or a preset) gives its\n"
+                 "memory per layer and its speed; --profile is the fastest type's"},
         {MAL_OPT_INT, "world-size", 0, "N", .target = &o.world_size, .lo = 1, .hi = 1000000000,
          .help = "number of ranks (with --ranks-per-node and --memory-mb)"},
         {MAL_OPT_INT, "ranks-per-node", 0, "G", .target = &o.ranks_per_node, .lo = 1,

@@ -20,7 +20,10 @@
 #        on it (submit with sbatch --no-kill, so that Slurm does not end the
 #        job when it marks the dead node down); a job started again with
 #        more ranks than its newest plan's (the node back) grows onto them
-#        the same way
+#        the same way; a node that answers again while the job runs on
+#        fewer (GROW) is grown onto: the run stops at a step boundary with
+#        a snapshot, re-plan, reshard, train on the larger set; a node
+#        whose ranks straggle run after run (EXCLUDE_RATE) is left out
 #   until STEPS steps are done.  A job started again (requeued, resubmitted,
 #   or this script run again) continues from the newest generation that has
 #   a committed snapshot, and its newest snapshot.
@@ -74,6 +77,20 @@
 #                   default LAUNCH, else 0]
 #   PROBE_TIMEOUT   seconds a node has to run a task before it counts as
 #                   gone [3]
+#   GROW            1: while a run goes on fewer nodes than the job's (after
+#                   a shrink), ask the missing ones every GROW_POLL seconds
+#                   to run a task (each ask waits up to 30 s for a node
+#                   coming up); once one does, stop the run at a step
+#                   boundary with a snapshot and continue on the larger set
+#                   (re-plan, reshard) [SHRINK]
+#   GROW_POLL       seconds between those asks [10]
+#   EXCLUDE_RATE    leave out a node whose ranks measured a straggling rate
+#                   of this or more (its slowest rank, averaged over a run)
+#                   in each of its last EXCLUDE_AFTER runs, at the next
+#                   re-plan or restart and in every later run of the job
+#                   (requeued too: RUN_DIR/excluded); every run's figures
+#                   go to RUN_DIR/node-rates.log [0: off]
+#   EXCLUDE_AFTER   runs in a row [2]
 #   TRAIN_ARGS      more malleus-train flags, as words (e.g. --inject, policy
 #                   knobs; a value with spaces goes in the arguments instead)
 #
@@ -146,6 +163,15 @@ fi
 SHRINK=${SHRINK:-0}
 PROBE_TIMEOUT=${PROBE_TIMEOUT:-3}
 [ "$SHRINK" = 1 ] && [ "${#nodes[@]}" -lt 2 ] && SHRINK=0
+EXCLUDE_RATE=${EXCLUDE_RATE:-0}
+EXCLUDE_AFTER=${EXCLUDE_AFTER:-2}
+case $EXCLUDE_RATE in '' | *[!0-9.]* | *.*.*) echo "adaptive-loop: EXCLUDE_RATE must be a number (a straggling rate; 0: off), not '$EXCLUDE_RATE'" >&2; exit 2 ;; esac
+case $EXCLUDE_AFTER in '' | *[!0-9]* | 0) echo "adaptive-loop: EXCLUDE_AFTER must be a whole number of runs, 1 or more, not '$EXCLUDE_AFTER'" >&2; exit 2 ;; esac
+GROW=${GROW:-$SHRINK}
+GROW_POLL=${GROW_POLL:-10}
+[ "$SHRINK" = 1 ] || GROW=0
+case $GROW_POLL in '' | *[!0-9.]* | *.*.*) echo "adaptive-loop: GROW_POLL must be a number of seconds, not '$GROW_POLL'" >&2; exit 2 ;; esac
+job_nodes=("${nodes[@]}")
 wrapper=()
 [ -n "${RANK_WRAPPER:-}" ] && wrapper=("$RANK_WRAPPER")
 if [ -z "${STOP_SIGNAL:-}" ]; then
@@ -156,6 +182,7 @@ fi
 mkdir -p "$RUN_DIR" || exit 2
 METRICS=$RUN_DIR/metrics.jsonl
 EVENTS=$RUN_DIR/events.log
+grow_file=$RUN_DIR/grow.$$
 log() { echo "adaptive-loop: $*" | tee -a "$EVENTS"; }
 [ -n "${SLURM_RESTART_COUNT:-}" ] && [ "${SLURM_RESTART_COUNT}" -gt 0 ] &&
     log "job ${SLURM_JOB_ID:-} requeued: run $((SLURM_RESTART_COUNT + 1))"
@@ -178,8 +205,15 @@ for s in TERM INT HUP USR1; do trap "on_signal $s" "$s"; done
 # run COMMAND...: in the background, so that a signal reaches the trap
 # while it runs; its exit status in $rc.
 run() {
+    local watcher=""
+    rm -f "$grow_file"
     "$@" &
     child=$!
+    # a run on fewer nodes than the job's watches for the others' return
+    if [ "$GROW" = 1 ] && [ "${#nodes[@]}" -lt "${#job_nodes[@]}" ]; then
+        watch_nodes "$child" &
+        watcher=$!
+    fi
     interrupted=0
     wait "$child"
     rc=$?
@@ -193,6 +227,7 @@ run() {
         rc=$r
     done
     child=""
+    [ -n "$watcher" ] && { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
 }
 
 # Whether $1 holds a committed snapshot (`latest` is a hint: a step
@@ -222,6 +257,10 @@ stopped() {
     if [ "$why" = USR1 ] && [ -n "${SLURM_JOB_ID:-}" ] && [ "$REQUEUE" = 1 ]; then
         # said first: the requeue ends this run of the job at once
         log "stopped at step $(snap_step "$snap") for the time limit: requeuing job $SLURM_JOB_ID"
+        # Slurm refuses a running job's ExcNodeList, and the requeue ends
+        # this script: the nodes left out can only be named
+        [ -s "$RUN_DIR/excluded" ] &&
+            log "node(s) $(sort -u "$RUN_DIR/excluded" | tr '\n' ' ')stay out of the requeued job but may be allocated to it: to give them back, scontrol update JobId=$SLURM_JOB_ID ExcNodeList=$(sort -u "$RUN_DIR/excluded" | paste -sd,) while it is pending"
         scontrol requeue "$SLURM_JOB_ID" && exit 4
         log "scontrol requeue $SLURM_JOB_ID failed: submit the job again to continue"
     fi
@@ -246,68 +285,208 @@ probe_nodes() {
     rm -rf "$d"
 }
 
-# shrink: after a failed run, when some nodes no longer answer, make
-# generation gen+1 for the others (plan for their ranks with the rates the
-# failed run measured, the newest snapshot resharded onto it) and launch on
-# them; 0 when it did, 1 when every node answers or it cannot.
-shrink() {
-    local t0 rpn new_n next gone=() n k i keep=() rates="" step_done snap_at
+# The launcher for ${nodes[@]} (some of the job's nodes), NPROCS ranks
+# (--overlap: a failed step may still hold their CPUs until Slurm hears
+# from a dead node).
+on_nodes() {
+    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
+        IFS=,
+        echo "${nodes[*]}"
+    )" -n "$NPROCS")
+}
+
+# to_nodes WHY NODE...: make generation gen+1 for NODE... (some of the
+# job's nodes, in the job's order; RANKS_PER_NODE ranks each): a plan for
+# their ranks with the rates the last run measured on the nodes it used
+# (1.0 on the others), the newest snapshot resharded onto it; then run on
+# them.  0 when done, 1 (nothing changed) when planning or resharding fails.
+to_nodes() {
+    local why=$1 t0 rpn new_n next n k p i rates="" last old_rates=()
+    shift
     t0=$(date +%s)
-    probe_nodes
-    [ "${#alive[@]}" -lt "${#nodes[@]}" ] || return 1
-    for n in "${nodes[@]}"; do [[ " ${alive[*]} " == *" $n "* ]] || gone+=("$n"); done
-    if [ "${#alive[@]}" = 0 ] || [ $((NPROCS % ${#nodes[@]})) != 0 ]; then
-        log "node(s) ${gone[*]} do not answer, but ${#alive[@]} of ${#nodes[@]} nodes with $NPROCS ranks cannot be shrunk onto: retrying on all"
-        return 1
-    fi
-    rpn=$((NPROCS / ${#nodes[@]}))
-    new_n=$((rpn * ${#alive[@]}))
+    rpn=$RANKS_PER_NODE
+    new_n=$((rpn * $#))
     next=$((gen + 1))
-    # ranks are placed in blocks of rpn per node (srun's default): the
-    # survivors' old ranks, in order, become the new ranks 0..new_n-1
-    for k in "${!nodes[@]}"; do
-        [[ " ${alive[*]} " == *" ${nodes[$k]} "* ]] || continue
-        for ((i = k * rpn; i < (k + 1) * rpn; i++)); do keep+=("$i"); done
-    done
-    local last
+    # ranks are placed in blocks of rpn per node (srun's default): a node's
+    # ranks in the new plan take its old ranks' rates
     last=$(grep '"rates"' "$METRICS" 2>/dev/null | tail -n 1 | grep -o '"rates": *\[[^]]*\]' | sed 's/.*\[//; s/\]//; s/,/ /g')
     if [ -n "$last" ]; then
         read -r -a old_rates <<<"$last"
-        for i in "${keep[@]}"; do rates+="${rates:+, }${old_rates[$i]:-1.0}"; done
+        for n in "$@"; do
+            p=-1
+            for k in "${!nodes[@]}"; do [ "${nodes[$k]}" = "$n" ] && p=$k; done
+            for ((i = 0; i < rpn; i++)); do
+                if [ "$p" -ge 0 ]; then rates+="${rates:+, }${old_rates[$((p * rpn + i))]:-1.0}"; else rates+="${rates:+, }1.0"; fi
+            done
+        done
         echo "{\"rates\": [$rates]}" >"$RUN_DIR/rates.$next.jsonl"
     fi
-    step_done=$(tail -n 1 "$METRICS" 2>/dev/null | sed -n 's/^{"step": *\([0-9]*\).*/\1/p')
-    snap_at=$(snap_step "$snap")
-    log "node(s) ${gone[*]} do not answer: continuing on ${alive[*]} ($new_n ranks, was $NPROCS) from the snapshot of step $snap_at (the failed run reached step ${step_done:-0}: $((${step_done:-0} - snap_at)) steps lost)"
     local pargs=(--world-size "$new_n" --ranks-per-node "$rpn" --memory-mb "$MEMORY_MB" -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
     if [ -f "$PROFILE" ]; then pargs+=(--profile "$PROFILE"); else pargs+=(--model "$PROFILE"); fi
     [ -f "$RUN_DIR/rates.$next.jsonl" ] && pargs+=(--rates "$RUN_DIR/rates.$next.jsonl")
     if ! "$REPLAN" "${pargs[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1; then
-        log "malleus-replan for the survivors failed: retrying on all nodes"
+        log "malleus-replan for $* ($new_n ranks) failed: staying on ${nodes[*]}"
         rm -f "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
         return 1
     fi
     if has_snapshot "$snap" &&
         ! "$RESHARD" --no-progress "$snap" "$RUN_DIR/plan.$next.json" "$RUN_DIR/snap.$next" >>"$EVENTS" 2>&1; then
-        log "malleus-reshard onto the survivors' plan failed: retrying on all nodes"
+        log "malleus-reshard onto the plan for $* failed: staying on ${nodes[*]}"
         rm -rf "$RUN_DIR/snap.$next" "$RUN_DIR/plan.$next.json" "$RUN_DIR/rates.$next.jsonl"
         return 1
     fi
-    # a shrink without a snapshot starts over: its generation counts
-    # once its first snapshot is committed, like any other
+    # a generation without a snapshot starts over: it counts once its
+    # first snapshot is committed, like any other
     gen=$next
     plan=$RUN_DIR/plan.$gen.json
     snap=$RUN_DIR/snap.$gen
     NPROCS=$new_n
-    RANKS_PER_NODE=$rpn
-    nodes=("${alive[@]}")
+    nodes=("$@")
     planner_args=("${pargs[@]}")
-    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -N "${#nodes[@]}" -w "$(
-        IFS=,
-        echo "${nodes[*]}"
-    )" -n "$NPROCS")
-    log "generation $gen: new plan $plan for ${#nodes[@]} nodes, $NPROCS ranks ($(($(date +%s) - t0)) s to probe, plan and reshard)"
+    on_nodes
+    log "generation $gen: new plan $plan for ${#nodes[@]} nodes, $NPROCS ranks ($(($(date +%s) - t0)) s to plan and reshard, $why)"
     return 0
+}
+
+# shrink: after a failed run, when some nodes no longer answer, continue
+# on the others (to_nodes); 0 when it did, 1 when every node answers or it
+# cannot.
+shrink() {
+    local gone=() n step_done snap_at rpn=$RANKS_PER_NODE
+    probe_nodes
+    if [ "${#alive[@]}" = "${#nodes[@]}" ]; then
+        log "every node (${nodes[*]}) answers: resuming on them"
+        return 1
+    fi
+    for n in "${nodes[@]}"; do [[ " ${alive[*]} " == *" $n "* ]] || gone+=("$n"); done
+    if [ "${#alive[@]}" = 0 ] || [ $((NPROCS % ${#nodes[@]})) != 0 ]; then
+        log "node(s) ${gone[*]} do not answer, but ${#alive[@]} of ${#nodes[@]} nodes with $NPROCS ranks cannot be shrunk onto: retrying on all"
+        return 1
+    fi
+    RANKS_PER_NODE=$((NPROCS / ${#nodes[@]}))
+    step_done=$(tail -n 1 "$METRICS" 2>/dev/null | sed -n 's/^{"step": *\([0-9]*\).*/\1/p')
+    snap_at=$(snap_step "$snap")
+    log "node(s) ${gone[*]} do not answer: continuing on ${alive[*]} ($((RANKS_PER_NODE * ${#alive[@]})) ranks, was $NPROCS) from the snapshot of step $snap_at (the failed run reached step ${step_done:-0}: $((${step_done:-0} - snap_at)) steps lost)"
+    to_nodes "shrink" "${alive[@]}" || { RANKS_PER_NODE=$rpn; return 1; }
+}
+
+# ---- a persistent straggler: leave its node out (EXCLUDE_RATE) ------------
+# note_rates T0: after a run that started at T0 (epoch seconds), append to
+# $node_rates one line per node of the run, "NODE RATE GENERATION": the
+# mean over the run's metrics rows of the highest straggling rate among the
+# node's ranks (ranks in blocks per node, as placed).
+node_rates=$RUN_DIR/node-rates.log
+note_rates() {
+    local rpn figures k
+    [ "${#nodes[@]}" -ge 2 ] && [ $((NPROCS % ${#nodes[@]})) = 0 ] || return 0
+    rpn=$((NPROCS / ${#nodes[@]}))
+    figures=$(grep '"rates"' "$METRICS" 2>/dev/null | awk -v t0="$1" -v rpn="$rpn" -v nn="${#nodes[@]}" '
+        match($0, /"time": *[0-9.]+/) {
+            t = substr($0, RSTART, RLENGTH); sub(/.*: */, "", t)
+            if (t + 0 < t0 || !match($0, /"rates": *\[[^]]*\]/)) next
+            r = substr($0, RSTART, RLENGTH); sub(/.*\[/, "", r); sub(/\].*/, "", r)
+            n = split(r, a, /, */); rows++
+            for (k = 0; k < nn; k++) {
+                m = 0
+                for (i = k * rpn + 1; i <= (k + 1) * rpn && i <= n; i++) if (a[i] + 0 > m) m = a[i] + 0
+                sum[k] += m
+            }
+        }
+        END { if (rows) for (k = 0; k < nn; k++) printf "%s%.2f", (k ? " " : ""), sum[k] / rows }')
+    [ -n "$figures" ] || return 0
+    read -r -a figures <<<"$figures"
+    for k in "${!nodes[@]}"; do echo "${nodes[$k]} ${figures[$k]} $gen" >>"$node_rates"; done
+}
+
+# exclude_slow WHY: when EXCLUDE_RATE is set and some nodes' last
+# EXCLUDE_AFTER runs all measured a rate of EXCLUDE_RATE or more
+# ($node_rates), continue without them (to_nodes), for good: they are
+# written to $RUN_DIR/excluded, which a requeued job reads too.  0 when
+# it did, 1 when no node is that slow or it cannot.
+exclude_slow() {
+    local n slow=() keep=() figs="" f rpn=$RANKS_PER_NODE
+    awk -v x="$EXCLUDE_RATE" 'BEGIN { exit !(x > 0) }' && [ "${#nodes[@]}" -ge 2 ] || return 1
+    for n in "${nodes[@]}"; do
+        f=$(awk -v n="$n" '$1 == n { print $2 }' "$node_rates" 2>/dev/null | tail -n "$EXCLUDE_AFTER" | tr '\n' ' ')
+        if [ "$(echo "$f" | wc -w)" -ge "$EXCLUDE_AFTER" ] &&
+            echo "$f" | awk -v x="$EXCLUDE_RATE" '{ for (i = 1; i <= NF; i++) if ($i + 0 < x) exit 1 }'; then
+            slow+=("$n")
+            figs+="${figs:+; }$n: ${f% }"
+        else
+            keep+=("$n")
+        fi
+    done
+    [ "${#slow[@]}" -gt 0 ] || return 1
+    if [ "${#keep[@]}" = 0 ] || [ $((NPROCS % ${#nodes[@]})) != 0 ]; then
+        log "node(s) ${slow[*]} measured slower than EXCLUDE_RATE=$EXCLUDE_RATE in their last $EXCLUDE_AFTER runs ($figs), but ${#keep[@]} of ${#nodes[@]} nodes cannot take the run: keeping them"
+        return 1
+    fi
+    RANKS_PER_NODE=$((NPROCS / ${#nodes[@]}))
+    log "leaving out node(s) ${slow[*]} $1: rates $figs in their last $EXCLUDE_AFTER runs, each >= EXCLUDE_RATE=$EXCLUDE_RATE; continuing on ${keep[*]} ($((RANKS_PER_NODE * ${#keep[@]})) ranks, was $NPROCS) from the snapshot of step $(snap_step "$snap")"
+    to_nodes "exclude" "${keep[@]}" || { RANKS_PER_NODE=$rpn; return 1; }
+    printf '%s\n' "${slow[@]}" >>"$RUN_DIR/excluded"
+    keep=()
+    for n in "${job_nodes[@]}"; do [[ " ${slow[*]} " == *" $n "* ]] || keep+=("$n"); done
+    job_nodes=("${keep[@]}")
+    return 0
+}
+
+# ---- a node back: grow onto it while the job runs (GROW) ------------------
+# watch_nodes PID: in the background while a run goes on fewer nodes than
+# the job's, ask the missing ones to run a task, all at once, every
+# GROW_POLL seconds (each ask waits up to 30 s: one that waits for a node
+# being restarted answers the moment it is up); once some answer, write
+# them to $grow_file and send the launcher PID STOP_SIGNAL, so that the
+# run stops at the next step boundary with a snapshot and the loop grows
+# onto them (once the run has done a step).  A node Slurm has marked down
+# has left a --no-kill job's allocation and never answers here.  SIGTERM
+# ends it with its asks.
+watch_nodes() {
+    local missing=() back=() n k probes=() t0
+    t0=$(($(date +%s) + 1)) # a metrics row from then on is this run's
+    for n in "${job_nodes[@]}"; do [[ " ${nodes[*]} " == *" $n "* ]] || missing+=("$n"); done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
+    while :; do
+        sleep "$GROW_POLL" &
+        probes=($!)
+        wait "${probes[@]}"
+        probes=()
+        for n in "${missing[@]}"; do
+            timeout -k 1 30 srun --overlap -N1 -n1 -w "$n" true >/dev/null 2>&1 &
+            probes+=($!)
+        done
+        for k in "${!missing[@]}"; do wait "${probes[$k]}" && back+=("${missing[$k]}"); done
+        probes=()
+        if [ "${#back[@]}" -gt 0 ]; then
+            # not before the run's first step: until then the ranks may
+            # not handle the stop signal yet (its default action kills)
+            local last
+            while :; do
+                last=$(tail -n 1 "$METRICS" 2>/dev/null | sed -n 's/.*"time": *\([0-9]*\).*/\1/p')
+                [ -n "$last" ] && [ "$last" -ge "$t0" ] && break
+                sleep 1 &
+                probes=($!)
+                wait "${probes[@]}"
+            done
+            probes=()
+            echo "${back[*]} $(date +%s)" >"$grow_file"
+            kill -s "$STOP_SIGNAL" "$1" 2>/dev/null
+            return 0
+        fi
+    done
+}
+
+# grow: the run stopped for nodes that answer again ($grow_file): continue
+# on the job's nodes that the run used or that came back (to_nodes).
+grow() {
+    local back want=() n
+    read -r -a back <<<"$(cat "$grow_file")"
+    unset 'back[${#back[@]}-1]' # the time it was seen
+    rm -f "$grow_file"
+    for n in "${job_nodes[@]}"; do [[ " ${nodes[*]} ${back[*]} " == *" $n "* ]] && want+=("$n"); done
+    log "node(s) ${back[*]} answer again: continuing on ${want[*]} ($((RANKS_PER_NODE * ${#want[@]})) ranks, was $NPROCS) from the snapshot of step $(snap_step "$snap")"
+    to_nodes "grow" "${want[@]}"
 }
 
 # ---- the newest generation -------------------------------------------------
@@ -322,6 +501,21 @@ if [ -e "$RUN_DIR/plan.$((gen + 1)).json" ] || [ -e "$RUN_DIR/snap.$((gen + 1))"
 fi
 plan=$RUN_DIR/plan.$gen.json
 snap=$RUN_DIR/snap.$gen
+
+# Nodes left out as persistent stragglers by an earlier run of this job
+# (EXCLUDE_RATE) stay out when it is requeued or resubmitted onto them.
+if [ "$SHRINK" = 1 ] && [ -s "$RUN_DIR/excluded" ] && [ $((NPROCS % ${#nodes[@]})) = 0 ]; then
+    keep=()
+    for n in "${nodes[@]}"; do grep -qxF "$n" "$RUN_DIR/excluded" || keep+=("$n"); done
+    if [ "${#keep[@]}" -gt 0 ] && [ "${#keep[@]}" -lt "${#nodes[@]}" ]; then
+        RANKS_PER_NODE=$((NPROCS / ${#nodes[@]}))
+        log "leaving out node(s) $(grep -xF -f "$RUN_DIR/excluded" <<<"$(printf '%s\n' "${nodes[@]}")" | tr '\n' ' ')(left out before as persistent stragglers, listed in $RUN_DIR/excluded): running on ${keep[*]}"
+        nodes=("${keep[@]}")
+        job_nodes=("${keep[@]}")
+        NPROCS=$((RANKS_PER_NODE * ${#nodes[@]}))
+        on_nodes
+    fi
+fi
 
 # Planner inputs shared by every call.
 planner_args=(--world-size "$NPROCS" --ranks-per-node "$RANKS_PER_NODE" --memory-mb "$MEMORY_MB"
@@ -378,7 +572,9 @@ while :; do
         what="$what, resuming from step $(snap_step "$snap")"
     fi
     log "generation $gen: training $what"
+    started=$(date +%s)
     run "${launch[@]}" "${wrapper[@]}" "$TRAIN" "${args[@]}" "${train_args[@]}" "${extra_args[@]}"
+    [ "$SHRINK" = 1 ] && note_rates "$started"
     # MPICH's mpiexec may report 0 once it has forwarded a signal, whatever
     # the ranks said: a stopped run is told by its snapshot's step
     [ "$rc" = 0 ] && [ -n "$stop_sig" ] && [ "$(snap_step "$snap")" -lt "$STEPS" ] && rc=4
@@ -388,6 +584,10 @@ while :; do
         exit 0
         ;;
     4)
+        # stopped for nodes that came back: grow onto them
+        # (one that fails is not tried again: each try costs the run a stop)
+        [ -z "$stop_sig" ] && [ -f "$grow_file" ] &&
+            { grow || { GROW=0 && log "growing failed: continuing on ${nodes[*]}, without growing again"; }; continue; }
         stopped
         ;;
     2)
@@ -399,6 +599,8 @@ while :; do
     3)
         [ -n "$stop_sig" ] && stopped
         failures=0
+        # a node slow run after run: plan without it
+        exclude_slow "at the re-plan after generation $gen" && continue
         next=$((gen + 1))
         # the rates that drove this decision become the next baseline
         grep '"rates"' "$METRICS" | tail -n 2 >"$RUN_DIR/rates.$next.jsonl"
@@ -426,6 +628,7 @@ while :; do
         log "training failed (exit $rc), failure $failures of $MAX_FAILURES"
         # a node gone is not a failure to retry on the same nodes
         [ "$SHRINK" = 1 ] && [ "$ADAPT" = restart ] && shrink && { failures=0; continue; }
+        [ "$SHRINK" = 1 ] && [ "$ADAPT" = restart ] && exclude_slow "at the restart after the failure" && continue
         [ $failures -ge "$MAX_FAILURES" ] && { log "giving up"; exit 1; }
         has_snapshot "$snap" || log "no snapshot yet: restarting from step 0"
         ;;

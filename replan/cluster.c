@@ -15,6 +15,11 @@ void mal_cluster_fini(mal_cluster *c)
 {
     if (!c) return;
     free(c->node_of);
+    for (int t = 0; c->types && t < c->n_types; t++) {
+        free(c->types[t].profile_src);
+        if (c->types[t].profile) mal_profile_fini(c->types[t].profile);
+        free(c->types[t].profile);
+    }
     free(c->types);
     free(c->type_of);
     memset(c, 0, sizeof *c);
@@ -51,6 +56,18 @@ double mal_cluster_rank_memory(const mal_cluster *c, int r)
     return c->types[c->type_of[c->node_of[r]]].memory_mb;
 }
 
+int mal_cluster_rank_type(const mal_cluster *c, int r)
+{
+    if (!c->type_of || r < 0 || r >= c->world_size) return -1;
+    return c->type_of[c->node_of[r]];
+}
+
+const mal_profile *mal_cluster_rank_profile(const mal_cluster *c, int r, const mal_profile *p)
+{
+    int t = mal_cluster_rank_type(c, r);
+    return t >= 0 && c->types[t].profile ? c->types[t].profile : p;
+}
+
 double mal_cluster_rank_speed(const mal_cluster *c, int r)
 {
     if (!c->type_of || r < 0 || r >= c->world_size) return 1.0;
@@ -66,7 +83,7 @@ void mal_cluster_effective_rates(const mal_cluster *c, const double *rates, doub
         out[r] = c->type_of ? MAL_MAX(rates[r], 1.0 / mal_cluster_rank_speed(c, r)) : rates[r];
 }
 
-/* "types": {NAME: {"memory_mb", "speed"}} and "node_types": [NAME per
+/* "types": {NAME: {"memory_mb", "speed" | "profile"}} and "node_types": [NAME per
  * node] (README "Mixed hardware"); memory_mb becomes the least of the
  * types in use. */
 static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char *what)
@@ -80,6 +97,9 @@ static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char
     if ((int)json_array_size(nt) != c->n_nodes)
         return MAL_ERR(MAL_EINVAL, "%s: node_types names %zu types for %d nodes", what,
                        json_array_size(nt), c->n_nodes);
+    if (json_object_size(types) > MAL_REPLAN_MAX_TYPES)
+        return MAL_ERR(MAL_EINVAL, "%s: types: %zu device types; at most %d", what,
+                       json_object_size(types), MAL_REPLAN_MAX_TYPES);
     c->n_types = (int)json_object_size(types);
     c->types = calloc((size_t)c->n_types, sizeof *c->types);
     c->type_of = calloc((size_t)c->n_nodes, sizeof *c->type_of);
@@ -98,15 +118,16 @@ static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char
         snprintf(d->name, sizeof d->name, "%s", key);
         json_t *m = json_is_object(val) ? json_object_get(val, "memory_mb") : NULL;
         json_t *sp = json_is_object(val) ? json_object_get(val, "speed") : NULL;
+        json_t *pr = json_is_object(val) ? json_object_get(val, "profile") : NULL;
         const char *k2;
         json_t *v2;
         if (json_is_object(val)) {
             json_object_foreach(val, k2, v2)
             {
-                if (strcmp(k2, "memory_mb") && strcmp(k2, "speed"))
+                if (strcmp(k2, "memory_mb") && strcmp(k2, "speed") && strcmp(k2, "profile"))
                     return MAL_ERR(MAL_EFORMAT,
-                                   "%s: types.%s: unknown key \"%s\" (memory_mb, speed)", what, key,
-                                   k2);
+                                   "%s: types.%s: unknown key \"%s\" (memory_mb, speed, profile)",
+                                   what, key, k2);
             }
         }
         if (!json_is_number(m) || !(json_number_value(m) > 0) || !isfinite(json_number_value(m)))
@@ -123,6 +144,21 @@ static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char
                            "device) must be a positive number",
                            what, key);
         if (sp) d->speed = json_number_value(sp);
+        if (pr) {
+            /* a profile's layer_time is its speed: two figures could disagree */
+            if (sp)
+                return MAL_ERR(MAL_EINVAL,
+                               "%s: types.%s: give \"speed\" or \"profile\", not both (the "
+                               "profile's layer_time is the type's speed)",
+                               what, key);
+            if (!json_is_string(pr) || !json_string_length(pr) || json_string_length(pr) > 4095)
+                return MAL_ERR(MAL_EINVAL,
+                               "%s: types.%s.profile must be a profile file or a preset name "
+                               "(a non-empty string)",
+                               what, key);
+            d->profile_src = strdup(json_string_value(pr));
+            if (!d->profile_src) return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
+        }
     }
     for (int n = 0; n < c->n_nodes; n++) {
         json_t *v = json_array_get(nt, (size_t)n);
@@ -132,15 +168,77 @@ static int types_from_json(mal_cluster *c, json_t *types, json_t *nt, const char
         if (c->type_of[n] < 0)
             return MAL_ERR(MAL_EINVAL, "%s: node_types[%d] names no type of \"types\"", what, n);
     }
-    /* the search sizes every stage for one memory: the smallest of the
-     * types in use, so that every plan fits every rank it places (a
-     * larger type's spare memory goes to deeper warm-ups, README "Mixed
-     * hardware") */
+    /* the least memory of the types in use: what the uniform plan (which
+     * mixes types in its stages) is sized for; the search sizes each
+     * stage for its own type */
     double least = INFINITY;
     for (int n = 0; n < c->n_nodes; n++)
         least = MAL_MIN(least, c->types[c->type_of[n]].memory_mb);
     c->memory_mb = least;
     return 0;
+}
+
+int mal_cluster_load_profiles(mal_cluster *c, const char *dir, const mal_profile *p, int mbs)
+{
+    int rc = 0, any = 0;
+    char path[8192];
+    for (int t = 0; t < c->n_types; t++) {
+        mal_device_type *d = &c->types[t];
+        if (!d->profile_src) continue;
+        const char *src = d->profile_src;
+        if (!(d->profile = calloc(1, sizeof *d->profile)))
+            return MAL_ERR(MAL_ENOMEM, "cluster: out of memory");
+        /* a file when it looks like one (as malleus-train --profile reads
+         * it), relative to the cluster file; else a preset */
+        if (strchr(src, '/') || strchr(src, '.')) {
+            if (src[0] != '/' && dir && *dir)
+                snprintf(path, sizeof path, "%s/%s", dir, src);
+            else
+                snprintf(path, sizeof path, "%s", src);
+            rc = mal_profile_read(d->profile, path, mbs);
+        } else {
+            rc = mal_profile_preset(d->profile, src, mbs);
+        }
+        if (rc) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", mal_errmsg());
+            return MAL_ERR(rc, "cluster: types.%s.profile \"%s\": %s", d->name, src, msg);
+        }
+        const mal_profile *q = d->profile;
+        const char *field = q->n_layers != p->n_layers       ? "n_layers"
+                            : q->tp != p->tp                 ? "tp"
+                            : q->n_heads != p->n_heads       ? "n_heads"
+                            : q->ffn_hidden != p->ffn_hidden ? "ffn_hidden"
+                                                             : NULL;
+        if (field)
+            return MAL_ERR(MAL_EINVAL,
+                           "cluster: types.%s.profile \"%s\" describes another model than "
+                           "--profile/--model (its %s differs): every type runs the same model "
+                           "at the same nominal TP size",
+                           d->name, src, field);
+        if (!(q->layer_time > 0) || mal_profile_alpha(q, q->tp) <= 0)
+            return MAL_ERR(MAL_EINVAL,
+                           "cluster: types.%s.profile \"%s\" needs a positive layer_time and an "
+                           "alpha for the nominal TP size %d",
+                           d->name, src, q->tp);
+        d->profile->zero = p->zero;
+        d->speed = p->layer_time / q->layer_time;
+        any = 1;
+    }
+    if (!any) return 0;
+    /* times are in the fastest type's layer units, priced at --profile's
+     * layer_time: so --profile must be that type's */
+    int top = 0;
+    for (int t = 1; t < c->n_types; t++)
+        if (c->types[t].speed > c->types[top].speed) top = t;
+    if (fabs(c->types[top].speed - 1.0) > 1e-9)
+        return MAL_ERR(MAL_EINVAL,
+                       "cluster: the fastest type, types.%s, runs at %g x --profile's "
+                       "speed (layer_time %g s against %g s): give the fastest type's profile as "
+                       "--profile/--model (times are priced at its layer_time)",
+                       c->types[top].name, c->types[top].speed, p->layer_time / c->types[top].speed,
+                       p->layer_time);
+    return rc;
 }
 
 static int cluster_from_json(mal_cluster *c, json_t *root, const char *what)

@@ -183,11 +183,26 @@ void mal_cost_eval_fini(mal_cost_eval *ev)
     memset(ev, 0, sizeof *ev);
 }
 
+const mal_profile *mal_cost_stage_profile(const mal_profile *p, const mal_cluster *c,
+                                          const mal_plan_stage *st)
+{
+    return c && st->n_ranks > 0 ? mal_cluster_rank_profile(c, st->ranks[0], p) : p;
+}
+
+double mal_cost_stage_capacity(const mal_cluster *c, const mal_plan_stage *st)
+{
+    double mem = INFINITY;
+    for (int q = 0; q < st->n_ranks; q++)
+        mem = MAL_MIN(mem, mal_cluster_rank_memory(c, st->ranks[q]));
+    return st->n_ranks > 0 ? mem : c->memory_mb;
+}
+
 /* y * l of stage k (alpha known to exist: checked by the caller's loop) */
 static double stage_time(const mal_plan_pipeline *pl, int k, const mal_profile *p,
                          const mal_cluster *c, const double *rates)
 {
     const mal_plan_stage *st = &pl->stages[k];
+    p = mal_cost_stage_profile(p, c, st);
     double x = 1.0;
     for (int q = 0; q < st->n_ranks; q++) {
         int r = st->ranks[q];
@@ -215,7 +230,9 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
         double P = 0, total = 0;
         for (int j = 0; j < pl->n_stages; j++) {
             const mal_plan_stage *st = &pl->stages[j];
-            double a = mal_profile_alpha(p, st->n_ranks);
+            /* a stage of a mixed cluster: its type's profile and memory */
+            const mal_profile *ps = mal_cost_stage_profile(p, c, st);
+            double a = mal_profile_alpha(ps, st->n_ranks);
             if (a <= 0) {
                 mal_cost_eval_fini(ev);
                 return MAL_ERR(MAL_EINVAL,
@@ -229,14 +246,15 @@ int mal_cost_eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clu
                 if (r >= 0 && r < c->world_size) x = MAL_MAX(x, mal_cost_floor(rates[r]));
             }
             int l = st->layer_end - st->layer_begin;
-            double cj = x * a * l * mal_cost_stage_factor(p, st);
+            double cj = x * a * l * mal_cost_stage_factor(ps, st);
             P = MAL_MAX(P, cj);
             total += cj;
             /* the whole need, plan-dependent terms included: what --explain
-             * prints and the search's caps bound */
+             * prints and the search's caps bound; against the stage's type's
+             * memory (its least rank's) */
             mal_cost_memory mt;
-            mal_cost_memory_terms(p, plan, i, j, &mt);
-            if (mt.total > c->memory_mb * (1 + 1e-12)) ev->memory_ok = 0;
+            mal_cost_memory_terms(ps, plan, i, j, &mt);
+            if (mt.total > mal_cost_stage_capacity(c, st) * (1 + 1e-12)) ev->memory_ok = 0;
         }
         ev->period[i] = P;
         ev->time[i] = (pl->micro_batches + pl->n_stages - 1) * P;

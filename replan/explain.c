@@ -21,7 +21,7 @@ static void print_times(FILE *f, const char *what, const mal_plan *plan, const m
         fprintf(f, "  %-8s  cannot evaluate: %s\n", what, mal_errmsg());
         return;
     }
-    mal_sim_plan(plan, p, in->rates, in->cluster->world_size, 0.0, &sim, NULL);
+    mal_sim_plan_on(plan, p, in->cluster, in->rates, 0.0, &sim, NULL);
     double lt = p->layer_time;
     fprintf(f, "  %-8s  %10.4f s  %10.4f s  %7.3fx%s\n", what, ev.step_time * lt + p->sync_time,
             sim * lt + p->sync_time, ev.step_time / bound,
@@ -67,7 +67,7 @@ static void explain_gap(FILE *f, const mal_replan_input *in, const mal_plan *pla
             for (int k = 0; k < st->n_ranks; k++)
                 if (st->ranks[k] >= 0 && st->ranks[k] < world)
                     x = MAL_MAX(x, mal_cost_floor(in->rates[st->ranks[k]]));
-            double a = mal_profile_alpha(p, st->n_ranks);
+            double a = mal_profile_alpha(mal_cost_stage_profile(p, in->cluster, st), st->n_ranks);
             if (a > 0) groups += 1.0 / (x * a);
         }
     double f_active = active > 0 ? work / active : INFINITY;
@@ -76,7 +76,8 @@ static void explain_gap(FILE *f, const mal_replan_input *in, const mal_plan *pla
             "why the new plan is %.4f s (%.1f%%) above the bound, which spreads all work over "
             "every rank at its own speed:\n",
             (ev->step_time - bound) * lt, 100 * (ev->step_time / bound - 1));
-    fprintf(f, "  suspended ranks     %+10.4f s  (their speed is in the bound, the plan uses none)\n",
+    fprintf(f,
+            "  suspended ranks     %+10.4f s  (their speed is in the bound, the plan uses none)\n",
             (f_active - bound) * lt);
     fprintf(f,
             "  TP groups           %+10.4f s  (a group at its slowest member's rate and its size's "
@@ -158,10 +159,8 @@ static void explain_types(FILE *f, const mal_replan_input *in, const mal_plan *p
 {
     const mal_cluster *c = in->cluster;
     if (!c->type_of) return;
-    fprintf(f,
-            "device types (a type's speed is a rate of 1/speed; TP groups never span nodes, so "
-            "each is of one type; stages are sized for the least memory, %.0f MB):\n",
-            c->memory_mb);
+    fprintf(f, "device types (a type's speed is a rate of 1/speed; TP groups never span nodes, "
+               "so each is of one type; each stage is sized for its type's memory and profile):\n");
     double top = 0;
     for (int t = 0; t < c->n_types; t++)
         top = MAL_MAX(top, c->types[t].speed);
@@ -178,10 +177,12 @@ static void explain_types(FILE *f, const mal_replan_input *in, const mal_plan *p
                 layers += st->layer_end - st->layer_begin;
             }
         fprintf(f,
-                "  %s: %d ranks, speed %.2f (rate %.2f), %.0f MB: %d active in %d stages holding "
-                "%.2f layers each on average\n",
+                "  %s: %d ranks, speed %.2f (rate %.2f), %.0f MB, profile %s: %d active in %d "
+                "stages holding %.2f layers each on average\n",
                 c->types[t].name, ranks, c->types[t].speed, top / c->types[t].speed,
-                c->types[t].memory_mb, active, stages, stages ? (double)layers / stages : 0.0);
+                c->types[t].memory_mb,
+                c->types[t].profile ? c->types[t].profile_src : in->profile->name, active, stages,
+                stages ? (double)layers / stages : 0.0);
     }
 }
 
@@ -202,6 +203,7 @@ static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluste
     int l = st->layer_end - st->layer_begin;
     int ne = (j == 0) + (j == pl->n_stages - 1);
     int nb = j < pl->n_stages - 1;
+    p = mal_cost_stage_profile(p, c, st); /* a mixed cluster: its type's */
     mal_cost_memory t;
     mal_cost_memory_terms(p, plan, i, j, &t);
     nb += (j > 0) * t.slots;
@@ -227,15 +229,46 @@ static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluste
         fprintf(f, " - recompute %s %.3f + workspace %.3f", mal_recompute_name(t.recompute),
                 t.recompute_saved, t.workspace);
     fprintf(f, " + overhead %.3f = total %.3f of %.0f\n", t.overhead, t.total,
-            mal_cluster_rank_memory(c, st->ranks[0]));
+            mal_cost_stage_capacity(c, st));
 }
 
-/* The total of those terms. */
-static double stage_total(const mal_profile *p, const mal_plan *plan, int i, int j)
+/* The total of those terms (with the stage's type's profile). */
+static double stage_total(const mal_profile *p, const mal_cluster *c, const mal_plan *plan, int i,
+                          int j)
 {
     mal_cost_memory t;
-    mal_cost_memory_terms(p, plan, i, j, &t);
+    mal_cost_memory_terms(mal_cost_stage_profile(p, c, &plan->pipelines[i].stages[j]), plan, i, j,
+                          &t);
     return t.total;
+}
+
+/* A stage of a mixed cluster: its type, and what limits its layers -- its
+ * type's memory at this position (the search's cap, with the type's
+ * profile) or its speed (the layers its rate fits into the period). */
+static void explain_stage_type(FILE *f, const mal_profile *p, const mal_cluster *c,
+                               const mal_plan *plan, int i, int j, double period, double y)
+{
+    const mal_plan_pipeline *pl = &plan->pipelines[i];
+    const mal_plan_stage *st = &pl->stages[j];
+    int ty = mal_cluster_rank_type(c, st->ranks[0]);
+    if (ty < 0) return;
+    const mal_profile *ps = mal_cost_stage_profile(p, c, st);
+    double mem = mal_cost_stage_capacity(c, st);
+    int l = st->layer_end - st->layer_begin;
+    /* the cap with the stage's recompute mode and the plan's replicas */
+    int cap = mal_cost_layer_cap_mode(ps, mem, st->n_ranks, pl->n_stages, j, plan->n_pipelines,
+                                      st->recompute);
+    int by_speed = y > 0 ? (int)floor(period / y * (1 + 1e-12) + 1e-9) : l;
+    fprintf(f, "    type %s (speed %.2f, %.0f MB, profile %s): memory %.1f of %.0f MB; %d layers: ",
+            c->types[ty].name, mal_cluster_rank_speed(c, st->ranks[0]), mem, ps->name,
+            stage_total(p, c, plan, i, j), mem, l);
+    if (l >= cap && cap < by_speed)
+        fprintf(f, "memory binds (at most %d fit here; its speed would take %d)\n", cap, by_speed);
+    else if (l >= cap && cap == by_speed)
+        fprintf(f, "speed and memory bind (both allow %d)\n", cap);
+    else
+        fprintf(f, "speed binds (%d fit the period at its rate; memory would allow %d)\n", by_speed,
+                cap);
 }
 
 void mal_replan_explain_memory(FILE *f, const mal_profile *p, const mal_cluster *c,
@@ -262,10 +295,18 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
     int rc = mal_cost_eval_plan(plan, p, c, in->rates, &ev);
     if (rc) return rc;
     double lt = p->layer_time;
+    char mem[96];
+    snprintf(mem, sizeof mem, "%.0f MB each", c->memory_mb);
+    if (c->type_of) { /* a mixed cluster: each type's (device types, below) */
+        double hi = 0;
+        for (int n = 0; n < c->n_nodes; n++)
+            hi = MAL_MAX(hi, c->types[c->type_of[n]].memory_mb);
+        snprintf(mem, sizeof mem, "%d device types, %.0f-%.0f MB", c->n_types, c->memory_mb, hi);
+    }
     fprintf(f,
-            "malleus-replan: %d ranks on %d nodes (%.0f MB each), model %s (%d layers, TP %d), %d "
+            "malleus-replan: %d ranks on %d nodes (%s), model %s (%d layers, TP %d), %d "
             "micro-batches of %d per step\n",
-            world, c->n_nodes, c->memory_mb, p->name, p->n_layers, p->tp, in->n_micro_batches,
+            world, c->n_nodes, mem, p->name, p->n_layers, p->tp, in->n_micro_batches,
             in->micro_batch_size);
     int n_strag = 0;
     for (int r = 0; r < world; r++)
@@ -299,26 +340,28 @@ int mal_replan_explain(FILE *f, const mal_replan_input *in, const mal_plan *plan
             for (int k = 0; k < st->n_ranks; k++)
                 x = MAL_MAX(x, mal_cost_floor(in->rates[st->ranks[k]]));
             int l = st->layer_end - st->layer_begin;
-            double y = x * mal_profile_alpha(p, st->n_ranks);
+            const mal_profile *ps = mal_cost_stage_profile(p, c, st); /* its type's */
+            double y = x * mal_profile_alpha(ps, st->n_ranks);
             fprintf(f, "  stage %d: TP %d ranks [", j, st->n_ranks);
             for (int k = 0; k < st->n_ranks; k++)
                 fprintf(f, "%s%d", k ? " " : "", st->ranks[k]);
-            double fct = mal_cost_stage_factor(p, st);
+            double fct = mal_cost_stage_factor(ps, st);
             fprintf(f,
                     "]  rate %.2f  %.4f s per layer  layers [%d, %d) = %d  stage time %.4f s  "
                     "memory %.0f / %.0f MB",
                     x, y * lt, st->layer_begin, st->layer_end, l, y * l * fct * lt,
-                    stage_total(p, plan, i, j), mal_cluster_rank_memory(c, st->ranks[0]));
+                    stage_total(p, c, plan, i, j), mal_cost_stage_capacity(c, st));
             if (st->recompute != MAL_RECOMPUTE_NONE) {
                 /* what the mode buys and costs: activations not kept,
                  * time added per micro-batch */
                 mal_cost_memory t;
-                mal_cost_memory_terms(p, plan, i, j, &t);
+                mal_cost_memory_terms(ps, plan, i, j, &t);
                 fprintf(f, "  recompute %s: saves %.0f MB, adds %.4f s",
                         mal_recompute_name(st->recompute), t.recompute_saved - t.workspace,
                         y * l * (fct - 1) * lt);
             }
             fputc('\n', f);
+            explain_stage_type(f, p, c, plan, i, j, ev.period[i], y * fct);
             explain_stage_memory(f, p, c, plan, i, j);
         }
     }

@@ -3,7 +3,7 @@
  * minimise the period P = max_j y_j l_j within memory, memoised.
  *
  * Memory makes the order matter: stage j of S may hold at most
- * ub(size, S, j) layers (1F1B keeps S - j micro-batches of activations in
+ * ub(size, type, S, j) layers (1F1B keeps S - j micro-batches of activations in
  * flight at stage j, and the first and last stages hold the embedding and
  * the LM head), so a slow, small group holding few layers can sit in front
  * and leave the roomy late positions to fast groups.  For a trial period P,
@@ -40,17 +40,17 @@ static uint64_t fnv_bytes(const unsigned char *b, size_t n)
     return h;
 }
 
-static int layer_cap_max(const ctx *c, int size);
+static int layer_cap_max(const ctx *c, int size, int ty);
 
-int rp_layer_cap_max(const ctx *c, int size)
+int rp_layer_cap_max(const ctx *c, int size, int ty)
 {
     int l = 0;
     while ((1 << l) < size && l <= MAL_REPLAN_MAX_TP_LOG)
         l++;
-    if ((1 << l) != size || l > MAL_REPLAN_MAX_TP_LOG) return layer_cap_max(c, size);
+    if ((1 << l) != size || l > MAL_REPLAN_MAX_TP_LOG) return layer_cap_max(c, size, ty);
     ctx *mc = (ctx *)c; /* a memo, not a change of the context's meaning */
-    if (mc->capmax[l] <= 0) mc->capmax[l] = 1 + layer_cap_max(c, size);
-    return mc->capmax[l] - 1;
+    if (mc->capmax[ty][l] <= 0) mc->capmax[ty][l] = 1 + layer_cap_max(c, size, ty);
+    return mc->capmax[ty][l] - 1;
 }
 
 void rp_set_modes(ctx *c)
@@ -58,34 +58,35 @@ void rp_set_modes(ctx *c)
     int r = c->recompute;
     c->n_modes = 0;
     for (int m = MAL_RECOMPUTE_NONE; m <= MAL_RECOMPUTE_FULL; m++)
-        if (r == MAL_REPLAN_RECOMPUTE_AUTO || r == m) {
-            c->mode[c->n_modes] = m;
-            c->mode_rt[c->n_modes++] = 1.0 + mal_cost_recompute_time(c->p, m);
-        }
-    if (c->n_modes == 0) { /* not a mode: none */
-        c->mode[0] = MAL_RECOMPUTE_NONE;
-        c->mode_rt[c->n_modes++] = 1.0;
-    }
+        if (r == MAL_REPLAN_RECOMPUTE_AUTO || r == m) c->mode[c->n_modes++] = m;
+    if (c->n_modes == 0) /* not a mode: none */
+        c->mode[c->n_modes++] = MAL_RECOMPUTE_NONE;
+    /* each device type's time factors from its own profile */
+    for (int ty = 0; ty < MAL_MAX(1, c->n_ty); ty++)
+        for (int m = 0; m < c->n_modes; m++)
+            c->mode_rt[ty][m] = 1.0 + mal_cost_recompute_time(c->tprof[ty], c->mode[m]);
 }
 
-int rp_layer_cap(const ctx *c, int size, int S, int j, int m)
+int rp_layer_cap(const ctx *c, int size, int ty, int S, int j, int m)
 {
-    return mal_cost_layer_cap_mode(c->p, c->mem, size, S, j, c->replicas, c->mode[m]);
+    return mal_cost_layer_cap_mode(c->tprof[ty], c->tmem[ty], size, S, j, c->replicas, c->mode[m]);
 }
 
-static int layer_cap_max(const ctx *c, int size)
+static int layer_cap_max(const ctx *c, int size, int ty)
 {
-    /* ub(size, S, j) = floor((mem - fixed terms) / per-layer need) <= (mem -
-     * X) / the least per-layer need of any depth and mode (the fixed terms
-     * other than X are not negative) */
-    double room = c->mem - c->p->overhead_mb;
+    /* ub(size, ty, S, j) = floor((mem - fixed terms) / per-layer need) <=
+     * (mem - X) / the least per-layer need of any depth and mode (the fixed
+     * terms other than X are not negative); with the type's memory and
+     * profile */
+    const mal_profile *p = c->tprof[ty];
+    double room = c->tmem[ty] - p->overhead_mb;
     if (room < 0) return 0;
     double kmin = INFINITY;
     for (int m = 0; m < c->n_modes; m++)
         for (int d = 0; d < c->L; d++) {
             mal_cost_memory t0, t1;
-            mal_cost_stage_terms(c->p, size, d + 1, 0, 0, d, c->replicas, c->mode[m], &t0);
-            mal_cost_stage_terms(c->p, size, d + 1, 0, 1, d, c->replicas, c->mode[m], &t1);
+            mal_cost_stage_terms(p, size, d + 1, 0, 0, d, c->replicas, c->mode[m], &t0);
+            mal_cost_stage_terms(p, size, d + 1, 0, 1, d, c->replicas, c->mode[m], &t1);
             kmin = MAL_MIN(kmin, t1.total - t0.total - t1.workspace);
         }
     if (!(kmin > 0)) return c->L;
@@ -175,22 +176,29 @@ static long long hungarian(int n, int m, const long long *a, int *col_of, long l
  * position, so the assignment below stays exact. */
 typedef struct solver {
     int S, L, h, ns, nm;
-    const double *rt;   /* [nm] time factors */
-    double yh;          /* rate of a healthy full group */
-    const sgrp *sg;     /* [ns] */
-    const int *ubh;     /* [nm * S] ub of a healthy full group at each position */
-    const int *ubs;     /* [(nm * ns) * S] ub of each special at each position */
-    const int *pref;    /* [ns] the rule's position of each special */
-    int *pos;           /* [ns] out: position of each special */
-    char *taken;        /* [S] */
-    int caph[3], *caps; /* layers each can hold at the trial period, by
-                         * mode (caps: [nm * ns]) */
+    const double *rth;     /* [nm] time factors of the healthy groups' type */
+    const double (*rt)[3]; /* [type][nm] time factors of each device type */
+    double yh;             /* rate of a healthy full group */
+    const sgrp *sg;        /* [ns] */
+    const int *ubh;        /* [nm * S] ub of a healthy full group at each position */
+    const int *ubs;        /* [(nm * ns) * S] ub of each special at each position */
+    const int *pref;       /* [ns] the rule's position of each special */
+    int *pos;              /* [ns] out: position of each special */
+    char *taken;           /* [S] */
+    int caph[3], *caps;    /* layers each can hold at the trial period, by
+                            * mode (caps: [nm * ns]) */
     long long *a, *u, *v, *minv;
     int *p, *way;
     char *used;
 } solver;
 
 #define FORBID ((long long)1e15)
+
+/* The time factor of group i (< 0: healthy) in mode index m: its type's. */
+static double rt_of(const solver *s, int i, int m)
+{
+    return i < 0 ? s->rth[m] : s->rt[s->sg[i].ty][m];
+}
 
 static int cap_at(double P, double y, int L)
 {
@@ -240,9 +248,9 @@ static int feasible(solver *s, double P)
     /* the first mode is the fastest: when it fits everywhere, it is every
      * stage's best */
     for (int m = 0; m < s->nm; m++) {
-        s->caph[m] = s->h > 0 ? cap_at(P, s->yh * s->rt[m], s->L) : s->L;
+        s->caph[m] = s->h > 0 ? cap_at(P, s->yh * rt_of(s, -1, m), s->L) : s->L;
         for (int i = 0; i < ns; i++)
-            s->caps[m * ns + i] = cap_at(P, s->sg[i].y * s->rt[m], s->L);
+            s->caps[m * ns + i] = cap_at(P, s->sg[i].y * rt_of(s, i, m), s->L);
     }
     if (s->h > 0 && s->caph[0] < 1) return 0;
     for (int i = 0; i < ns; i++) {
@@ -316,8 +324,9 @@ static size_t candidates(const ctx *c, int h, const sgrp *sg, int ns, double lb,
     int L = c->L, k = 0;
     for (int m = 0; m < c->n_modes; m++)
         for (int i = -1; i < ns; i++) {
-            double y = (i < 0 ? c->yh : sg[i].y) * c->mode_rt[m];
-            if ((i < 0 && h == 0) || (i > 0 && sg[i].y == sg[i - 1].y)) continue;
+            double y = i < 0 ? c->yh * c->mode_rt[c->hty][m] : sg[i].y * c->mode_rt[sg[i].ty][m];
+            if ((i < 0 && h == 0) || (i > 0 && sg[i].y == sg[i - 1].y && sg[i].ty == sg[i - 1].ty))
+                continue;
             int l = 1;
             while (l <= L && y * l < lb)
                 l++;
@@ -380,7 +389,8 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     s.S = S;
     s.L = L;
     s.nm = c->n_modes;
-    s.rt = c->mode_rt;
+    s.rth = c->mode_rt[c->hty];
+    s.rt = (const double(*)[3])c->mode_rt;
     s.h = h;
     s.yh = c->yh;
     s.ns = ns;
@@ -401,21 +411,22 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     double ymax = h > 0 ? c->yh : 0, inv = h / c->yh;
     for (int m = 0; m < c->n_modes; m++)
         for (int j = 0; j < S; j++)
-            ubh[m * S + j] = h > 0 ? rp_layer_cap(c, c->th, S, j, m) : 0;
+            ubh[m * S + j] = h > 0 ? rp_layer_cap(c, c->th, c->hty, S, j, m) : 0;
     for (int i = 0; i < ns; i++) {
         ymax = MAL_MAX(ymax, sg[i].y);
         inv += 1.0 / sg[i].y;
         int best = 0;
         for (int m = 0; m < c->n_modes; m++)
             for (int j = 0; j < S; j++) {
-                /* ub depends on the size only: copy the row of an equal size */
+                /* ub depends on the size and the type only: copy the row
+                 * of an equal one */
                 int *u = &ubs[(m * ns + i) * S + j];
-                if (i > 0 && sg[i].size == sg[i - 1].size)
+                if (i > 0 && sg[i].size == sg[i - 1].size && sg[i].ty == sg[i - 1].ty)
                     *u = u[-S];
-                else if (sg[i].size == c->th && h > 0)
+                else if (sg[i].size == c->th && sg[i].ty == c->hty && h > 0)
                     *u = ubh[m * S + j];
                 else
-                    *u = rp_layer_cap(c, sg[i].size, S, j, m);
+                    *u = rp_layer_cap(c, sg[i].size, sg[i].ty, S, j, m);
                 best = MAL_MAX(best, *u);
             }
         if (best < 1) goto done; /* this group fits nowhere */
@@ -429,7 +440,10 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     /* with every group at y * L the test is memory alone */
     /* the slowest group in the slowest mode holding every layer: the
      * largest period worth trying */
-    const double Ptop = ymax * c->mode_rt[c->n_modes - 1] * L;
+    double rtmax = 1.0;
+    for (int ty = 0; ty < MAL_MAX(1, c->n_ty); ty++)
+        rtmax = MAL_MAX(rtmax, c->mode_rt[ty][c->n_modes - 1]);
+    const double Ptop = ymax * rtmax * L;
     if (!feasible(&s, Ptop)) goto done;
     if (L <= RP_MAX_CAND) {
         size_t nu = candidates(c, h, sg, ns, lb, cand, ys, next);
@@ -478,8 +492,9 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     while (total > L) {
         int arg = -1;
         for (int j = 0; j < S; j++)
-            if (e->l[j] > 1 && (arg < 0 || yj[j] * s.rt[e->mode[j]] * e->l[j] >=
-                                               yj[arg] * s.rt[e->mode[arg]] * e->l[arg]))
+            if (e->l[j] > 1 &&
+                (arg < 0 || yj[j] * rt_of(&s, e->kind[j], e->mode[j]) * e->l[j] >=
+                                yj[arg] * rt_of(&s, e->kind[arg], e->mode[arg]) * e->l[arg]))
                 arg = j;
         e->l[arg]--;
         /* fewer layers may fit a faster mode (never a slower one) */
@@ -488,7 +503,7 @@ static int solve(ctx *c, int h, const sgrp *sg, int ns, centry *e)
     }
     P = 0;
     for (int j = 0; j < S; j++) {
-        P = MAL_MAX(P, yj[j] * s.rt[e->mode[j]] * e->l[j]);
+        P = MAL_MAX(P, yj[j] * rt_of(&s, e->kind[j], e->mode[j]) * e->l[j]);
         e->mode[j] = (unsigned char)c->mode[e->mode[j]]; /* the mode itself, not its index */
     }
     e->P = P;
@@ -509,7 +524,8 @@ static int cache_grow(ctx *c)
         if (!c->cache[i].key) continue;
         size_t klen;
         memcpy(&klen, c->cache[i].key, sizeof klen);
-        size_t j = fnv_bytes((const unsigned char *)c->cache[i].key, klen + sizeof klen) & (ncap - 1);
+        size_t j =
+            fnv_bytes((const unsigned char *)c->cache[i].key, klen + sizeof klen) & (ncap - 1);
         while (nc[j].key)
             j = (j + 1) & (ncap - 1);
         nc[j] = c->cache[i];
@@ -540,14 +556,15 @@ int rp_composition(ctx *c, int h, const sgrp *sg, int ns, const centry **out)
         memset(q, 0, sizeof *sg);
         memcpy(q, &sg[i].size, sizeof sg[i].size);
         memcpy(q + offsetof(sgrp, y), &sg[i].y, sizeof sg[i].y);
+        memcpy(q + offsetof(sgrp, ty), &sg[i].ty, sizeof sg[i].ty);
     }
     size_t klen = len + sizeof len;
     int rc = 0;
     if (2 * (c->cache_n + 1) > c->cache_cap && (rc = cache_grow(c))) goto done;
     uint64_t hv = fnv_bytes(key, klen);
     size_t j = hv & (c->cache_cap - 1);
-    while (c->cache[j].key && (memcmp(c->cache[j].key, key, sizeof len) ||
-                               memcmp(c->cache[j].key, key, klen)))
+    while (c->cache[j].key &&
+           (memcmp(c->cache[j].key, key, sizeof len) || memcmp(c->cache[j].key, key, klen)))
         j = (j + 1) & (c->cache_cap - 1);
     if (!c->cache[j].key) {
         centry e = {0};

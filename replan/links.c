@@ -309,7 +309,7 @@ double mal_cost_stage_links_time(const mal_profile *p, const mal_cluster *c, con
     double tp = mal_cost_tp_comm(p, c, ln, st->ranks, st->n_ranks);
     double again = st->recompute == MAL_RECOMPUTE_FULL ? 0.5 : 0.0;
     return (st->layer_end - st->layer_begin) *
-           (y * mal_cost_stage_factor(p, st) + tp * (1.0 + again));
+           (y * mal_cost_stage_factor(mal_cost_stage_profile(p, c, st), st) + tp * (1.0 + again));
 }
 
 int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, const mal_cluster *c,
@@ -323,7 +323,7 @@ int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, c
     double P = 0, sum_d = 0;
     for (int j = 0; j < S; j++) {
         const mal_plan_stage *st = &pl->stages[j];
-        double a = mal_profile_alpha(p, st->n_ranks), x = 1.0;
+        double a = mal_profile_alpha(mal_cost_stage_profile(p, c, st), st->n_ranks), x = 1.0;
         if (a <= 0) {
             free(cj);
             return MAL_ERR(MAL_EINVAL, "cost model: TP size %d has no alpha", st->n_ranks);
@@ -353,10 +353,10 @@ int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, c
             w = MAL_MAX(w, MAL_MIN(S - k - 1, m));
             const mal_plan_stage *st = &pl->stages[k];
             int l = st->layer_end - st->layer_begin;
-            double mem = INFINITY;
-            for (int q = 0; q < st->n_ranks; q++)
-                mem = MAL_MIN(mem, mal_cluster_rank_memory(c, st->ranks[q]));
-            while (w > S - k - 1 && mal_cost_stage_need(p, st->n_ranks, S, k, l, w, 0,
+            /* its own type's memory and profile */
+            double mem = mal_cost_stage_capacity(c, st);
+            const mal_profile *ps = mal_cost_stage_profile(p, c, st);
+            while (w > S - k - 1 && mal_cost_stage_need(ps, st->n_ranks, S, k, l, w, 0,
                                                         st->recompute) > mem * (1 + 1e-12))
                 w--;
             warm[k] = w;

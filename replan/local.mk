@@ -19,7 +19,8 @@ TESTS += tests/test_replan_limits.sh
 dist_check_SCRIPTS += tests/test_replan_memory.sh
 TESTS += tests/test_replan_memory.sh
 
-EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh
+EXTRA_DIST += replan/README.md bench/replan/run.sh bench/replan/gen.py bench/replan/scale.sh \
+	bench/replan/corpus.sh
 
 # Hostile planner inputs: refusals naming the field, no overflow.
 check_PROGRAMS += tests/test_replan_inputs
@@ -33,6 +34,10 @@ EXTRA_DIST += tests/replan_ref.h
 # Slow links and mixed hardware: terms, placement, warm-up, exact reference.
 check_PROGRAMS += tests/test_replan_links
 TESTS += tests/test_replan_links
+
+# Mixed hardware: each device type's memory and profile in the search.
+check_PROGRAMS += tests/test_replan_types
+TESTS += tests/test_replan_types
 
 # Activation recomputation: memory and time per mode, plans it forces,
 # the refusal when nothing fits even with full recomputation.

@@ -37,14 +37,15 @@ int rp_cmp_sgrp(const void *a, const void *b)
     const sgrp *u = a, *v = b;
     if (u->size != v->size) return u->size > v->size ? -1 : 1;
     if (u->y != v->y) return u->y < v->y ? -1 : 1;
+    if (u->ty != v->ty) return u->ty < v->ty ? -1 : 1;
     return 0;
 }
 
-double rp_alpha(const ctx *c, int s)
+double rp_alpha(const ctx *c, int s, int ty)
 {
     if (c->p->n_heads > 0 && c->p->n_heads % s) return 0;
     if (c->p->ffn_hidden > 0 && c->p->ffn_hidden % s) return 0;
-    return mal_profile_alpha(c->p, s);
+    return mal_profile_alpha(c->tprof[ty], s);
 }
 
 /* ---- sets of byte keys ------------------------------------------------- */
@@ -150,6 +151,7 @@ static int keyset_put(keyset *s, const unsigned char *key, size_t len, int val, 
 
 typedef struct optgen {
     const ctx *c;
+    int ty;           /* the class's device type */
     const double *xr; /* [R] rates by position */
     int a;            /* active positions of this u */
     int *sizes;       /* current composition */
@@ -172,7 +174,8 @@ static void add_option(optgen *g, const int *sizes, int n, int a)
     double cap = 0;
     for (int i = 0; i < n; i++) {
         /* positions are sorted by rate: the block's slowest is its last */
-        grp[i] = (sgrp){sizes[i], g->xr[pos + sizes[i] - 1] * rp_alpha(g->c, sizes[i])};
+        grp[i] =
+            (sgrp){sizes[i], g->xr[pos + sizes[i] - 1] * rp_alpha(g->c, sizes[i], g->ty), g->ty};
         cap += 1.0 / grp[i].y;
         pos += sizes[i];
     }
@@ -207,7 +210,7 @@ static void add_option(optgen *g, const int *sizes, int n, int a)
     double ymax = 0, room = 0;
     for (int i = 0; i < n; i++) {
         ymax = MAL_MAX(ymax, keep[i].y);
-        room += rp_layer_cap_max(g->c, keep[i].size) - g->c->L;
+        room += rp_layer_cap_max(g->c, keep[i].size, g->ty) - g->c->L;
     }
     g->opts[g->n_opts++] = (nopt){n, a, keep, cap, ymax, room};
     return;
@@ -225,7 +228,7 @@ static void compositions(optgen *g, int p)
         return;
     }
     for (int s = 1; p + s <= g->a; s *= 2) {
-        if (rp_alpha(g->c, s) <= 0) continue;
+        if (rp_alpha(g->c, s, g->ty) <= 0) continue;
         g->sizes[g->n++] = s;
         compositions(g, p + s);
         g->n--;
@@ -254,7 +257,7 @@ static void restricted_options(optgen *g, int R, int n_strag)
             for (int s = t / 2; s >= 1; s /= 2)
                 if ((a % t) & s) g->sizes[n++] = s;
             for (int i = 0; i < n; i++)
-                ok &= rp_alpha(g->c, g->sizes[i]) > 0;
+                ok &= rp_alpha(g->c, g->sizes[i], g->ty) > 0;
             if (ok) add_option(g, g->sizes, n, a);
         }
     }
@@ -299,6 +302,7 @@ static int class_options(ctx *c, nclass *k, const double *xr, int R, keyset *mul
     keyset_clear(multisets);
     g.seen = multisets;
     g.c = c;
+    g.ty = k->ty;
     g.xr = xr;
     g.sizes = malloc((size_t)(2 * R + 64) * sizeof *g.sizes);
     g.grp = malloc((size_t)(2 * R + 64) * sizeof *g.grp);
@@ -512,8 +516,10 @@ int rp_build_nodes(ctx *c)
             goto done;
         }
         qsort(m, (size_t)G, sizeof *m, cmp_by_rate);
-        int h = 0;
-        while (h < G && c->x[m[h]] == 1.0)
+        /* healthy full groups are all alike: of the healthy type only
+         * (another type's groups differ in memory, so they are specials) */
+        int ty = c->node_ty ? c->node_ty[n] : 0, h = 0;
+        while (ty == c->hty && h < G && c->x[m[h]] == 1.0)
             h++;
         order_healthy(c, &cur, pos, m, h);
         int F = h / t;
@@ -523,8 +529,8 @@ int rp_build_nodes(ctx *c)
         /* the node's ranks stay where they are in `members` (kept) */
         nd->healthy = m;
         nd->rest = m + F * t;
-        /* the situation: the rates of the non-full positions, as bytes */
-        size_t need = sizeof nd->R + (size_t)nd->R * sizeof *xr;
+        /* the situation: the rates of the non-full positions and the type, as bytes */
+        size_t need = sizeof nd->R + (size_t)nd->R * sizeof *xr + sizeof ty;
         if (need > key_cap) {
             unsigned char *nk = realloc(key, need);
             if (!nk) goto oom;
@@ -535,6 +541,7 @@ int rp_build_nodes(ctx *c)
             xr[i] = c->x[nd->rest[i]];
         memcpy(key, &nd->R, sizeof nd->R);
         memcpy(key + sizeof nd->R, xr, (size_t)nd->R * sizeof *xr);
+        memcpy(key + sizeof nd->R + (size_t)nd->R * sizeof *xr, &ty, sizeof ty);
         int is_new;
         int id = keyset_put(&classes, key, need, c->n_classes, &is_new);
         if (id < 0) goto oom;
@@ -545,6 +552,7 @@ int rp_build_nodes(ctx *c)
             memset(k, 0, sizeof *k);
             k->rep = n;
             k->R = nd->R;
+            k->ty = ty;
             if ((rc = class_options(c, k, xr, nd->R, &seen))) goto done;
         }
         c->classes[id].n_nodes++;

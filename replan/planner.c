@@ -207,7 +207,7 @@ static int try_state(search *s, state *st, int *better)
 static double option_bound(const search *s, const state *st)
 {
     const ctx *c = s->c;
-    double C = c->H / c->yh, lay = (double)c->H * rp_layer_cap_max(c, c->th);
+    double C = c->H / c->yh, lay = (double)c->H * rp_layer_cap_max(c, c->th, c->hty);
     double ymax = c->H ? c->yh : 0;
     long N = c->H;
     for (int a = 0; a < s->n_act; a++) {
@@ -215,7 +215,7 @@ static double option_bound(const search *s, const state *st)
         N += o->n_groups;
         C += o->cap;
         for (int g = 0; g < o->n_groups; g++) {
-            lay += rp_layer_cap_max(c, o->g[g].size);
+            lay += rp_layer_cap_max(c, o->g[g].size, o->g[g].ty);
             ymax = MAL_MAX(ymax, o->g[g].y);
         }
     }
@@ -238,7 +238,7 @@ static int bound_reaches(const search *s, double T)
     double sum = 0;
     if (c->H) {
         if (c->yh > T) return 0;
-        sum += c->H * (T / c->yh - c->L + rp_layer_cap_max(c, c->th));
+        sum += c->H * (T / c->yh - c->L + rp_layer_cap_max(c, c->th, c->hty));
     }
     for (int k = 0; k < c->n_classes; k++) {
         const nclass *cl = &c->classes[k];
@@ -475,7 +475,7 @@ static int marginal_option(const ctx *c, const nclass *k, double P, double rho)
         double v = 0;
         for (int g = 0; g < o->n_groups && v > -INFINITY; g++) {
             double l = floor(P / o->g[g].y * (1 + 1e-12) + 1e-9);
-            l = MAL_MIN(l, rp_layer_cap_max(c, o->g[g].size));
+            l = MAL_MIN(l, rp_layer_cap_max(c, o->g[g].size, o->g[g].ty));
             v = l < 1 ? -INFINITY : v + rho * l - 1;
         }
         if (v > bv + RP_TOL) {
@@ -627,7 +627,7 @@ static int fallback_plan(search *s, const int *by_class)
             st.blk[a * s->gmax + g] = b;
         const nopt *o = opt_of(s, &st, a);
         for (int g = 0; g < o->n_groups; g++)
-            in_b += rp_layer_cap_max(c, o->g[g].size);
+            in_b += rp_layer_cap_max(c, o->g[g].size, o->g[g].ty);
         if (in_b >= 1.5 * c->L) {
             b++;
             in_b = 0;
@@ -683,8 +683,7 @@ static int constructions(search *s)
         if (rp_out_of_time(c)) goto done;
         rp_cache_trim(c);
         by_class[k] = 0;
-        if (c->classes[k].R > 0 && (rc = proxy_option(c, &c->classes[k], &by_class[k])))
-            goto done;
+        if (c->classes[k].R > 0 && (rc = proxy_option(c, &c->classes[k], &by_class[k]))) goto done;
     }
     choose_by_class(s, &st, by_class);
     for (int D = MAL_MAX(1, c->dp_nom - 2); D <= c->dp_nom + 2; D++) {
@@ -712,8 +711,7 @@ static int constructions(search *s)
             by_class[k] = marginal_option(c, &c->classes[k], P * c->yh, rho);
         choose_by_class(s, &st, by_class);
         if ((rc = deal_bundles(s, &st, 0)) || (rc = try_state(s, &st, &better))) goto done;
-        if ((rc = deal_bundles(s, &st, c->dp_nom)) || (rc = try_state(s, &st, &better)))
-            goto done;
+        if ((rc = deal_bundles(s, &st, c->dp_nom)) || (rc = try_state(s, &st, &better))) goto done;
         int DS = MAL_MAX(1, (N + S / 2) / S); /* pipelines of S nominal groups */
         if (DS != c->dp_nom &&
             ((rc = deal_bundles(s, &st, DS)) || (rc = try_state(s, &st, &better))))
@@ -723,6 +721,64 @@ done:
     state_free(&st);
     free(by_class);
     free(whole);
+    return rc;
+}
+
+/* A mixed cluster where no construction found a plan: the healthy type's
+ * groups cannot form pipelines alone, and the plans may need nodes of one
+ * situation treated apart (one in the pipeline, the others suspended),
+ * which neither the constructions nor single first-improvement moves
+ * from an infeasible state reach.  Grow one pipeline instead: every node
+ * suspended, then node by node (most layers first) the option that gives
+ * the best plan so far; while none fits, the node's groups join whole
+ * (the pipeline gathers layers until it holds them all). */
+static int grow_pipeline(search *s)
+{
+    ctx *c = s->c;
+    if (!c->node_ty || isfinite(s->best.T) || s->n_act == 0) return 0;
+    state st = {0};
+    int rc = 0, better, found = 0;
+    deficit *order = malloc((size_t)s->n_act * sizeof *order);
+    int *empty = malloc((size_t)MAL_MAX(1, c->n_classes) * sizeof *empty);
+    if (!order || !empty || (rc = state_alloc(s, &st))) {
+        if (!rc) rc = MAL_ERR(MAL_ENOMEM, "replan: out of memory");
+        goto done;
+    }
+    for (int k = 0; k < c->n_classes; k++) {
+        empty[k] = -1;
+        for (int q = 0; q < c->classes[k].n_opts && empty[k] < 0; q++)
+            if (c->classes[k].opts[q].n_groups == 0) empty[k] = q;
+        if (empty[k] < 0) goto done; /* every node must take part: nothing to grow */
+    }
+    for (int a = 0; a < s->n_act; a++) {
+        const nclass *k = &c->classes[c->nodes[s->act[a]].cls];
+        const nopt *w = &k->opts[whole_option(c, k)];
+        st.choice[a] = empty[c->nodes[s->act[a]].cls];
+        for (int g = 0; g < s->gmax; g++)
+            st.blk[a * s->gmax + g] = 0;
+        /* most layers first (cmp_slowest sorts ascending) */
+        order[a] = (deficit){-(w->room + (double)w->n_groups * c->L), a};
+    }
+    qsort(order, (size_t)s->n_act, sizeof *order, cmp_slowest);
+    for (int i = 0; i < s->n_act && !rp_out_of_time(c); i++) {
+        int a = order[i].a, cls = c->nodes[s->act[a]].cls, keep = -1;
+        const nclass *k = &c->classes[cls];
+        for (int q = 0; q < k->n_opts; q++) {
+            if (q == empty[cls]) continue;
+            st.choice[a] = q;
+            if ((rc = try_state(s, &st, &better))) goto done;
+            if (better) keep = q;
+        }
+        if (keep >= 0)
+            found = 1;
+        else if (!found)
+            keep = whole_option(c, k);
+        st.choice[a] = keep >= 0 ? keep : empty[cls];
+    }
+done:
+    state_free(&st);
+    free(order);
+    free(empty);
     return rc;
 }
 
@@ -878,8 +934,7 @@ static int locate_all(const mal_plan *cur, int world, mal_plan_loc *loc)
 /* Physical healthy groups onto healthy stage slots: greedily by the state
  * each would keep (largest first, deterministic ties); the rest in order.
  * assign[g] = 1 + slot on return. */
-static int map_healthy(ctx *c, const slot *slots, int n_slots, const int *hg, int n_hg,
-                       int *assign)
+static int map_healthy(ctx *c, const slot *slots, int n_slots, const int *hg, int n_hg, int *assign)
 {
     int t = c->th, rc = 0;
     char *sused = calloc((size_t)MAL_MAX(1, n_slots), 1);
@@ -1057,10 +1112,12 @@ static int build_plan(search *s, mal_plan *out)
                 /* each stage in the recompute mode the search chose: its
                  * time factor and its memory cap */
                 int size = e->kind[j] < 0 ? t : s->sg[i][e->kind[j]].size;
+                int ty = e->kind[j] < 0 ? c->hty : s->sg[i][e->kind[j]].ty;
+                const mal_profile *pt = c->tprof[ty]; /* its type's */
                 yv[j] = (e->kind[j] < 0 ? c->yh : s->sg[i][e->kind[j]].y) *
-                        (1.0 + mal_cost_recompute_time(c->p, e->mode[j]));
-                ub[j] =
-                    mal_cost_layer_cap_mode(c->p, c->mem, size, e->S, j, c->replicas, e->mode[j]);
+                        (1.0 + mal_cost_recompute_time(pt, e->mode[j]));
+                ub[j] = mal_cost_layer_cap_mode(pt, c->tmem[ty], size, e->S, j, c->replicas,
+                                                e->mode[j]);
             }
             double Plp;
             if ((rc = mal_lp_layers(e->S, yv, ub, c->L, lv, &Plp))) goto cleanup;
@@ -1178,6 +1235,11 @@ int mal_replan_default_dp(const mal_cluster *cl, const mal_profile *p, int M)
         for (int j = 0; j < pp && ok; j++) {
             int l = p->n_layers / pp + (j < p->n_layers % pp ? 1 : 0);
             if (mal_cost_layer_cap(p, cl->memory_mb, t, pp, j) < l) ok = 0;
+            /* the uniform plan's stages mix the types: each must hold them */
+            for (int q = 0; cl->type_of && q < cl->n_types && ok; q++)
+                if (cl->types[q].profile &&
+                    mal_cost_layer_cap(cl->types[q].profile, cl->types[q].memory_mb, t, pp, j) < l)
+                    ok = 0;
         }
         if (ok) return dp;
     }
@@ -1265,6 +1327,29 @@ static int explain_infeasible(const ctx *c)
                        "needs m_i >= S_i, so sum of stages <= micro-batches); raise the global "
                        "batch",
                        c->M, nominal_groups);
+    if (c->node_ty) {
+        /* each type in use: its memory against its own profile's need */
+        char why[2048] = "";
+        size_t at = 0;
+        const mal_cluster *cl = c->in->cluster;
+        for (int ty = 0; ty < c->n_ty; ty++) {
+            int used = 0;
+            for (int n = 0; n < cl->n_nodes; n++)
+                used |= cl->type_of[n] == ty;
+            if (!used || at >= sizeof why - 1) continue;
+            double nt =
+                mal_cost_stage_need(c->tprof[ty], c->t, pmax, 0, l, pmax - 1, c->replicas, m);
+            at += (size_t)snprintf(why + at, sizeof why - at,
+                                   "%stype %s: memory_mb = %g, need %.1f MB", at ? "; " : "",
+                                   cl->types[ty].name, c->tmem[ty], nt);
+        }
+        return MAL_ERR(MAL_EINVAL,
+                       "no plan fits in memory: even %d stages of TP %d (recompute %s) need more "
+                       "than a rank holds on the first stage (every term from each type's "
+                       "profile): %s; use more ranks, more memory, a smaller micro-batch%s",
+                       pmax, c->t, mal_recompute_name(m), why,
+                       m == MAL_RECOMPUTE_FULL ? "" : " or --recompute auto");
+    }
     return MAL_ERR(MAL_EINVAL,
                    "no plan fits in memory: memory_mb = %g, but even %d stages of TP %d (recompute "
                    "%s) need %.1f MB on stage 0 of %d (%d layers at %.1f MB each with %d "
@@ -1274,6 +1359,58 @@ static int explain_infeasible(const ctx *c)
                    l > 0 ? t.layers / l : 0.0, pmax, t.embed, t.workspace,
                    t.scratch + t.p2p + t.dp_grads - t.zero_saved, t.overhead,
                    m == MAL_RECOMPUTE_FULL ? "" : " or --recompute auto");
+}
+
+/* The type of the healthy full groups: of the fastest types in use, the
+ * one with the most memory (ties: the first).  0 on a homogeneous
+ * cluster. */
+static int healthy_type(const mal_cluster *cl)
+{
+    if (!cl->type_of) return 0;
+    int best = -1;
+    for (int n = 0; n < cl->n_nodes; n++) {
+        int t = cl->type_of[n];
+        if (best < 0) {
+            best = t;
+            continue;
+        }
+        const mal_device_type *a = &cl->types[t], *b = &cl->types[best];
+        if (a->speed > b->speed ||
+            (a->speed == b->speed &&
+             (a->memory_mb > b->memory_mb || (a->memory_mb == b->memory_mb && t < best))))
+            best = t;
+    }
+    return best < 0 ? 0 : best;
+}
+
+/* Whether any profile the search prices a stage with (--profile, each
+ * device type's) has state whose gradient sum and moments depend on the
+ * number of pipelines. */
+static int has_state(const mal_replan_input *in)
+{
+    const mal_cluster *cl = in->cluster;
+    const mal_profile *p = in->profile;
+    int any = p->layer_state_mb > 0 || p->embed_state_mb > 0;
+    for (int t = 0; cl->type_of && t < cl->n_types; t++) {
+        const mal_profile *q = cl->types[t].profile;
+        if (q) any |= q->layer_state_mb > 0 || q->embed_state_mb > 0;
+    }
+    return any;
+}
+
+/* The context's device types (README "Mixed hardware"): each type's memory
+ * and profile; one type, the cluster's memory and --profile, when the
+ * cluster has none. */
+static void set_types(ctx *c, const mal_replan_input *in)
+{
+    const mal_cluster *cl = in->cluster;
+    c->n_ty = cl->type_of ? cl->n_types : 1;
+    c->node_ty = cl->type_of;
+    c->hty = healthy_type(cl);
+    for (int t = 0; t < c->n_ty; t++) {
+        c->tmem[t] = cl->type_of ? cl->types[t].memory_mb : cl->memory_mb;
+        c->tprof[t] = cl->type_of && cl->types[t].profile ? cl->types[t].profile : in->profile;
+    }
 }
 
 /* The whole search with healthy full groups of `th` ranks: the plan in
@@ -1293,11 +1430,12 @@ static int plan_with(const mal_replan_input *in, int th, int replicas, int recom
     c.p = in->profile;
     c.t = in->profile->tp;
     c.th = th;
-    c.yh = mal_profile_alpha(c.p, th);
     c.L = in->profile->n_layers;
     c.M = in->n_micro_batches;
     c.world = in->cluster->world_size;
-    c.mem = in->cluster->memory_mb;
+    set_types(&c, in);
+    c.yh = mal_profile_alpha(c.tprof[c.hty], th);
+    c.mem = c.tmem[c.hty];
     c.replicas = replicas;
     c.recompute = recompute;
     rp_set_modes(&c);
@@ -1361,14 +1499,15 @@ static int plan_with(const mal_replan_input *in, int th, int replicas, int recom
         (rc = state_alloc(&s, &s.fallback)))
         goto cleanup;
     /* every healthy count for every block while that stays cheap */
-    s.window = (double)MAL_MAX(1, s.n_act) * c.H * MAL_MIN(c.H, c.L) <= RP_FULL_WORK ? -1 : RP_WINDOW;
+    s.window =
+        (double)MAL_MAX(1, s.n_act) * c.H * MAL_MIN(c.H, c.L) <= RP_FULL_WORK ? -1 : RP_WINDOW;
 
     /* a good incumbent first: it lets the bounds prune the enumeration */
     s.count = -1;
     s.evals_left = RP_LS_EVALS / share;
     s.work_cap = INFINITY;
     s.best_window = s.window;
-    if ((rc = constructions(&s))) goto cleanup;
+    if ((rc = constructions(&s)) || (rc = grow_pipeline(&s))) goto cleanup;
     s.work_cap = c.work + RP_LS_WORK / share;
     mal_log(MAL_LOG_DEBUG, "replan: constructions: T %g after %d evaluations (%.3f s)", s.best.T,
             s.n_cand, mal_now() - t0);
@@ -1493,10 +1632,9 @@ cleanup:
  * y = alpha[s] max x runs 1/y <= sum over its ranks of 1 / (s alpha[s] x),
  * so the capacity is at most sum_r e / x_r with e the best per-rank
  * efficiency 1 / (s alpha[s]) of any size; T >= L M / C. */
-static double any_plan_bound(const mal_replan_input *in, int biggest)
+static double best_efficiency(const mal_profile *p, int biggest)
 {
-    const mal_profile *p = in->profile;
-    double e = 0, inv = 0;
+    double e = 0;
     for (int s = 1; s <= biggest && s <= (1 << MAL_REPLAN_MAX_TP_LOG); s *= 2) {
         double a = mal_profile_alpha(p, s);
         if (a <= 0 || (p->n_heads > 0 && p->n_heads % s) ||
@@ -1504,9 +1642,24 @@ static double any_plan_bound(const mal_replan_input *in, int biggest)
             continue;
         e = MAL_MAX(e, 1 / (s * a));
     }
-    for (int r = 0; r < in->cluster->world_size; r++)
-        inv += 1 / mal_cost_floor(in->rates[r]);
-    return e > 0 && inv > 0 ? (double)p->n_layers * in->n_micro_batches / (e * inv) : 0;
+    return e;
+}
+
+static double any_plan_bound(const mal_replan_input *in, int biggest)
+{
+    const mal_profile *p = in->profile;
+    const mal_cluster *cl = in->cluster;
+    double e = best_efficiency(p, biggest), cap = 0;
+    /* a mixed cluster: each rank at its type's profile's best efficiency */
+    double e_ty[MAL_REPLAN_MAX_TYPES];
+    for (int t = 0; cl->type_of && t < cl->n_types; t++)
+        e_ty[t] = cl->types[t].profile ? best_efficiency(cl->types[t].profile, biggest) : e;
+    for (int r = 0; r < cl->world_size; r++) {
+        int t = mal_cluster_rank_type(cl, r);
+        cap += (t >= 0 ? e_ty[t] : 1.0) / mal_cost_floor(in->rates[r]);
+    }
+    if (!cl->type_of) cap *= e;
+    return cap > 0 ? (double)p->n_layers * in->n_micro_batches / cap : 0;
 }
 
 int mal_replan_describe_search(const mal_replan_stats *st, const mal_profile *p, char *buf,
@@ -1576,7 +1729,7 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
                 stop = MAL_REPLAN_STOP_TIME;
                 break;
             }
-            if (!(p->layer_state_mb > 0 || p->embed_state_mb > 0))
+            if (!has_state(in))
                 replicas = 0; /* no state to sum or shard: the count changes nothing */
             else if (!p->zero)
                 /* one pipeline: worth a search where the best plan so
@@ -1604,6 +1757,10 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
             if (th > p->tp &&
                 (mal_profile_alpha(p, th) <= 0 || (p->n_heads > 0 && p->n_heads % th) ||
                  (p->ffn_hidden > 0 && p->ffn_hidden % th)))
+                continue;
+            /* the healthy groups are of one type: its profile must allow the size */
+            if (cl->type_of && cl->types[healthy_type(cl)].profile &&
+                mal_profile_alpha(cl->types[healthy_type(cl)].profile, th) <= 0)
                 continue;
             if (have_plan && mal_now() >= deadline) {
                 skipped = 1;
@@ -1660,11 +1817,13 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
     }
     if (!any) {
         ctx c = {0};
+        c.in = in;
         c.p = p;
         c.t = p->tp;
         c.L = p->n_layers;
         c.M = in->n_micro_batches;
         c.world = cl->world_size;
+        set_types(&c, in);
         c.mem = cl->memory_mb;
         c.recompute = p->recompute;
         rp_set_modes(&c);

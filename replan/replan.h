@@ -38,20 +38,27 @@
 /* A device type of a mixed cluster (README "Mixed hardware"). */
 typedef struct mal_device_type {
     char name[32];
-    double memory_mb; /* device memory of each rank of this type */
-    double speed;     /* compute speed; the fastest type is the profile's
-                       * device (its layer_time), the others run at
-                       * speed / fastest of it */
+    double memory_mb;            /* device memory of each rank of this type */
+    double speed;                /* compute speed relative to the --profile's device
+                                  * (with a profile of its own: --profile's layer_time
+                                  * over its own); the fastest type is the profile's
+                                  * device (its layer_time), the others run at
+                                  * speed / fastest of it */
+    char *profile_src;           /* "profile": a file or a preset name (NULL: none) */
+    struct mal_profile *profile; /* its loaded profile (NULL: --profile's) */
 } mal_device_type;
+
+/* At most this many device types (the search keeps a few figures per type). */
+#define MAL_REPLAN_MAX_TYPES 64
 
 typedef struct mal_cluster {
     int world_size;
     int n_nodes;
-    int *node_of;     /* [world_size]: node index of each rank */
-    double memory_mb; /* device memory capacity of every rank (mixed: the
-                       * least of the types in use, which the search sizes
-                       * stages for) */
-    int n_types;      /* 0: homogeneous */
+    int *node_of;           /* [world_size]: node index of each rank */
+    double memory_mb;       /* device memory capacity of every rank (mixed: the
+                             * least of the types in use; the search sizes each
+                             * stage for its own type's memory) */
+    int n_types;            /* 0: homogeneous */
     mal_device_type *types; /* [n_types] */
     int *type_of;           /* [n_nodes] type index of each node (NULL: homogeneous) */
 } mal_cluster;
@@ -60,6 +67,21 @@ typedef struct mal_cluster {
 double mal_cluster_rank_memory(const mal_cluster *c, int r);
 /* Speed of rank r relative to the fastest type (1.0 homogeneous).  Local. */
 double mal_cluster_rank_speed(const mal_cluster *c, int r);
+/* Type index of rank r (-1: homogeneous or r outside).  Local. */
+int mal_cluster_rank_type(const mal_cluster *c, int r);
+/* The profile rank r's stage is priced with: its type's own profile, else
+ * p (--profile's).  Local; the result is c's or p. */
+const struct mal_profile *mal_cluster_rank_profile(const mal_cluster *c, int r,
+                                                   const struct mal_profile *p);
+/* Load every type's "profile" (a file, relative to the cluster file's
+ * folder `dir` (NULL: the working directory), or a preset name) for
+ * micro-batch size mbs, check that it describes p's model (n_layers, tp,
+ * n_heads, ffn_hidden) and set the type's speed to p->layer_time over its
+ * own; p's `zero` is copied.  With any such profile, the fastest type must
+ * run at p's layer_time (--profile is the fastest type's).  MAL_EINVAL /
+ * MAL_EFORMAT naming types.NAME.profile.  Local; c owns the profiles. */
+int mal_cluster_load_profiles(mal_cluster *c, const char *dir, const struct mal_profile *p,
+                              int mbs);
 /* The rates the planner plans for on a mixed cluster: each rank's
  * measured rate, or its type's 1 / speed (relative to the fastest type)
  * where that is larger -- a slower type's rank is a straggler by nature,
@@ -130,7 +152,7 @@ typedef struct mal_profile {
      * state once, and the first and last stages of a deeper one sum its
      * gradient as replicas do. */
     int tied_embeddings;
-    double sync_time;      /* seconds added to every step for gradient sync */
+    double sync_time; /* seconds added to every step for gradient sync */
     /* Links (README "Links"): a healthy link moves a message of n bytes in
      * latency + n / bandwidth seconds, within a node and between nodes;
      * bandwidth 0 = communication not priced (the planner then ignores
@@ -266,6 +288,11 @@ typedef struct {
 void mal_cost_memory_terms(const mal_profile *p, const mal_plan *plan, int i, int j,
                            mal_cost_memory *out);
 
+/* The profile a plan's stage is priced with on cluster c (its type's
+ * own, else p; NULL c: p), and its ranks' least device memory.  Local. */
+const mal_profile *mal_cost_stage_profile(const mal_profile *p, const mal_cluster *c,
+                                          const mal_plan_stage *st);
+double mal_cost_stage_capacity(const mal_cluster *c, const mal_plan_stage *st);
 /* The same terms for a stage not yet in a plan: TP `size`, stage j of S,
  * l layers, warm-up depth d (d + 1 micro-batches in flight: the pipeline
  * runs at least that many), `replicas` pipelines holding its layers (<= 0:
@@ -310,7 +337,7 @@ double mal_cost_p2p(const mal_profile *p, const mal_cluster *c, const mal_links 
 double mal_cost_dp_comm(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
                         const mal_links *ln);
 /* A stage's time per micro-batch with communication (layer units): its
- * layers x (y x the recompute factor + its TP all-reduces, half of them
+ * layers x (y x the recompute factor (its type's profile) + its TP all-reduces, half of them
  * again under full recomputation); y = its rate x alpha.  Local. */
 double mal_cost_stage_links_time(const mal_profile *p, const mal_cluster *c, const mal_links *ln,
                                  const mal_plan_stage *st, double y);
@@ -321,9 +348,9 @@ double mal_cost_stage_links_time(const mal_profile *p, const mal_cluster *c, con
  * With `choose`, warm[S] gets the warm-up depth of each stage that
  * minimises Peff within memory (non-increasing, never below the 1F1B
  * default); else warm (NULL: the defaults) is used.  Local. */
-int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p,
-                            const mal_cluster *c, const double *rates, const mal_links *ln,
-                            int choose, int *warm, double *T_out, double *Peff_out);
+int mal_cost_pipeline_links(const mal_plan_pipeline *pl, const mal_profile *p, const mal_cluster *c,
+                            const double *rates, const mal_links *ln, int choose, int *warm,
+                            double *T_out, double *Peff_out);
 /* A whole plan with communication under its own warm-up depths: time[i]
  * (NULL: not kept) each pipeline's, *J_out the step time (the slowest
  * pipeline plus mal_cost_dp_comm), layer units.  Local. */
@@ -354,8 +381,8 @@ typedef struct mal_cost_eval {
                          * closed form when all stages take the period */
     int memory_ok;      /* every stage fits */
     int n_pipelines;
-    double *period; /* [n_pipelines] max_j y_ij * l_ij */
-    double *time;   /* [n_pipelines] (m_i + S_i - 1) * period_i */
+    double *period;      /* [n_pipelines] max_j y_ij * l_ij */
+    double *time;        /* [n_pipelines] (m_i + S_i - 1) * period_i */
     double *shaped_time; /* [n_pipelines] */
 } mal_cost_eval;
 

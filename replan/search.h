@@ -21,13 +21,16 @@
 
 #define RP_TOL 1e-9
 
-/* A TP group as the cost model sees it: its size and its rate y. */
+/* A TP group as the cost model sees it: its size, its rate y and its
+ * device type (the index into ctx's per-type memory and profile; 0 on a
+ * homogeneous cluster). */
 typedef struct sgrp {
     int size;
     double y;
+    int ty;
 } sgrp;
 
-/* Total order on groups: larger first, then faster. */
+/* Total order on groups: larger first, then faster, then by type. */
 int rp_cmp_sgrp(const void *a, const void *b);
 
 /* One way to group the R non-full positions of a node (sorted by rate,
@@ -45,6 +48,7 @@ typedef struct nopt {
 
 /* A node situation: its options (shared by every node of the class). */
 typedef struct nclass {
+    int ty; /* the device type of its nodes */
     int n_nodes;
     int rep; /* first node of the class */
     int R;   /* non-full positions */
@@ -66,10 +70,10 @@ typedef struct nodeinfo {
 typedef struct centry {
     char *key;
     int S;
-    double P;  /* period; INFINITY when no order and split fits memory */
-    int *kind; /* [S] stage order: -1 healthy full group, else index into the
-                * composition's sorted specials */
-    int *l;    /* [S] layers per stage */
+    double P;            /* period; INFINITY when no order and split fits memory */
+    int *kind;           /* [S] stage order: -1 healthy full group, else index into the
+                          * composition's sorted specials */
+    int *l;              /* [S] layers per stage */
     unsigned char *mode; /* [S] recompute mode per stage (mal_recompute) */
 } centry;
 
@@ -79,17 +83,25 @@ typedef struct ctx {
     int t, L, M, world; /* t: the profile's nominal TP size */
     int th;             /* size of the healthy full groups (t, or larger) */
     double yh;          /* their rate: alpha[th] (1.0 at the nominal size) */
-    double mem;
+    double mem;         /* memory of the healthy full groups' type */
+    /* Device types (README "Mixed hardware"): each group's layer caps use
+     * its type's memory and profile; a homogeneous cluster is one type.
+     * The healthy full groups are all of type `hty`: nodes of other types
+     * have no healthy full groups (their groups are specials). */
+    int n_ty, hty;
+    double tmem[MAL_REPLAN_MAX_TYPES];
+    const mal_profile *tprof[MAL_REPLAN_MAX_TYPES];
+    const int *node_ty; /* [n_nodes] type of each node (NULL: all type 0) */
     /* Recomputation modes a stage may take (README "Recomputation"), by
-     * rising time: mode[0..n_modes), their time factors 1 + recompute
-     * share; and the replicas the memory caps assume (0: the worst case,
-     * mal_cost_stage_terms) */
+     * rising time: mode[0..n_modes), each type's time factors 1 + its
+     * profile's recompute share; and the replicas the memory caps assume
+     * (0: the worst case, mal_cost_stage_terms) */
     int n_modes;
     int mode[3];
-    double mode_rt[3];
+    double mode_rt[MAL_REPLAN_MAX_TYPES][3];
     int replicas;
     int recompute; /* MAL_REPLAN_RECOMPUTE_* this search may use */
-    double *x; /* [world] floored rates */
+    double *x;     /* [world] floored rates */
     int n_nodes;
     nodeinfo *nodes;
     int *node_ranks; /* [world] the ranks node by node; nodes point into it */
@@ -104,7 +116,8 @@ typedef struct ctx {
     unsigned char *scratch; /* the layer solver's arrays (layers.c), reused */
     size_t scratch_cap;
     double *hp_P; /* [L + 1] period of h healthy groups alone (NAN: not yet) */
-    int capmax[MAL_REPLAN_MAX_TP_LOG + 2]; /* rp_layer_cap_max by log2 size (-1: not yet) */
+    /* rp_layer_cap_max by type and log2 size (0: not yet) */
+    int capmax[MAL_REPLAN_MAX_TYPES][MAL_REPLAN_MAX_TP_LOG + 2];
     long n_evals; /* block evaluations (statistics) */
     double work;  /* operations spent in evaluations (bounds the local search) */
     /* the time limit: past `deadline` (mal_now() seconds; INFINITY: none)
@@ -124,8 +137,9 @@ int rp_out_of_time(ctx *c);
 /* Nodes, their classes and options (README "A").  Local. */
 int rp_build_nodes(ctx *c);
 void rp_free_nodes(ctx *c);
-/* alpha for a size the model allows (divides n_heads, ffn_hidden), else 0 */
-double rp_alpha(const ctx *c, int size);
+/* alpha of type ty's profile for a size the model allows (divides
+ * n_heads, ffn_hidden), else 0 */
+double rp_alpha(const ctx *c, int size, int ty);
 
 /* ---- layers.c ---- */
 
@@ -138,14 +152,14 @@ void rp_cache_free(ctx *c);
  * bound on the planner's memory; the results are the same, recomputed).
  * Only where no pointer into the cache is held.  Local. */
 void rp_cache_trim(ctx *c);
-/* Most layers a group of `size` can hold anywhere in any pipeline (an upper
- * bound used by the pruning). */
-int rp_layer_cap_max(const ctx *c, int size);
-/* Most layers a group of `size` holds at stage j of S with the search's
- * mode index m (c->mode[m]).  Local. */
-int rp_layer_cap(const ctx *c, int size, int S, int j, int m);
-/* The modes the search may use (c->recompute)
- * into c.  Local. */
+/* Most layers a group of `size` and type ty can hold anywhere in any
+ * pipeline, in any mode (an upper bound used by the pruning). */
+int rp_layer_cap_max(const ctx *c, int size, int ty);
+/* Most layers a group of `size` and type ty (its memory and profile) holds
+ * at stage j of S with the search's mode index m (c->mode[m]).  Local. */
+int rp_layer_cap(const ctx *c, int size, int ty, int S, int j, int m);
+/* The modes the search may use (c->recompute), and each type's time
+ * factors (c->tprof, c->n_ty set), into c.  Local. */
 void rp_set_modes(ctx *c);
 
 /* ---- eval.c ---- */

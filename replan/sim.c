@@ -19,10 +19,11 @@ double mal_sim_pipeline_ex(int S, const double *fwd, const double *bwd, int m, d
     /* Its tables hold every op of every stage (24 bytes each): a plan file
      * may name two billion micro-batches, which would ask for tens of GB. */
     if ((long long)S * m > MAL_SIM_MAX_OPS)
-        return MAL_ERR(MAL_EINVAL,
-                       "simulator: %d stages x %d micro-batches is more than the %d stage-micro-batches "
-                       "it simulates (MAL_SIM_MAX_OPS)",
-                       S, m, MAL_SIM_MAX_OPS);
+        return MAL_ERR(
+            MAL_EINVAL,
+            "simulator: %d stages x %d micro-batches is more than the %d stage-micro-batches "
+            "it simulates (MAL_SIM_MAX_OPS)",
+            S, m, MAL_SIM_MAX_OPS);
     /* per stage: its op sequence (+i = forward of micro-batch i, -(i+1) = backward) */
     int n_ops = 2 * m;
     int *seq = malloc((size_t)S * n_ops * sizeof *seq);
@@ -104,8 +105,25 @@ cleanup:
     return end;
 }
 
+static int sim_plan(const mal_plan *plan, const mal_profile *p, const mal_cluster *cl,
+                    const double *rates, int world_size, double p2p, double *step_out,
+                    double *pipe_out);
+
 int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates, int world_size,
                  double p2p, double *step_out, double *pipe_out)
+{
+    return sim_plan(plan, p, NULL, rates, world_size, p2p, step_out, pipe_out);
+}
+
+int mal_sim_plan_on(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                    const double *rates, double p2p, double *step_out, double *pipe_out)
+{
+    return sim_plan(plan, p, c, rates, c->world_size, p2p, step_out, pipe_out);
+}
+
+static int sim_plan(const mal_plan *plan, const mal_profile *p, const mal_cluster *cl,
+                    const double *rates, int world_size, double p2p, double *step_out,
+                    double *pipe_out)
 {
     double step = 0;
     for (int i = 0; i < plan->n_pipelines; i++) {
@@ -119,7 +137,8 @@ int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates
         }
         for (int j = 0; j < pl->n_stages; j++) {
             const mal_plan_stage *st = &pl->stages[j];
-            double a = mal_profile_alpha(p, st->n_ranks), x = 1.0;
+            const mal_profile *ps = mal_cost_stage_profile(p, cl, st); /* its type's */
+            double a = mal_profile_alpha(ps, st->n_ranks), x = 1.0;
             if (a <= 0) {
                 free(fwd);
                 free(bwd);
@@ -133,7 +152,7 @@ int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates
             /* recomputation runs before the stage's backward pass */
             double c = x * a * (st->layer_end - st->layer_begin);
             fwd[j] = c * MAL_SIM_FORWARD_SHARE;
-            bwd[j] = c * mal_cost_stage_factor(p, st) - fwd[j];
+            bwd[j] = c * mal_cost_stage_factor(ps, st) - fwd[j];
         }
         double t = mal_sim_pipeline(pl->n_stages, fwd, bwd, pl->micro_batches, p2p);
         free(fwd);
@@ -163,7 +182,7 @@ int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_clu
         double *bwd = fwd + S, *hop = fwd + 2 * S;
         for (int j = 0; j < S; j++) {
             const mal_plan_stage *st = &pl->stages[j];
-            double a = mal_profile_alpha(p, st->n_ranks), x = 1.0;
+            double a = mal_profile_alpha(mal_cost_stage_profile(p, c, st), st->n_ranks), x = 1.0;
             if (a <= 0) {
                 free(fwd);
                 free(warm);

@@ -48,4 +48,9 @@ int mal_sim_plan_links(const mal_plan *plan, const mal_profile *p, const mal_clu
 int mal_sim_plan(const mal_plan *plan, const mal_profile *p, const double *rates, int world_size,
                  double p2p, double *step_out, double *pipe_out);
 
+/* The same on cluster c: a stage of a mixed cluster at its type's alpha
+ * (mal_cost_stage_profile).  Local. */
+int mal_sim_plan_on(const mal_plan *plan, const mal_profile *p, const mal_cluster *c,
+                    const double *rates, double p2p, double *step_out, double *pipe_out);
+
 #endif /* MAL_SIM_H */

@@ -60,7 +60,7 @@ static int simulate(const mal_replan_opts *o, const mal_profile *prof, const mal
         rc = MAL_ERR(MAL_ENOMEM, "out of memory");
         goto done;
     }
-    if ((rc = mal_sim_plan(&simp, prof, rates, cl->world_size, 0.0, &sim, pipe)) ||
+    if ((rc = mal_sim_plan_on(&simp, prof, cl, rates, 0.0, &sim, pipe)) ||
         (rc = mal_cost_eval_plan(&simp, prof, cl, rates, &ev)))
         goto done;
     /* with communication priced: the simulation and the closed form with
@@ -118,12 +118,12 @@ static void summary(const mal_replan_input *in, const mal_plan *plan, const mal_
     double tu = NAN, sim = NAN, simu = NAN;
     if (mal_replan_uniform(in, &uni) == 0) {
         if (mal_cost_eval_plan(&uni, p, cl, in->rates, &eu) == 0) tu = eu.step_time;
-        mal_sim_plan(&uni, p, in->rates, cl->world_size, 0.0, &simu, NULL);
+        mal_sim_plan_on(&uni, p, cl, in->rates, 0.0, &simu, NULL);
         mal_cost_eval_fini(&eu);
         mal_plan_fini(&uni);
     }
     mal_clearerr();
-    mal_sim_plan(plan, p, in->rates, cl->world_size, 0.0, &sim, NULL);
+    mal_sim_plan_on(plan, p, cl, in->rates, 0.0, &sim, NULL);
     double bound = mal_cost_capacity_bound(p, cl->world_size, in->rates, in->n_micro_batches);
     double lt = p->layer_time, sy = p->sync_time;
     int n_strag = 0;
@@ -217,6 +217,15 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
                      "give --cluster FILE, or --world-size, --ranks-per-node and --memory-mb");
     }
     if (rc) goto done;
+    if (cl.n_types) {
+        /* a type's "profile" file is relative to the cluster file */
+        char dir[4096] = "";
+        const char *slash = o->cluster_path ? strrchr(o->cluster_path, '/') : NULL;
+        if (slash)
+            snprintf(dir, sizeof dir, "%.*s", (int)(slash - o->cluster_path), o->cluster_path);
+        if (slash && slash == o->cluster_path) snprintf(dir, sizeof dir, "/");
+        if ((rc = mal_cluster_load_profiles(&cl, dir, &prof, o->micro_batch_size))) goto done;
+    }
     /* rates: missing ranks are healthy */
     rates = malloc((size_t)cl.world_size * sizeof *rates);
     if (!rates) {

@@ -56,13 +56,15 @@ dist_check_SCRIPTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs
 TESTS += tests/test_resume.sh tests/test_preempt.sh tests/test_jobs.sh tests/test_slurm_preempt.sh
 EXTRA_DIST += tests/run_watch.sh tests/pip_site.sh
 EXTRA_DIST += tests/check_loop.py tests/slurm/cluster.sh tests/slurm/common.sh tests/slurm/nodes.sh \
-    tests/slurm/nodes_test.sh
+    tests/slurm/nodes_test.sh tests/slurm/slow_node.sh
 
 # Several Slurm nodes on this machine (network namespaces): one job across
 # them; a node that stops answering or dies ends the job step in seconds
 # (the ranks' heartbeat, --peer-timeout; under mpiexec: test_peer_watch).
-# A node killed under the adaptive loop: the job shrinks onto the others;
-# started again on more nodes, it grows onto them.
+# A node killed under the adaptive loop: the job shrinks onto the others
+# and grows back when the node returns (test_shrink, with a rank killed
+# too); started again on more nodes, it grows onto them, and a node slow
+# run after run is left out (test_grow).
 dist_check_SCRIPTS += tests/test_nodes.sh tests/test_peer_watch.sh tests/test_shrink.sh \
 	tests/test_grow.sh
 TESTS += tests/test_nodes.sh tests/test_peer_watch.sh tests/test_shrink.sh tests/test_grow.sh

@@ -5,9 +5,16 @@
 # snapshot every 2 steps) and is stopped with its snapshot after 6 steps
 # (scancel --batch --signal=TERM, as a job that lost a node and ended would
 # be); the same run submitted again on 4 nodes (8 ranks) makes a plan for 8
-# ranks, reshards the newest snapshot onto it and finishes there.  Checks:
-# the growth in the events, an 8-rank plan, the job's exit 0:0 and every
-# step's loss equal to an uninterrupted one-process run (tests/check_loop.py).
+# ranks and reshards the newest snapshot onto it.  In that second job node
+# n2 is a persistent straggler (tests/slurm/slow_node.sh: its ranks 6x
+# slower) and the loop runs with EXCLUDE_RATE=3 EXCLUDE_AFTER=1: when the
+# policy asks for a re-plan, the loop leaves n2 out instead (a plan for the
+# 6 ranks of n1, n3 and n4) and finishes there.  Checks: the growth in the
+# events, an 8-rank plan, the exclusion logged with n2's rate, a 6-rank
+# plan after it, the job's exit 0:0 and every step's loss equal to an
+# uninterrupted one-process run (tests/check_loop.py); and that the job
+# submitted once more on the 4 nodes keeps n2 out (RUN_DIR/excluded: no
+# new plan for 8 ranks).
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -17,7 +24,7 @@ top_builddir=$(cd "$top_builddir" && pwd)
 NAME=grow
 . "$top_srcdir/tests/slurm/nodes_test.sh"
 
-STEPS=12
+STEPS=18
 export OPENBLAS_NUM_THREADS=1
 "$top_builddir/malleus-train" --model tiny --steps $STEPS --global-batch 16 --micro-batch 2 \
     --quiet --metrics "$W/ref.jsonl" || exit 99
@@ -50,7 +57,10 @@ scancel --batch --signal=TERM "$jobid"
 wait_job
 grep -q "stopped at step" "$W/run/events.log" || { tail -20 "$W/job.out"; echo "FAIL: the first job did not stop with a snapshot"; exit 1; }
 echo "first job (3 nodes, 6 ranks): $(grep -o 'stopped at step [0-9]*' "$W/run/events.log" | tail -1)"
-jobid=$(sbatch --parsable -N4 -n8 --ntasks-per-node=2 --export=ALL -o "$W/job.out" \
+# node n2 is slow in the second job (its ranks sleep 5x their compute):
+# the policy asks for a re-plan, and the loop leaves n2 out instead
+jobid=$(sbatch --parsable -N4 -n8 --ntasks-per-node=2 -o "$W/job.out" \
+    --export=ALL,RANK_WRAPPER="$top_srcdir/tests/slurm/slow_node.sh",SLOW_NODE=n2,SLOW_FACTOR=6,EXCLUDE_RATE=3,EXCLUDE_AFTER=1,TRAIN_ARGS="--noise-floor 3 --change-cost 0" \
     "$top_srcdir/jobs/malleus.sbatch") || { echo "FAIL: sbatch refused the job"; exit 1; }
 wait_job
 cat "$W/run/events.log" | grep adaptive-loop
@@ -60,5 +70,20 @@ grep -q "plan uses 6 ranks, this job has 8" "$W/run/events.log" ||
 n8=$(tr -d '\n' <"$W/run/plan.1.json" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' |
     tr -cd '0-9,\n' | tr ',' '\n' | grep . | sort -un | wc -l)
 [ "$n8" = 8 ] || { cat "$W/run/plan.1.json"; echo "FAIL: plan.1.json has $n8 ranks, not 8"; exit 1; }
+grep -q "leaving out node(s) n2 at the re-plan after generation 1: rates n2: [3-9]" "$W/run/events.log" &&
+    [ "$(cat "$W/run/excluded")" = n2 ] ||
+    { cat "$W/run/node-rates.log"; echo "FAIL: the loop did not leave out the slow node n2"; exit 1; }
+n6=$(tr -d '\n' <"$W/run/plan.2.json" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' |
+    tr -cd '0-9,\n' | tr ',' '\n' | grep . | sort -un | wc -l)
+[ "$n6" = 6 ] || { cat "$W/run/plan.2.json"; echo "FAIL: plan.2.json has $n6 ranks, not 6"; exit 1; }
+echo "node rates per run (node, rate, generation):"
+cat "$W/run/node-rates.log"
+# the same job requeued on the same 4 nodes keeps n2 out (RUN_DIR/excluded)
+jobid=$(sbatch --parsable -N4 -n8 --ntasks-per-node=2 --export=ALL -o "$W/job.out" \
+    "$top_srcdir/jobs/malleus.sbatch") || { echo "FAIL: sbatch refused the job"; exit 1; }
+wait_job
+tail -n 3 "$W/run/events.log"
+[ "$code" = "0:0" ] && grep -q "leaving out node(s) n2 (left out before" "$W/run/events.log" &&
+    [ ! -e "$W/run/plan.3.json" ] || { tail -20 "$W/job.out"; echo "FAIL: the job started again did not keep n2 out"; exit 1; }
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
 echo "cluster up to the end of the checks: $(ms "$t0") ms"

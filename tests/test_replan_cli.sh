@@ -151,4 +151,25 @@ grep -q "slow: 4 ranks, speed 0.50 (rate 2.00), 300 MB" "$T/mx.txt" || fail "mix
 grep -q "stragglers (rate >= 1.2): 4" "$T/mx.txt" || fail "mixed: the slow type is not planned as stragglers"
 echo '{"world_size": 8, "ranks_per_node": 4, "memory_mb": 9, "types": {"a": {"memory_mb": 1}}, "node_types": ["a", "a"]}' >"$T/mx2.json"
 expect_fail 2 "memory_mb per type" -c "$T/mx2.json" --model tiny -M 8
+# each type's memory and profile (a file beside the cluster file): "small"
+# holds 2 layers at 40 MB each in 85 MB, so the big type takes 6
+mkdir -p "$T/cl"
+P='"n_layers": 8, "tp": 2, "n_heads": 8, "ffn_hidden": 64, "alpha": {"2": 1.0, "1": 1.9}, "embedding_memory_mb": 0, "overhead_mb": 0'
+echo "{\"name\": \"big-hw\", $P, \"layer_memory_mb\": [10, 10], \"layer_time\": 1.0}" >"$T/big.json"
+echo "{\"name\": \"small-hw\", $P, \"layer_memory_mb\": [40, 40], \"layer_time\": 1.25}" >"$T/cl/small.json"
+cat >"$T/cl/types.json" <<'EOF2'
+{"nodes": [[0, 1], [2, 3]], "node_types": ["big", "small"],
+ "types": {"big": {"memory_mb": 1000}, "small": {"memory_mb": 85, "profile": "small.json"}}}
+EOF2
+"$BIN" -c "$T/cl/types.json" --profile "$T/big.json" -M 8 -e -o "$T/ty.json" >"$T/ty.txt" 2>&1 ||
+    fail "types: $(cat "$T/ty.txt")"
+grep -q '"predicted_step_time": 54,' "$T/ty.json" || fail "types: the step is not 54 s: $(cat "$T/ty.json")"
+grep -q "type small (speed 0.80, 85 MB, profile small-hw): memory 80.0 of 85 MB; 2 layers: memory binds" \
+    "$T/ty.txt" || fail "types: --explain does not say memory binds the small type"
+grep -q "small: 2 ranks, speed 0.80 (rate 1.25), 85 MB, profile small.json" "$T/ty.txt" ||
+    fail "types: --explain types"
+sed 's/"profile": "small.json"/"profile": "small.json", "speed": 0.5/' "$T/cl/types.json" >"$T/cl/bad.json"
+expect_fail 2 'types.small: give "speed" or "profile", not both' -c "$T/cl/bad.json" --profile "$T/big.json" -M 8
+sed 's/"profile": "small.json"/"profile": "none.json"/' "$T/cl/types.json" >"$T/cl/bad.json"
+expect_fail 2 'types.small.profile "none.json"' -c "$T/cl/bad.json" --profile "$T/big.json" -M 8
 echo "test_replan_cli: ok"

@@ -23,8 +23,10 @@
  * (its warm-up depths adapted to the links: Adaptra's), compute-only
  * Malleus (the planner blind to links), Malleus with links -- each priced
  * with communication by the cost model and the simulator; and a mixed
- * cluster (every other node 0.6x the speed, 0.75x the memory): static vs
- * Malleus.
+ * cluster (every other node 0.6x the speed by a profile of its own, 0.75x
+ * the memory): static, Malleus planning all as the slowest, smallest type,
+ * Malleus with the types' speeds only (every stage sized for the least
+ * memory) and Malleus with each type's memory and profile.
  *
  * --memory-model: the grid planned with the reference system's memory
  * figures (the default mode's) and with the runtime's (ZeRO-1 moments
@@ -88,7 +90,7 @@ static void eval_plan(const mal_plan *plan, const mal_profile *p, const mal_clus
         exit(1);
     }
     r->T = ev.step_time;
-    if (mal_sim_plan(plan, p, rates, c->world_size, 0.0, &r->sim, NULL)) {
+    if (mal_sim_plan_on(plan, p, c, rates, 0.0, &r->sim, NULL)) {
         fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
         exit(1);
     }
@@ -472,6 +474,8 @@ static void plan_or_die(const mal_replan_input *in, mal_plan *out)
  * schedule-only (its warm-ups adapted), compute-only Malleus (the planner
  * blind to links) and Malleus with links; step seconds by the cost model
  * (the simulator's in brackets). */
+static void mixed_rows(const setting *st, const mal_profile *prof, double frac, double *gap);
+
 static void links_rows(const setting *st, const mal_profile *prof, double *gap, double *sum_x,
                        int *n_x)
 {
@@ -527,44 +531,112 @@ static void links_rows(const setting *st, const mal_profile *prof, double *gap, 
     mal_cluster_fini(&cl);
 
     /* mixed hardware: the odd nodes of a slower type with less memory */
+    mixed_rows(st, prof, 0.75, gap);
+    mixed_rows(st, prof, 0.5, gap);
+}
+
+/* A copy of p for a device at `speed` times its speed (its own profile:
+ * the same model's memory per layer, a longer layer_time). */
+static mal_profile *slower_profile(const mal_profile *p, double speed)
+{
+    mal_profile *q = malloc(sizeof *q);
+    if (!q) exit(1);
+    *q = *p;
+    q->k = malloc((size_t)p->n_k * sizeof *q->k);
+    if (!q->k) exit(1);
+    memcpy(q->k, p->k, (size_t)p->n_k * sizeof *q->k);
+    snprintf(q->name, sizeof q->name, "%.20s-slow", p->name);
+    q->layer_time = p->layer_time / speed;
+    return q;
+}
+
+/* A cluster of st's nodes, every other one of type "b": memory mb_a / mb_b;
+ * "b" at 0.6x the speed by a profile of its own (with_profile) or at
+ * speed_b with --profile's; rates[] the planner's for it. */
+static void mixed_cluster(const setting *st, const mal_profile *prof, mal_cluster *cl, double mb_a,
+                          double mb_b, double speed_a, double speed_b, int with_profile,
+                          double *rates)
+{
     char js[1024];
     int n = snprintf(js, sizeof js,
                      "{\"world_size\": %d, \"ranks_per_node\": %d, \"types\": {\"a\": "
-                     "{\"memory_mb\": %g, \"speed\": 1}, \"b\": {\"memory_mb\": %g, "
-                     "\"speed\": 0.6}}, \"node_types\": [",
-                     st->world, RPN, MEM_MB, 0.75 * MEM_MB);
+                     "{\"memory_mb\": %g, \"speed\": %g}, \"b\": {\"memory_mb\": %g, "
+                     "\"speed\": %g}}, \"node_types\": [",
+                     st->world, RPN, mb_a, speed_a, mb_b, speed_b);
     for (int k = 0; k < st->world / RPN; k++)
         n += snprintf(js + n, sizeof js - (size_t)n, "%s\"%s\"", k ? ", " : "", k % 2 ? "b" : "a");
     snprintf(js + n, sizeof js - (size_t)n, "]}");
-    if (mal_cluster_parse_buffer(&cl, js, strlen(js), "mixed cluster")) {
+    if (mal_cluster_parse_buffer(cl, js, strlen(js), "mixed cluster")) {
         fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
         exit(1);
     }
+    /* as mal_cluster_load_profiles sets it: --profile's layer_time over its own */
+    for (int t = 0; with_profile && t < cl->n_types; t++)
+        if (!strcmp(cl->types[t].name, "b")) {
+            cl->types[t].profile = slower_profile(prof, 0.6);
+            cl->types[t].speed = prof->layer_time / cl->types[t].profile->layer_time;
+        }
     double raw[64];
     for (int r = 0; r < st->world; r++)
         raw[r] = 1.0;
-    mal_cluster_effective_rates(&cl, raw, rates);
-    in.cluster = &cl;
-    in.links = NULL;
-    mal_plan mixed;
-    double Tu = INFINITY, Su = 0, Tm = INFINITY, Sm = 0;
-    if (!mal_replan_uniform(&in, &uni)) {
-        eval_links(&uni, &in, &Tu, &Su, gap);
-        mal_plan_fini(&uni);
-    } else {
-        mal_clearerr();
+    mal_cluster_effective_rates(cl, raw, rates);
+}
+
+/* Mixed hardware, every other node 0.6x the speed and `frac` the memory
+ * (its own profile: the model's memory per layer, 1 / 0.6 its layer
+ * time).  Four plans, each priced on that cluster (cost model, simulator):
+ * static (the nominal uniform plan); Malleus blind to the types, planning
+ * every node as the smallest, slowest type; Malleus with the types' speeds
+ * only, every stage sized for the least memory (the planner before
+ * per-type memory); Malleus with each type's memory and profile. */
+static void mixed_rows(const setting *st, const mal_profile *prof, double frac, double *gap)
+{
+    mal_cluster real, blind, speed_only;
+    double rates[64], r_blind[64], r_speed[64];
+    mixed_cluster(st, prof, &real, MEM_MB, frac * MEM_MB, 1, 1, 1, rates);
+    /* the planner's view without types: every node a "b" (one speed for
+     * all: the plan is that of any common speed) */
+    if (mal_cluster_regular(&blind, st->world, RPN, frac * MEM_MB)) exit(1);
+    for (int r = 0; r < st->world; r++)
+        r_blind[r] = 1.0;
+    mixed_cluster(st, prof, &speed_only, frac * MEM_MB, frac * MEM_MB, 1, 0.6, 0, r_speed);
+    mal_replan_input in = {&real, prof, rates, MBS, M, st->dp, NULL, MAL_REPLAN_AUTO, 0, NULL};
+    mal_replan_input in_b = in, in_s = in;
+    in_b.cluster = &blind;
+    in_b.rates = r_blind;
+    in_s.cluster = &speed_only;
+    in_s.rates = r_speed;
+    const char *name[4] = {"static", "as slowest", "speed only", "Malleus"};
+    double T[4], S[4];
+    mal_plan plans[4];
+    int ok[4] = {0};
+    ok[0] = !mal_replan_uniform(&in, &plans[0]);
+    ok[1] = !mal_replan(&in_b, &plans[1], NULL);
+    ok[2] = !mal_replan(&in_s, &plans[2], NULL);
+    ok[3] = !mal_replan(&in, &plans[3], NULL);
+    for (int k = 0; k < 4; k++) {
+        T[k] = S[k] = INFINITY;
+        if (!ok[k]) {
+            printf("%-5s mixed %.2fx memory, %s: %s\n", st->name, frac, name[k], mal_errmsg());
+            mal_clearerr();
+            continue;
+        }
+        mal_cost_eval ev;
+        if (mal_cost_eval_plan(&plans[k], prof, &real, rates, &ev)) exit(1);
+        if (!ev.memory_ok)
+            printf("%-5s mixed %.2fx memory, %s: does not fit memory\n", st->name, frac, name[k]);
+        mal_cost_eval_fini(&ev);
+        eval_links(&plans[k], &in, &T[k], &S[k], gap);
+        mal_plan_fini(&plans[k]);
     }
-    if (!mal_replan(&in, &mixed, NULL)) {
-        eval_links(&mixed, &in, &Tm, &Sm, gap);
-        mal_plan_fini(&mixed);
-    } else {
-        printf("%-5s mixed: %s\n", st->name, mal_errmsg());
-        mal_clearerr();
-    }
-    printf("%-5s mixed (half the nodes 0.6x speed, 0.75x memory): static %.3f (%.3f), Malleus "
-           "%.3f (%.3f): %.2fx\n",
-           st->name, Tu, Su, Tm, Sm, Tu / Tm);
-    mal_cluster_fini(&cl);
+    printf("%-5s mixed (half the nodes 0.6x speed by their profile, %.2fx memory): static %.3f "
+           "(%.3f), as slowest %.3f (%.3f), speed only %.3f (%.3f), Malleus %.3f (%.3f): %.2fx "
+           "static, %.2fx as slowest, %.2fx speed only\n",
+           st->name, frac, T[0], S[0], T[1], S[1], T[2], S[2], T[3], S[3], T[0] / T[3], T[1] / T[3],
+           T[2] / T[3]);
+    mal_cluster_fini(&real);
+    mal_cluster_fini(&blind);
+    mal_cluster_fini(&speed_only);
 }
 
 int main(int argc, char **argv)
@@ -609,8 +681,8 @@ int main(int argc, char **argv)
         printf("%-5s %2s %5s %-6s %8s %8s %8s %8s %8s %6s %6s %6s %6s %7s\n", "model", "n", "rate",
                "place", "bound_s", "static", "drop", "nomTP", "malleus", "frac", "x_stat", "x_drop",
                "x_nom", "plan_s");
-    double sum_frac = 0, min_frac = 1, sum_x[3] = {0}, min_x[3] = {1e9, 1e9, 1e9},
-           max_x[3] = {0}, sum_xs[3] = {0};
+    double sum_frac = 0, min_frac = 1, sum_x[3] = {0}, min_x[3] = {1e9, 1e9, 1e9}, max_x[3] = {0},
+           sum_xs[3] = {0};
     int n_rows = 0, n_x[3] = {0}, behind = 0, n_wide = 0, wide_diff = 0;
     double plan_max = 0, wide_max = 0;
     for (size_t si = 0; si < MAL_ARRAY_SIZE(settings); si++) {
@@ -654,8 +726,8 @@ int main(int argc, char **argv)
                     double rates[64];
                     int n = grid_scenario(st, counts[ci], xs[xi], packed, rates);
                     if (!n) continue;
-                    mal_replan_input in = {&cl, &prof, rates, MBS, M, st->dp, NULL,
-                                           MAL_REPLAN_AUTO, 0, NULL};
+                    mal_replan_input in = {&cl,    &prof, rates,           MBS, M,
+                                           st->dp, NULL,  MAL_REPLAN_AUTO, 0,   NULL};
                     result r1, r2, r3, r4;
                     mal_plan uni;
                     if (mal_replan_uniform(&in, &uni)) {

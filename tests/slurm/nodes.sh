@@ -20,7 +20,8 @@
 #   sh nodes.sh down DIR          # stop everything `up` started, by pid;
 #                                 # remove the namespaces and the bridge
 #
-# MALLEUS_SLURM_CONF_EXTRA: more slurm.conf lines (a test's own settings).
+# MALLEUS_SLURM_CONF_EXTRA: more slurm.conf lines (a test's own settings);
+# MALLEUS_SLURMD_TIMEOUT: Slurm's SlurmdTimeout (20 s here).
 #
 # Addresses live only on the links created here (a private /24 on the
 # bridge, not routed anywhere); names carry this script's pid so that a
@@ -115,13 +116,13 @@ up)
     done
     port=$((17000 + $$ % 2000))
     # SlurmdTimeout: a dead node is marked down after 20 s (300 by
-    # default); KillWait: srun gives up on a dead node's tasks 2 + 2 s
+    # default; a node that answers again before is still its jobs'); KillWait: srun gives up on a dead node's tasks 2 + 2 s
     # after the step was cancelled (30 + 2 by default)
     slurm_write_conf "$dir/slurm.conf" "$net.254" "$port" "$dir" \
         "SlurmdSpoolDir=$dir/spool/%n
 SlurmdPidFile=$dir/run/slurmd.%n.pid
 SlurmdLogFile=$dir/log/slurmd.%n.log
-SlurmdTimeout=20
+SlurmdTimeout=${MALLEUS_SLURMD_TIMEOUT:-20}
 KillWait=2" \
         "$nodelines" "n[1-$n]"
     slurm_start_munge "$dir"
