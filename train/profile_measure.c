@@ -158,9 +158,7 @@ static int acts_kept(const mal_model *m, int B, double acts, double *kept)
     for (int mode = MAL_RECOMPUTE_SELECTIVE; mode <= MAL_RECOMPUTE_FULL; mode++) {
         size_t own = mal_acts_layer_bytes(m, B, mode, NULL);
         if (none == SIZE_MAX || own == SIZE_MAX || own > none || !(acts > 0))
-            return MAL_ERR(MAL_EINVAL,
-                           "profile: the activation sizes of recompute mode %s "
-                           "overflow",
+            return MAL_ERR(MAL_EINVAL, "profile: the activation sizes of recompute mode %s overflow",
                            mal_recompute_name(mode));
         kept[mode] = 1.0 - (double)(none - own) / acts;
     }
@@ -284,11 +282,11 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
     double layer_state = per_param * (double)n_layer;
     /* the logits and their gradient: the vocabulary-parallel head holds
      * its rows' columns (the largest shard: V/tp rounded up) */
-    double logits =
-        2.0 * esz * (double)B * cfg->seq_len * (double)((cfg->vocab + nominal_tp - 1) / nominal_tp);
+    double logits = 2.0 * esz * (double)B * cfg->seq_len *
+                    (double)((cfg->vocab + nominal_tp - 1) / nominal_tp);
 
-    fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n", cfg->name,
-            cfg->n_layers, nominal_tp);
+    fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n",
+            cfg->name, cfg->n_layers, nominal_tp);
     fprintf(f, "  \"n_heads\": %d,\n  \"ffn_hidden\": %d,\n  \"alpha\": {", cfg->n_heads,
             cfg->ffn_hidden);
     for (int l = 0; l < n_sizes; l++)

@@ -290,7 +290,7 @@ print("memory per rank, MiB. pred: the planner's stage memory without its fixed 
       "the accountant's peak with --zero 0 / 1 (the largest rank of the stage)")
 hdr = ("model", "plan", "p.s", "ranks", "pred pre", "pred m0", "pred m1", "z0", "z1",
        "z0/pre", "z0/m0", "z1/m1")
-fmt = "%-11s %-14s %-4s %-7s %8s %8s %8s %8s %8s %6s %6s %6s"
+fmt = "%-11s %-19s %-4s %-7s %8s %8s %8s %8s %8s %6s %6s %6s"
 print(fmt % hdr)
 rows = []
 for line in open(sys.argv[1]):
