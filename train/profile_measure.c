@@ -80,26 +80,29 @@ static double rss_mb(void)
 }
 
 /* Seconds of one layer fwd+bwd on TP size t (rank 0 of the group) under
- * each of the n_modes recompute modes modes[]: out_med[i] the median of
- * `reps` repetitions (the layer time), out_best[i] the least (where two
- * modes are compared: the repetition other loads of the machine disturbed
- * least).  The modes take turns within each repetition, so noise that
+ * each of the n_modes recompute modes modes[]: out_med[i] the median of at
+ * least `reps` repetitions (the layer time), out_best[i] the least (where
+ * two modes are compared: the repetition other loads of the machine
+ * disturbed least).  With min_s > 0 the repetitions go on, up to
+ * MAX_REPS, until the first mode has run min_s seconds: a small layer's
+ * pass takes under a millisecond, and the least of a few hundred is what
+ * a loaded machine leaves undisturbed.  The modes take turns within each repetition, so noise that
  * lasts longer than one pass hits every mode alike; each has its own
  * instance of the layer (the same weights), as a run holds one shared
  * buffer for its mode, allocated once: switching one instance's mode
  * would time fresh pages of a new buffer. */
-static int time_layer(mal_kern k, const mal_model_config *cfg, int B, int t, int reps,
+static int time_layer(mal_kern k, const mal_model_config *cfg, int B, int t, int reps, double min_s,
                       const int *modes, int n_modes, double *out_med, double *out_best)
 {
-    enum { MAX_MODES = MAL_RECOMPUTE_FULL + 1 };
+    enum { MAX_MODES = MAL_RECOMPUTE_FULL + 1, MAX_REPS = 500 };
     mal_model_part part = {0, 1, 0, 0, t, 0};
     mal_model *m[MAX_MODES] = {NULL};
     mal_acts *a[MAX_MODES] = {NULL};
     void *dout = NULL;
-    double *ts = malloc(sizeof *ts * (size_t)reps * (size_t)n_modes);
+    double *ts = malloc(sizeof *ts * MAX_REPS * (size_t)n_modes), spent = 0;
     int rc;
     if (!ts) return MAL_ERR(MAL_ENOMEM, "profile: out of memory");
-    if (n_modes < 1 || n_modes > MAX_MODES) {
+    if (n_modes < 1 || n_modes > MAX_MODES || reps < 1 || reps > MAX_REPS) {
         rc = MAL_ERR(MAL_EINVAL, "profile: %d recompute modes to time", n_modes);
         goto out;
     }
@@ -117,19 +120,25 @@ static int time_layer(mal_kern k, const mal_model_config *cfg, int B, int t, int
         rc = MAL_ERR(MAL_ENOMEM, "profile: out of memory");
         goto out;
     }
-    for (int r = 0; r < reps + 1; r++)
+    int n = 0; /* repetitions timed */
+    for (int r = 0; r == 0 || n < reps || (spent < min_s && n < MAX_REPS); r++)
         for (int i = 0; i < n_modes; i++) {
             double t0 = mal_now();
             if ((rc = mal_model_forward(m[i], a[i], a[i]->res[0], 0.0f))) goto out;
             void *dinp;
             if ((rc = mal_model_backward(m[i], a[i], dout, &dinp))) goto out;
             if ((rc = mal_kern_sync(m[i]->k))) goto out;
-            if (r > 0) ts[(size_t)i * reps + r - 1] = mal_now() - t0; /* first run warms caches */
+            if (r == 0) continue; /* the first run warms caches */
+            double dt = mal_now() - t0;
+            ts[(size_t)i * MAX_REPS + n] = dt;
+            if (i == 0) spent += dt;
+            if (i == n_modes - 1) n++;
         }
     for (int i = 0; i < n_modes; i++) {
-        qsort(ts + (size_t)i * reps, (size_t)reps, sizeof *ts, cmp_d);
-        out_med[i] = ts[(size_t)i * reps + reps / 2];
-        out_best[i] = ts[(size_t)i * reps];
+        double *ti = ts + (size_t)i * MAX_REPS;
+        qsort(ti, (size_t)n, sizeof *ts, cmp_d);
+        out_med[i] = ti[n / 2];
+        out_best[i] = ti[0];
     }
 out:
     if (dout) mal_kern_free(m[0]->k, dout);
@@ -158,7 +167,8 @@ static int acts_kept(const mal_model *m, int B, double acts, double *kept)
     for (int mode = MAL_RECOMPUTE_SELECTIVE; mode <= MAL_RECOMPUTE_FULL; mode++) {
         size_t own = mal_acts_layer_bytes(m, B, mode, NULL);
         if (none == SIZE_MAX || own == SIZE_MAX || own > none || !(acts > 0))
-            return MAL_ERR(MAL_EINVAL, "profile: the activation sizes of recompute mode %s overflow",
+            return MAL_ERR(MAL_EINVAL,
+                           "profile: the activation sizes of recompute mode %s overflow",
                            mal_recompute_name(mode));
         kept[mode] = 1.0 - (double)(none - own) / acts;
     }
@@ -232,13 +242,16 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
                        "(%.1f GiB)",
                        cfg->name, need, need / (MB * 1024), nominal_tp, mem, mem / (MB * 1024));
     /* the nominal size's layer in every recompute mode, for the time
-     * recomputation adds: more repetitions, since a ratio of two least
-     * times is what the planner reads */
+     * recomputation adds: more repetitions (at least 9, and a quarter of a
+     * second of mode none's), since a ratio of two least times is what the
+     * planner reads */
     static const int modes[] = {MAL_RECOMPUTE_NONE, MAL_RECOMPUTE_SELECTIVE, MAL_RECOMPUTE_FULL};
     double med[3], best[3];
     for (int l = 0; (1 << l) <= nominal_tp; l++) {
         int t = 1 << l, nom = t == nominal_tp;
-        if ((rc = time_layer(k, cfg, B, t, nom ? 9 : 7, modes, nom ? 3 : 1, med, best))) return rc;
+        if ((rc = time_layer(k, cfg, B, t, nom ? 9 : 7, nom ? 0.25 : 0, modes, nom ? 3 : 1, med,
+                             best)))
+            return rc;
         times[l] = med[0];
         n_sizes++;
     }
@@ -282,11 +295,11 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
     double layer_state = per_param * (double)n_layer;
     /* the logits and their gradient: the vocabulary-parallel head holds
      * its rows' columns (the largest shard: V/tp rounded up) */
-    double logits = 2.0 * esz * (double)B * cfg->seq_len *
-                    (double)((cfg->vocab + nominal_tp - 1) / nominal_tp);
+    double logits =
+        2.0 * esz * (double)B * cfg->seq_len * (double)((cfg->vocab + nominal_tp - 1) / nominal_tp);
 
-    fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n",
-            cfg->name, cfg->n_layers, nominal_tp);
+    fprintf(f, "{\n  \"name\": \"%s (measured)\",\n  \"n_layers\": %d,\n  \"tp\": %d,\n", cfg->name,
+            cfg->n_layers, nominal_tp);
     fprintf(f, "  \"n_heads\": %d,\n  \"ffn_hidden\": %d,\n  \"alpha\": {", cfg->n_heads,
             cfg->ffn_hidden);
     for (int l = 0; l < n_sizes; l++)
