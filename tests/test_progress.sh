@@ -12,7 +12,11 @@
 #      change line, and the new plan written next to the snapshots under the
 #      id the metrics rows carry;
 #   4. --profile under mpiexec: rank 0 alone writes the profile and says so;
-#      every rank measures the links into it.
+#      every rank measures the links into it; the recomputation figures:
+#      the share of a layer's activations each mode keeps equals what the
+#      runtime's memory check counts (full < selective < 1), the time each
+#      adds was measured (full > selective >= 0), and both read back through
+#      malleus-replan (--print-profile, and --explain's workspace terms).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 W=$(mktemp -d /tmp/malleus-test-progress-XXXXXX)
@@ -109,6 +113,62 @@ grep -q '"node_link' "$W/prof.json" && fail "--profile on one node measured link
 "$top_builddir/malleus-replan" --profile "$W/prof.json" --links "$W/prof.json" --world-size 3 \
     --ranks-per-node 3 --memory-mb 1000 -M 8 >/dev/null ||
     fail "the profile written under mpiexec does not plan (with its links)"
+# The memory check's exact need (bytes) of one process per mode: a mode
+# drops (L x in flight - 1) x a layer's dropped bytes (its one-layer buffer
+# holds them once), which the profile's share kept must equal: 1 - dropped
+# / rank_acts_mb.
+for m in none selective full; do
+    MALLEUS_MEMORY_MB=1 "$TRAIN" --model tiny --steps 1 --threads 1 --quiet --recompute $m \
+        >"$W/need.$m" 2>&1
+done
+"$top_builddir/malleus-replan" -p "$W/prof.json" --print-profile >"$W/prof.back" 2>&1 ||
+    fail "malleus-replan --print-profile of the measured profile: $(cat "$W/prof.back")"
+cat >"$W/rc.json" <<'EOF'
+{ "format": "malleus-plan/1", "micro_batch_size": 4,
+  "pipelines": [ { "micro_batches": 4, "stages": [ { "ranks": [0], "layers": [0, 2], "recompute": "full" },
+    { "ranks": [1], "layers": [2, 4], "recompute": "selective" } ] } ], "suspended": [] }
+EOF
+"$top_builddir/malleus-replan" -p "$W/prof.json" --world-size 2 --ranks-per-node 2 --memory-mb 1000 \
+    -b 4 -M 4 --simulate "$W/rc.json" --explain >"$W/rc.explain" 2>&1 ||
+    fail "malleus-replan --explain of a recomputing plan: $(cat "$W/rc.explain")"
+python3 - "$W" <<'PY' || fail "--profile's recomputation figures: $(grep -A1 acts_kept "$W/prof.json")"
+import json, re, sys
+w = sys.argv[1]
+p = json.load(open(w + "/prof.json"))
+k, t, a = p["acts_kept"], p["recompute_time"], p["rank_acts_mb"]["1"]
+bad = []
+if not 0 < k["full"] < k["selective"] < 1:
+    bad.append("acts_kept not 0 < full < selective < 1: %s" % k)
+# full runs the layer's forward pass again: about a third of forward +
+# backward (0.38-0.49 measured on tiny); selective a few element-wise
+# kernels.  Timing one mode as another gives noise: a few per cent.
+if not (t["full"] > t["selective"] + 0.15 and t["selective"] >= 0):
+    bad.append("recompute_time not full > selective + 0.15, selective >= 0: %s" % t)
+need = {}
+for m in ("none", "selective", "full"):
+    s = open("%s/need.%s" % (w, m)).read()
+    g = re.search(r"layers \[0, (\d+)\).* (\d+) in flight, recompute %s\) needs (\d+) bytes" % m, s)
+    if not g:
+        sys.exit("no need for --recompute %s: %s" % (m, s))
+    L, n, need[m] = int(g[1]), int(g[2]), int(g[3])
+for m in ("selective", "full"):
+    want = 1 - (need["none"] - need[m]) / (L * n - 1) / (a * 1048576)
+    if abs(k[m] - want) > 2e-4:  # rank_acts_mb has 4 decimals
+        bad.append("acts_kept %s %.6f, the runtime's %.6f" % (m, k[m], want))
+back = json.loads(open(w + "/prof.back").read())
+for f in ("acts_kept", "recompute_time"):
+    if back[f] != p[f]:
+        bad.append("%s read back as %s, written %s" % (f, back[f], p[f]))
+# --explain: each recomputing stage's workspace is a layer's dropped share
+ex = open(w + "/rc.explain").read()
+ws = [float(x) for x in re.findall(r"recompute (?:full|selective) [0-9.]+ \+ workspace ([0-9.]+)", ex)]
+exp = [a * (1 - k["full"]), a * (1 - k["selective"])]
+if len(ws) != 2 or any(abs(x - y) > 1e-3 for x, y in zip(ws, exp)):
+    bad.append("--explain's workspaces %s, not %s" % (ws, exp))
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
 
 [ $fails -eq 0 ] || exit 1
 echo "PASS: step line, metrics fields, plan lines (start, restart, online), plan file, --profile on one rank"

@@ -4,7 +4,9 @@
 #
 # For each model (default: tiny tiny-llama3 small) and each plan (default:
 # the valid plans of tests/plans plus two deep pipelines for the 4-layer
-# models, three 8-layer plans for small, all written to DIR), the
+# models, three 8-layer plans for small, and two stages under each
+# recompute mode and with one full and one selective stage (rc_*.json;
+# small_pp2_*.json for small), all written to DIR), the
 # planner's model of every stage comes from `malleus-replan --simulate PLAN
 # --explain` (its "memory terms" lines), with two profiles: the preset's
 # and one `malleus-train --profile` measured on this machine, both at a
@@ -168,14 +170,34 @@ PLAN
     { "micro_batches": 3, "stages": [ { "ranks": [2], "layers": [0, 3] }, { "ranks": [3], "layers": [3, 8] } ] } ],
   "suspended": [] }
 PLAN
+    # two stages under each recompute mode, and one with a full and a
+    # selective stage: the planner's recomputation terms against the
+    # runtime's (the measured profile's acts_kept)
+    for m in none selective full mixed; do
+        r0=$m r1=$m
+        [ $m = mixed ] && r0=full r1=selective
+        cat >"$out/rc_$m.json" <<PLAN
+{ "format": "malleus-plan/1", "micro_batch_size": 2, "comment": "2 stages, recompute $r0 / $r1",
+  "pipelines": [ { "micro_batches": 4, "stages": [ { "ranks": [0], "layers": [0, 2], "recompute": "$r0" },
+    { "ranks": [1], "layers": [2, 4], "recompute": "$r1" } ] } ], "suspended": [] }
+PLAN
+        [ $m = none ] && continue
+        cat >"$out/small_pp2_$m.json" <<PLAN
+{ "format": "malleus-plan/1", "micro_batch_size": 1, "comment": "small: 2 uneven stages, recompute $r0 / $r1",
+  "pipelines": [ { "micro_batches": 4, "stages": [ { "ranks": [0], "layers": [0, 5], "recompute": "$r0" },
+    { "ranks": [1], "layers": [5, 8], "recompute": "$r1" } ] } ], "suspended": [] }
+PLAN
+    done
 }
 plans_of() { # MODEL: the default plans (one a line)
     P="$top/tests/plans"
     case $1 in
-    small) printf '%s\n' "$out/small_pp2.json" "$out/small_pp4.json" "$out/small_mixed.json" ;;
+    small) printf '%s\n' "$out/small_pp2.json" "$out/small_pp4.json" "$out/small_mixed.json" \
+        "$out/small_pp2_selective.json" "$out/small_pp2_full.json" "$out/small_pp2_mixed.json" ;;
     *) for n in one dp8 four four_moved three_replicas six keep_extend mixed_tp pp4dp2 tp4dp2 \
         tp8 uneven_stages suspended; do echo "$P/$n.json"; done
-       printf '%s\n' "$out/pp4.json" "$out/pp3_uneven.json" ;;
+       printf '%s\n' "$out/pp4.json" "$out/pp3_uneven.json" "$out/rc_none.json" \
+           "$out/rc_selective.json" "$out/rc_full.json" "$out/rc_mixed.json" ;;
     esac
 }
 write_plans
@@ -268,7 +290,7 @@ print("memory per rank, MiB. pred: the planner's stage memory without its fixed 
       "the accountant's peak with --zero 0 / 1 (the largest rank of the stage)")
 hdr = ("model", "plan", "p.s", "ranks", "pred pre", "pred m0", "pred m1", "z0", "z1",
        "z0/pre", "z0/m0", "z1/m1")
-fmt = "%-11s %-14s %-4s %-7s %8s %8s %8s %8s %8s %6s %6s %6s"
+fmt = "%-11s %-19s %-4s %-7s %8s %8s %8s %8s %8s %6s %6s %6s"
 print(fmt % hdr)
 rows = []
 for line in open(sys.argv[1]):
