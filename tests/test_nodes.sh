@@ -12,8 +12,10 @@
 # SlurmdTimeout; the ranks' own watchdog (--peer-timeout 3: a heartbeat
 # between the ranks) must end every surviving rank within 6 s.  srun's own
 # end is Slurm's: usually KillWait (2 here) + 2 s after the ranks, but when
-# the node's slurmd is dead srun may wait for SlurmdTimeout (20 here; seen
-# in the sanitizer build: 20.0 s), so its bound is 30 s.
+# the node's slurmd is dead srun may wait until slurmctld marks the node
+# down: SlurmdTimeout (20 here) after its last answer, noticed at its next
+# ping round (every SlurmdTimeout / 3) -- seen in the sanitizer build:
+# 20.0 s and 31.3 s -- so its bound is 45 s.
 # Needs root, slurm-wlm, munge and network namespaces (else skips, 77).
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -46,7 +48,7 @@ echo "$hosts"
 "$PYTHON3" "$top_srcdir/tests/check_loop.py" "$W/run" "$W/ref.jsonl" $STEPS -1 || exit 1
 
 # Node n3 fails once rank 0 has written 5 steps; every rank on the other
-# nodes must be gone within 6 s; srun within 30 s (see the top).
+# nodes must be gone within 6 s; srun within 45 s (see the top).
 T=3
 survivors() {
     for k in 1 2 4; do
@@ -86,7 +88,7 @@ fail_node() { # kill|stop
         echo "FAIL: surviving ranks still ran $ranks_ms ms after node n3 $what (bound 6 s)"
         exit 1
     }
-    [ "$srun_ms" -le 30000 ] || { echo "FAIL: srun still ran $srun_ms ms after node n3 $what"; exit 1; }
+    [ "$srun_ms" -le 45000 ] || { echo "FAIL: srun still ran $srun_ms ms after node n3 $what"; exit 1; }
     grep -q "rank [45] (host n3) has not been heard from" "$W"/fail.out* ||
         { tail "$W"/fail.out*; echo "FAIL: no rank named the silent peer on n3"; exit 1; }
     wait $srun_pid
