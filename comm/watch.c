@@ -56,7 +56,7 @@ static struct {
     _Atomic int warned;          /* the warning about a peer never heard from was given */
     _Atomic(const char *) armed; /* what the armed blocking call does; NULL: none */
     char stop_at[64];            /* MALLEUS_TEST_STOP's call name ("" none) ... */
-    int stop_rank;               /* ... and rank */
+    int stop_rank, stop_nth;     /* ... rank and which of its calls (from 1) */
     pthread_t thread;
 } W = {.fd = -1, .wake = {-1, -1}};
 
@@ -213,14 +213,17 @@ int mal_comm_watch_start(mal_comm *world, double timeout_s)
             goto fail;
         }
     W.token = W.cards[0].token;
-    /* A test feature (tests/test_peer_watch.sh): MALLEUS_TEST_STOP=CALL:RANK
-     * makes world rank RANK stop itself (SIGSTOP, as a node that stops
-     * answering) right before the armed call CALL, e.g. MPI_Comm_split:2. */
-    const char *ts = getenv("MALLEUS_TEST_STOP"), *colon = ts ? strrchr(ts, ':') : NULL;
+    /* A test feature (tests/test_peer_watch.sh):
+     * MALLEUS_TEST_STOP=CALL:RANK[:NTH] makes world rank RANK stop itself
+     * (SIGSTOP, as a node that stops answering) right before its NTH
+     * (default first) armed call CALL, e.g. MPI_Comm_split:2. */
+    const char *ts = getenv("MALLEUS_TEST_STOP"), *colon = ts ? strchr(ts, ':') : NULL;
     W.stop_at[0] = 0;
     if (colon && (size_t)(colon - ts) < sizeof W.stop_at) {
+        char *end;
         snprintf(W.stop_at, sizeof W.stop_at, "%.*s", (int)(colon - ts), ts);
-        W.stop_rank = atoi(colon + 1);
+        W.stop_rank = (int)strtol(colon + 1, &end, 10);
+        W.stop_nth = *end == ':' ? (int)strtol(end + 1, NULL, 10) : 1;
     }
     atomic_store(&W.armed, NULL);
     W.start_ns = now_ns();
@@ -317,7 +320,7 @@ int mal_comm_watch_check(const char *what)
 void mal_comm_watch_arm(const char *call, const char *what)
 {
     if (!W.on) return;
-    if (W.stop_at[0] && W.me == W.stop_rank && !strcmp(W.stop_at, call)) {
+    if (W.stop_at[0] && W.me == W.stop_rank && !strcmp(W.stop_at, call) && --W.stop_nth == 0) {
         mal_log(MAL_LOG_WARN, "rank %d: MALLEUS_TEST_STOP: stopping before %s", W.me, call);
         raise(SIGSTOP);
     }

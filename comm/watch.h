@@ -76,8 +76,8 @@ int mal_comm_watch_check(const char *what);
  * While armed, a peer silent for the timeout ends this process: the
  * heartbeat thread prints the message and calls _exit(1) (watch.c says why
  * that is the one place the library exits).  One armed call at a time;
- * no-op while no watch runs.  Test feature: MALLEUS_TEST_STOP=CALL:RANK
- * stops world rank RANK (SIGSTOP) right before arming CALL. */
+ * no-op while no watch runs.  Test feature: MALLEUS_TEST_STOP=CALL:RANK[:NTH]
+ * stops world rank RANK (SIGSTOP) right before its NTH (default first) CALL. */
 void mal_comm_watch_arm(const char *call, const char *what);
 
 /* Local.  The armed call returned. */

@@ -62,16 +62,18 @@ else
     fails=$((fails + 1))
 fi
 
-# stopped right before a blocking call the others are in: CALL RANK STEPS
+# stopped right before a blocking call the others are in:
+#   CALL RANK NTH ARGS... (MALLEUS_TEST_STOP=CALL:RANK:NTH)
 stop_before() {
+    call=$1 r=$2 nth=$3
+    shift 3
     rm -f "$W"/pid.*
-    # shellcheck disable=SC2086
-    MALLEUS_TEST_STOP=$1:$2 sh "$top_srcdir/tests/mpirun.sh" 4 12 sh "$W/rank.sh" $ARGS \
-        --steps "$3" --peer-timeout 2 >"$W/out" 2>&1 &
+    MALLEUS_TEST_STOP=$call:$r:$nth sh "$top_srcdir/tests/mpirun.sh" 4 12 sh "$W/rank.sh" "$@" \
+        --peer-timeout 2 >"$W/out" 2>&1 &
     job=$!
     # from the moment the rank is stopped (state T)
     while kill -0 $job 2>/dev/null; do
-        [ -s "$W/pid.$2" ] && [ "$(ps -o state= -p "$(cat "$W/pid.$2")" 2>/dev/null)" = T ] && break
+        [ -s "$W/pid.$r" ] && [ "$(ps -o state= -p "$(cat "$W/pid.$r")" 2>/dev/null)" = T ] && break
         sleep 0.05
     done
     t0=$(date +%s%N)
@@ -79,16 +81,23 @@ stop_before() {
     dt=$(ms "$t0")
     wait $job
     rc=$?
-    if [ $dt -le 4000 ] && [ $rc -ne 0 ] && grep -q "in $1 .*rank $2 (host .*) has not been heard from" "$W/out"; then
-        echo "ok: rank $2 stopped before $1; the others ended (exit $rc) after $dt ms: $(grep -o "in $1 [^:]*: rank $2 (host .*) has not been heard from for [0-9.]* s" "$W/out" | head -1)"
+    if [ $dt -le 4000 ] && [ $rc -ne 0 ] && grep -q "in $call .*rank $r (host .*) has not been heard from" "$W/out"; then
+        echo "ok: rank $r stopped before $call ($nth); the others ended (exit $rc) after $dt ms: $(grep -o "in $call [^:]*: rank $r (host .*) has not been heard from for [0-9.]* s" "$W/out" | head -1)"
     else
         tail -5 "$W/out"
-        echo "FAIL: rank $2 stopped before $1; the job ended after $dt ms (bound 4000) with exit $rc, or no rank named rank $2 in $1"
+        echo "FAIL: rank $r stopped before $call ($nth); the job ended after $dt ms (bound 4000) with exit $rc, or no rank named rank $r in $call"
         fails=$((fails + 1))
     fi
 }
-stop_before MPI_Comm_split 2 3
-stop_before MPI_Finalize 1 2
+# shellcheck disable=SC2086
+stop_before MPI_Comm_split 2 1 $ARGS --steps 3
+# an online plan change (rank 3 slowed; TP 4 -> a TP group of ranks 0 and 1
+# made at the change: the second MPI_Comm_create_group of rank 1)
+stop_before MPI_Comm_create_group 1 2 --model tiny --quiet --steps 8 --global-batch 16 \
+    --micro-batch 2 --dp 1 --tp 4 --inject 3:8:1 --adapt online --check-every 2 --window 3 \
+    --gap 1.5 --noise-floor 2.0 --threshold 2.0
+# shellcheck disable=SC2086
+stop_before MPI_Finalize 1 1 $ARGS --steps 2
 
 # a straggler: steps of ~2 s against a 1 s timeout
 t0=$(date +%s%N)
