@@ -6,9 +6,10 @@
 #     --peer-timeout 2 the job must end within 6 s of the stop, with a
 #     message that names the silent rank (without the watch it hangs);
 #   - a rank that stops while the others are inside a blocking MPI call
-#     with no non-blocking form (MPI_Comm_split at start-up, MPI_Finalize at
-#     the end; armed, comm/watch.h): the test feature
-#     MALLEUS_TEST_STOP=CALL:RANK stops that rank right before CALL; the
+#     with no non-blocking form (MPI_Comm_split at start-up,
+#     MPI_Comm_create_group at an online plan change, MPI_Finalize at the
+#     end; armed, comm/watch.h): the test feature
+#     MALLEUS_TEST_STOP=CALL:RANK:NTH stops that rank right before CALL; the
 #     others must end within the timeout + 2 s naming it (unarmed, they
 #     hang until the launcher's time limit);
 #   - a straggler is not a failure: rank 3 slowed so that every step takes
@@ -54,7 +55,7 @@ dt=$(ms "$t0")
 kill -CONT "$(cat "$W/pid.3")" 2>/dev/null
 wait $job
 rc=$?
-if [ $dt -le 6000 ] && [ $rc -ne 0 ] && grep -q "rank 3 (host .*) has not been heard from" "$W/out"; then
+if [ "$dt" -le 6000 ] && [ $rc -ne 0 ] && grep -q "rank 3 (host .*) has not been heard from" "$W/out"; then
     echo "ok: rank 3 stopped at step $(wc -l <"$W/m.jsonl" | tr -d ' '); the job ended (exit $rc) after $dt ms: $(grep -o "rank 3 (host .*) has not been heard from for [0-9.]* s" "$W/out" | head -1)"
 else
     tail -5 "$W/out"
@@ -81,7 +82,7 @@ stop_before() {
     dt=$(ms "$t0")
     wait $job
     rc=$?
-    if [ $dt -le 4000 ] && [ $rc -ne 0 ] && grep -q "in $call .*rank $r (host .*) has not been heard from" "$W/out"; then
+    if [ "$dt" -le 4000 ] && [ $rc -ne 0 ] && grep -q "in $call .*rank $r (host .*) has not been heard from" "$W/out"; then
         echo "ok: rank $r stopped before $call ($nth); the others ended (exit $rc) after $dt ms: $(grep -o "in $call [^:]*: rank $r (host .*) has not been heard from for [0-9.]* s" "$W/out" | head -1)"
     else
         tail -5 "$W/out"
