@@ -10,8 +10,10 @@
 #     MPI_Comm_create_group at an online plan change, MPI_Finalize at the
 #     end; armed, comm/watch.h): the test feature
 #     MALLEUS_TEST_STOP=CALL:RANK:NTH stops that rank right before CALL; the
-#     others must end within the timeout + 2 s naming it (unarmed, they
-#     hang until the launcher's time limit);
+#     others must end within the timeout + 2 s, a rank inside CALL naming
+#     it (unarmed, the split and Finalize cases hang until the launcher's
+#     time limit; at the plan change the ranks outside the new group, in
+#     checked waits, still end the job, but rank 0 inside the call is mute);
 #   - a straggler is not a failure: rank 3 slowed so that every step takes
 #     about twice the timeout (--peer-timeout 1): the run must finish.
 # The same on a real multi-node Slurm cluster: tests/test_nodes.sh.
