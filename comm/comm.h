@@ -406,7 +406,9 @@ int mal_comm_init_threads(int *argc, char ***argv, mal_comm_threads want, mal_co
 mal_comm_threads mal_comm_thread_level(void);
 const char *mal_comm_thread_level_name(void);
 /* Collective: destroy `world` (may be NULL, e.g. after a failed init) and
- * shut the communication layer down if mal_comm_init started it. */
+ * shut the communication layer down if mal_comm_init started it.  With the
+ * peer watch running (watch.h), MPI_Finalize is watched, then this rank
+ * says goodbye to its peers and the watch stops: the normal end only. */
 void mal_comm_finalize(mal_comm *world);
 
 /* ---- registry ---------------------------------------------------------- */

@@ -341,7 +341,17 @@ void mal_comm_finalize(mal_comm *world)
     mal_comm_destroy(world);
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (init && !fin) MPI_Finalize();
+    /* MPI_Finalize may wait on the peers (MPICH's does, for connections
+     * still open): armed, so that a peer that died since the last checked
+     * wait ends this rank instead of hanging it.  The goodbye comes after
+     * it: a peer that finished is then no longer watched, and one still in
+     * MPI_Finalize is. */
+    if (init && !fin) {
+        mal_comm_watch_arm("MPI_Finalize", "in MPI_Finalize at the end of the job");
+        MPI_Finalize();
+        mal_comm_watch_disarm();
+    }
+    mal_comm_watch_stop(1);
 }
 
 int mal_comm_mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
@@ -349,8 +359,11 @@ int mal_comm_mpi_split(mal_comm *parent, int color, int key, mal_comm **out)
     MPI_Comm nc = MPI_COMM_NULL;
     *out = NULL;
     /* MPI_Comm_split has no non-blocking form; it spins, but communicators
-     * are made at start-up and on re-plans, not per step. */
+     * are made at start-up and on re-plans, not per step.  Armed: a peer
+     * that dies meanwhile ends this rank (watch.h). */
+    mal_comm_watch_arm("MPI_Comm_split", "in MPI_Comm_split for a new communicator");
     int rc = MPI_Comm_split(comm_of(parent), color < 0 ? MPI_UNDEFINED : color, key, &nc);
+    mal_comm_watch_disarm();
     if (rc != MPI_SUCCESS) return MAL_MPI_ERR(rc, "MPI_Comm_split");
     if (nc == MPI_COMM_NULL) return 0;
     return wrap_comm(nc, parent->ops, out);
@@ -387,8 +400,14 @@ int mal_comm_mpi_create_group(mal_comm *parent, const int *ranks, int n, mal_com
         err = MAL_MPI_ERR(rc, "create_group: building the MPI group");
         goto cleanup;
     }
-    /* Collective over the group only, which is what the table promises. */
-    if ((rc = MPI_Comm_create_group(comm_of(parent), g, CREATE_GROUP_TAG, &nc)) != MPI_SUCCESS) {
+    /* Collective over the group only, which is what the table promises.
+     * No non-blocking form either: armed like the split. */
+    mal_comm_watch_arm(
+        "MPI_Comm_create_group",
+        "in MPI_Comm_create_group for a group of the plan (start-up or a plan change)");
+    rc = MPI_Comm_create_group(comm_of(parent), g, CREATE_GROUP_TAG, &nc);
+    mal_comm_watch_disarm();
+    if (rc != MPI_SUCCESS) {
         err = MAL_MPI_ERR(rc, "MPI_Comm_create_group");
         goto cleanup;
     }

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,9 +53,15 @@ static struct {
     _Atomic int64_t ran_ns;    /* when the thread last read its socket */
     _Atomic int stop;
     int64_t start_ns;
-    _Atomic int warned; /* the warning about a peer never heard from was given */
+    _Atomic int warned;          /* the warning about a peer never heard from was given */
+    _Atomic(const char *) armed; /* what the armed blocking call does; NULL: none */
+    char stop_at[64];            /* MALLEUS_TEST_STOP's call name ("" none) ... */
+    int stop_rank, stop_nth;     /* ... rank and which of its calls (from 1) */
     pthread_t thread;
 } W = {.fd = -1, .wake = {-1, -1}};
+
+static int silent_peer(int64_t *quiet);
+static void end_armed(const char *what, int r, int64_t quiet);
 
 static int64_t now_ns(void)
 {
@@ -109,6 +116,13 @@ static void *run(void *arg)
         }
         (void)poll(p, 2, (int)((next - t) / 1000000 + 1));
         drain();
+        /* The main thread is blocked inside an MPI call that cannot be
+         * waited on (mal_comm_watch_arm): this thread is the only one that
+         * can still act. */
+        const char *what = atomic_load(&W.armed);
+        int64_t quiet;
+        int r;
+        if (what && (r = silent_peer(&quiet)) >= 0) end_armed(what, r, quiet);
     }
     return NULL;
 }
@@ -199,6 +213,19 @@ int mal_comm_watch_start(mal_comm *world, double timeout_s)
             goto fail;
         }
     W.token = W.cards[0].token;
+    /* A test feature (tests/test_peer_watch.sh):
+     * MALLEUS_TEST_STOP=CALL:RANK[:NTH] makes world rank RANK stop itself
+     * (SIGSTOP, as a node that stops answering) right before its NTH
+     * (default first) armed call CALL, e.g. MPI_Comm_split:2. */
+    const char *ts = getenv("MALLEUS_TEST_STOP"), *colon = ts ? strchr(ts, ':') : NULL;
+    W.stop_at[0] = 0;
+    if (colon && (size_t)(colon - ts) < sizeof W.stop_at) {
+        char *end;
+        snprintf(W.stop_at, sizeof W.stop_at, "%.*s", (int)(colon - ts), ts);
+        W.stop_rank = (int)strtol(colon + 1, &end, 10);
+        W.stop_nth = *end == ':' ? (int)strtol(end + 1, NULL, 10) : 1;
+    }
+    atomic_store(&W.armed, NULL);
     W.start_ns = now_ns();
     atomic_store(&W.warned, 0);
     atomic_store(&W.ran_ns, W.start_ns);
@@ -226,9 +253,10 @@ void mal_comm_watch_stop(int goodbye)
     release();
 }
 
-int mal_comm_watch_check(const char *what)
+/* The first peer, not gone, that has been silent for the timeout (its
+ * silence in *quiet), or -1.  Either thread. */
+static int silent_peer(int64_t *quiet)
 {
-    if (!W.on) return 0;
     /* silence as of the thread's last read: a rank that was itself stopped
      * or starved has not yet read the beats that wait in its socket */
     int64_t ran = atomic_load(&W.ran_ns), limit = (int64_t)(W.timeout_s * 1e9);
@@ -249,13 +277,57 @@ int mal_comm_watch_check(const char *what)
             }
             continue;
         }
-        int64_t quiet = ran - heard;
-        if (quiet > limit)
-            return MAL_ERR(MAL_EMPI,
-                           "%s: rank %d (host %s) has not been heard from for %.1f s "
-                           "(--peer-timeout %g): its node is down or stopped; this rank gives up "
-                           "waiting",
-                           what, r, W.cards[r].host, (double)quiet * 1e-9, W.timeout_s);
+        if (ran - heard > limit) {
+            *quiet = ran - heard;
+            return r;
+        }
     }
-    return 0;
+    return -1;
+}
+
+static int silent_err(const char *what, int r, int64_t quiet)
+{
+    return MAL_ERR(MAL_EMPI,
+                   "%s: rank %d (host %s) has not been heard from for %.1f s "
+                   "(--peer-timeout %g): its node is down or stopped; this rank gives up "
+                   "waiting",
+                   what, r, W.cards[r].host, (double)quiet * 1e-9, W.timeout_s);
+}
+
+/* The one place the library ends the process itself.  The main thread is
+ * blocked inside an MPI call that has no non-blocking form (or none that
+ * MPI can cancel): it cannot return an error, MPI_Abort is not allowed
+ * from this thread (MPI_THREAD_SINGLE) and may block behind the main
+ * thread's call anyway.  So: the same message as a checked wait and the
+ * fatal path's, then _exit(1); the launcher (mpiexec, srun) sees a rank
+ * fail and ends the others. */
+static void end_armed(const char *what, int r, int64_t quiet)
+{
+    silent_err(what, r, quiet);
+    mal_log(MAL_LOG_ERROR, "rank %d: %s; ending this rank (exit 1)", W.me, mal_errmsg());
+    fflush(NULL);
+    _exit(1);
+}
+
+int mal_comm_watch_check(const char *what)
+{
+    if (!W.on) return 0;
+    int64_t quiet;
+    int r = silent_peer(&quiet);
+    return r < 0 ? 0 : silent_err(what, r, quiet);
+}
+
+void mal_comm_watch_arm(const char *call, const char *what)
+{
+    if (!W.on) return;
+    if (W.stop_at[0] && W.me == W.stop_rank && !strcmp(W.stop_at, call) && --W.stop_nth == 0) {
+        mal_log(MAL_LOG_WARN, "rank %d: MALLEUS_TEST_STOP: stopping before %s", W.me, call);
+        raise(SIGSTOP);
+    }
+    atomic_store(&W.armed, what);
+}
+
+void mal_comm_watch_disarm(void)
+{
+    if (W.on) atomic_store(&W.armed, NULL);
 }

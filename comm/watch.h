@@ -21,9 +21,18 @@
  * Silence is measured on the watcher's own thread: a rank that was itself
  * stopped or starved of CPU counts the time since its thread last ran, so
  * waking up never makes every peer look dead.  A rank that ends normally
- * says goodbye (mal_comm_watch_stop(1)) and is no longer watched; one that
+ * says goodbye (mal_comm_watch_stop(1), which mal_comm_finalize calls
+ * after MPI_Finalize) and is no longer watched; one that
  * ends by the fatal path or is killed does not, and its peers end within
  * the timeout.
+ *
+ * Blocking MPI calls that no wait can check (MPI_Comm_split,
+ * MPI_Comm_create_group, MPI_Finalize: MPI-3 has no non-blocking form of
+ * them) are armed instead (mal_comm_watch_arm): while the main thread is
+ * inside one, the heartbeat thread itself checks the peers once a period
+ * and, when one has been silent for the timeout, prints the same message
+ * and ends this rank with _exit(1).  So no MPI call of the library waits
+ * on a dead or stopped peer past the timeout plus a period.
  *
  * Addresses: every rank's up IPv4 interface addresses (loopback included)
  * and the port of its socket, exchanged once with an all-gather; beats go
@@ -60,5 +69,18 @@ void mal_comm_watch_stop(int goodbye);
  * heard from within the timeout; otherwise MAL_EMPI with a message naming
  * the silent peer, its host and `what` (the operation that waits). */
 int mal_comm_watch_check(const char *what);
+
+/* Local, main thread.  Arm the watch around a blocking MPI call `call`
+ * (its name, e.g. "MPI_Comm_split") that no checked wait covers; `what`
+ * (a string literal: kept) says what this rank is doing, for the message.
+ * While armed, a peer silent for the timeout ends this process: the
+ * heartbeat thread prints the message and calls _exit(1) (watch.c says why
+ * that is the one place the library exits).  One armed call at a time;
+ * no-op while no watch runs.  Test feature: MALLEUS_TEST_STOP=CALL:RANK[:NTH]
+ * stops world rank RANK (SIGSTOP) right before its NTH (default first) CALL. */
+void mal_comm_watch_arm(const char *call, const char *what);
+
+/* Local.  The armed call returned. */
+void mal_comm_watch_disarm(void);
 
 #endif /* MAL_COMM_WATCH_H */

@@ -529,8 +529,7 @@ out:
     mal_plan_fini(&plan);
     mal_resume_source_fini(&rs);
     /* every rank comes here in agreement (the fatal path aborts instead):
-     * the peers stop watching this one */
-    mal_comm_watch_stop(1);
+     * MPI_Finalize is watched, then the peers stop watching this one */
     mal_comm_finalize(world);
     return status;
 }
