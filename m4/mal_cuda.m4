@@ -5,7 +5,8 @@
 # Explicit --with-X (or =DIR) that cannot be satisfied is an error; the
 # default only reports what it found.  Defines HAVE_CUDA / HAVE_NCCL, the
 # automake conditionals of the same names, NVCC, CUDA_CFLAGS, CUDA_LIBS,
-# NCCL_CFLAGS, NCCL_LIBS, NVCC_ARCH_FLAGS.
+# NCCL_CFLAGS, NCCL_LIBS, NVCC_ARCH_FLAGS.  With CUDA, HAVE_CUDNN_H when
+# cuDNN's cudnn_graph.h compiles with CUDNN_CFLAGS (added to CUDA_CFLAGS).
 
 AC_DEFUN([MAL_CHECK_CUDA], [
   AC_ARG_WITH([cuda],
@@ -13,8 +14,11 @@ AC_DEFUN([MAL_CHECK_CUDA], [
        [use the CUDA toolkit and cuBLAS in DIR (default: /usr/local/cuda if present)])],
     [], [with_cuda=check])
   AC_ARG_VAR([NVCC_ARCH_FLAGS], [nvcc -gencode flags (default: sm_90a and sm_80 machine code plus compute_90 PTX)])
+  AC_ARG_VAR([CUDNN_CFLAGS], [preprocessor flags for cuDNN's headers (cudnn_graph.h), default: the CUDA include dir])
   mal_have_cuda=no
   mal_cuda_summary="no"
+  mal_have_cudnn_h=no
+  mal_cudnn_summary="no (needs CUDA)"
   AS_CASE([$with_cuda],
     [no], [mal_cuda_summary="disabled (--without-cuda)"],
     [yes|check], [mal_cuda_dir=/usr/local/cuda],
@@ -52,6 +56,24 @@ AC_DEFUN([MAL_CHECK_CUDA], [
             [NVCC_ARCH_FLAGS="-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90"])
       mal_cuda_summary="yes ($mal_cuda_dir)"
       AC_DEFINE([HAVE_CUDA], [1], [Define if the CUDA toolkit and cuBLAS are used.])
+      dnl cuDNN's fused attention (kernels/cuda/cudnn.c): only its headers at
+      dnl build time; the library is dlopen'ed at run time, so -ldl and no
+      dnl -lcudnn: a build without cuDNN installed still runs everywhere
+      CUDA_LIBS="$CUDA_LIBS -ldl"
+      mal_cudnn_summary="no (cudnn_graph.h not found: set CUDNN_CFLAGS)"
+      AC_MSG_CHECKING([for cuDNN's cudnn_graph.h])
+      save_CPPFLAGS=$CPPFLAGS
+      CPPFLAGS="$CPPFLAGS $CUDA_CFLAGS $CUDNN_CFLAGS"
+      AC_COMPILE_IFELSE([AC_LANG_PROGRAM([[#include <cudnn_graph.h>]],
+                                         [[cudnnBackendDescriptor_t d = 0; (void)d;]])],
+        [AC_MSG_RESULT([yes])
+         mal_have_cudnn_h=yes
+         AS_IF([test -n "$CUDNN_CFLAGS"], [CUDA_CFLAGS="$CUDA_CFLAGS $CUDNN_CFLAGS"])
+         mal_cudnn_summary="headers yes (libcudnn.so.9 loaded at run time)"
+         AC_DEFINE([HAVE_CUDNN_H], [1],
+                   [Define if cuDNN's headers are found (the library is loaded at run time).])],
+        [AC_MSG_RESULT([no])])
+      CPPFLAGS=$save_CPPFLAGS
     ], [
       AS_IF([test "x$with_cuda" != xcheck],
             [AC_MSG_ERROR([--with-cuda was given but CUDA is not usable: $mal_cuda_why])])

@@ -8,6 +8,9 @@
 #   python3 bench/gpu/bench.py BUILD_DIR OUT_DIR [--shapes 124m,1b] [--who malleus,eager,compile]
 #                              [--pairs 1b:malleus,1b:compile,...] [--until EPOCH_S]
 #
+# Trainers: malleus (the CUDA backend's default attention), malleus-cudnn
+# (the same run with MALLEUS_CUDA_ATTENTION=cudnn: cuDNN's fused attention),
+# compile, eager.
 # --pairs gives the (shape, trainer) runs and their order (default: every
 # shape of --shapes with every trainer of --who); --until (seconds since the
 # epoch) is when the last run must have ended: a run is started only where
@@ -44,7 +47,9 @@ SHAPES = {"124m": 16, "1b": 8}  # global batch (sequences of the preset's T)
 # The least time each trainer's run needs (start, warm-up -- torch.compile's
 # compilation -- and the timed steps), seconds: guesses until the first GPU
 # run measures them (its wall_s per run is in bench.json).
-MIN_S = {"malleus": 45, "compile": 150, "eager": 60}
+MIN_S = {"malleus": 45, "malleus-cudnn": 45, "compile": 150, "eager": 60}
+# The environment of each malleus trainer's run (on top of ours)
+MALLEUS_ENV = {"malleus": {}, "malleus-cudnn": {"MALLEUS_CUDA_ATTENTION": "cudnn"}}
 
 
 class SmiPeak:
@@ -114,28 +119,30 @@ print(json.dumps({"gemm_flops": g, "copy_bytes_per_s": bw, "gpu": torch.cuda.get
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_malleus(build, shape, B, steps, warmup, out, rate, timeout=600):
-    metrics = os.path.join(out, "malleus_%s.jsonl" % shape)
-    log = os.path.join(out, "malleus_%s.log" % shape)
+def run_malleus(build, shape, B, steps, warmup, out, rate, timeout=600, who="malleus"):
+    metrics = os.path.join(out, "%s_%s.jsonl" % (who, shape))
+    log = os.path.join(out, "%s_%s.log" % (who, shape))
     if os.path.exists(metrics):
         os.remove(metrics)
     cmd = [os.path.join(build, "malleus-train"), "--device", "cuda", "--precision", "bf16",
            "--model", shape, "--data", "synthetic:32000", "--global-batch", str(B),
            "--micro-batch", str(B), "--steps", str(steps), "--metrics", metrics]
+    env = dict(os.environ, **MALLEUS_ENV[who])
     t0 = time.time()
     with SmiPeak() as smi, open(log, "w") as f:
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                env=env).returncode
         except subprocess.TimeoutExpired:
-            return {"who": "malleus", "model": shape, "error": "timed out after %d s" % timeout}
+            return {"who": who, "model": shape, "error": "timed out after %d s" % timeout}
     if rc != 0:
-        return {"who": "malleus", "model": shape, "error": "exit %d (see %s)" % (rc, log)}
+        return {"who": who, "model": shape, "error": "exit %d (see %s)" % (rc, log)}
     rows = [json.loads(x) for x in open(metrics) if x.strip()]
     timed = rows[warmup:] if len(rows) > warmup else rows
     step_s = statistics.median(r["step_ms"] for r in timed) / 1e3
     cfg = flops.model_config(shape)
     f = flops.step_flops(cfg, B) / step_s
-    return {"who": "malleus", "model": shape, "batch": B, "seq_len": cfg["seq_len"],
+    return {"who": who, "model": shape, "batch": B, "seq_len": cfg["seq_len"],
             "steps": steps, "warmup": warmup, "step_ms": step_s * 1e3,
             "tokens_per_s": B * cfg["seq_len"] / step_s, "model_tflops": f / 1e12,
             "mfu_peak": f / flops.PEAK_BF16, "mfu_gemm": f / rate if rate else None,
@@ -224,10 +231,10 @@ def main():
         B = SHAPES[shape]
         left = a.until - time.time() if a.until else 900
         if left < MIN_S[who]:
-            r = {"who": who if who == "malleus" else "torch-" + who, "model": shape,
+            r = {"who": who if who in MALLEUS_ENV else "torch-" + who, "model": shape,
                  "error": "NOT RUN (no time: %.0f s left, needs %d)" % (left, MIN_S[who])}
-        elif who == "malleus":
-            r = run_malleus(a.build, shape, B, a.steps, a.warmup, a.out, rate, int(left))
+        elif who in MALLEUS_ENV:
+            r = run_malleus(a.build, shape, B, a.steps, a.warmup, a.out, rate, int(left), who)
         else:
             r = run_torch(a.python, shape, B, who, a.steps, a.warmup, a.out, rate, int(left))
         results.append(r)

@@ -23,5 +23,16 @@ else
     rm -f "$dest/attention_prev.cu.tmp"
     echo "fetch-debs: no git revision $rev here: run.sh's attcmp stage will not run" >&2
 fi
+# cuDNN's headers (NVIDIA's: they travel in this ignored folder only) for
+# the GPU machine, whose cuDNN wheel may come without them: run.sh passes
+# CUDNN_CFLAGS=-I$dest/cudnn-include to configure when it has no others.
+cudnn_inc=${CUDNN_INCLUDE:-/usr/local/cuda/include}
+if ls "$cudnn_inc"/cudnn*.h >/dev/null 2>&1; then
+    mkdir -p "$dest/cudnn-include"
+    cp "$cudnn_inc"/cudnn*.h "$dest/cudnn-include/"
+    echo "fetch-debs: cuDNN headers from $cudnn_inc -> $dest/cudnn-include"
+else
+    echo "fetch-debs: no cudnn*.h in $cudnn_inc: the GPU machine must have its own cuDNN headers" >&2
+fi
 n=$(find "$dest" -name '*.deb' | wc -l)
 echo "fetch-debs: $n packages in $dest ($(du -sh "$dest" | cut -f1)); on the GPU machine: sh $dest/setup-device.sh"

@@ -32,6 +32,9 @@
 #   build       configure --with-cuda (and NCCL), make -j and the test
 #               programs: nvcc for sm_90a only (NVCC_ARCH_FLAGS)
 #   kernels     tests/test_cuda_kernels: every kernel family vs float64
+#   cudnn       tests/test_cuda_cudnn: cuDNN's fused attention (found in the
+#               torch venv's nvidia-cudnn wheel, MALLEUS_CUDNN_LIB) against
+#               the hand kernels and float64, determinism, and both timed
 #   ops         tests/test_cuda_ops: every table op vs the CPU backend
 #   attcmp      bench/gpu/kernel_bench_prev --attention: the attention
 #               kernels (row-major tiles, cp.async, ldmatrix) against the
@@ -49,7 +52,9 @@
 #               instead of 300)
 #   bench       bench/gpu/bench.py: ceilings, then malleus / torch.compile /
 #               eager, in the order 1b malleus, 1b compile, 124m malleus,
-#               124m compile, 1b eager, 124m eager (BENCH_PAIRS overrides)
+#               124m compile, 1b eager, 124m eager (BENCH_PAIRS overrides;
+#               1b:malleus-cudnn, 124m:malleus-cudnn: the malleus run with
+#               MALLEUS_CUDA_ATTENTION=cudnn)
 #   inject      tests/test_cuda_inject.sh (--inject-mode gpu)
 #   nccl        tests/test_comm_nccl.sh: the NCCL data plane on one rank
 #               (stream-ordered all-reduce, timeout, lists, groups)
@@ -63,8 +68,8 @@
 #
 # Results come back as files under $OUT (at most 8, the device tool's
 # limit): summary.txt (every stage's verdict and time, the figures),
-# tests.txt (the logs of the call's tests), and per call: attention.txt,
-# kernels.txt and kernels.tsv (call1), bench.md and bench.json (call2), job.txt and
+# tests.txt (the logs of the call's tests), and per call: cudnn.txt,
+# attention.txt, kernels.txt and kernels.tsv (call1), bench.md and bench.json (call2), job.txt and
 # stall.txt (call3); logs.tgz holds every log.  Exit 0 only when every
 # stage asked for ran and passed; a GPU test that skips (77) there is a
 # failure, so nothing passes without having run.
@@ -74,10 +79,10 @@ DEADLINE=${DEADLINE:-240}
 OUT=${OUT:-$PWD/gpu-out}
 CALL=${1:-}
 case $CALL in
-call1) STAGES=${STAGES:-"setup build kernels ops attcmp model kbench1b kbench124m"} ;;
+call1) STAGES=${STAGES:-"setup build kernels cudnn ops attcmp model kbench1b kbench124m"} ;;
 call2) STAGES=${STAGES:-"setup build train bench inject"} ;;
 call3) STAGES=${STAGES:-"setup build nccl multirank job async migrate"} ;;
-"") STAGES=${STAGES:-"setup build kernels ops attcmp model kbench1b kbench124m"} ;;
+"") STAGES=${STAGES:-"setup build kernels cudnn ops attcmp model kbench1b kbench124m"} ;;
 *)
     echo "usage: sh bench/gpu/run.sh [call1|call2|call3]   (or STAGES=\"...\")" >&2
     exit 2
@@ -170,6 +175,28 @@ MPIEXEC=$(command -v mpiexec.mpich || echo mpiexec)
 export MPIEXEC
 [ "$MPIEXEC" = mpiexec ] && say "note: no mpiexec.mpich; the multi-rank stages use $(command -v mpiexec || echo nothing)"
 
+# cuDNN (kernels/cuda/cudnn.c loads it at run time): the GPU machine has it
+# in the nvidia-cudnn-cu13 wheel of its torch venv; the headers come from the
+# wheel when it has them, else from .gpu-debs/cudnn-include (fetch-debs.sh)
+CUDNN_INC= CUDNN_SO=
+for py in "$PY" /opt/torch/.venv/bin/python3; do
+    [ -x "$py" ] || continue
+    d=$("$py" -c 'import nvidia.cudnn as m; print(m.__path__[0])' 2>/dev/null) || continue
+    [ -f "$d/lib/libcudnn.so.9" ] && CUDNN_SO="$d/lib/libcudnn.so.9"
+    [ -f "$d/include/cudnn_graph.h" ] && CUDNN_INC="$d/include"
+    [ -n "$CUDNN_SO" ] && break
+done
+[ -z "$CUDNN_INC" ] && [ -f .gpu-debs/cudnn-include/cudnn_graph.h ] && CUDNN_INC="$PWD/.gpu-debs/cudnn-include"
+if [ -n "$CUDNN_SO" ]; then
+    MALLEUS_CUDNN_LIB=$CUDNN_SO
+    LD_LIBRARY_PATH=$(dirname "$CUDNN_SO")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export MALLEUS_CUDNN_LIB LD_LIBRARY_PATH
+    say "cuDNN library: $CUDNN_SO (MALLEUS_CUDNN_LIB, LD_LIBRARY_PATH)"
+else
+    say "cuDNN library: NOT FOUND (no nvidia.cudnn with lib/libcudnn.so.9 in $PY or the torch venv): the cudnn stage fails"
+fi
+say "cuDNN headers: ${CUDNN_INC:-NOT FOUND (neither the wheel nor .gpu-debs/cudnn-include: run fetch-debs.sh)}"
+
 if has build; then
     CCMPI=$(command -v mpicc.mpich || echo mpicc)
     # the GPU machine has NCCL under /usr (bench/gpu/NOTES.md); elsewhere
@@ -178,11 +205,14 @@ if has build; then
     [ -f /usr/include/nccl.h ] && NCCL=--with-nccl=/usr
     # a warm machine keeps the configured tree (ignored files stay): make
     # alone then rebuilds what the new copy of the sources changed
-    CONF="autoreconf -fi && ./configure CC=$CCMPI --with-cuda $NCCL NVCC_ARCH_FLAGS='$NVCC_ARCH_FLAGS' &&"
-    grep -q '^#define HAVE_CUDA 1' malconf.h 2>/dev/null && [ -f config.status ] && CONF=
+    CUDNN_CF=
+    [ -n "$CUDNN_INC" ] && CUDNN_CF="CUDNN_CFLAGS=-I$CUDNN_INC"
+    CONF="autoreconf -fi && ./configure CC=$CCMPI --with-cuda $NCCL NVCC_ARCH_FLAGS='$NVCC_ARCH_FLAGS' $CUDNN_CF &&"
+    grep -q '^#define HAVE_CUDA 1' malconf.h 2>/dev/null && [ -f config.status ] &&
+        { [ -z "$CUDNN_INC" ] || grep -q '^#define HAVE_CUDNN_H 1' malconf.h; } && CONF=
     stage build 200 45 "$CONF make -j$(nproc) && make -j$(nproc) check TESTS=" ||
         { tail -40 "$LOGS/build.log"; status=1; finish; }
-    grep -E 'CUDA \+ cuBLAS|NCCL:' "$LOGS/build.log" | tee -a "$SUMMARY"
+    grep -E 'CUDA \+ cuBLAS|cuDNN attention:|NCCL:' "$LOGS/build.log" | tee -a "$SUMMARY"
     grep -q '^#define HAVE_CUDA 1' malconf.h ||
         { say "build: FAILED: configure did not enable CUDA"; status=1; finish; }
     grep -q '^#define HAVE_NCCL 1' malconf.h ||
@@ -191,6 +221,10 @@ fi
 
 # ---- call 1: the kernels, the table, the model; the per-kernel harness
 has kernels && test_stage kernels 60 15 tests/test_cuda_kernels
+if has cudnn; then
+    test_stage cudnn 90 20 tests/test_cuda_cudnn
+    [ $? -ne 125 ] && cp tests/test_cuda_cudnn.log "$OUT/cudnn.txt" 2>/dev/null
+fi
 has ops && test_stage ops 60 15 tests/test_cuda_ops
 if has attcmp; then
     if [ ! -f .gpu-debs/attention_prev.cu ]; then
