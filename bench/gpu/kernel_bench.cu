@@ -24,6 +24,9 @@
  *
  *   kernel_bench [--shape 124m|1b]... [--attention] [--tsv FILE]
  *
+ * Where cuDNN loads (kernels/cuda/cudnn.h), rows "(cudnn)" time its fused
+ * attention on the same inputs, against the same reference.
+ *
  * --attention: the attention rows only.  kernel_bench_prev (built by
  * bench/gpu/run.sh's attcmp stage) adds rows "(previous)" for the
  * attention kernels of an earlier version, timed on the same inputs.
@@ -48,6 +51,7 @@ extern "C" {
 #include "kernels/kernels.h"
 }
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cudnn.h"
 
 #ifdef MAL_ATTN_PREV
 /* kernel_bench_prev (bench/gpu/local.mk): the attention kernels of an
@@ -82,6 +86,7 @@ static cudaStream_t S;       /* its stream: every launch and copy here */
 static double GEMM_RATE, BW; /* measured: FLOP/s, bytes/s */
 static int failures;
 static FILE *tsv;
+static mal_cudnn *CD; /* cuDNN's attention on S; NULL where it cannot load */
 
 #define CU(call)                                                                                   \
     do {                                                                                           \
@@ -852,6 +857,52 @@ static void bench_attention(const shape &s)
     row("attention bwd (previous)", s, time_us(pbwd), 5 * unit,
         5 * act + 6 * act + 4.0 * B * H * T, pb, 2e-2);
 #endif
+    if (CD) {
+        char msg[512] = "";
+        float *dsum = (float *)mal_kern_alloc(K, (size_t)B * H * T * sizeof(float));
+        if (!dsum) {
+            fprintf(stderr, "kernel_bench: no device memory for cuDNN's row sums\n");
+            exit(1);
+        }
+        auto cfwd = [&] {
+            if (mal_cudnn_attention_fwd(CD, out.d, (float *)lse.d, q.d, k.d, v.d, B, T, hs, hd, msg,
+                                        sizeof msg)) {
+                fprintf(stderr, "kernel_bench: %s\n", msg);
+                exit(1);
+            }
+        };
+        auto cbwd = [&] {
+            if (mal_cudnn_attention_bwd(CD, dq.d, dk.d, dv.d, dout.d, out.d, q.d, k.d, v.d,
+                                        (const float *)lse.d, dsum, B, T, hs, hd, msg,
+                                        sizeof msg)) {
+                fprintf(stderr, "kernel_bench: %s\n", msg);
+                exit(1);
+            }
+        };
+        if (!mal_cudnn_attention_ok(CD, B, T, hs, hd, msg, sizeof msg)) {
+            printf("attention (cudnn) %-5s refused: %s  <-- FAIL\n", s.name, msg);
+            failures++;
+        } else {
+            /* cuDNN writes the gradients (the hand kernels add to them):
+             * the reference starts from zero, and every output is poisoned
+             * (0xFF bytes: NaN) so that an element left unwritten fails */
+            dq.scale = dk.scale = dv.scale = 0;
+            CU(cudaMemsetAsync(out.d, 0xFF, n * 2, S));
+            CU(cudaMemsetAsync(lse.d, 0xFF, (size_t)B * H * T * 4, S));
+            CU(cudaMemsetAsync(dq.d, 0xFF, n * 2, S));
+            CU(cudaMemsetAsync(dk.d, 0xFF, n * 2, S));
+            CU(cudaMemsetAsync(dv.d, 0xFF, n * 2, S));
+            cfwd();
+            cbwd();
+            errs cf, cb;
+            sample(cf, cb);
+            row("attention fwd (cudnn)", s, time_us(cfwd), 2 * unit, 4 * act + 4.0 * B * H * T, cf,
+                1e-2);
+            row("attention bwd (cudnn)", s, time_us(cbwd), 5 * unit,
+                5 * act + 6 * act + 4.0 * B * H * T, cb, 2e-2);
+        }
+        mal_kern_free(K, dsum);
+    }
     mal_kern_free(K, scr);
     drop(q), drop(k), drop(v), drop(out), drop(dout), drop(dq), drop(dk), drop(dv), drop(lse);
 }
@@ -937,11 +988,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "kernel_bench: cannot write %s\n", tsv_path);
         return 1;
     }
+    char cmsg[512] = "";
+    if (mal_cudnn_open(&CD, S, cmsg, sizeof cmsg) == 0)
+        printf("kernel_bench: cuDNN %ld: rows \"(cudnn)\" for attention\n", mal_cudnn_version(CD));
+    else
+        printf("kernel_bench: no cuDNN rows: %s\n", cmsg);
     if (tsv) fprintf(tsv, "kernel\tshape\ttime_us\tfloor_us\tbytes\tflops\trel_err\ttol\n");
     ceilings();
     for (const shape *s : want)
         bench_shape(*s);
     if (tsv) fclose(tsv);
+    mal_cudnn_close(CD);
     mal_kern_destroy(K);
     printf("\nkernel_bench: %s (%d check%s out of tolerance)\n", failures ? "FAIL" : "ok", failures,
            failures == 1 ? "" : "s");

@@ -14,7 +14,8 @@ TESTS += tests/test_gpu_peer.sh
 if HAVE_CUDA
 check_PROGRAMS += bench/gpu/kernel_bench
 bench_gpu_kernel_bench_SOURCES = bench/gpu/kernel_bench.cu
-bench/gpu/kernel_bench.$(OBJEXT): kernels/cuda/cuda_ops.h kernels/kernels.h base/mal.h
+bench/gpu/kernel_bench.$(OBJEXT): kernels/cuda/cuda_ops.h kernels/cuda/cudnn.h kernels/kernels.h \
+	base/mal.h
 # The harness with the attention kernels of an earlier version beside the
 # current ones (rows "(previous)"), for bench/gpu/run.sh's attcmp stage:
 # ATTN_PREV names that version's attention.cu (bench/gpu/fetch-debs.sh
