@@ -38,6 +38,7 @@
 
 #include "kernels/cuda/cudnn.h"
 #include "mal_test.h"
+#include "mal_test_rand.h"
 
 #define CU(call)                                                                                   \
     do {                                                                                           \
@@ -53,33 +54,6 @@
 enum { WARM = 3, REPS = 10, NSAMPLE = 4 };
 
 static int failures;
-static uint64_t rng;
-
-static double urand(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static float nrand(void)
-{
-    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
-}
-static uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static double bf2d(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -110,7 +84,7 @@ static vals from_bf(const void *d, size_t n)
     uint16_t *h = fetch(d, n * 2);
     vals v = {xmalloc(n * sizeof(double)), n, 0};
     for (size_t i = 0; i < n; i++) {
-        v.x[i] = bf2d(h[i]);
+        v.x[i] = (double)bf2f(h[i]);
         if (!isfinite(v.x[i])) v.nan++;
     }
     free(h);
@@ -287,7 +261,7 @@ static void test_shape(mal_cudnn *c, cudaStream_t st, shape s)
         hx[i] = xmalloc(nin[i] * sizeof(double));
         for (size_t j = 0; j < nin[i]; j++) {
             hb[i][j] = f2bf(nrand());
-            hx[i][j] = bf2d(hb[i][j]);
+            hx[i][j] = (double)bf2f(hb[i][j]);
         }
         din[i] = dmalloc(nin[i] * 2);
         CU(cudaMemcpy(din[i], hb[i], nin[i] * 2, cudaMemcpyHostToDevice));

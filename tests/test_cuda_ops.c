@@ -26,37 +26,11 @@
 #include "base/mal.h"
 #include "kernels/kernels.h"
 #include "mal_test.h"
+#include "mal_test_rand.h"
 
 static mal_kern G, C; /* the GPU instance under test, the CPU oracle */
 static int bf;        /* G computes in bf16 */
 static int failures;
-static uint64_t rng;
-
-static double urand(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static float nrand(void)
-{
-    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
-}
-
-static uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* n random values (what both instances get: bf16-exact when G is bf16) */
 static float *rnd(size_t n, float scale)
