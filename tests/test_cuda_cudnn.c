@@ -302,8 +302,8 @@ static void test_shape(mal_cudnn *c, cudaStream_t st, shape s)
     mal_cu_attention_bwd(st, 1, 0, hdq, hdk, hdv, dout, ho, q, k, v, hl, B, T, hs, hd, scr);
     LAUNCHED();
 
-    /* cuDNN twice, every output poisoned first; the second backward from
-     * the hand forward's out and lse */
+    /* cuDNN's forward twice, then its backward twice (both from the first
+     * forward), every output poisoned first */
     for (int i = 0; i < 2; i++) {
         POISON(co[i], nq * 2);
         POISON(cl[i], nl * 4);
