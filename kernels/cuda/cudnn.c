@@ -14,7 +14,7 @@
  * mal_cudnn_open, never a failure to start. */
 #include "base/mal.h"
 
-#include "kernels/cuda/cudnn.h"
+#include "cudnn.h"
 
 #include <stdio.h>
 #include <stdlib.h>

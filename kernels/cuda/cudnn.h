@@ -27,7 +27,7 @@
 
 #include <stddef.h>
 
-#include "kernels/cuda/cuda_ops.h"
+#include "cuda_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
