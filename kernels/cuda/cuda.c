@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "cuda_ops.h"
+#include "cudnn.h"
 
 /* cuBLASLt's workspace: 32 MiB is what NVIDIA recommends for Hopper. */
 #define LT_WORKSPACE (32u << 20)
@@ -78,6 +79,13 @@ typedef struct {
     int err;       /* first deferred error since the last sync */
     char msg[512];
     int attn_impl; /* 0 tensor cores where possible, 1 generic kernels */
+    /* cuDNN's fused attention (MALLEUS_CUDA_ATTENTION=cudnn; cudnn.h): NULL
+     * when not asked for.  Its backward writes the gradients, which the
+     * table's contract accumulates: they go through attn_tmp and are
+     * added. */
+    mal_cudnn *dnn;
+    void *attn_tmp;
+    size_t attn_tmp_bytes;
     char dev_name[96]; /* the device's name (op_device_info; empty until asked) */
     lt_plan plans[PLAN_CACHE];
     int n_plans;
@@ -598,11 +606,62 @@ static mal_cu_heads cu_heads(mal_attn_heads hs)
     return h;
 }
 
+/* cuDNN's attention takes the call when it was asked for, the mode is
+ * bf16 and it has plans for the shape (built at the first call of a
+ * shape); otherwise the kernels of attention.cu do (fp32, head layouts
+ * cuDNN's graphs do not cover). */
+static int use_cudnn(cu_state *st, mal_kern k, int B, int T, mal_attn_heads hs, int hd)
+{
+    char msg[512];
+    return st->dnn && BF(k) && mal_cudnn_attention_ok(st->dnn, B, T, cu_heads(hs), hd, msg, sizeof msg);
+}
+
+/* cuDNN writes dq, dk, dv into attn_tmp (grown once per larger shape);
+ * each is then added to its destination, the table's += contract. */
+static void cudnn_attention_bwd(cu_state *st, void *dq, void *dk, void *dv, void *scr,
+                                const void *dout, const void *out, const void *q, const void *kk,
+                                const void *v, const void *saved, int B, int T, mal_attn_heads hs,
+                                int hd)
+{
+    size_t nq = (size_t)B * T * hs.H * hd, nk = (size_t)B * T * hs.Hkv * hd;
+    size_t need = (nq + 2 * nk) * 2; /* bf16 */
+    if (need > st->attn_tmp_bytes) {
+        /* the old buffer may still be read by queued additions */
+        if (st->attn_tmp && !cu_ok(st, cudaStreamSynchronize(st->stream), "attention scratch"))
+            return;
+        if (st->attn_tmp) cudaFree(st->attn_tmp);
+        st->attn_tmp = NULL;
+        st->attn_tmp_bytes = 0;
+        if (!cu_ok(st, cudaMalloc(&st->attn_tmp, need), "cuDNN attention's gradient buffers"))
+            return;
+        st->attn_tmp_bytes = need;
+    }
+    char *tq = st->attn_tmp, *tk = tq + nq * 2, *tv = tk + nk * 2;
+    char msg[512];
+    if (mal_cudnn_attention_bwd(st->dnn, tq, tk, tv, dout, out, q, kk, v, saved, scr, B, T,
+                                cu_heads(hs), hd, msg, sizeof msg)) {
+        fail(st, MAL_EDEVICE, "%s", msg);
+        return;
+    }
+    if (dq) mal_cu_add(st->stream, 1, dq, dq, tq, nq);
+    if (dk) mal_cu_add(st->stream, 1, dk, dk, tk, nk);
+    if (dv) mal_cu_add(st->stream, 1, dv, dv, tv, nk);
+    launched(st, "attention backward (cuDNN)");
+}
+
 static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, const void *kk,
                              const void *v, int B, int T, mal_attn_heads hs, int hd)
 {
     cu_state *st = st_of(k);
     if (attention_refused(st, hd)) return;
+    if (use_cudnn(st, k, B, T, hs, hd)) {
+        char msg[512];
+        if (mal_cudnn_attention_fwd(st->dnn, out, saved, q, kk, v, B, T, cu_heads(hs), hd, msg,
+                                    sizeof msg))
+            fail(st, MAL_EDEVICE, "%s", msg);
+        launched(st, "attention forward (cuDNN)");
+        return;
+    }
     mal_cu_attention_fwd(st->stream, BF(k), st->attn_impl, out, saved, q, kk, v, B, T, cu_heads(hs),
                          hd);
     launched(st, "attention forward");
@@ -614,6 +673,10 @@ static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr
 {
     cu_state *st = st_of(k);
     if (attention_refused(st, hd)) return;
+    if (use_cudnn(st, k, B, T, hs, hd)) {
+        cudnn_attention_bwd(st, dq, dk, dv, scr, dout, out, q, kk, v, saved, B, T, hs, hd);
+        return;
+    }
     mal_cu_attention_bwd(st->stream, BF(k), st->attn_impl, dq, dk, dv, dout, out, q, kk, v, saved,
                          B, T, cu_heads(hs), hd, scr);
     launched(st, "attention backward");
@@ -1009,8 +1072,19 @@ static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
     k->host_addressable = 0;
     k->impl = st;
     st->device = dev;
+    /* MALLEUS_CUDA_ATTENTION: hand (default: attention.cu's tensor-core
+     * kernels), generic (attention.cu's one-warp-per-row kernels, for
+     * bisecting a bf16 problem), cudnn (cuDNN's fused attention where it
+     * covers the call, cudnn.h) */
     const char *impl = getenv("MALLEUS_CUDA_ATTENTION");
+    if (impl && *impl && strcmp(impl, "hand") && strcmp(impl, "generic") && strcmp(impl, "cudnn")) {
+        free(k);
+        free(st);
+        return MAL_ERR(MAL_EINVAL, "MALLEUS_CUDA_ATTENTION=%s: expected hand, generic or cudnn",
+                       impl);
+    }
     st->attn_impl = impl && !strcmp(impl, "generic");
+    int want_cudnn = impl && !strcmp(impl, "cudnn");
     int ok =
         cu_ok(st, cudaSetDevice(dev), "selecting the GPU") &&
         cu_ok(st, cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, dev),
@@ -1029,6 +1103,11 @@ static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
         cuda_destroy(k);
         return rc;
     }
+    if (want_cudnn && mal_cudnn_open(&st->dnn, st->stream, st->msg, sizeof st->msg)) {
+        rc = MAL_ERR(MAL_EDEVICE, "MALLEUS_CUDA_ATTENTION=cudnn on GPU %d: %s", dev, st->msg);
+        cuda_destroy(k);
+        return rc;
+    }
     *out = k;
     return 0;
 }
@@ -1044,6 +1123,8 @@ static void cuda_destroy(mal_kern k)
         for (int i = 0; i < st->n_plans; i++) plan_destroy(&st->plans[i]);
         for (int i = 0; i < st->n_ropes; i++)
             rope_free(&st->ropes[i]);
+        mal_cudnn_close(st->dnn);
+        if (st->attn_tmp) cudaFree(st->attn_tmp);
         if (st->scratch) cudaFree(st->scratch);
         if (st->ws) cudaFree(st->ws);
         if (st->dev_err) cudaFree(st->dev_err);

@@ -68,6 +68,19 @@ int mal_cudnn_attention_bwd(mal_cudnn *c, void *dq, void *dk, void *dv, const vo
                             const float *lse, float *dsum, int B, int T, mal_cu_heads hs, int hd,
                             char *msg, size_t n);
 
+/* Local.  Build the forward and backward graphs of one shape for a
+ * described device instead of a present one (device_json: cuDNN's JSON
+ * form of the device's properties, cuDNN 9.8 or later) and count, in
+ * *fwd_engines and *bwd_engines, the engine configurations cuDNN's
+ * heuristics offer for each -- those whose engines accept the graph.  No
+ * GPU needed; cuDNN's runtime-compiled engines (the ones that take
+ * attention) check support only once libcuda.so.1 is loaded, which the
+ * CUDA toolkit's stub library satisfies (the caller loads it).  The tests
+ * keep the graphs in the pattern cuDNN recognises with it.  -1 when cuDNN
+ * cannot be loaded or a graph cannot be built. */
+int mal_cudnn_check_offline(int B, int T, mal_cu_heads hs, int hd, const char *device_json,
+                            int *fwd_engines, int *bwd_engines, char *msg, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

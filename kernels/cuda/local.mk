@@ -6,12 +6,12 @@
 # run time) by the C compiler like every other file.
 # Included by Makefile.am.
 
-CUDA_SRC = kernels/cuda/cuda.c kernels/cuda/cuda_ops.h kernels/cuda/common.cuh \
+CUDA_SRC = kernels/cuda/cuda.c kernels/cuda/cudnn.c kernels/cuda/cudnn.h kernels/cuda/cuda_ops.h \
+	kernels/cuda/common.cuh \
 	kernels/cuda/emu.h kernels/cuda/runtime.h kernels/cuda/runtime.c \
 	kernels/cuda/rmsnorm.cu kernels/cuda/rope.cu kernels/cuda/swiglu.cu \
 	kernels/cuda/elementwise.cu kernels/cuda/sumsq.cu kernels/cuda/embedding.cu \
-	kernels/cuda/xent.cu kernels/cuda/adamw.cu kernels/cuda/attention.cu kernels/cuda/slow.cu \
-	kernels/cuda/cudnn.c kernels/cuda/cudnn.h
+	kernels/cuda/xent.cu kernels/cuda/adamw.cu kernels/cuda/attention.cu kernels/cuda/slow.cu
 
 if HAVE_CUDA
 libmalleus_a_SOURCES += $(CUDA_SRC)
@@ -53,9 +53,9 @@ kernels/cuda/rmsnorm.$(OBJEXT) kernels/cuda/rope.$(OBJEXT) kernels/cuda/swiglu.$
 EXTRA_DIST += tests/cuda_skip.sh
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops \
-	tests/test_cuda_model tests/test_emu_checks tests/test_cuda_cudnn
+	tests/test_cuda_model tests/test_emu_checks tests/test_cudnn_graph tests/test_cuda_cudnn
 TESTS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model \
-	tests/test_cuda_cudnn \
+	tests/test_cudnn_graph tests/test_cuda_cudnn \
 	tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh
 dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh
 tests_test_emu_checks_SOURCES = tests/test_emu_checks.cpp
@@ -65,6 +65,10 @@ tests_test_emu_checks_LDADD =
 tests/test_emu_checks.$(OBJEXT): $(CUDA_SRC)
 tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
 tests_test_cuda_model_SOURCES = tests/test_cuda_model.c
+# cuDNN's attention graphs against cuDNN's engines for a described H100, no
+# GPU needed (the toolkit's stub libcuda stands in for the driver)
+tests_test_cudnn_graph_SOURCES = tests/test_cudnn_graph.c
+tests_test_cudnn_graph_CPPFLAGS = $(AM_CPPFLAGS) -DMAL_CUDA_DIR='"$(CUDA_DIR)"'
 tests_test_cuda_cudnn_SOURCES = tests/test_cuda_cudnn.c
 tests_test_cuda_emu_SOURCES = tests/test_cuda_emu.cpp
 tests_test_cuda_emu_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)
@@ -77,5 +81,6 @@ tests/test_cuda_emu.$(OBJEXT) tests/test_cuda_kernels.$(OBJEXT): tests/test_cuda
 else
 EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu tests/test_cuda_ops.c \
 	tests/test_cuda_model.c tests/test_cuda_train.sh tests/test_cuda_inject.sh \
-	tests/test_emu_checks.cpp tests/test_emu_checks.sh tests/test_cuda_cudnn.c
+	tests/test_emu_checks.cpp tests/test_emu_checks.sh tests/test_cudnn_graph.c \
+	tests/test_cuda_cudnn.c
 endif
