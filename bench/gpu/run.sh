@@ -190,6 +190,11 @@ done
 if [ -n "$CUDNN_SO" ]; then
     MALLEUS_CUDNN_LIB=$CUDNN_SO
     LD_LIBRARY_PATH=$(dirname "$CUDNN_SO")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # cuDNN compiles its attention kernels at run time through NVRTC
+    # (libnvrtc.so.13): the toolkit's, or the venv's nvidia-cuda-nvrtc wheel
+    nv=$("$py" -c 'import nvidia.cuda_nvrtc as m; print(m.__path__[0])' 2>/dev/null)
+    [ -n "$nv" ] && [ -d "$nv/lib" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nv/lib
+    [ -d /usr/local/cuda/lib64 ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
     export MALLEUS_CUDNN_LIB LD_LIBRARY_PATH
     say "cuDNN library: $CUDNN_SO (MALLEUS_CUDNN_LIB, LD_LIBRARY_PATH)"
 else
