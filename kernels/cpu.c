@@ -1072,6 +1072,11 @@ static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr
                              int hd)
 {
     (void)out; /* P is kept: the CPU backward needs no rowsum(dout * out) */
+    /* the table's contract writes the gradients; the loops accumulate */
+    size_t nq = (size_t)B * T * hs.H * hd, nk = (size_t)B * T * hs.Hkv * hd;
+    if (dq) memset(F(dq), 0, nq * sizeof(float));
+    if (dk) memset(F(dk), 0, nk * sizeof(float));
+    if (dv) memset(F(dv), 0, nk * sizeof(float));
     cpu_attention_bwd(F(dq), F(dk), F(dv), F(scratch), CF(dout), CF(q), CF(kk), CF(v), CF(saved), B,
                       T, hs, hd);
 }

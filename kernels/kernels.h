@@ -361,8 +361,10 @@ struct mal_kernels_ops {
      * for s > t). */
     void (*attention_fwd)(mal_kern k, void *out, void *saved, const void *q, const void *kk,
                           const void *v, int B, int T, mal_attn_heads hs, int hd);
-    /* dq (B,T,H,hd) +=, dk, dv (B,T,Hkv,hd) += (a key/value head gathers
-     * the gradients of every query head that reads it); scratch:
+    /* dq (B,T,H,hd), dk, dv (B,T,Hkv,hd) are WRITTEN (a key/value head
+     * gathers the gradients of every query head that reads it; the
+     * backend zeroes first where its kernels accumulate, so that a fused
+     * backward that writes them needs no zeroing or extra pass); scratch:
      * attention_bytes' scratch, contents undefined on return.  A NULL dq,
      * dk or dv is skipped.  `out` is the forward's output (a fused
      * backward needs rowsum(dout * out) per query; the CPU backend, which

@@ -1025,11 +1025,11 @@ int mal_model_backward(mal_model *m, mal_acts *a, const void *dout, void **dinp)
         mal_kern_rmsnorm_bwd(k, d1, gw->mlp_norm, m->d_h, p[A_MID], w->mlp_norm, p[A_RSTD2], N, C);
 
         /* Attention block: mid = x + attn(rope(h1 Wq^T), rope(h1 Wk^T), h1 Wv^T) Wo^T
-         * (d_h was last read by the norm's backward just above) */
-        void *const az[] = {m->d_ao, m->d_q, m->d_k, m->d_v, m->d_h};
-        const size_t azb[] = {(size_t)N * A * e, (size_t)N * A * e, (size_t)N * AK * e,
-                              (size_t)N * AK * e, NC * e};
-        mal_kern_zero_multi(k, az, azb, 5);
+         * (d_h was last read by the norm's backward just above; the
+         * attention backward writes d_q, d_k, d_v itself) */
+        void *const az[] = {m->d_ao, m->d_h};
+        const size_t azb[] = {(size_t)N * A * e, NC * e};
+        mal_kern_zero_multi(k, az, azb, 2);
         mal_kern_matmul_bwd(k, m->d_ao, gw->wo, d1, p[A_AO], w->wo, N, A, C);
         mal_kern_attention_bwd(k, m->d_q, m->d_k, m->d_v, m->d_att, m->d_ao, p[A_AO], p[A_Q],
                                p[A_K], p[A_V], p[A_ATT], B, T, m->heads, hd);

@@ -84,6 +84,9 @@ typedef struct {
      * table's contract accumulates: they go through attn_tmp and are
      * added. */
     mal_cudnn *dnn;
+    int dnn_auto;  /* default: load cuDNN at the first bf16 attention, keep
+                    * the hand kernels where it cannot be loaded */
+    int dnn_tried; /* that load was tried */
     void *attn_tmp;
     size_t attn_tmp_bytes;
     char dev_name[96]; /* the device's name (op_device_info; empty until asked) */
@@ -613,39 +616,44 @@ static mal_cu_heads cu_heads(mal_attn_heads hs)
 static int use_cudnn(cu_state *st, mal_kern k, int B, int T, mal_attn_heads hs, int hd)
 {
     char msg[512];
-    return st->dnn && BF(k) && mal_cudnn_attention_ok(st->dnn, B, T, cu_heads(hs), hd, msg, sizeof msg);
+    if (!BF(k)) return 0;
+    if (!st->dnn && st->dnn_auto && !st->dnn_tried) {
+        st->dnn_tried = 1;
+        mal_cudnn_open(&st->dnn, st->stream, msg, sizeof msg); /* NULL: the hand kernels */
+    }
+    return st->dnn && mal_cudnn_attention_ok(st->dnn, B, T, cu_heads(hs), hd, msg, sizeof msg);
 }
 
-/* cuDNN writes dq, dk, dv into attn_tmp (grown once per larger shape);
- * each is then added to its destination, the table's += contract. */
+/* cuDNN writes dq, dk, dv -- the table's contract; a gradient the caller
+ * does not want (NULL) goes to attn_tmp (grown once per larger shape). */
 static void cudnn_attention_bwd(cu_state *st, void *dq, void *dk, void *dv, void *scr,
                                 const void *dout, const void *out, const void *q, const void *kk,
                                 const void *v, const void *saved, int B, int T, mal_attn_heads hs,
                                 int hd)
 {
     size_t nq = (size_t)B * T * hs.H * hd, nk = (size_t)B * T * hs.Hkv * hd;
-    size_t need = (nq + 2 * nk) * 2; /* bf16 */
-    if (need > st->attn_tmp_bytes) {
-        /* the old buffer may still be read by queued additions */
-        if (st->attn_tmp && !cu_ok(st, cudaStreamSynchronize(st->stream), "attention scratch"))
-            return;
-        if (st->attn_tmp) cudaFree(st->attn_tmp);
-        st->attn_tmp = NULL;
-        st->attn_tmp_bytes = 0;
-        if (!cu_ok(st, cudaMalloc(&st->attn_tmp, need), "cuDNN attention's gradient buffers"))
-            return;
-        st->attn_tmp_bytes = need;
+    if (!dq || !dk || !dv) {
+        size_t need = (nq + 2 * nk) * 2; /* bf16 */
+        if (need > st->attn_tmp_bytes) {
+            /* the old buffer may still be written by queued graphs */
+            if (st->attn_tmp && !cu_ok(st, cudaStreamSynchronize(st->stream), "attention scratch"))
+                return;
+            if (st->attn_tmp) cudaFree(st->attn_tmp);
+            st->attn_tmp = NULL;
+            st->attn_tmp_bytes = 0;
+            if (!cu_ok(st, cudaMalloc(&st->attn_tmp, need), "cuDNN attention's gradient buffers"))
+                return;
+            st->attn_tmp_bytes = need;
+        }
+        char *t = st->attn_tmp;
+        if (!dq) dq = t;
+        if (!dk) dk = t + nq * 2;
+        if (!dv) dv = t + (nq + nk) * 2;
     }
-    char *tq = st->attn_tmp, *tk = tq + nq * 2, *tv = tk + nk * 2;
     char msg[512];
-    if (mal_cudnn_attention_bwd(st->dnn, tq, tk, tv, dout, out, q, kk, v, saved, scr, B, T,
-                                cu_heads(hs), hd, msg, sizeof msg)) {
+    if (mal_cudnn_attention_bwd(st->dnn, dq, dk, dv, dout, out, q, kk, v, saved, scr, B, T,
+                                cu_heads(hs), hd, msg, sizeof msg))
         fail(st, MAL_EDEVICE, "%s", msg);
-        return;
-    }
-    if (dq) mal_cu_add(st->stream, 1, dq, dq, tq, nq);
-    if (dk) mal_cu_add(st->stream, 1, dk, dk, tk, nk);
-    if (dv) mal_cu_add(st->stream, 1, dv, dv, tv, nk);
     launched(st, "attention backward (cuDNN)");
 }
 
@@ -677,6 +685,12 @@ static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr
         cudnn_attention_bwd(st, dq, dk, dv, scr, dout, out, q, kk, v, saved, B, T, hs, hd);
         return;
     }
+    /* attention.cu's kernels accumulate; the contract writes */
+    size_t e = BF(k) ? 2 : 4;
+    size_t nq = (size_t)B * T * hs.H * hd * e, nk = (size_t)B * T * hs.Hkv * hd * e;
+    void *const zb[] = {dq, dk, dv};
+    const size_t zn[] = {dq ? nq : 0, dk ? nk : 0, dv ? nk : 0};
+    mal_cu_zero_multi(st->stream, zb, zn, 3);
     mal_cu_attention_bwd(st->stream, BF(k), st->attn_impl, dq, dk, dv, dout, out, q, kk, v, saved,
                          B, T, cu_heads(hs), hd, scr);
     launched(st, "attention backward");
@@ -1072,10 +1086,12 @@ static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
     k->host_addressable = 0;
     k->impl = st;
     st->device = dev;
-    /* MALLEUS_CUDA_ATTENTION: hand (default: attention.cu's tensor-core
-     * kernels), generic (attention.cu's one-warp-per-row kernels, for
-     * bisecting a bf16 problem), cudnn (cuDNN's fused attention where it
-     * covers the call, cudnn.h) */
+    /* MALLEUS_CUDA_ATTENTION: unset (cuDNN's fused attention where cuDNN
+     * loads and covers the call, else attention.cu's tensor-core kernels),
+     * cudnn (the same, but a cuDNN that cannot be loaded is an error),
+     * hand (attention.cu's tensor-core kernels only), generic
+     * (attention.cu's one-warp-per-row kernels, for bisecting a bf16
+     * problem) */
     const char *impl = getenv("MALLEUS_CUDA_ATTENTION");
     if (impl && *impl && strcmp(impl, "hand") && strcmp(impl, "generic") && strcmp(impl, "cudnn")) {
         free(k);
@@ -1085,6 +1101,7 @@ static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
     }
     st->attn_impl = impl && !strcmp(impl, "generic");
     int want_cudnn = impl && !strcmp(impl, "cudnn");
+    st->dnn_auto = !impl || !*impl;
     int ok =
         cu_ok(st, cudaSetDevice(dev), "selecting the GPU") &&
         cu_ok(st, cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, dev),
