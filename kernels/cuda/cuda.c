@@ -613,6 +613,17 @@ static mal_cu_heads cu_heads(mal_attn_heads hs)
  * bf16 and it has plans for the shape (built at the first call of a
  * shape); otherwise the kernels of attention.cu do (fp32, head layouts
  * cuDNN's graphs do not cover). */
+/* cuDNN's workspace through the table, counted as scratch */
+static void *dnn_ws_alloc(void *ctx, size_t bytes)
+{
+    return mal_kern_alloc_as(ctx, bytes, MAL_MEM_SCRATCH);
+}
+
+static void dnn_ws_free(void *ctx, void *p)
+{
+    mal_kern_free(ctx, p);
+}
+
 static int use_cudnn(cu_state *st, mal_kern k, int B, int T, mal_attn_heads hs, int hd)
 {
     char msg[512];
@@ -620,6 +631,7 @@ static int use_cudnn(cu_state *st, mal_kern k, int B, int T, mal_attn_heads hs, 
     if (!st->dnn && st->dnn_auto && !st->dnn_tried) {
         st->dnn_tried = 1;
         mal_cudnn_open(&st->dnn, st->stream, msg, sizeof msg); /* NULL: the hand kernels */
+        mal_cudnn_set_allocator(st->dnn, dnn_ws_alloc, dnn_ws_free, k);
     }
     return st->dnn && mal_cudnn_attention_ok(st->dnn, B, T, cu_heads(hs), hd, msg, sizeof msg);
 }
@@ -1125,6 +1137,7 @@ static int cuda_create(const mal_kern_config *cfg, mal_kern *out)
         cuda_destroy(k);
         return rc;
     }
+    mal_cudnn_set_allocator(st->dnn, dnn_ws_alloc, dnn_ws_free, k);
     *out = k;
     return 0;
 }

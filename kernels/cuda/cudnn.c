@@ -44,6 +44,11 @@ long mal_cudnn_version(const mal_cudnn *c)
     (void)c;
     return 0;
 }
+void mal_cudnn_set_allocator(mal_cudnn *c, void *(*alloc)(void *ctx, size_t bytes),
+                             void (*release)(void *ctx, void *p), void *ctx)
+{
+    (void)c, (void)alloc, (void)release, (void)ctx;
+}
 int mal_cudnn_attention_ok(mal_cudnn *c, int B, int T, mal_cu_heads hs, int hd, char *msg, size_t n)
 {
     (void)c, (void)B, (void)T, (void)hs, (void)hd;
@@ -136,6 +141,9 @@ struct mal_cudnn {
     long version;
     void *ws; /* device workspace, the largest any cached plan needs */
     size_t ws_bytes;
+    void *(*ws_alloc)(void *ctx, size_t bytes); /* NULL: cudaMalloc */
+    void (*ws_free)(void *ctx, void *p);
+    void *ws_ctx;
     plan_entry plans[PLAN_CACHE];
     int n_plans;
     /* the by-value scalars' host copies (read when a graph is queued) */
@@ -686,6 +694,17 @@ fail:
     return -1;
 }
 
+static void ws_free(mal_cudnn *c)
+{
+    if (!c->ws) return;
+    if (c->ws_free)
+        c->ws_free(c->ws_ctx, c->ws);
+    else
+        cudaFree(c->ws);
+    c->ws = NULL;
+    c->ws_bytes = 0;
+}
+
 void mal_cudnn_close(mal_cudnn *c)
 {
     if (!c) return;
@@ -694,7 +713,7 @@ void mal_cudnn_close(mal_cudnn *c)
         built_free(c, &c->plans[i].fwd);
         built_free(c, &c->plans[i].bwd);
     }
-    if (c->ws) cudaFree(c->ws);
+    ws_free(c);
     if (c->h) c->f.destroy(c->h);
     if (c->f.dl) dlclose(c->f.dl);
     free(c);
@@ -719,18 +738,31 @@ static int grow_workspace(mal_cudnn *c, size_t need, char *msg, size_t n)
     if (need <= c->ws_bytes) return 0;
     /* the old workspace may still be read by queued graphs */
     cudaStreamSynchronize(c->stream);
-    if (c->ws) cudaFree(c->ws);
-    c->ws = NULL;
-    c->ws_bytes = 0;
-    cudaError_t e = cudaMalloc(&c->ws, need);
-    if (e != cudaSuccess) {
-        c->ws = NULL;
-        snprintf(msg, n, "cuDNN attention: workspace of %zu bytes: %s", need,
-                 cudaGetErrorString(e));
+    ws_free(c);
+    void *p = NULL;
+    if (c->ws_alloc) {
+        p = c->ws_alloc(c->ws_ctx, need);
+    } else if (cudaMalloc(&p, need) != cudaSuccess) {
+        p = NULL;
+    }
+    if (!p) {
+        snprintf(msg, n, "cuDNN attention: no device memory for its workspace of %zu bytes", need);
         return -1;
     }
+    c->ws = p;
     c->ws_bytes = need;
     return 0;
+}
+
+void mal_cudnn_set_allocator(mal_cudnn *c, void *(*alloc)(void *ctx, size_t bytes),
+                             void (*release)(void *ctx, void *p), void *ctx)
+{
+    if (!c) return;
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    ws_free(c);
+    c->ws_alloc = alloc;
+    c->ws_free = release;
+    c->ws_ctx = ctx;
 }
 
 int mal_cudnn_attention_ok(mal_cudnn *c, int B, int T, mal_cu_heads hs, int hd, char *msg, size_t n)

@@ -42,6 +42,14 @@ typedef struct mal_cudnn mal_cudnn;
 int mal_cudnn_open(mal_cudnn **out, mal_cu_stream stream, char *msg, size_t n);
 void mal_cudnn_close(mal_cudnn *c);
 
+/* Local.  Where cuDNN's workspace (the largest any cached plan needs:
+ * ~1 GiB for the deterministic backward at B 8, T 2048, 16 heads) comes
+ * from: alloc(ctx, bytes) / release(ctx, p) instead of cudaMalloc /
+ * cudaFree, so that the owner can count it (the CUDA backend's memory
+ * accountant).  Frees the current workspace (after the stream drains). */
+void mal_cudnn_set_allocator(mal_cudnn *c, void *(*alloc)(void *ctx, size_t bytes),
+                             void (*release)(void *ctx, void *p), void *ctx);
+
 /* Local, pure.  cuDNN's version as a number (9.19.0 -> 91900). */
 long mal_cudnn_version(const mal_cudnn *c);
 
