@@ -3,9 +3,9 @@
  * MPI's (MAL_COMM_MPI_CONTROL_PLANE).  Built when configure finds NCCL.
  * Streams and events come through the device-runtime shim
  * (kernels/cuda/runtime.h), so that no CUDA header is included here.
- * NOTHING HERE HAS RUN ON A GPU YET: tests/test_comm_nccl checks every
- * operation against the MPI data plane on communicators of one rank (and of
- * as many ranks as there are GPUs) where a GPU is present.
+ * Run on one H100 with communicators of one rank (tests/test_comm_nccl,
+ * which checks every operation against the MPI data plane, on as many ranks
+ * as there are GPUs); NOT YET RUN ACROSS SEVERAL GPUS.
  *
  * NCCL communicators ("channels" below, each with its own stream and
  * events):
