@@ -8,9 +8,10 @@
 #   python3 bench/gpu/bench.py BUILD_DIR OUT_DIR [--shapes 124m,1b] [--who malleus,eager,compile]
 #                              [--pairs 1b:malleus,1b:compile,...] [--until EPOCH_S]
 #
-# Trainers: malleus (the CUDA backend's default attention), malleus-cudnn
-# (the same run with MALLEUS_CUDA_ATTENTION=cudnn: cuDNN's fused attention),
-# compile, eager.
+# Trainers: malleus (the CUDA backend's default attention: cuDNN's where it
+# loads), malleus-cudnn (MALLEUS_CUDA_ATTENTION=cudnn: cuDNN required),
+# malleus-hand (MALLEUS_CUDA_ATTENTION=hand: the hand-written kernels),
+# malleus-selective (the default with --recompute selective), compile, eager.
 # --pairs gives the (shape, trainer) runs and their order (default: every
 # shape of --shapes with every trainer of --who); --until (seconds since the
 # epoch) is when the last run must have ended: a run is started only where
@@ -45,11 +46,18 @@ import flops  # noqa: E402
 
 SHAPES = {"124m": 16, "1b": 8}  # global batch (sequences of the preset's T)
 # The least time each trainer's run needs (start, warm-up -- torch.compile's
-# compilation -- and the timed steps), seconds: guesses until the first GPU
-# run measures them (its wall_s per run is in bench.json).
-MIN_S = {"malleus": 45, "malleus-cudnn": 45, "compile": 150, "eager": 60}
-# The environment of each malleus trainer's run (on top of ours)
-MALLEUS_ENV = {"malleus": {}, "malleus-cudnn": {"MALLEUS_CUDA_ATTENTION": "cudnn"}}
+# compilation -- and the timed steps), seconds: about twice the longest
+# measured on the H100 on 2026-11-27 (bench.json's wall_s: malleus 4-13 s,
+# torch.compile 45-103 s; eager 15 s on 2026-11-26).
+MIN_S = {"malleus": 30, "malleus-cudnn": 30, "malleus-hand": 30, "malleus-selective": 30,
+         "compile": 120, "eager": 40}
+# The environment and extra arguments of each malleus trainer's run:
+# malleus is the default (cuDNN's attention where it loads), malleus-hand
+# the hand-written attention kernels, malleus-selective the default with
+# selective activation recomputation (memory against time)
+MALLEUS_ENV = {"malleus": {}, "malleus-cudnn": {"MALLEUS_CUDA_ATTENTION": "cudnn"},
+               "malleus-hand": {"MALLEUS_CUDA_ATTENTION": "hand"}, "malleus-selective": {}}
+MALLEUS_ARGS = {"malleus-selective": ["--recompute", "selective"]}
 
 
 class SmiPeak:
@@ -127,6 +135,7 @@ def run_malleus(build, shape, B, steps, warmup, out, rate, timeout=600, who="mal
     cmd = [os.path.join(build, "malleus-train"), "--device", "cuda", "--precision", "bf16",
            "--model", shape, "--data", "synthetic:32000", "--global-batch", str(B),
            "--micro-batch", str(B), "--steps", str(steps), "--metrics", metrics]
+    cmd += MALLEUS_ARGS.get(who, [])
     env = dict(os.environ, **MALLEUS_ENV[who])
     t0 = time.time()
     with SmiPeak() as smi, open(log, "w") as f:
