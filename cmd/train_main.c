@@ -177,6 +177,15 @@ int main(int argc, char **argv)
                  "rank's share. 0: whole moments on every replica.\n"
                  "Default: 1 where the plan has more than one pipeline\n"
                  "(replicas), else 0"},
+        {MAL_OPT_CHOICE, "zero-master", .metavar = "on|off", .target = &o->zero_master,
+         .choices = on_off, .values = on_off_values,
+         .help = "with --zero 1: shard the fp32 master weights too, as\n"
+                 "the moments (each rank keeps its share; the updated\n"
+                 "working weights are all-gathered in the compute\n"
+                 "dtype). Only where the working weights are a separate\n"
+                 "copy (bf16 compute): with fp32 compute they are the\n"
+                 "master and `on` changes nothing. Default: off (not yet\n"
+                 "run on a GPU)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

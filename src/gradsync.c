@@ -103,6 +103,10 @@ struct mal_gradsync {
     zero_unit *units;
     float *zg, *zm, *zv;
     size_t zg_floats, z_floats;
+    /* the sharded master (mal_gradsync_zero_master): the fp32 parameters
+     * of the same regions and local pieces, at the moments' offsets
+     * (z_floats); NULL while m->params is whole */
+    float *zp;
 };
 
 static int cmp_int(const void *a, const void *b)
@@ -257,6 +261,7 @@ void mal_gradsync_destroy(mal_gradsync *g)
     mal_kern_free(g->m->k, g->zg);
     mal_kern_free(g->m->k, g->zm);
     mal_kern_free(g->m->k, g->zv);
+    mal_kern_free(g->m->k, g->zp);
     free(g->groups);
     /* buckets still in flight (only after an error): waited for, so that
      * no reduction is left writing into freed memory */
@@ -577,6 +582,34 @@ int mal_gradsync_norm_sumsq(mal_gradsync *g, double *out)
     return mal_kern_sync(k);
 }
 
+/* The working copies of n pieces (n_floats elements), packed into g->buf
+ * as fp32: through host memory `host` (n_floats floats), each element
+ * widened exactly (bf16 is the top half of an fp32). */
+static int pack_work_f32(mal_gradsync *g, const sync_piece *pieces, int n, size_t n_floats,
+                         float *host)
+{
+    mal_model *m = g->m;
+    char *dst = (char *)g->buf;
+    for (int i = 0; i < n; i++) {
+        const mal_tensor_info *t = &m->tensors[pieces[i].tensor];
+        mal_piece_pack_elems(m->k, t, m->work, m->esz, pieces[i].begin, pieces[i].end, dst,
+                             MAL_COPY_D2D);
+        dst += mal_piece_floats(t, pieces[i].begin, pieces[i].end) * m->esz;
+    }
+    mal_kern_to_host(m->k, host, g->buf, n_floats * m->esz);
+    int rc = mal_kern_sync(m->k);
+    if (rc) return rc;
+    if (m->esz == 2) /* from the back: element i's 2 bytes lie before float i */
+        for (size_t i = n_floats; i-- > 0;) {
+            uint16_t h;
+            memcpy(&h, (char *)host + 2 * i, 2);
+            uint32_t w = (uint32_t)h << 16;
+            memcpy(&host[i], &w, 4);
+        }
+    mal_kern_from_host(m->k, g->buf, host, n_floats * sizeof(float));
+    return 0;
+}
+
 int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
 {
     mal_model *m = g->m;
@@ -595,7 +628,13 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count)
         /* sharded, the moments are not replicated: the parameters only */
         for (int grp = 0; grp < (g->zero ? 1 : MAL_STATE_N_SAVED) && !rc; grp++) {
             const float *base = mal_model_state(m, grp);
-            pack_group(g, s->pieces, s->n_pieces, base, g->buf, 0);
+            if (grp == MAL_STATE_PARAM && g->zp) {
+                /* the master sharded: the working copies, which every
+                 * holder has whole, widened to fp32 (exact) */
+                if ((rc = pack_work_f32(g, s->pieces, s->n_pieces, s->n_floats, host))) break;
+            } else {
+                pack_group(g, s->pieces, s->n_pieces, base, g->buf, 0);
+            }
             mal_kern_copy(k, g->buf + s->n_floats, g->buf, s->n_floats * sizeof(float));
             mal_kern_scale(k, g->buf + s->n_floats, s->n_floats, -1.0f);
             if ((rc = mal_comm_dp_allreduce_list(g->comm, k, s->ranks, s->n_ranks, TAG_SYNC,
@@ -664,31 +703,38 @@ static int zero_need_buf(mal_gradsync *g)
     return g->n_buckets ? 0 : need_buf(g);
 }
 
+/* This rank's shard (its regions, then its local pieces) of the whole
+ * state buffer `full` (queued). */
+static void shard_from(mal_gradsync *g, const float *full, float *shard)
+{
+    mal_model *m = g->m;
+    for (int ui = 0; ui < g->n_units; ui++) {
+        const zero_unit *u = &g->units[ui];
+        float *buf = u->buf ? u->buf : g->buf;
+        if (!u->r_len) continue;
+        pack_group(g, u->pieces, u->n_pieces, full, buf, 0);
+        mal_kern_copy(m->k, shard + u->s_off, buf + u->r_off, u->r_len * sizeof(float));
+    }
+    size_t moff = g->zg_floats;
+    for (int i = 0; i < g->n_local; i++) {
+        const sync_piece *p = &g->local[i];
+        const mal_tensor_info *t = &m->tensors[p->tensor];
+        mal_piece_pack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
+        moff += mal_piece_floats(t, p->begin, p->end);
+    }
+}
+
 /* Whole moments (m->adam_m, adam_v) into this rank's shards, then freed:
  * an online plan change hands them in. */
 static int zero_absorb(mal_gradsync *g)
 {
     mal_model *m = g->m;
     int rc = zero_need_buf(g);
-    for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
-        const float *full = mal_model_state(m, grp);
-        float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
-        for (int ui = 0; ui < g->n_units; ui++) {
-            const zero_unit *u = &g->units[ui];
-            float *buf = u->buf ? u->buf : g->buf;
-            if (!u->r_len) continue;
-            pack_group(g, u->pieces, u->n_pieces, full, buf, 0);
-            mal_kern_copy(m->k, shard + u->s_off, buf + u->r_off, u->r_len * sizeof(float));
-        }
-        size_t moff = g->zg_floats;
-        for (int i = 0; i < g->n_local; i++) {
-            const sync_piece *p = &g->local[i];
-            const mal_tensor_info *t = &m->tensors[p->tensor];
-            mal_piece_pack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
-            moff += mal_piece_floats(t, p->begin, p->end);
-        }
+    if (!rc) {
+        shard_from(g, m->adam_m, g->zm);
+        shard_from(g, m->adam_v, g->zv);
+        rc = mal_kern_sync(m->k);
     }
-    if (!rc) rc = mal_kern_sync(m->k);
     if (rc) return rc;
     mal_kern_free(m->k, m->adam_m);
     mal_kern_free(m->k, m->adam_v);
@@ -696,13 +742,53 @@ static int zero_absorb(mal_gradsync *g)
     return 0;
 }
 
+/* The whole state buffer `full` from every holder's shards: each unit's
+ * regions gathered from their owners, the local pieces from this rank's
+ * own shard.  Collective over the holders of each unit. */
+static int whole_from(mal_gradsync *g, const float *shard, float *full)
+{
+    mal_model *m = g->m;
+    int rc = 0;
+    for (int ui = 0; ui < g->n_units && !rc; ui++) {
+        const zero_unit *u = &g->units[ui];
+        float *buf = u->buf ? u->buf : g->buf;
+        mal_comm_req *req = NULL;
+        if (u->r_len)
+            mal_kern_copy(m->k, buf + u->r_off, shard + u->s_off, u->r_len * sizeof(float));
+        if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
+                                    TAG_ZERO, buf, u->counts, MAL_F32, &req)) ||
+            (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
+            break;
+        unpack_into(g, u->pieces, u->n_pieces, buf, full);
+    }
+    size_t moff = g->zg_floats;
+    for (int i = 0; i < g->n_local && !rc; i++) {
+        const sync_piece *p = &g->local[i];
+        const mal_tensor_info *t = &m->tensors[p->tensor];
+        mal_piece_unpack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
+        moff += mal_piece_floats(t, p->begin, p->end);
+    }
+    return rc;
+}
+
 int mal_gradsync_zero_gather(mal_gradsync *g)
 {
     mal_model *m = g->m;
     size_t bytes = m->n_params * sizeof(float);
     int rc;
-    if (!g->zero || m->adam_m) return 0;
+    if (!g->zero || (m->adam_m && m->params)) return 0;
     if ((rc = zero_need_buf(g))) return rc;
+    if (!m->params) {
+        /* the master sharded: whole again first (a transient peak of the
+         * whole fp32 master beside its shard) */
+        if (!(m->params = mal_kern_alloc_as(m->k, MAL_MAX(bytes, 1), MAL_MEM_MASTER)))
+            return MAL_ERR(MAL_ENOMEM,
+                           "sharded master: cannot allocate %zu bytes for the whole master", bytes);
+        if ((rc = whole_from(g, g->zp, m->params)) || (rc = mal_kern_sync(m->k))) return rc;
+        mal_kern_free(m->k, g->zp);
+        g->zp = NULL;
+    }
+    if (m->adam_m) return 0;
     m->adam_m = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
     m->adam_v = mal_kern_alloc_as(m->k, bytes, MAL_MEM_MOMENTS);
     if (!m->adam_m || !m->adam_v) {
@@ -713,31 +799,52 @@ int mal_gradsync_zero_gather(mal_gradsync *g)
                                    "whole moments",
                        bytes);
     }
-    for (int grp = MAL_STATE_ADAM_M; grp <= MAL_STATE_ADAM_V && !rc; grp++) {
-        float *full = mal_model_state(m, grp);
-        const float *shard = grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
-        /* every unit's regions gathered from their owners */
-        for (int ui = 0; ui < g->n_units && !rc; ui++) {
-            const zero_unit *u = &g->units[ui];
-            float *buf = u->buf ? u->buf : g->buf;
-            mal_comm_req *req = NULL;
-            if (u->r_len)
-                mal_kern_copy(m->k, buf + u->r_off, shard + u->s_off, u->r_len * sizeof(float));
-            if ((rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
-                                        TAG_ZERO, buf, u->counts, MAL_F32, &req)) ||
-                (req && (rc = mal_comm_dp_waitall(g->comm, 1, &req))))
-                break;
-            unpack_into(g, u->pieces, u->n_pieces, buf, full);
-        }
-        size_t moff = g->zg_floats;
-        for (int i = 0; i < g->n_local && !rc; i++) {
-            const sync_piece *p = &g->local[i];
-            const mal_tensor_info *t = &m->tensors[p->tensor];
-            mal_piece_unpack(m->k, t, full, p->begin, p->end, shard + moff, MAL_COPY_D2D);
-            moff += mal_piece_floats(t, p->begin, p->end);
-        }
-    }
+    if (!(rc = whole_from(g, g->zm, m->adam_m))) rc = whole_from(g, g->zv, m->adam_v);
     if (!rc) rc = mal_kern_sync(m->k);
+    return rc;
+}
+
+int mal_gradsync_zero_master(mal_gradsync *g)
+{
+    mal_model *m = g->m;
+    int rc;
+    if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded master: the sharded optimizer is not set up");
+    /* with the working weights the master itself there is nothing to shard */
+    if (g->zp || m->work == m->params) return 0;
+    if (!m->params) return MAL_ERR(MAL_EINVAL, "sharded master: no whole master to shard");
+    if ((rc = zero_need_buf(g))) return rc;
+    if (!(g->zp = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float),
+                                    MAL_MEM_MASTER)))
+        return MAL_ERR(MAL_ENOMEM, "sharded master: cannot allocate %zu floats", g->z_floats);
+    shard_from(g, m->params, g->zp);
+    if ((rc = mal_kern_sync(m->k))) return rc;
+    mal_kern_free(m->k, m->params);
+    m->params = NULL;
+    return 0;
+}
+
+int mal_gradsync_zero_master_sharded(const mal_gradsync *g) { return g && g->zp != NULL; }
+
+float *mal_gradsync_zero_master_stage(mal_gradsync *g)
+{
+    if (!g || !g->zp) return NULL;
+    mal_model *m = g->m;
+    /* the gradients are rebuilt from zero every step: their buffer holds
+     * the whole master while it is loaded */
+    m->params = m->grads;
+    return m->params;
+}
+
+int mal_gradsync_zero_master_unstage(mal_gradsync *g)
+{
+    if (!g || !g->zp || g->m->params != g->m->grads) return 0;
+    mal_model *m = g->m;
+    int rc = zero_need_buf(g);
+    if (!rc) {
+        shard_from(g, m->params, g->zp);
+        rc = mal_kern_sync(m->k);
+    }
+    m->params = NULL;
     return rc;
 }
 
@@ -874,12 +981,42 @@ static void step_region(mal_gradsync *g, const mal_optim_config *oc, const zero_
             size_t col = a % w, len = contiguous ? hi - po - a : MAL_MIN(w - col, hi - po - a);
             size_t off = sh.offset + (contiguous ? a : a / w * (size_t)sh.stride + col);
             size_t at = po + a - u->r_off; /* in the region's sums and moments */
-            adamw_run(g, oc, m->params + off, (char *)m->work + off * m->esz, sums + at,
-                      u->s_off + at, len, ti->decay, lr, scale, t);
+            float *param = g->zp ? g->zp + u->s_off + at : m->params + off;
+            adamw_run(g, oc, param, (char *)m->work + off * m->esz, sums + at, u->s_off + at, len,
+                      ti->decay, lr, scale, t);
             a += len;
         }
         po += n;
     }
+}
+
+/* The working copies of n pieces packed into `buf` (pack) or unpacked
+ * from it (elements of the compute dtype, m->esz bytes). */
+static void work_pieces(mal_gradsync *g, const sync_piece *pieces, int n, void *buf, int pack)
+{
+    mal_model *m = g->m;
+    char *b = buf;
+    for (int i = 0; i < n; i++) {
+        const mal_tensor_info *t = &m->tensors[pieces[i].tensor];
+        if (pack)
+            mal_piece_pack_elems(m->k, t, m->work, m->esz, pieces[i].begin, pieces[i].end, b,
+                                 MAL_COPY_D2D);
+        else
+            mal_piece_unpack_elems(m->k, t, m->work, m->esz, pieces[i].begin, pieces[i].end, b,
+                                   MAL_COPY_D2D);
+        b += mal_piece_floats(t, pieces[i].begin, pieces[i].end) * m->esz;
+    }
+}
+
+/* Unit u's gathered parameters in `buf` into the model: the whole master,
+ * or with the master sharded the working copy (the compute dtype: what
+ * the gather moved). */
+static void gathered(mal_gradsync *g, const zero_unit *u, float *buf)
+{
+    if (g->zp)
+        work_pieces(g, u->pieces, u->n_pieces, buf, 0);
+    else
+        unpack_into(g, u->pieces, u->n_pieces, buf, g->m->params);
 }
 
 int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t step, float lr,
@@ -901,14 +1038,18 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
         zero_unit *u = &g->units[ui];
         float *buf = u->buf ? u->buf : g->buf;
         step_region(g, oc, u, lr, grad_scale, t);
-        pack_group(g, u->pieces, u->n_pieces, m->params, buf, 0);
+        if (g->zp)
+            work_pieces(g, u->pieces, u->n_pieces, buf, 1);
+        else
+            pack_group(g, u->pieces, u->n_pieces, m->params, buf, 0);
         /* the buckets' gathers in flight together (a region each), a
          * group's waited for at once (they share g->buf) */
         rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
-                               TAG_ZERO, buf, u->counts, MAL_F32, &u->req);
+                               TAG_ZERO, buf, u->counts, g->zp ? m->k->compute : MAL_F32,
+                               &u->req);
         if (!rc && !u->buf) {
             rc = mal_comm_dp_waitall(g->comm, 1, &u->req);
-            if (!rc) unpack_into(g, u->pieces, u->n_pieces, buf, m->params);
+            if (!rc) gathered(g, u, buf);
         }
     }
     for (int ui = 0; ui < g->n_units; ui++) {
@@ -916,10 +1057,12 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
         if (!u->buf) continue;
         int rc2 = mal_comm_dp_waitall(g->comm, 1, &u->req);
         if (!rc) rc = rc2;
-        if (!rc) unpack_into(g, u->pieces, u->n_pieces, u->buf, m->params);
+        if (!rc) gathered(g, u, u->buf);
     }
     if (rc) return rc;
-    if (g->n_units && m->work != m->params) mal_model_refresh_working(m);
+    /* the whole master changed: its working copy follows (a sharded master
+     * gathered the working copy itself) */
+    if (g->n_units && !g->zp && m->work != m->params) mal_model_refresh_working(m);
     /* The pieces no group sums: updated in place, run by run (a column
      * range of a matrix is a run per row), moments packed in that order. */
     size_t moff = g->zg_floats;
@@ -932,8 +1075,9 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
         size_t len = sh.stride == sh.width ? (size_t)(sh.rows * sh.width) : (size_t)sh.width;
         for (int64_t r = 0; r < runs; r++) {
             size_t off = sh.offset + (size_t)(r * sh.stride);
-            adamw_run(g, oc, m->params + off, (char *)m->work + off * m->esz, m->grads + off, moff,
-                      len, ti->decay, lr, grad_scale, t);
+            float *param = g->zp ? g->zp + moff : m->params + off;
+            adamw_run(g, oc, param, (char *)m->work + off * m->esz, m->grads + off, moff, len,
+                      ti->decay, lr, grad_scale, t);
             moff += len;
         }
     }
@@ -1011,14 +1155,18 @@ int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_bloc
     return 0;
 }
 
+/* The shard of group grp: a moment, or the sharded master. */
+static float *shard_of(const mal_gradsync *g, int grp)
+{
+    return grp == MAL_STATE_PARAM ? g->zp : grp == MAL_STATE_ADAM_M ? g->zm : g->zv;
+}
+
 void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst)
 {
-    mal_kern_to_host(g->m->k, dst, (grp == MAL_STATE_ADAM_M ? g->zm : g->zv) + at,
-                     n * sizeof(float));
+    mal_kern_to_host(g->m->k, dst, shard_of(g, grp) + at, n * sizeof(float));
 }
 
 void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src)
 {
-    mal_kern_from_host(g->m->k, (grp == MAL_STATE_ADAM_M ? g->zm : g->zv) + at, src,
-                       n * sizeof(float));
+    mal_kern_from_host(g->m->k, shard_of(g, grp) + at, src, n * sizeof(float));
 }

@@ -63,7 +63,17 @@
  * in the order the all-reduce does for holder sets of up to 64 KiB of
  * gradients (beyond, the ring's blocks are the regions: last bits may
  * differ).  The fp32 master parameters stay whole on every holder (with
- * fp32 compute they are the working weights the forward pass reads).
+ * fp32 compute they are the working weights the forward pass reads),
+ * unless the master is sharded too (mal_gradsync_zero_master, where a
+ * separate working copy exists: reduced-precision compute): then each
+ * rank keeps the master of its regions and local pieces only (at the
+ * moments' offsets) and m->params is freed; the owner's update writes
+ * the new working-copy values of its region (the fused cast), and the
+ * working copies are all-gathered in the compute dtype (half the bytes
+ * of the fp32 gather in bf16) straight into m->work.  Whatever needs the
+ * whole master gathers it first (mal_gradsync_zero_gather: an online
+ * plan change) or reads it by blocks (snapshots: each rank's blocks of
+ * the master shard, as of the moments).
  *
  * Core layer: plan, layout, slices, model, tensor pieces, comm. */
 #ifndef MAL_GRADSYNC_H
@@ -141,13 +151,36 @@ int mal_gradsync_replica_mismatch(mal_gradsync *g, double *count);
  * (which reduce-scatter the buckets) or mal_gradsync_zero_reduce, and the
  * update mal_gradsync_zero_step (not mal_optim_update); the norm
  * (mal_gradsync_norm_sumsq) counts the shards; the replica check compares
- * parameters only. */
+ * parameters only (the working copies when the master is sharded). */
 int mal_gradsync_zero(mal_gradsync *g, int rank);
+
+/* Local.  Shard the fp32 master too (see the top), after
+ * mal_gradsync_zero: this rank's share of the whole m->params (regions
+ * and local pieces, the moments' layout; attributed to MAL_MEM_MASTER),
+ * then m->params is freed and NULL (mal_model_state names it missing).
+ * Nothing when the working weights are the master (fp32 compute without
+ * the MALLEUS_TEST_WORK_COPY hook) or it is already sharded.  The sync
+ * owns the shard: destroy it only after mal_gradsync_zero_gather. */
+int mal_gradsync_zero_master(mal_gradsync *g);
+
+/* Local.  1 when the master is sharded (g may be NULL: 0). */
+int mal_gradsync_zero_master_sharded(const mal_gradsync *g);
+
+/* Local.  Loading a whole master into a sharded one (a resume, --init-from):
+ * _stage points m->params at the gradient buffer (rebuilt every step)
+ * and returns it (NULL when the master is not sharded: load m->params as
+ * usual); load it whole there (mal_model_state_from_host also refreshes
+ * the working copy), then _unstage takes this rank's shard of it and sets
+ * m->params back to NULL. */
+float *mal_gradsync_zero_master_stage(mal_gradsync *g);
+int mal_gradsync_zero_master_unstage(mal_gradsync *g);
 
 /* Collective like mal_gradsync_zero_reduce.  Whole moments again: m's
  * adam_m and adam_v allocated and filled from every holder's shards (an
- * online plan change moves whole moments; the part is retired after).
- * Nothing when not sharded or already whole. */
+ * online plan change moves whole moments; the part is retired after);
+ * a sharded master likewise (m->params allocated and gathered, its shard
+ * freed: the whole master's transient peak).  Nothing when not sharded or
+ * already whole. */
 int mal_gradsync_zero_gather(mal_gradsync *g);
 
 /* Local.  Floats of Adam moments (each of m and v) this rank keeps under
@@ -203,8 +236,8 @@ typedef struct {
 int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_block **out,
                              int *n_out);
 
-/* Local.  Queue the copy of n floats at `at` of moment shard `grp`
- * (MAL_STATE_ADAM_M or _V) to host memory / from it (kernel queue order;
+/* Local.  Queue the copy of n floats at `at` of shard `grp`
+ * (MAL_STATE_ADAM_M or _V, or MAL_STATE_PARAM of a sharded master) to host memory / from it (kernel queue order;
  * the caller synchronises). */
 void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst);
 void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src);

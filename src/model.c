@@ -334,15 +334,25 @@ static void scratch_slots(mal_model *m, void **slots[N_SCRATCH])
     memcpy(slots, s, sizeof s);
 }
 
+int mal_model_separate_work(mal_kern k)
+{
+    /* Test hook: MALLEUS_TEST_WORK_COPY=1 keeps a separate fp32 working
+     * copy (refreshed by the fp32 -> fp32 cast, a copy), so the paths of a
+     * reduced-precision working copy - a sharded master among them - run
+     * on the CPU backend. */
+    const char *e = getenv("MALLEUS_TEST_WORK_COPY");
+    return k->compute != MAL_F32 || (e && strcmp(e, "1") == 0);
+}
+
 /* Bytes of each of the part's buffers, checked: the fp32 state (one of the
- * four), the working weights (0 when compute is fp32: the parameters
- * themselves) and the backward scratch.  MAL_EINVAL when a size overflows. */
+ * four), the working weights (0 when they are the parameters themselves,
+ * mal_model_separate_work) and the backward scratch.  MAL_EINVAL when a size overflows. */
 static int part_bytes(const mal_model *m, size_t *state, size_t *work, size_t scratch[N_SCRATCH])
 {
     int ovf = 0;
     size_t np = m->n_params ? m->n_params : 1;
     *state = mal_size_mul(np, sizeof(float), &ovf);
-    *work = m->k->compute == MAL_F32 ? 0 : mal_size_mul(np + 1, m->esz, &ovf);
+    *work = !mal_model_separate_work(m->k) ? 0 : mal_size_mul(np + 1, m->esz, &ovf);
     size_t N = (size_t)m->max_B * (size_t)m->cfg.seq_len, C = (size_t)m->cfg.d_model;
     size_t A = (size_t)m->n_heads_local * (size_t)m->head_dim, F = (size_t)m->ffn_local, att;
     size_t K = (size_t)m->heads.Hkv * (size_t)m->head_dim;
@@ -501,14 +511,15 @@ void mal_model_release_work(mal_model *m)
 
 void mal_model_rebind_views(mal_model *m)
 {
-    if (m->k->compute == MAL_F32) m->work = m->params;
+    if (!mal_model_separate_work(m->k)) m->work = m->params;
     make_views(m, m->work, m->esz, &m->w);
     mal_model_refresh_working(m);
 }
 
 void mal_model_refresh_working(mal_model *m)
 {
-    if (m && m->work && m->work != m->params)
+    /* no whole master (sharded, gradsync.h): its owners refresh the copy */
+    if (m && m->work && m->params && m->work != m->params)
         mal_kern_cast_working(m->k, m->work, m->params, m->n_params);
 }
 
@@ -540,7 +551,8 @@ static int state_missing(const mal_model *m, int g)
     if (mal_model_state(m, g)) return 0;
     return MAL_ERR(MAL_ENOTSUP,
                    "model: the %s state is not kept whole on this rank (the sharded optimizer, "
-                   "--zero 1, keeps only this rank's share)",
+                   "--zero 1, and for the parameters --zero-master on, keep only this rank's "
+                   "share)",
                    mal_model_state_name(g));
 }
 

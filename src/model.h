@@ -162,7 +162,9 @@ typedef struct mal_model {
     size_t n_params; /* local floats */
 
     /* fp32 state (device, n_params floats each); use mal_model_state() to
-     * name one by group */
+     * name one by group.  adam_m, adam_v and (with a separate working
+     * copy) params are NULL where the sharded optimizer keeps this rank's
+     * share instead (gradsync.h) */
     float *params, *grads, *adam_m, *adam_v;
     void *work;           /* working weights, compute dtype (== params for fp32) */
     size_t esz;           /* bytes per element of the compute dtype */
@@ -254,6 +256,12 @@ const char *mal_model_state_name(int g);
  * set the state; 0 or the kernel's deferred error. */
 int mal_model_state_to_host(const mal_model *m, int g, const mal_tensor_info *t, float *host);
 int mal_model_state_from_host(mal_model *m, int g, const mal_tensor_info *t, const float *host);
+
+/* Local.  1 when a part on `k` keeps working weights apart from the
+ * master parameters (compute dtype other than fp32; or the test hook
+ * MALLEUS_TEST_WORK_COPY=1, an fp32 copy, for the CPU tests of the paths
+ * that only a reduced-precision working copy takes). */
+int mal_model_separate_work(mal_kern k);
 
 /* Local.  Bring the working weights up to date with the master parameters
  * (nothing when they are the same memory). */

@@ -32,24 +32,36 @@ void mal_piece_locate(const mal_tensor_info *t, int64_t begin, int64_t end, mal_
         *out = (mal_piece_shape){t->offset + (size_t)b, rows, e - b, cols};
 }
 
-void mal_piece_pack(mal_kern k, const mal_tensor_info *t, const float *base, int64_t begin,
-                    int64_t end, void *dst, mal_copy_kind kind)
+void mal_piece_pack_elems(mal_kern k, const mal_tensor_info *t, const void *base, size_t esz,
+                          int64_t begin, int64_t end, void *dst, mal_copy_kind kind)
 {
     mal_piece_shape s;
     mal_piece_locate(t, begin, end, &s);
-    const size_t w = (size_t)s.width * sizeof(float);
-    mal_kern_memcpy2d(k, dst, w, base + s.offset, (size_t)s.stride * sizeof(float), w,
+    const size_t w = (size_t)s.width * esz;
+    mal_kern_memcpy2d(k, dst, w, (const char *)base + s.offset * esz, (size_t)s.stride * esz, w,
                       (size_t)s.rows, kind);
+}
+
+void mal_piece_unpack_elems(mal_kern k, const mal_tensor_info *t, void *base, size_t esz,
+                            int64_t begin, int64_t end, const void *src, mal_copy_kind kind)
+{
+    mal_piece_shape s;
+    mal_piece_locate(t, begin, end, &s);
+    const size_t w = (size_t)s.width * esz;
+    mal_kern_memcpy2d(k, (char *)base + s.offset * esz, (size_t)s.stride * esz, src, w, w,
+                      (size_t)s.rows, kind);
+}
+
+void mal_piece_pack(mal_kern k, const mal_tensor_info *t, const float *base, int64_t begin,
+                    int64_t end, void *dst, mal_copy_kind kind)
+{
+    mal_piece_pack_elems(k, t, base, sizeof(float), begin, end, dst, kind);
 }
 
 void mal_piece_unpack(mal_kern k, const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
                       const void *src, mal_copy_kind kind)
 {
-    mal_piece_shape s;
-    mal_piece_locate(t, begin, end, &s);
-    const size_t w = (size_t)s.width * sizeof(float);
-    mal_kern_memcpy2d(k, base + s.offset, (size_t)s.stride * sizeof(float), src, w, w,
-                      (size_t)s.rows, kind);
+    mal_piece_unpack_elems(k, t, base, sizeof(float), begin, end, src, kind);
 }
 
 void mal_piece_copy(mal_kern k, float *to, const mal_piece_shape *b, const float *from,

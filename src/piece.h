@@ -48,6 +48,14 @@ void mal_piece_pack(mal_kern k, const mal_tensor_info *t, const float *base, int
 void mal_piece_unpack(mal_kern k, const mal_tensor_info *t, float *base, int64_t begin, int64_t end,
                       const void *src, mal_copy_kind kind);
 
+/* Local.  The same for a buffer of elements of `esz` bytes laid out like
+ * the state (the working weights in the compute dtype): packed elements
+ * of esz bytes. */
+void mal_piece_pack_elems(mal_kern k, const mal_tensor_info *t, const void *base, size_t esz,
+                          int64_t begin, int64_t end, void *dst, mal_copy_kind kind);
+void mal_piece_unpack_elems(mal_kern k, const mal_tensor_info *t, void *base, size_t esz,
+                            int64_t begin, int64_t end, const void *src, mal_copy_kind kind);
+
 /* Local.  Queue the copy of one piece from buffer `from` laid out as `a`
  * into buffer `to` laid out as `b` (device to device; a and b describe the
  * same elements, rows x width, with either side strided). */

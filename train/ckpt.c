@@ -85,9 +85,15 @@ static int restore(struct mal_trainer *tr, const char *path)
     int rc = mal_snapshot_open(&s, path);
     /* the run is the snapshot's run, unless told otherwise (resume.c) */
     if (!rc) rc = mal_train_resume_check(tr, mal_snapshot_meta(s), path);
-    if (!rc && tr->part.model)
+    if (!rc && tr->part.model) {
+        /* a sharded master is loaded whole into the gradient buffer, then
+         * this rank's shard taken from it (no memory beside the part's) */
+        mal_gradsync_zero_master_stage(tr->part.gsync);
         rc = tr->o.zero ? mal_load_state(s, tr->part.model, 1) : /* the parameters */
                  mal_load_state(s, tr->part.model, MAL_STATE_N_SAVED);
+        int rc2 = mal_gradsync_zero_master_unstage(tr->part.gsync);
+        if (!rc) rc = rc2;
+    }
     if (!rc && tr->part.model && tr->o.zero) rc = load_zero_moments(tr, s);
     /* A rank that failed (a corrupt block only it reads) must stop all:
      * every rank returns the first failure, so nothing trains on a

@@ -17,7 +17,8 @@
  * suspended ranks write nothing but take part in the commit.  With the
  * sharded optimizer (--zero 1) the Adam moments' blocks are the ones each
  * rank keeps (mal_gradsync_zero_blocks: its regions as rectangles), the
- * parameters' as above. */
+ * parameters' as above -- or, with the master sharded too (--zero-master),
+ * the master shard's blocks likewise. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,7 +102,9 @@ static int describe_blocks(const struct mal_trainer *tr, mal_ckpt_job *job)
         job->n_state_groups = 1;
         if ((rc = mal_gradsync_zero_blocks(tr->part.gsync, 0, &job->zb, &job->n_zb))) return rc;
     }
-    int n = job->n_state_groups * nob + (N_GROUPS - 1) * job->n_zb;
+    /* the master sharded too (--zero-master): its blocks are the shard's */
+    if (mal_gradsync_zero_master_sharded(tr->part.gsync)) job->n_state_groups = 0;
+    int n = job->n_state_groups * nob + (N_GROUPS - job->n_state_groups) * job->n_zb;
     if (n == 0) return 0;
     job->blocks = calloc((size_t)n, sizeof *job->blocks);
     job->names = calloc((size_t)n, sizeof *job->names);
@@ -121,7 +124,7 @@ static int describe_blocks(const struct mal_trainer *tr, mal_ckpt_job *job)
         } else {
             int j = k - job->n_state_groups * nob;
             const mal_zero_block *z = &job->zb[zi = j % job->n_zb];
-            g = 1 + j / job->n_zb;
+            g = job->n_state_groups + j / job->n_zb;
             t = &m->tensors[z->tensor];
             job->blocks[k].ndim = t->ndim;
             for (int d = 0; d < t->ndim; d++) {
@@ -153,7 +156,8 @@ void mal_ckpt_job_pack(const mal_ckpt_job *job, const struct mal_trainer *tr, in
     }
     int j = k - job->n_state_groups * nob;
     const mal_zero_block *z = &job->zb[j % job->n_zb];
-    mal_gradsync_zero_to_host(tr->part.gsync, 1 + j / job->n_zb, z->at, z->n, dst);
+    mal_gradsync_zero_to_host(tr->part.gsync, job->n_state_groups + j / job->n_zb, z->at, z->n,
+                              dst);
 }
 
 void mal_ckpt_job_prepare(const struct mal_trainer *tr, const char *dir, mal_ckpt_job *job)

@@ -129,12 +129,19 @@ static int load(mal_trainer *tr, const mal_init_source *src, char **record)
     mal_model *m = tr->part.model;
     json_t *id = NULL;
     int rc;
+    /* a sharded master: loaded whole into the gradient buffer, then
+     * sharded (gradsync.h) */
+    if (m) mal_gradsync_zero_master_stage(tr->part.gsync);
     if (src->is_hf) {
         mal_hf *h = NULL;
         mal_hf_options ho = {.seq_len = tr->o.model.seq_len};
         char *text = NULL;
         rc = mal_hf_open(&h, src->path, &ho);
         if (!rc && m) rc = mal_load_state_from(hf_read, h, m, 1);
+        if (m) {
+            int rc2 = mal_gradsync_zero_master_unstage(tr->part.gsync);
+            if (!rc) rc = rc2;
+        }
         if (!rc && tr->world_rank == 0) {
             rc = mal_hf_identity(h, &text);
             if (!rc && !(id = json_loads(text, 0, NULL))) rc = MAL_ERR(MAL_ENOMEM, "out of memory");
@@ -145,6 +152,10 @@ static int load(mal_trainer *tr, const mal_init_source *src, char **record)
         mal_snapshot *s = NULL;
         rc = mal_snapshot_open(&s, src->path);
         if (!rc && m) rc = mal_load_state(s, m, 1);
+        if (m) {
+            int rc2 = mal_gradsync_zero_master_unstage(tr->part.gsync);
+            if (!rc) rc = rc2;
+        }
         if (!rc && tr->world_rank == 0) rc = snapshot_identity(s, src->path, &id);
         mal_snapshot_close(s);
     }

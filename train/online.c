@@ -89,7 +89,9 @@ int mal_trainer_change_plan(struct mal_trainer *tr, const mal_plan *next_in)
     /* Sharded (--zero 1), the moments are made whole on the old part first
      * (collective over its holder sets) and moved whole; the new part's
      * gradient sync keeps this rank's share of them (wire_part).  The
-     * change's peak holds whole moments, as without --zero 1. */
+     * change's peak holds whole moments, as without --zero 1; a sharded
+     * master (--zero-master on) is gathered whole likewise, and sharded
+     * again by the new part's wire_part. */
     if (tr->part.gsync && (rc = mal_gradsync_zero_gather(tr->part.gsync))) {
         mal_plan_fini(&next);
         return rc;

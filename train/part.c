@@ -88,7 +88,10 @@ int mal_trainer_wire_part(mal_trainer *tr)
     if (tr->o.dp_overlap &&
         (rc = mal_gradsync_buckets(p->gsync, (size_t)(tr->o.dp_bucket_mb * 1024 * 1024))))
         return rc;
-    return tr->o.zero ? mal_gradsync_zero(p->gsync, tr->world_rank) : 0;
+    if (!tr->o.zero) return 0;
+    if ((rc = mal_gradsync_zero(p->gsync, tr->world_rank))) return rc;
+    /* the master too (nothing where it is the working weights) */
+    return tr->o.zero_master ? mal_gradsync_zero_master(p->gsync) : 0;
 }
 
 void mal_trainer_unwire_part(mal_trainer *tr)

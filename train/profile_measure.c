@@ -289,7 +289,7 @@ int mal_profile_measure(mal_kern k, const mal_model_config *cfg, int B, int nomi
     }
     /* fp32 master parameters, gradients, Adam m and v, plus a working copy
      * where the instance computes in another dtype */
-    double per_param = 16.0 + (m->work != m->params ? (double)m->esz : 0.0);
+    double per_param = 16.0 + (mal_model_separate_work(k) ? (double)m->esz : 0.0);
     double esz = (double)m->esz;
     mal_model_destroy(m);
     double layer_state = per_param * (double)n_layer;

@@ -186,6 +186,9 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
     if (o->zero < -1 || o->zero > 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
+    if (o->zero_master && o->zero == 0)
+        return MAL_ERR(MAL_EINVAL, "--zero-master on shards the master with the moments: it "
+                                   "needs --zero 1, not --zero 0");
     if (o->recompute < -1 || o->recompute >= MAL_RECOMPUTE_COUNT)
         return MAL_ERR(MAL_EINVAL, "--recompute must be none, selective or full");
     if ((rc = mal_train_resume_check_options(o))) return rc;
@@ -552,6 +555,12 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
     fprintf(f, "| MFU against          | %-40.40s |\n", tr->prog.peak_what);
     fprintf(f, "| Adam moments         | %-40.40s |\n",
             tr->o.zero ? "sharded over the holders (--zero 1)" : "whole on every replica");
+    if (tr->o.zero_master)
+        fprintf(f, "| fp32 master          | %-40.40s |\n",
+                !tr->o.zero ? "whole (--zero-master needs --zero 1)"
+                : mal_model_separate_work(tr->k)
+                    ? "sharded as the moments (--zero-master)"
+                    : "whole: it is the working weights (fp32)");
     if (tr->world) {
         char line[64];
         if (!tr->o.dp_overlap)

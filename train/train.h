@@ -124,6 +124,9 @@ typedef struct {
                              * change gathers the moments whole.  0: every holder
                              * keeps whole moments.  -1 (the default): 1 where the
                              * plan has more than one pipeline, else 0 */
+    int zero_master;        /* 1 (--zero-master on): with zero, the fp32 master is
+                             * sharded too where a separate working copy exists
+                             * (gradsync.h, mal_gradsync_zero_master); 0 (default) */
     int recompute;          /* activation recomputation (mal_recompute, plan.h) for
                              * every stage, overriding the plan's; -1 (the
                              * default): each stage's plan field (none unless the

@@ -47,6 +47,13 @@ static int ranks_on_this_node(mal_trainer *tr, int *n)
     return rc;
 }
 
+/* 1 when the fp32 master is sharded with the moments (--zero-master on
+ * where the working weights are a separate copy: mal_gradsync_zero_master). */
+static int master_sharded(const mal_trainer *tr)
+{
+    return tr->o.zero && tr->o.zero_master && mal_model_separate_work(tr->k);
+}
+
 /* What rank r's part needs, by kind (bytes). */
 typedef struct {
     size_t state; /* the model part less its activations: fp32 state (the
@@ -101,6 +108,13 @@ static int part_need(mal_trainer *tr, int r, part_need_t *need, mal_model_part *
         need->state -= 2 * n_params * sizeof(float);
         need->state =
             mal_size_add(need->state, mal_size_mul(2 * moments + sums, sizeof(float), &ovf), &ovf);
+        /* the master sharded too (a separate working copy): its share, at
+         * the moments' regions, in place of the whole master */
+        if (master_sharded(tr)) {
+            need->state -= n_params * sizeof(float);
+            need->state = mal_size_add(need->state, mal_size_mul(moments, sizeof(float), &ovf),
+                                       &ovf);
+        }
     }
     /* the gradient sum's buffer: the buckets (where a sharded sum's
      * regions stay) or the packing buffer */
@@ -126,7 +140,8 @@ static int part_need(mal_trainer *tr, int r, part_need_t *need, mal_model_part *
         return rc;
     /* sharded, the staged moments are the rank's share (at most: the
      * copies of a TP group are written by one of them) */
-    if (tr->o.zero && staged) staged = staged / MAL_STATE_N_SAVED + 2 * moments;
+    if (tr->o.zero && staged)
+        staged = master_sharded(tr) ? 3 * moments : staged / MAL_STATE_N_SAVED + 2 * moments;
     need->other = mal_size_add(need->other, mal_size_mul(staged, sizeof(float), &ovf), &ovf);
     need->total = mal_size_add(mal_size_add(need->state, need->acts, &ovf),
                                mal_size_add(need->comm, need->other, &ovf), &ovf);
@@ -186,7 +201,10 @@ int mal_trainer_check_memory(mal_trainer *tr)
         worst_part.has_head ? ", head" : "", worst_part.tp_size, tr->plan.micro_batch_size,
         need.in_flight, mal_recompute_name(need.recompute), need.total,
         human(need.total, total), human(need.state, state),
-        tr->o.zero ? " (its share of the moments, --zero 1)" : "", human(need.acts, acts),
+        master_sharded(tr) ? " (its share of the master and moments, --zero-master on)"
+        : tr->o.zero       ? " (its share of the moments, --zero 1)"
+                           : "",
+        human(need.acts, acts),
         human(need.comm, comm), human(need.other, other), share, human(share, limit),
         human(mem, machine), local,
         /* what recomputation could still save */
