@@ -32,6 +32,12 @@ dist_check_SCRIPTS += tests/test_zero.sh
 TESTS += tests/test_zero.sh
 EXTRA_DIST += tests/plans/four_moved.json tests/plans/three_replicas.json
 
+# The sharded master (--zero-master on) against the whole one and one
+# process; snapshots, resume and malleus-reshard of its blocks.
+check_PROGRAMS += tests/test_zero_master
+dist_check_SCRIPTS += tests/test_zero_master.sh
+TESTS += tests/test_zero_master.sh
+
 # Activation recomputation: every mode bitwise the numbers of none (one
 # process, TP 2 x PP 2, a plan mixing modes per stage).
 check_PROGRAMS += tests/test_recompute

@@ -1,0 +1,193 @@
+/* The sharded master (--zero 1 --zero-master on) trains the same model as
+ * --zero-master off and as one process, and keeps each master element
+ * once.
+ *
+ * Run under mpiexec with the plan's world size, with the test hook
+ * MALLEUS_TEST_WORK_COPY=1 set by the program itself (a separate fp32
+ * working copy on the CPU backend: what a bf16 working copy does on a GPU,
+ * with a cast that is a copy):
+ *   test_zero_master [--dp-overlap on|off] [--change PLAN2] PLAN.json ...
+ * (options apply to the plans after them; --change: half way the runs move
+ * onto PLAN2 online, the master gathered whole, moved and sharded again).
+ * Every rank trains `tiny` in one process (the reference); then for each
+ * plan the ranks train it with --zero 1, master whole and sharded.
+ * Checked: the loss at every step and every working weight bitwise equal
+ * between whole and sharded master (the same AdamW arithmetic on the same
+ * sums), within 1e-4 of the one-process reference (relative, as
+ * test_zero and test_parallel); the replicas' working
+ * copies bitwise identical; and by the memory accountant the master each
+ * rank holds: whole its part's (4 bytes x its parameters), sharded its
+ * share -- lower on every rank that has replicas, exactly the moments'
+ * share (the same regions), the shares over all ranks adding up to the
+ * one-process model's master once (the plans here replicate every
+ * element). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "mal_test.h"
+#include "src/model.h"
+#include "src/plan.h"
+#include "tiny_options.h"
+#include "train/train.h"
+
+enum { STEPS = 4 };
+
+/* Train `o` for STEPS steps, moving onto plan `change` (NULL: none)
+ * online half way; the loss of each. */
+static mal_trainer *train(const mal_train_options *o, const mal_plan *change, double loss[STEPS])
+{
+    mal_trainer *tr;
+    CHECK_OK(mal_trainer_create(&tr, o));
+    for (int s = 0; s < STEPS; s++) {
+        mal_step_stats st;
+        if (change && s == STEPS / 2) CHECK_OK(mal_trainer_change_plan(tr, change));
+        CHECK_OK(mal_trainer_step(tr, &st));
+        loss[s] = st.loss;
+    }
+    return tr;
+}
+
+/* The working weights of tr's part (fp32 under the hook), back to back in
+ * table order (malloc'd): what the forward pass reads, whole on every
+ * holder whether the master is sharded or not. */
+static float *work_of(mal_trainer *tr, size_t *n)
+{
+    mal_model *m = mal_trainer_model(tr);
+    *n = m ? m->n_params : 0;
+    float *x = malloc((*n + 1) * sizeof *x);
+    CHECK(x);
+    if (m) {
+        CHECK(m->esz == sizeof(float) && m->work);
+        mal_kern_to_host(m->k, x, m->work, *n * sizeof(float));
+        CHECK_OK(mal_kern_sync(m->k));
+    }
+    return x;
+}
+
+static double held(mal_trainer *tr, int cat)
+{
+    mal_kern_mem_stats ms;
+    mal_kern_mem_get(mal_trainer_kernels(tr), &ms);
+    return (double)ms.now[cat];
+}
+
+/* Largest |local - reference| over tensor t's shard relative to the
+ * reference tensor's largest value. */
+static double rel_err(const mal_tensor_info *t, const float *local, const mal_model *rm,
+                      const float *rwork)
+{
+    const mal_tensor_info *rt = mal_model_find(rm, t->name);
+    CHECK(rt != NULL);
+    const float *ref = rwork + rt->offset;
+    double scale = 0, err = 0;
+    int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
+    int64_t gcols = t->ndim == 2 ? t->shape[1] : 1;
+    for (size_t i = 0; i < rt->n; i++)
+        scale = fmax(scale, fabs((double)ref[i]));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t gr = t->split_dim == 0 ? r + t->split_off : r;
+            int64_t gc = t->split_dim == 1 ? c + t->split_off : c;
+            err = fmax(err, fabs((double)local[t->offset + (size_t)(r * cols + c)] -
+                                 (double)ref[gr * gcols + gc]));
+        }
+    return err / scale;
+}
+
+int main(int argc, char **argv)
+{
+    mal_comm *world;
+    /* before any model is made: every part keeps a separate working copy */
+    setenv("MALLEUS_TEST_WORK_COPY", "1", 1);
+    CHECK_OK(mal_comm_init(&argc, &argv, &world));
+    if (argc < 2) {
+        if (world->rank == 0) fprintf(stderr, "usage: test_zero_master PLAN.json...\n");
+        mal_comm_abort(world, MAL_TEST_ERROR);
+    }
+    mal_log_level = MAL_LOG_WARN;
+    int failed = 0, overlap = 1;
+    const char *change_path = NULL;
+    mal_plan change;
+    mal_plan_init(&change);
+    double ref_loss[STEPS];
+    mal_train_options o0 = mal_test_tiny_options(STEPS, 2);
+    o0.zero = 0;
+    mal_trainer *ref = train(&o0, NULL, ref_loss);
+    size_t rn;
+    float *rwork = work_of(ref, &rn);
+    mal_model *rm = mal_trainer_model(ref);
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--dp-overlap") && a + 1 < argc) {
+            overlap = !strcmp(argv[++a], "on");
+            continue;
+        }
+        if (!strcmp(argv[a], "--change") && a + 1 < argc) {
+            change_path = argv[++a];
+            mal_plan_fini(&change);
+            mal_plan_init(&change);
+            CHECK_OK(mal_plan_read(&change, change_path));
+            continue;
+        }
+        mal_plan plan;
+        mal_plan_init(&plan);
+        CHECK_OK(mal_plan_read(&plan, argv[a]));
+        double loss[2][STEPS], master[2], moments[2], worst = 0, mismatch = 0;
+        float *w[2];
+        size_t n = 0;
+        for (int zm = 0; zm < 2; zm++) {
+            mal_train_options o = mal_test_tiny_options(STEPS, 2);
+            o.zero = 1;
+            o.zero_master = zm;
+            o.plan = &plan;
+            o.world = world;
+            o.dp_overlap = overlap;
+            mal_trainer *tr = train(&o, change_path ? &change : NULL, loss[zm]);
+            w[zm] = work_of(tr, &n);
+            master[zm] = held(tr, MAL_MEM_MASTER);
+            moments[zm] = held(tr, MAL_MEM_MOMENTS);
+            for (int s = 0; s < STEPS; s++)
+                worst = fmax(worst, fabs(loss[zm][s] - ref_loss[s]) / fabs(ref_loss[s]));
+            mal_model *m = mal_trainer_model(tr);
+            for (int i = 0; m && i < m->n_tensors; i++)
+                worst = fmax(worst, rel_err(&m->tensors[i], w[zm], rm, rwork));
+            if (zm == 1) {
+                /* sharded, the master is gone from the part: NULL */
+                CHECK(!m || mal_model_state(m, MAL_STATE_PARAM) == NULL);
+                CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatch));
+            }
+            mal_trainer_destroy(tr);
+        }
+        double diff = memcmp(loss[0], loss[1], sizeof loss[0]) != 0;
+        for (size_t i = 0; i < n; i++)
+            diff += memcmp(&w[0][i], &w[1][i], sizeof(float)) != 0;
+        /* whole: 4 bytes x the part; sharded: the moments' share, lower */
+        int own_ok = master[0] == 4.0 * (double)n && 2.0 * master[1] == moments[1] &&
+                     (master[1] < master[0] || n == 0);
+        double mx[1] = {worst};
+        CHECK_OK(mal_comm_allreduce_max_f64(world, mx, 1));
+        double tot[5] = {diff, mismatch, master[0], master[1], !own_ok};
+        CHECK_OK(mal_comm_allreduce_f64(world, tot, 5));
+        double whole = 4.0 * (double)rm->n_params;
+        int ok = mx[0] <= 1e-4 && tot[0] == 0 && tot[1] == 0 && tot[3] == whole && tot[4] == 0;
+        failed |= !ok;
+        if (world->rank == 0)
+            printf("%s %s%s%s (dp overlap %s): master sharded vs whole: %g values differ "
+                   "(bitwise); max loss/weight rel diff vs one process %.2e; %g replica working "
+                   "weights differ; master over %d ranks: whole %.0f bytes, sharded %.0f bytes "
+                   "(model's master once: %.0f), rank 0 %.0f -> %.0f bytes (%g ranks not "
+                   "holding the moments' share)\n",
+                   ok ? "PASS" : "FAIL", argv[a], change_path ? ", online onto " : "",
+                   change_path ? change_path : "", overlap ? "on" : "off", tot[0], mx[0], tot[1],
+                   world->size, tot[2], tot[3], whole, master[0], master[1], tot[4]);
+        free(w[0]);
+        free(w[1]);
+        mal_plan_fini(&plan);
+    }
+    free(rwork);
+    mal_trainer_destroy(ref);
+    mal_plan_fini(&change);
+    mal_comm_finalize(world);
+    return failed ? 1 : 0;
+}

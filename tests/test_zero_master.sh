@@ -1,0 +1,121 @@
+#!/bin/sh
+# The sharded master (--zero 1 --zero-master on) on 4 ranks of
+# tests/plans/four.json (a TP-2 replica beside a two-stage pipeline), with
+# the test hook MALLEUS_TEST_WORK_COPY=1 (a separate fp32 working copy on
+# the CPU backend, as a bf16 one on a GPU).  tests/test_zero_master.c:
+# after the backward pass, in the buckets, and moved online onto
+# tests/plans/four_moved.json (the master gathered whole, moved, sharded
+# again): bitwise the losses and weights of --zero-master off, within 1e-4
+# of one process, each master element kept once.  Then malleus-train: a
+# bad --zero-master value, or `on` with --zero 0, is refused before
+# anything is written (exit 2, naming the flag); the start-up table says
+# what the master became (sharded; whole with fp32 compute and no working
+# copy); the memory summary's master per rank is the moments' share;
+# snapshots written under a sharded master (each rank its master blocks)
+# resume to the uninterrupted run's losses bit for bit (sharded and
+# whole, synchronous and --snapshot-async), and one resharded onto another
+# plan (malleus-reshard) resumes there with a sharded master within 1e-6.
+set -u
+: "${top_srcdir:=$(dirname "$0")/..}"
+: "${top_builddir:=.}"
+P="$top_srcdir/tests/plans"
+sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero_master" \
+    "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on \
+    --change "$P/four_moved.json" "$P/four.json" || exit 1
+
+TRAIN="$top_builddir/malleus-train"
+W=$(mktemp -d /tmp/malleus-test-zero-master-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+run="--model tiny --steps 2 --global-batch 4 --micro-batch 2 --threads 1"
+# expect PATTERN ARGS...: exit 2, PATTERN in stderr, nothing written
+expect() {
+    pat=$1; shift
+    "$TRAIN" $run "$@" --snapshot-dir "$W/snap" >"$W/out" 2>"$W/err"; rc=$?
+    if [ $rc -eq 2 ] && grep -q -- "$pat" "$W/err" && [ ! -e "$W/snap" ]; then
+        echo "ok: $* -> 2: $(head -1 "$W/err")"
+    else
+        fail "$* -> exit $rc, wanted 2 and /$pat/:"; cat "$W/err"
+    fi
+}
+expect "--zero-master" --zero-master maybe
+expect "--zero-master on .*needs --zero 1" --zero 0 --zero-master on
+# fp32 compute without the hook: the working weights are the master
+"$TRAIN" $run --zero 1 --zero-master on >"$W/out" 2>&1 &&
+    grep -q 'fp32 master .*whole: it is the working weights' "$W/out" &&
+    echo "ok: fp32 compute: --zero-master on keeps the master whole and says so" ||
+    { cat "$W/out"; fail "fp32 compute, --zero-master on"; }
+
+export MALLEUS_TEST_WORK_COPY=1
+mpi4() { sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny --plan "$P/four.json" \
+    --threads 1 "$@"; }
+# The memory summary: the master per rank halves (two holders of every
+# element), as the moments did.
+for zm in off on; do
+    mpi4 --global-batch 16 --steps 1 --zero 1 --zero-master $zm >"$W/mem_$zm" 2>&1 ||
+        { cat "$W/mem_$zm"; fail "--zero-master $zm run"; }
+    sed -n 's/.*rank \([0-9]\):.* master \([0-9.]*\) + moments \([0-9.]*\).*/\1 \2 \3/p' \
+        "$W/mem_$zm" | sort >"$W/m_$zm"
+done
+grep -q 'fp32 master .*sharded as the moments' "$W/mem_on" || fail "no sharded master in the table"
+if join "$W/m_off" "$W/m_on" | awk '{ print "  rank " $1 ": master " $2 " -> " $4 " MiB (moments " $5 " MiB)" }
+        NF != 5 || $4 >= $2 || 2 * $4 != $5 { bad = 1 } END { exit bad || NR != 4 }'; then
+    echo "ok: the accountant's master per rank, --zero-master off -> on, is the moments' share"
+else
+    join "$W/m_off" "$W/m_on"; fail "master per rank not lower"
+fi
+
+# Snapshots: the step-2 snapshot of a run with a sharded master resumes to
+# the losses of the uninterrupted sharded run, bit for bit: resumed sharded
+# and whole; and a background snapshot (staged from the shards).
+C="--quiet --global-batch 16 --steps 4 --warmup 2 --lr 3e-3 --zero 1"
+mpi4 $C --zero-master on --metrics "$W/ref.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail ref; }
+mpi4 $C --zero-master off --metrics "$W/ref_off.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail ref; }
+cmp -s "$W/ref.jsonl" "$W/ref_off.jsonl" 2>/dev/null ||
+    [ "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref.jsonl")" = \
+      "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref_off.jsonl")" ] ||
+    fail "malleus-train: --zero-master on and off lose differently"
+tail -n 2 "$W/ref.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/a"
+for case in "on on crash" "on off crash" "on on whole --snapshot-async"; do
+    set -- $case
+    wm=$1 rm=$2 how=$3
+    shift 3
+    rm -rf "$W/s"
+    if [ "$how" = crash ]; then
+        MALLEUS_TEST_STEP_FAIL=0:3 mpi4 $C --zero-master "$wm" --snapshot-dir "$W/s" \
+            --snapshot-every 2 "$@" >"$W/out" 2>&1
+        from=--resume
+    else
+        mpi4 $C --zero-master "$wm" --snapshot-dir "$W/s" --snapshot-every 2 "$@" >"$W/out" 2>&1
+        from="--resume-from 2 --overwrite-snapshots"
+    fi
+    [ "$case" = "on on crash" ] && cp -r "$W/s" "$W/s1"
+    rm -f "$W/res.jsonl"
+    mpi4 $from --quiet --snapshot-dir "$W/s" --zero 1 --zero-master "$rm" \
+        --metrics "$W/res.jsonl" >"$W/out" 2>&1 &&
+        [ "$(cat "$W/s/latest")" = step_00000004 ] || { cat "$W/out"; fail "resume $case"; }
+    tail -n 2 "$W/res.jsonl" 2>/dev/null | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/b"
+    if cmp -s "$W/a" "$W/b" && [ "$(wc -l <"$W/b")" -eq 2 ]; then
+        echo "ok: written with --zero-master $wm $*, resumed with $rm: steps 3-4 bitwise"
+    else
+        fail "written with --zero-master $wm $*, resumed with $rm: losses" \
+            "$(tr '\n' ' ' <"$W/b"), want $(tr '\n' ' ' <"$W/a")"
+    fi
+done
+# The sharded-master snapshot of step 2 resharded onto four_moved.json,
+# resumed there with a sharded master: the losses within 1e-6 of the run's.
+rm -f "$W/res.jsonl"
+"$top_builddir/malleus-reshard" --quiet "$W/s1" "$P/four_moved.json" "$W/r1" >"$W/out" 2>&1 &&
+    sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --resume --snapshot-dir "$W/r1" --plan "$P/four_moved.json" --zero 1 \
+        --zero-master on --threads 1 --quiet --metrics "$W/res.jsonl" >>"$W/out" 2>&1 ||
+    { cat "$W/out"; fail "reshard, resume"; }
+tail -n 2 "$W/res.jsonl" 2>/dev/null | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/b"
+if paste "$W/a" "$W/b" | awk 'NF != 2 || ($1 - $2) / $1 > 1e-6 || ($2 - $1) / $1 > 1e-6 { bad = 1 }
+                              END { exit bad || NR != 2 }'; then
+    echo "ok: resharded onto four_moved.json, resumed with a sharded master: $(tr '\n' ' ' <"$W/b")"
+else
+    fail "resharded onto four_moved.json: losses $(tr '\n' ' ' <"$W/b"), want $(tr '\n' ' ' <"$W/a")"
+fi
+[ $fails -eq 0 ] || { echo "test_zero_master.sh: $fails failures"; exit 1; }
+echo "test_zero_master.sh: PASS"
