@@ -11,7 +11,9 @@
 # anything is written (exit 2, naming the flag); the start-up table says
 # what the master became (sharded; whole with fp32 compute and no working
 # copy); the memory summary's master per rank is the moments' share;
-# snapshots written under a sharded master (each rank its master blocks)
+# the memory check before allocating counts the master's share (a plan
+# refused with it whole fits with it sharded); snapshots written under a
+# sharded master (each rank its master blocks)
 # resume to the uninterrupted run's losses bit for bit (sharded and
 # whole, synchronous and --snapshot-async), and one resharded onto another
 # plan (malleus-reshard) resumes there with a sharded master within 1e-6.
@@ -65,6 +67,24 @@ if join "$W/m_off" "$W/m_on" | awk '{ print "  rank " $1 ": master " $2 " -> " $
 else
     join "$W/m_off" "$W/m_on"; fail "master per rank not lower"
 fi
+
+# The memory check before allocating counts the master's share: a model of
+# 720896 parameters on four.json, rank 2 needs 11408669 bytes with the
+# master whole, 10686405 sharded; 42 MiB over the 4 ranks leaves each
+# 11010048.
+echo '{"vocab": 256, "d_model": 128, "n_layers": 4, "n_heads": 8, "ffn_hidden": 256,
+       "seq_len": 32}' >"$W/model.json"
+for zm in off on; do
+    MALLEUS_MEMORY_MB=42 mpi4 --model "$W/model.json" --global-batch 16 --steps 1 --zero 1 \
+        --zero-master $zm >"$W/out" 2>&1
+    rc=$?
+    want=2; [ $zm = on ] && want=0
+    if [ $rc -eq $want ] && { [ $zm = on ] || grep -q "does not fit in memory" "$W/out"; }; then
+        echo "ok: 4 ranks, 42 MiB, --zero-master $zm -> $rc"
+    else
+        cat "$W/out"; fail "4 ranks, 42 MiB, --zero-master $zm -> exit $rc, wanted $want"
+    fi
+done
 
 # Snapshots: the step-2 snapshot of a run with a sharded master resumes to
 # the losses of the uninterrupted sharded run, bit for bit: resumed sharded
