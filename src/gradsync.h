@@ -189,7 +189,8 @@ size_t mal_gradsync_zero_floats(const mal_gradsync *g);
 
 /* Local.  What the sharded optimizer keeps on world rank `rank` holding
  * `part` under `plan` (computed from the plan, nothing allocated): floats
- * of each Adam moment (*moments) and of the gradient sums of its regions
+ * of each Adam moment (*moments; a sharded master, mal_gradsync_zero_master,
+ * keeps as many floats of parameters) and of the gradient sums of its regions
  * that it keeps apart (*sums: 0 when `overlapped`, where they stay in the
  * buckets' regions), with the holder sets' regions (buckets' regions
  * differ by less than a float per bucket). */

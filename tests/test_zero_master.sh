@@ -16,7 +16,8 @@
 # sharded master (each rank its master blocks)
 # resume to the uninterrupted run's losses bit for bit (sharded and
 # whole, synchronous and --snapshot-async), and one resharded onto another
-# plan (malleus-reshard) resumes there with a sharded master within 1e-6.
+# plan (malleus-reshard) resumes there with a sharded master within 1e-6;
+# --init-from it trains bitwise alike with the master whole and sharded.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
@@ -123,6 +124,20 @@ for case in "on on crash" "on off crash" "on on whole --snapshot-async"; do
             "$(tr '\n' ' ' <"$W/b"), want $(tr '\n' ' ' <"$W/a")"
     fi
 done
+# --init-from that snapshot: the parameters loaded whole into the gradient
+# buffer and sharded; the losses bitwise those of a whole master.
+for zm in off on; do
+    mpi4 --quiet --global-batch 16 --steps 2 --zero 1 --zero-master $zm --init-from "$W/s1" \
+        --metrics "$W/init_$zm.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail "--init-from, $zm"; }
+done
+if [ -s "$W/init_on.jsonl" ] &&
+    [ "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/init_on.jsonl")" = \
+      "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/init_off.jsonl")" ]; then
+    echo "ok: --init-from a sharded-master snapshot: losses $(sed 's/.*"loss":\([^,]*\),.*/\1/' \
+        "$W/init_on.jsonl" | tr '\n' ' ')bitwise with the master whole and sharded"
+else
+    fail "--init-from: losses differ between --zero-master off and on"
+fi
 # The sharded-master snapshot of step 2 resharded onto four_moved.json,
 # resumed there with a sharded master: the losses within 1e-6 of the run's.
 rm -f "$W/res.jsonl"
