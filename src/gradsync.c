@@ -813,8 +813,7 @@ int mal_gradsync_zero_master(mal_gradsync *g)
     if (g->zp || m->work == m->params) return 0;
     if (!m->params) return MAL_ERR(MAL_EINVAL, "sharded master: no whole master to shard");
     if ((rc = zero_need_buf(g))) return rc;
-    if (!(g->zp = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float),
-                                    MAL_MEM_MASTER)))
+    if (!(g->zp = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MASTER)))
         return MAL_ERR(MAL_ENOMEM, "sharded master: cannot allocate %zu floats", g->z_floats);
     shard_from(g, m->params, g->zp);
     if ((rc = mal_kern_sync(m->k))) return rc;
@@ -823,7 +822,10 @@ int mal_gradsync_zero_master(mal_gradsync *g)
     return 0;
 }
 
-int mal_gradsync_zero_master_sharded(const mal_gradsync *g) { return g && g->zp != NULL; }
+int mal_gradsync_zero_master_sharded(const mal_gradsync *g)
+{
+    return g && g->zp != NULL;
+}
 
 float *mal_gradsync_zero_master_stage(mal_gradsync *g)
 {
@@ -1044,9 +1046,8 @@ int mal_gradsync_zero_step(mal_gradsync *g, const mal_optim_config *oc, int64_t 
             pack_group(g, u->pieces, u->n_pieces, m->params, buf, 0);
         /* the buckets' gathers in flight together (a region each), a
          * group's waited for at once (they share g->buf) */
-        rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks,
-                               TAG_ZERO, buf, u->counts, g->zp ? m->k->compute : MAL_F32,
-                               &u->req);
+        rc = mal_comm_dp_ilist(g->comm, m->k, MAL_LIST_ALLGATHER, u->ranks, u->n_ranks, TAG_ZERO,
+                               buf, u->counts, g->zp ? m->k->compute : MAL_F32, &u->req);
         if (!rc && !u->buf) {
             rc = mal_comm_dp_waitall(g->comm, 1, &u->req);
             if (!rc) gathered(g, u, buf);

@@ -238,8 +238,8 @@ int mal_gradsync_zero_blocks(const mal_gradsync *g, int all_local, mal_zero_bloc
                              int *n_out);
 
 /* Local.  Queue the copy of n floats at `at` of shard `grp`
- * (MAL_STATE_ADAM_M or _V, or MAL_STATE_PARAM of a sharded master) to host memory / from it (kernel queue order;
- * the caller synchronises). */
+ * (MAL_STATE_ADAM_M or _V, or MAL_STATE_PARAM of a sharded master) to
+ * host memory / from it (kernel queue order; the caller synchronises). */
 void mal_gradsync_zero_to_host(const mal_gradsync *g, int grp, size_t at, size_t n, float *dst);
 void mal_gradsync_zero_from_host(mal_gradsync *g, int grp, size_t at, size_t n, const float *src);
 

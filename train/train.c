@@ -557,10 +557,9 @@ void mal_trainer_print_summary(const mal_trainer *tr, FILE *f)
             tr->o.zero ? "sharded over the holders (--zero 1)" : "whole on every replica");
     if (tr->o.zero_master)
         fprintf(f, "| fp32 master          | %-40.40s |\n",
-                !tr->o.zero ? "whole (--zero-master needs --zero 1)"
-                : mal_model_separate_work(tr->k)
-                    ? "sharded as the moments (--zero-master)"
-                    : "whole: it is the working weights (fp32)");
+                !tr->o.zero                      ? "whole (--zero-master needs --zero 1)"
+                : mal_model_separate_work(tr->k) ? "sharded as the moments (--zero-master)"
+                                                 : "whole: it is the working weights (fp32)");
     if (tr->world) {
         char line[64];
         if (!tr->o.dp_overlap)

@@ -112,8 +112,8 @@ static int part_need(mal_trainer *tr, int r, part_need_t *need, mal_model_part *
          * the moments' regions, in place of the whole master */
         if (master_sharded(tr)) {
             need->state -= n_params * sizeof(float);
-            need->state = mal_size_add(need->state, mal_size_mul(moments, sizeof(float), &ovf),
-                                       &ovf);
+            need->state =
+                mal_size_add(need->state, mal_size_mul(moments, sizeof(float), &ovf), &ovf);
         }
     }
     /* the gradient sum's buffer: the buckets (where a sharded sum's
@@ -199,14 +199,13 @@ int mal_trainer_check_memory(mal_trainer *tr)
         tr->o.model.name, loc.pipeline, loc.stage, worst, worst_part.layer_begin,
         worst_part.layer_end, worst_part.has_embed ? ", embedding" : "",
         worst_part.has_head ? ", head" : "", worst_part.tp_size, tr->plan.micro_batch_size,
-        need.in_flight, mal_recompute_name(need.recompute), need.total,
-        human(need.total, total), human(need.state, state),
+        need.in_flight, mal_recompute_name(need.recompute), need.total, human(need.total, total),
+        human(need.state, state),
         master_sharded(tr) ? " (its share of the master and moments, --zero-master on)"
         : tr->o.zero       ? " (its share of the moments, --zero 1)"
                            : "",
-        human(need.acts, acts),
-        human(need.comm, comm), human(need.other, other), share, human(share, limit),
-        human(mem, machine), local,
+        human(need.acts, acts), human(need.comm, comm), human(need.other, other), share,
+        human(share, limit), human(mem, machine), local,
         /* what recomputation could still save */
         need.recompute == MAL_RECOMPUTE_NONE        ? "--recompute selective or full (or the "
                                                       "plan's \"recompute\"), "
