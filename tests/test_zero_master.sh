@@ -5,8 +5,9 @@
 # the CPU backend, as a bf16 one on a GPU).  tests/test_zero_master.c:
 # after the backward pass, in the buckets, and moved online onto
 # tests/plans/four_moved.json (the master gathered whole, moved, sharded
-# again): bitwise the losses and weights of --zero-master off, within 1e-4
-# of one process, each master element kept once.  Then malleus-train: a
+# again), and three replicas (tests/plans/three_replicas.json: the master
+# a third): bitwise the losses and weights of --zero-master off, within
+# 1e-4 of one process, each master element kept once.  Then malleus-train: a
 # bad --zero-master value, or `on` with --zero 0, is refused before
 # anything is written (exit 2, naming the flag); the start-up table says
 # what the master became (sharded; whole with fp32 compute and no working
@@ -23,7 +24,7 @@ set -u
 : "${top_builddir:=.}"
 P="$top_srcdir/tests/plans"
 sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero_master" \
-    "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on \
+    "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on "$P/three_replicas.json" \
     --change "$P/four_moved.json" "$P/four.json" || exit 1
 
 TRAIN="$top_builddir/malleus-train"
