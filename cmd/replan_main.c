@@ -9,6 +9,8 @@
 
 static const char *const search_modes[] = {"auto", "exhaustive", "heuristic", NULL};
 static const int search_values[] = {MAL_REPLAN_AUTO, MAL_REPLAN_EXHAUSTIVE, MAL_REPLAN_HEURISTIC};
+static const char *const on_off[] = {"on", "off", NULL};
+static const int on_off_values[] = {1, 0};
 
 int main(int argc, char **argv)
 {
@@ -53,6 +55,12 @@ int main(int argc, char **argv)
                  "sharded over each layer's replicas (the default, as\n"
                  "malleus-train's where a plan has replicas): a stage's\n"
                  "memory then depends on the plan's pipelines"},
+        {MAL_OPT_CHOICE, "zero-master", 0, "on|off", .target = &o.zero_master, .choices = on_off,
+         .values = on_off_values,
+         .help = "with --zero 1: the run shards the fp32 master too\n"
+                 "(malleus-train --zero-master; counted only where the\n"
+                 "profile's state_bytes holds a working copy apart, as\n"
+                 "bf16's). Default: off"},
         {MAL_OPT_STRING, "recompute", 0, "MODE", .target = &o.recompute,
          .help = "activation recomputation the plan may use: auto (the\n"
                  "default: per stage, only where a stage would not fit\n"

@@ -222,6 +222,7 @@ int mal_cluster_load_profiles(mal_cluster *c, const char *dir, const mal_profile
                            "alpha for the nominal TP size %d",
                            d->name, src, q->tp);
         d->profile->zero = p->zero;
+        d->profile->zero_master = p->zero_master;
         d->speed = p->layer_time / q->layer_time;
         any = 1;
     }

@@ -112,8 +112,11 @@ void mal_cost_stage_terms(const mal_profile *p, int size, int S, int j, int l, i
     const int h_layers = out->replicas, h_embed = out->replicas * (tied && S > 1 ? 2 : 1);
     const double held = (h_layers > 1 ? st_layers : 0) + (h_embed > 1 ? st_embed : 0);
     out->dp_grads = held * 4.0 / bpp;
+    /* the moments shed, and the master where it is sharded too (only
+     * beside a working copy: with none the master is the working weights) */
+    const double shed = 8.0 + (p->zero_master && bpp > 16.0 ? 4.0 : 0.0);
     if (p->zero)
-        out->zero_saved = 8.0 / bpp *
+        out->zero_saved = shed / bpp *
                           ((h_layers > 1 ? st_layers * (1.0 - 1.0 / h_layers) : 0) +
                            (h_embed > 1 ? st_embed * (1.0 - 1.0 / h_embed) : 0));
     out->overhead = p->overhead_mb;

@@ -134,6 +134,10 @@ typedef struct mal_profile {
     /* The run being planned shards the Adam moments over each layer's
      * replicas (the trainer's --zero 1; malleus-replan --zero). */
     int zero;
+    /* With zero, the fp32 master too (--zero-master on): counted only where
+     * state_bytes holds a working copy apart from the master (more than
+     * 16), the only case where the runtime shards it. */
+    int zero_master;
     /* Activation recomputation (README "Recomputation"), indexed by
      * mal_recompute: the share of a layer's activations a stage keeps per
      * micro-batch in flight (acts_kept[NONE] = 1), and the time the
@@ -273,7 +277,8 @@ double mal_cost_stage_memory_d(const mal_profile *p, int size, int S, int j, int
  * gradient sum's copy of the rank's gradients where its layers have
  * replicas (the other pipelines: every pipeline holds every layer), and
  * with p->zero the moments the rank does not keep (all but 1 / replicas,
- * subtracted).  total = layers + embed + scratch + p2p + dp_grads -
+ * subtracted; with p->zero_master and a working copy apart, the fp32
+ * master's likewise).  total = layers + embed + scratch + p2p + dp_grads -
  * zero_saved + overhead. */
 typedef struct {
     double layers, embed, scratch, p2p, dp_grads, zero_saved, overhead, total;

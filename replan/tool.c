@@ -192,6 +192,7 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
                          : mal_profile_preset(&prof, o->model, o->micro_batch_size);
     if (rc) goto done;
     prof.zero = o->zero;
+    prof.zero_master = o->zero && o->zero_master;
     prof.recompute = MAL_REPLAN_RECOMPUTE_AUTO;
     if (o->recompute && strcmp(o->recompute, "auto")) {
         int m;

@@ -263,6 +263,34 @@ static void check_replica_passes(void)
     mal_profile_fini(&p);
 }
 
+/* The sharded master (--zero-master on) in a stage's memory: where the
+ * state holds a working copy apart (state_bytes 18: bf16), the master's
+ * 4 of 18 bytes not kept beside the moments' 8 -- 8 layers of 2 MB at TP
+ * 2 over four replicas: moments 8/18 x 8 MB x 3/4 = 2.67 MB shed, the
+ * master 4/18 x 6 = 1.33 MB more; with no working copy (16 bytes) the
+ * master is the working weights and nothing more is shed. */
+static void check_zero_master(void)
+{
+    mal_profile p;
+    mal_cost_memory t0, t1;
+    profile(&p, MAL_REPLAN_RECOMPUTE_NONE);
+    p.layer_state_mb = 2.0;
+    p.state_bytes = 18.0;
+    p.zero = 1;
+    mal_cost_stage_terms(&p, 2, 1, 0, 8, 0, 4, MAL_RECOMPUTE_NONE, &t0);
+    p.zero_master = 1;
+    mal_cost_stage_terms(&p, 2, 1, 0, 8, 0, 4, MAL_RECOMPUTE_NONE, &t1);
+    CHECK_CLOSE(t0.zero_saved, 8.0 / 18.0 * 6.0, 1e-12, 0);
+    CHECK_CLOSE(t1.zero_saved, 12.0 / 18.0 * 6.0, 1e-12, 0);
+    CHECK_CLOSE(t0.total - t1.total, 4.0 / 18.0 * 6.0, 1e-12, 0);
+    printf("zero master: a stage of 8 layers over 4 replicas needs %.3f -> %.3f MB (bf16)\n",
+           t0.total, t1.total);
+    p.state_bytes = 16.0;
+    mal_cost_stage_terms(&p, 2, 1, 0, 8, 0, 4, MAL_RECOMPUTE_NONE, &t1);
+    CHECK_CLOSE(t1.zero_saved, 8.0 / 16.0 * 6.0, 1e-12, 0);
+    mal_profile_fini(&p);
+}
+
 /* Nothing fits even with full recomputation: refused naming the stage, its
  * need and the limit; without recomputation allowed the message says so. */
 static void check_refusal(void)
@@ -347,6 +375,7 @@ int main(void)
     check_forced();
     check_refusal();
     check_replica_passes();
+    check_zero_master();
     printf("test_replan_recompute: ok\n");
     return 0;
 }

@@ -44,6 +44,7 @@ static int load_profile(const struct mal_trainer *tr, mal_profile *prof)
                                       tr->plan.micro_batch_size);
     /* the run's moments, sharded or whole, in the memory of every plan */
     prof->zero = o->zero;
+    prof->zero_master = o->zero && o->zero_master;
     return rc;
 }
 
