@@ -222,9 +222,10 @@ static void explain_stage_memory(FILE *f, const mal_profile *p, const mal_cluste
     if (t.embed_tied > 0) fprintf(f, " - tied %.3f", t.embed_tied);
     fprintf(f,
             " = %.3f + scratch %.3f + pipeline buffers %d x %.3f = %.3f + gradient sum %.3f - "
-            "moments not kept %.3f (%s, %d replicas)",
+            "moments not kept %.3f (%s, %d replicas%s)",
             t.embed, t.scratch, nb, p->activation_bytes / 1048576.0, t.p2p, t.dp_grads,
-            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas);
+            t.zero_saved, p->zero ? "--zero 1" : "--zero 0", t.replicas,
+            p->zero && p->zero_master && p->state_bytes > 16.0 ? ", and the master's" : "");
     if (t.recompute != MAL_RECOMPUTE_NONE)
         fprintf(f, " - recompute %s %.3f + workspace %.3f", mal_recompute_name(t.recompute),
                 t.recompute_saved, t.workspace);
