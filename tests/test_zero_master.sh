@@ -54,10 +54,12 @@ expect "--zero-master on .*needs --zero 1" --zero 0 --zero-master on
 export MALLEUS_TEST_WORK_COPY=1
 mpi4() { sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny --plan "$P/four.json" \
     --threads 1 "$@"; }
-# The memory summary: the master per rank halves (two holders of every
-# element), as the moments did.
+# The reference runs, 4 steps with the master whole and sharded: the same
+# losses; the memory summary: the master per rank halves (two holders of
+# every element), as the moments did.
+C="--global-batch 16 --steps 4 --warmup 2 --lr 3e-3 --zero 1"
 for zm in off on; do
-    mpi4 --global-batch 16 --steps 1 --zero 1 --zero-master $zm >"$W/mem_$zm" 2>&1 ||
+    mpi4 $C --zero-master $zm --metrics "$W/ref_$zm.jsonl" >"$W/mem_$zm" 2>&1 ||
         { cat "$W/mem_$zm"; fail "--zero-master $zm run"; }
     sed -n 's/.*rank \([0-9]\):.* master \([0-9.]*\) + moments \([0-9.]*\).*/\1 \2 \3/p' \
         "$W/mem_$zm" | sort >"$W/m_$zm"
@@ -91,14 +93,11 @@ done
 # Snapshots: the step-2 snapshot of a run with a sharded master resumes to
 # the losses of the uninterrupted sharded run, bit for bit: resumed sharded
 # and whole; and a background snapshot (staged from the shards).
-C="--quiet --global-batch 16 --steps 4 --warmup 2 --lr 3e-3 --zero 1"
-mpi4 $C --zero-master on --metrics "$W/ref.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail ref; }
-mpi4 $C --zero-master off --metrics "$W/ref_off.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail ref; }
-cmp -s "$W/ref.jsonl" "$W/ref_off.jsonl" 2>/dev/null ||
-    [ "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref.jsonl")" = \
+[ -s "$W/ref_on.jsonl" ] && [ "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref_on.jsonl")" = \
       "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref_off.jsonl")" ] ||
     fail "malleus-train: --zero-master on and off lose differently"
-tail -n 2 "$W/ref.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/a"
+C="$C --quiet"
+tail -n 2 "$W/ref_on.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/a"
 for case in "on on crash" "on off crash" "on on whole --snapshot-async"; do
     set -- $case
     wm=$1 rm=$2 how=$3
