@@ -63,6 +63,8 @@
 #               loop re-plans, reshards and finishes
 #   async       bench/snapshot/bench_async: the --snapshot-async stall
 #               against the synchronous write of the 1b state
+#   zeromaster  --zero-master on against off with a bf16 working copy, 4
+#               ranks sharing the GPU: the same losses bit for bit
 #   migrate     bench/migrate/run.sh: one online plan change against the
 #               restart path, 8 ranks sharing the GPU
 #
@@ -81,7 +83,7 @@ CALL=${1:-}
 case $CALL in
 call1) STAGES=${STAGES:-"setup build kernels cudnn ops attcmp model kbench1b kbench124m"} ;;
 call2) STAGES=${STAGES:-"setup build train bench inject"} ;;
-call3) STAGES=${STAGES:-"setup build nccl multirank job async migrate"} ;;
+call3) STAGES=${STAGES:-"setup build nccl multirank zeromaster job async migrate"} ;;
 "") STAGES=${STAGES:-"setup build kernels cudnn ops attcmp model kbench1b kbench124m"} ;;
 *)
     echo "usage: sh bench/gpu/run.sh [call1|call2|call3]   (or STAGES=\"...\")" >&2
@@ -302,6 +304,15 @@ if has async; then
         { echo "==== async"; cat "$LOGS/async.log"; } >>"$OUT/stall.txt" 2>/dev/null
         grep -iE 'stall|synchronous' "$LOGS/async.log" 2>/dev/null | tail -4 | tee -a "$SUMMARY"
     fi
+fi
+if has zeromaster; then
+    # the sharded fp32 master (--zero-master on) with a bf16 working copy:
+    # 4 ranks share the GPU (MPI data plane), the same losses bit for bit
+    # as the whole master, and the accountant's master per rank lower
+    zm="rm -f /tmp/zm_*.jsonl; for z in off on; do $MPIEXEC -n 4 ./malleus-train --device cuda --comm mpi --precision bf16 --model tiny --plan tests/plans/four.json --global-batch 16 --steps 8 --warmup 2 --lr 3e-3 --zero 1 --zero-master \$z --metrics /tmp/zm_\$z.jsonl > /tmp/zm_\$z.log 2>&1 || { cat /tmp/zm_\$z.log; exit 1; }; grep -E 'fp32 master|rank [0-9]:.*master' /tmp/zm_\$z.log; done; a=\$(sed 's/.*\"loss\": *\\([^,]*\\),.*/\\1/' /tmp/zm_off.jsonl); b=\$(sed 's/.*\"loss\": *\\([^,]*\\),.*/\\1/' /tmp/zm_on.jsonl); echo \"losses off: \$a\"; echo \"losses on:  \$b\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+    stage zeromaster 90 30 "$zm"
+    rc=$?
+    [ $rc -ne 125 ] && { [ $rc -eq 0 ] || status=1; tail -14 "$LOGS/zeromaster.log" | tee -a "$SUMMARY"; }
 fi
 if has migrate; then
     stage migrate 120 45 "DEVICE=cuda COMM=mpi WARM_MB=0 sh bench/migrate/run.sh . small"
