@@ -436,6 +436,22 @@ static void build_forward(gb *g, const shape *p)
     matmul(g, pr, V, O);
 }
 
+/* out = a b for a key/value head's gradient: with grouped-query heads the
+ * product has a row block per query head (fd, fs), summed over each
+ * head's group into out */
+static void kv_product(gb *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                       cudnnBackendDescriptor_t out, int gqa, const int64_t fd[4],
+                       const int64_t fs[4])
+{
+    if (!gqa) {
+        matmul(g, a, b, out);
+        return;
+    }
+    cudnnBackendDescriptor_t full = vtensor(g, CUDNN_DATA_BFLOAT16, fd, fs);
+    matmul(g, a, b, full);
+    reduction(g, CUDNN_REDUCE_TENSOR_ADD, full, out);
+}
+
 static void build_backward(gb *g, const shape *p)
 {
     int64_t qd[4], qs[4], kd[4], ks[4], ktd[4], kts[4];
@@ -488,13 +504,7 @@ static void build_backward(gb *g, const shape *p)
     /* dV = P^T dO */
     cudnnBackendDescriptor_t pt = vtensor(g, bf, std_, sts);
     reshape(g, e, pt);
-    if (!gqa) {
-        matmul(g, pt, dO, dV);
-    } else {
-        cudnnBackendDescriptor_t dvf = vtensor(g, bf, fd, fs);
-        matmul(g, pt, dO, dvf);
-        reduction(g, CUDNN_REDUCE_TENSOR_ADD, dvf, dV);
-    }
+    kv_product(g, pt, dO, dV, gqa, fd, fs);
     /* dS = scale * P * (dO V^T - D) */
     cudnnBackendDescriptor_t dp = vtensor(g, f32, sd, ss);
     matmul(g, dO, VT, dp);
@@ -507,13 +517,7 @@ static void build_backward(gb *g, const shape *p)
     /* dK = dS^T Q */
     cudnnBackendDescriptor_t dst = vtensor(g, bf, std_, sts);
     reshape(g, ds, dst);
-    if (!gqa) {
-        matmul(g, dst, Q, dK);
-    } else {
-        cudnnBackendDescriptor_t dkf = vtensor(g, bf, fd, fs);
-        matmul(g, dst, Q, dkf);
-        reduction(g, CUDNN_REDUCE_TENSOR_ADD, dkf, dK);
-    }
+    kv_product(g, dst, Q, dK, gqa, fd, fs);
     /* dQ = dS K, written by the product itself: the deterministic form
      * (no fp32 accumulator that thread blocks add into) */
     cudnnBackendDescriptor_t k = vtensor(g, f32, kd, ks);
