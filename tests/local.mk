@@ -1,6 +1,6 @@
 # tests/: model, trainer and end-to-end tests (other areas list their own
 # tests in their local.mk).  EXTRA_DIST carries the shared test helpers.
-EXTRA_DIST += tests/mal_test.h tests/mal_test_rand.h tests/tiny_options.h
+EXTRA_DIST += tests/mal_test.h tests/mal_test_rand.h tests/tiny_options.h tests/zero_test.h tests/replan_test.h
 
 # The library's layers point one way (docs/DEVELOPING.md, "Layout"), and no two of
 # its files call each other in a circle (read from the built objects).

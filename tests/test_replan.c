@@ -17,6 +17,7 @@
 #include "replan/replan.h"
 #include "replan/sim.h"
 #include "replan_ref.h"
+#include "replan_test.h"
 #include "src/plan.h"
 
 static uint64_t lcg(uint64_t *s)
@@ -186,12 +187,7 @@ static void test_fixed_cases(void)
             rates[r] = 1.0 + 0.01 * (r % 3); /* noise below the floor */
         for (int k = 0; k < I->n_r; k++)
             rates[I->rr[k]] = I->rx[k];
-        mal_replan_input in = {0};
-        in.cluster = &c;
-        in.profile = &p;
-        in.rates = rates;
-        in.micro_batch_size = 2;
-        in.n_micro_batches = I->M;
+        mal_replan_input in = mal_test_replan_input(&c, &p, rates, 2, I->M);
         in.nominal_dp = 2;
         in.search = MAL_REPLAN_EXHAUSTIVE;
         mal_plan plan;
@@ -245,12 +241,7 @@ static void test_errors(void)
     mal_cluster_fini(&c);
     CHECK_OK(mal_cluster_regular(&c, 8, 4, 1.5));
     double rates[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    mal_replan_input in = {0};
-    in.cluster = &c;
-    in.profile = &p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = 8;
+    mal_replan_input in = mal_test_replan_input(&c, &p, rates, 1, 8);
     mal_plan plan;
     CHECK_EQ_INT(mal_replan(&in, &plan, NULL), MAL_EINVAL);
     CHECK(strstr(mal_errmsg(), "no plan fits in memory"));
@@ -321,12 +312,7 @@ static void test_scale(void)
         rates[r] = 1.0 + 0.15 * (double)(lcg(&seed) % 100) / 100;
     for (int k = 0; k < 8; k++)
         rates[lcg(&seed) % 256] = 1.5 + (double)(lcg(&seed) % 1050) / 100;
-    mal_replan_input in = {0};
-    in.cluster = &c;
-    in.profile = &p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = 512;
+    mal_replan_input in = mal_test_replan_input(&c, &p, rates, 1, 512);
     mal_plan plan, again, uni;
     mal_replan_stats st;
     CHECK_OK(mal_replan(&in, &plan, &st));

@@ -25,6 +25,7 @@
 #include "mal_test.h"
 #include "replan/replan.h"
 #include "replan/sim.h"
+#include "replan_test.h"
 #include "src/plan.h"
 
 #define W 8
@@ -38,12 +39,7 @@ static uint64_t lcg(uint64_t *s)
 static int plan_for(const mal_cluster *c, const mal_profile *p, const double *rates, int M, int dp,
                     const mal_links *ln, mal_plan *out, mal_replan_stats *st)
 {
-    mal_replan_input in = {0};
-    in.cluster = c;
-    in.profile = p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = M;
+    mal_replan_input in = mal_test_replan_input(c, p, rates, 1, M);
     in.nominal_dp = dp;
     in.search = MAL_REPLAN_AUTO;
     in.links = ln;

@@ -13,6 +13,7 @@
 #include "mal_test.h"
 #include "replan/replan.h"
 #include "replan/sim.h"
+#include "replan_test.h"
 #include "src/plan.h"
 
 /* k[d] = 2 + d MB at the nominal TP 2: state 1 MB and activations 1 MB per
@@ -123,12 +124,7 @@ static int plan_for(double mem, int recompute, mal_plan *plan, mal_replan_stats 
 {
     profile(p, recompute);
     CHECK_OK(mal_cluster_regular(c, 8, 8, mem));
-    mal_replan_input in = {0};
-    in.cluster = c;
-    in.profile = p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = 8;
+    mal_replan_input in = mal_test_replan_input(c, p, rates, 1, 8);
     in.search = MAL_REPLAN_EXHAUSTIVE;
     return mal_replan(&in, plan, st);
 }
@@ -243,12 +239,7 @@ static void check_replica_passes(void)
     CHECK_EQ_INT(mal_cost_layer_cap_mode(&p, 17.5, 2, 2, 0, 0, MAL_RECOMPUTE_NONE), 5);
     CHECK_EQ_INT(mal_cost_layer_cap_mode(&p, 17.5, 2, 2, 1, 0, MAL_RECOMPUTE_NONE), 8);
     CHECK_OK(mal_cluster_regular(&c, 8, 8, 17.5));
-    mal_replan_input in = {0};
-    in.cluster = &c;
-    in.profile = &p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = 8;
+    mal_replan_input in = mal_test_replan_input(&c, &p, rates, 1, 8);
     in.search = MAL_REPLAN_EXHAUSTIVE;
     CHECK_OK(mal_replan(&in, &plan, &st));
     printf("replica passes: %d pipelines, step %.4f layer units\n", plan.n_pipelines, st.objective);
@@ -340,12 +331,7 @@ static void check_plan_terms_fit(void)
         CHECK_OK(mal_profile_preset(&p, "small", 1));
         p.zero = zero;
         CHECK_OK(mal_cluster_regular(&c, 8, 8, 200));
-        mal_replan_input in = {0};
-        in.cluster = &c;
-        in.profile = &p;
-        in.rates = rates;
-        in.micro_batch_size = 1;
-        in.n_micro_batches = 8;
+        mal_replan_input in = mal_test_replan_input(&c, &p, rates, 1, 8);
         CHECK_OK(mal_replan(&in, &plan, &st));
         double most = 0;
         for (int i = 0; i < plan.n_pipelines; i++)

@@ -17,6 +17,7 @@
 
 #include "mal_test.h"
 #include "replan/replan.h"
+#include "replan_test.h"
 #include "src/plan.h"
 
 #define PROFILE                                                                                    \
@@ -47,12 +48,7 @@ static int plan(const mal_cluster *c, const mal_profile *p, mal_plan *out, mal_r
     for (int r = 0; r < 4; r++)
         rates[r] = 1.0;
     mal_cluster_effective_rates(c, rates, rates);
-    mal_replan_input in = {0};
-    in.cluster = c;
-    in.profile = p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = 8;
+    mal_replan_input in = mal_test_replan_input(c, p, rates, 1, 8);
     in.search = MAL_REPLAN_AUTO;
     int rc = mal_replan(&in, out, st);
     if (rc) return rc;
@@ -269,12 +265,7 @@ static void check_grow(void)
     for (int r = 0; r < 16; r++)
         rates[r] = 1.0;
     rates[3] = 2.621;
-    mal_replan_input in = {0};
-    in.cluster = &c;
-    in.profile = &p;
-    in.rates = rates;
-    in.micro_batch_size = 1;
-    in.n_micro_batches = 6;
+    mal_replan_input in = mal_test_replan_input(&c, &p, rates, 1, 6);
     mal_plan full, heur;
     mal_replan_stats st;
     in.search = MAL_REPLAN_EXHAUSTIVE;

@@ -41,6 +41,7 @@
 #include "src/plan.h"
 #include "tiny_options.h"
 #include "train/train.h"
+#include "zero_test.h"
 
 enum { STEPS = 4 };
 
@@ -51,21 +52,6 @@ static mal_train_options options(const char *model, int zero)
     if (strcmp(model, "tiny")) o.optim.eps = 1e-6f; /* test_parallel.c says why */
     o.zero = zero;
     return o;
-}
-
-/* Train `o` for STEPS steps, moving onto plan `change` (NULL: none)
- * online half way; the loss of each. */
-static mal_trainer *train(const mal_train_options *o, const mal_plan *change, double loss[STEPS])
-{
-    mal_trainer *tr;
-    CHECK_OK(mal_trainer_create(&tr, o));
-    for (int s = 0; s < STEPS; s++) {
-        mal_step_stats st;
-        if (change && s == STEPS / 2) CHECK_OK(mal_trainer_change_plan(tr, change));
-        CHECK_OK(mal_trainer_step(tr, &st));
-        loss[s] = st.loss;
-    }
-    return tr;
 }
 
 /* Every parameter of tr's part, back to back in table order (malloc'd). */
@@ -83,30 +69,16 @@ static float *params_of(mal_trainer *tr, size_t *n)
 
 /* Largest |local - reference| over tensor t's shard relative to the
  * reference tensor's largest value. */
-static double rel_err(const mal_model *m, const mal_tensor_info *t, const float *local,
-                      const mal_model *rm)
+static double rel_err(const mal_tensor_info *t, const float *local, const mal_model *rm)
 {
     const mal_tensor_info *rt = mal_model_find(rm, t->name);
     CHECK(rt != NULL);
     float *ref = malloc(rt->n * sizeof *ref);
     CHECK(ref);
     CHECK_OK(mal_model_state_to_host(rm, MAL_STATE_PARAM, rt, ref));
-    double scale = 0, err = 0;
-    int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
-    int64_t gcols = t->ndim == 2 ? t->shape[1] : 1;
-    for (size_t i = 0; i < rt->n; i++)
-        scale = fmax(scale, fabs((double)ref[i]));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            int64_t gr = t->split_dim == 0 ? r + t->split_off : r;
-            int64_t gc = t->split_dim == 1 ? c + t->split_off : c;
-            double d = fabs((double)local[t->offset + (size_t)(r * cols + c)] -
-                            (double)ref[gr * gcols + gc]);
-            err = fmax(err, d);
-        }
+    double e = mal_test_shard_err(t, local, ref, rt->n);
     free(ref);
-    (void)m;
-    return err / scale;
+    return e;
 }
 
 static double moment_bytes(mal_trainer *tr)
@@ -173,8 +145,8 @@ int main(int argc, char **argv)
             /* one process: zero 1 updates every piece alone, bitwise as zero 0 */
             mal_train_options o0 = options(model, 0), o1 = options(model, 1);
             double l1[STEPS];
-            ref = train(&o0, NULL, ref_loss);
-            mal_trainer *one = train(&o1, NULL, l1);
+            ref = mal_test_train(&o0, NULL, STEPS, ref_loss);
+            mal_trainer *one = mal_test_train(&o1, NULL, STEPS, l1);
             size_t n0, n1, diff = 0;
             float *p0 = params_of(ref, &n0), *p1 = params_of(one, &n1);
             CHECK(n0 == n1);
@@ -207,7 +179,7 @@ int main(int argc, char **argv)
             o.world = world;
             o.dp_overlap = overlap;
             if (bucket_mb >= 0) o.dp_bucket_mb = bucket_mb;
-            mal_trainer *tr = train(&o, change_path ? &change : NULL, loss[z]);
+            mal_trainer *tr = mal_test_train(&o, change_path ? &change : NULL, STEPS, loss[z]);
             par[z] = params_of(tr, &n);
             mom[z] = moment_bytes(tr);
             peak[z] = peak_bytes(tr); /* before the replica check's buffer */
@@ -215,7 +187,7 @@ int main(int argc, char **argv)
                 worst[0] = fmax(worst[0], fabs(loss[z][s] - ref_loss[s]) / fabs(ref_loss[s]));
             mal_model *m = mal_trainer_model(tr);
             for (int i = 0; m && i < m->n_tensors; i++)
-                worst[1] = fmax(worst[1], rel_err(m, &m->tensors[i], par[z], rm));
+                worst[1] = fmax(worst[1], rel_err(&m->tensors[i], par[z], rm));
             if (z == 1) {
                 CHECK_OK(mal_trainer_replica_mismatch(tr, &mismatch));
                 mal_trainer_dp_buckets(tr, &early);

@@ -31,23 +31,9 @@
 #include "src/plan.h"
 #include "tiny_options.h"
 #include "train/train.h"
+#include "zero_test.h"
 
 enum { STEPS = 4 };
-
-/* Train `o` for STEPS steps, moving onto plan `change` (NULL: none)
- * online half way; the loss of each. */
-static mal_trainer *train(const mal_train_options *o, const mal_plan *change, double loss[STEPS])
-{
-    mal_trainer *tr;
-    CHECK_OK(mal_trainer_create(&tr, o));
-    for (int s = 0; s < STEPS; s++) {
-        mal_step_stats st;
-        if (change && s == STEPS / 2) CHECK_OK(mal_trainer_change_plan(tr, change));
-        CHECK_OK(mal_trainer_step(tr, &st));
-        loss[s] = st.loss;
-    }
-    return tr;
-}
 
 /* The working weights of tr's part (fp32 under the hook), back to back in
  * table order (malloc'd): what the forward pass reads, whole on every
@@ -80,20 +66,7 @@ static double rel_err(const mal_tensor_info *t, const float *local, const mal_mo
 {
     const mal_tensor_info *rt = mal_model_find(rm, t->name);
     CHECK(rt != NULL);
-    const float *ref = rwork + rt->offset;
-    double scale = 0, err = 0;
-    int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
-    int64_t gcols = t->ndim == 2 ? t->shape[1] : 1;
-    for (size_t i = 0; i < rt->n; i++)
-        scale = fmax(scale, fabs((double)ref[i]));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            int64_t gr = t->split_dim == 0 ? r + t->split_off : r;
-            int64_t gc = t->split_dim == 1 ? c + t->split_off : c;
-            err = fmax(err, fabs((double)local[t->offset + (size_t)(r * cols + c)] -
-                                 (double)ref[gr * gcols + gc]));
-        }
-    return err / scale;
+    return mal_test_shard_err(t, local, rwork + rt->offset, rt->n);
 }
 
 int main(int argc, char **argv)
@@ -114,7 +87,7 @@ int main(int argc, char **argv)
     double ref_loss[STEPS];
     mal_train_options o0 = mal_test_tiny_options(STEPS, 2);
     o0.zero = 0;
-    mal_trainer *ref = train(&o0, NULL, ref_loss);
+    mal_trainer *ref = mal_test_train(&o0, NULL, STEPS, ref_loss);
     size_t rn;
     float *rwork = work_of(ref, &rn);
     mal_model *rm = mal_trainer_model(ref);
@@ -143,7 +116,7 @@ int main(int argc, char **argv)
             o.plan = &plan;
             o.world = world;
             o.dp_overlap = overlap;
-            mal_trainer *tr = train(&o, change_path ? &change : NULL, loss[zm]);
+            mal_trainer *tr = mal_test_train(&o, change_path ? &change : NULL, STEPS, loss[zm]);
             w[zm] = work_of(tr, &n);
             master[zm] = held(tr, MAL_MEM_MASTER);
             moments[zm] = held(tr, MAL_MEM_MOMENTS);

@@ -68,6 +68,19 @@ static const setting settings[] = {
 enum { RPN = 8, M = 64, MBS = 1 };
 #define MEM_MB 81920.0
 
+/* A setting's cluster and two copies of its profile (one for each side of
+ * a comparison); 1 (with the message printed) when one cannot be made. */
+static int setting_inputs(const setting *st, mal_profile *a, mal_profile *b, mal_cluster *cl)
+{
+    if (mal_profile_preset_tp(a, st->name, MBS, st->tp) ||
+        mal_profile_preset_tp(b, st->name, MBS, st->tp) ||
+        mal_cluster_regular(cl, st->world, RPN, MEM_MB)) {
+        fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+        return 1;
+    }
+    return 0;
+}
+
 typedef struct result {
     double T;   /* cost model, layer units; INFINITY: no plan */
     double sim; /* simulator */
@@ -353,12 +366,7 @@ static int memory_model_rows(const char *only)
         if (only && !strstr(only, st->name)) continue;
         mal_profile ref, rt;
         mal_cluster cl;
-        if (mal_profile_preset_tp(&ref, st->name, MBS, st->tp) ||
-            mal_profile_preset_tp(&rt, st->name, MBS, st->tp) ||
-            mal_cluster_regular(&cl, st->world, RPN, MEM_MB)) {
-            fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
-            return 1;
-        }
+        if (setting_inputs(st, &ref, &rt, &cl)) return 1;
         if (st->recompute) { /* as the default mode: full everywhere */
             double state = ref.layer_state_mb / ref.tp;
             for (int d = 0; d < ref.n_k; d++)
@@ -690,12 +698,7 @@ int main(int argc, char **argv)
         if (only && !strstr(only, st->name)) continue;
         mal_profile prof, nomtp;
         mal_cluster cl;
-        if (mal_profile_preset_tp(&prof, st->name, MBS, st->tp) ||
-            mal_profile_preset_tp(&nomtp, st->name, MBS, st->tp) ||
-            mal_cluster_regular(&cl, st->world, RPN, MEM_MB)) {
-            fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
-            return 1;
-        }
+        if (setting_inputs(st, &prof, &nomtp, &cl)) return 1;
         if (st->recompute) {
             /* full activation recomputation: per layer and micro-batch in
              * flight only the layer's input is kept (2 T b C bytes instead of
