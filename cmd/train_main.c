@@ -155,8 +155,9 @@ int main(int argc, char **argv)
          .choices = precisions, .values = precision_values,
          .help = "fp32 or bf16: activations and working weights (master\n"
                  "weights, gradients and Adam moments are fp32 always;\n"
-                 "default: bf16 on GPUs, fp32 on the CPU, which has only\n"
-                 "fp32; fp32 on a GPU is the CPU's arithmetic)"},
+                 "default: bf16 on GPUs, fp32 on the CPU, where bf16 is\n"
+                 "bf16 storage with fp32 arithmetic, for tests; fp32 on a\n"
+                 "GPU is the CPU's arithmetic)"},
         {MAL_OPT_STRING, "comm", .metavar = "NAME", .target = &o->comm, .help = comm_help},
         {MAL_OPT_CHOICE, "dp-overlap", .metavar = "on|off", .target = &o->dp_overlap,
          .choices = on_off, .values = on_off_values,

@@ -67,9 +67,19 @@
  * sync(): the first failure since the last sync wins.  Operations of one
  * instance are issued from one thread (as on a GPU stream); the atomic only
  * keeps a stray second thread well-defined. */
+/* bf16 compute: the slots of operands widened to fp32 (the "bf16
+ * storage" section below). */
+enum { W_A, W_B, W_C, W_D, W_E, W_F, W_G, W_N };
+
+typedef struct {
+    float *p[W_N];
+    size_t n[W_N];
+} cpu_wide;
+
 typedef struct {
     uintptr_t off;
     _Atomic int err;
+    cpu_wide wide;
 } cpu_state;
 
 static void cpu_fail(cpu_state *st, int err)
@@ -728,25 +738,27 @@ CPU_SIMD static double sumsq_run(const float *restrict x, size_t n)
 
 /* out (N,C) = wte[tokens[n] - v0] for the tokens of rows [v0, v0 + Vl);
  * zero rows for the others (another shard's, or outside [0, V): an
- * error). */
-static void cpu_embedding_fwd(cpu_state *st, float *out, const int *tokens, const float *wte,
-                              int N, int C, int V, int v0, int Vl)
+ * error).  Elements of `esz` bytes (the compute dtype's). */
+static void cpu_embedding_fwd(cpu_state *st, void *out, const int *tokens, const void *wte, int N,
+                              int C, int V, int v0, int Vl, size_t esz)
 {
+    /* a row is copied, not computed: the same code serves both dtypes */
+    const size_t row = (size_t)C * esz;
     for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * C;
+        char *o = (char *)out + (size_t)n * row;
         const int tok = tokens[n];
         if (tok < 0 || tok >= V) {
             cpu_fail(st, MAL_ERR(MAL_EINVAL,
                              "embedding: token %d at position %d is outside the vocabulary "
                              "[0, %d); check the data file and the vocabulary size",
                              tok, n, V));
-            cpu_zero(o, (size_t)C);
+            memset(o, 0, row);
             continue;
         }
         if (tok < v0 || tok >= v0 + Vl)
-            cpu_zero(o, (size_t)C);
+            memset(o, 0, row);
         else
-            memcpy(o, wte + (size_t)(tok - v0) * C, (size_t)C * sizeof *o);
+            memcpy(o, (const char *)wte + (size_t)(tok - v0) * row, row);
     }
 }
 
@@ -1010,45 +1022,190 @@ static void *op_native_queue(mal_kern k)
 }
 
 /* ------------------------------------------------------------------------ */
+/* bf16 storage                                                               */
+
+/* With compute bf16 the activations and working weights are stored as
+ * bf16, as on a GPU, and each operation computes as the GPU kernels do:
+ * its bf16 operands widened to fp32 (exactly), the arithmetic in fp32
+ * (the fp32 implementations above, unchanged), its bf16 results rounded
+ * once to nearest even (mal_bf16_from_f32) when they are stored.  An
+ * accumulating output (+=) is widened, added to in fp32 and rounded, as
+ * a GPU kernel that reads, adds and stores it.  fp32 operands (rstd,
+ * gradients of the parameters, the master, the optimizer's moments, the
+ * probabilities attention keeps) stay fp32.  This is what lets the bf16
+ * paths of the runtime outside the kernels - the working copy beside the
+ * master, its gather in the compute dtype, bf16 messages and reductions
+ * on the data plane - run and be tested on machines without a GPU.
+ *
+ * The fp32 operands live in per-instance buffers that grow to the
+ * largest call and are kept (the instance's own memory, like a GPU
+ * backend's workspace: not device buffers, not counted by the accountant).
+ * No allocation: the operation is skipped and sync() returns MAL_ENOMEM. */
+
+static inline int is_bf16(mal_kern k)
+{
+    return k->compute == MAL_BF16;
+}
+
+/* Slot `i` of the instance, at least n floats; NULL (error recorded) when
+ * it cannot grow. */
+static float *slot(mal_kern k, int i, size_t n)
+{
+    cpu_wide *w = &st_of(k)->wide;
+    if (n > w->n[i]) {
+        float *p = realloc(w->p[i], n * sizeof *p);
+        if (!p) {
+            cpu_fail(st_of(k), MAL_ERR(MAL_ENOMEM,
+                                       "cpu (bf16): out of memory for %zu floats of an "
+                                       "operand widened to fp32",
+                                       n));
+            return NULL;
+        }
+        w->p[i] = p, w->n[i] = n;
+    }
+    return w->p[i] ? w->p[i] : (float *)w; /* n == 0: any non-NULL */
+}
+
+/* bf16 buffer h (a handle, n elements) widened into slot i; NULL for a
+ * NULL h or no memory (*bad set then). */
+static float *widen(mal_kern k, int i, const void *h, size_t n, int *bad)
+{
+    if (!h) return NULL;
+    float *f = slot(k, i, n);
+    if (!f) {
+        *bad = 1;
+        return NULL;
+    }
+    const uint16_t *b = dev(k, h);
+    for (size_t j = 0; j < n; j++)
+        f[j] = mal_f32_from_bf16(b[j]);
+    return f;
+}
+
+/* Slot i uninitialised, for an output that is written, not added to. */
+static float *outbuf(mal_kern k, int i, const void *h, size_t n, int *bad)
+{
+    if (!h) return NULL;
+    float *f = slot(k, i, n);
+    if (!f) *bad = 1;
+    return f;
+}
+
+/* f (n floats) rounded into bf16 buffer h (a handle; nothing for NULL). */
+static void narrow(mal_kern k, void *h, const float *f, size_t n)
+{
+    if (!h || !f) return;
+    uint16_t *b = dev(k, h);
+    for (size_t j = 0; j < n; j++)
+        b[j] = mal_bf16_from_f32(f[j]);
+}
+
+static void wide_fini(cpu_wide *w)
+{
+    for (int i = 0; i < W_N; i++)
+        free(w->p[i]);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Instances: operations (translate handles, call the implementations)      */
 
 static void op_matmul_fwd(mal_kern k, void *out, const void *inp, const void *weight, int N, int C,
                           int OC, int accumulate)
 {
-    cpu_matmul_fwd(F(out), CF(inp), CF(weight), N, C, OC, accumulate);
+    if (!is_bf16(k)) {
+        cpu_matmul_fwd(F(out), CF(inp), CF(weight), N, C, OC, accumulate);
+        return;
+    }
+    const size_t no = (size_t)N * OC;
+    int bad = 0;
+    float *i = widen(k, W_A, inp, (size_t)N * C, &bad), *w = widen(k, W_B, weight, (size_t)OC * C, &bad);
+    float *o = accumulate ? widen(k, W_C, out, no, &bad) : outbuf(k, W_C, out, no, &bad);
+    if (bad) return;
+    cpu_matmul_fwd(o, i, w, N, C, OC, accumulate);
+    narrow(k, out, o, no);
 }
 
 static void op_matmul_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
                           const void *inp, const void *weight, int N, int C, int OC)
 {
-    cpu_matmul_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), N, C, OC);
+    if (!is_bf16(k)) {
+        cpu_matmul_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), N, C, OC);
+        return;
+    }
+    const size_t ni = (size_t)N * C;
+    int bad = 0;
+    float *d = widen(k, W_A, dout, (size_t)N * OC, &bad);
+    float *i = dweight ? widen(k, W_B, inp, ni, &bad) : NULL;
+    float *w = dinp ? widen(k, W_C, weight, (size_t)OC * C, &bad) : NULL;
+    float *di = widen(k, W_D, dinp, ni, &bad);
+    if (bad) return;
+    cpu_matmul_bwd(di, F(dweight), d, i, w, N, C, OC);
+    narrow(k, dinp, di, ni);
 }
 
 static void op_rmsnorm_fwd(mal_kern k, void *out, float *rstd, const void *inp, const void *weight,
                            int N, int C, float eps)
 {
-    cpu_rmsnorm_fwd(F(out), F(rstd), CF(inp), CF(weight), N, C, eps);
+    if (!is_bf16(k)) {
+        cpu_rmsnorm_fwd(F(out), F(rstd), CF(inp), CF(weight), N, C, eps);
+        return;
+    }
+    const size_t n = (size_t)N * C;
+    int bad = 0;
+    float *i = widen(k, W_A, inp, n, &bad), *w = widen(k, W_B, weight, (size_t)C, &bad);
+    float *o = outbuf(k, W_C, out, n, &bad);
+    if (bad) return;
+    cpu_rmsnorm_fwd(o, F(rstd), i, w, N, C, eps);
+    narrow(k, out, o, n);
 }
 
 static void op_rmsnorm_bwd(mal_kern k, void *dinp, float *dweight, const void *dout,
                            const void *inp, const void *weight, const float *rstd, int N, int C)
 {
-    cpu_rmsnorm_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), CF(rstd), N, C);
+    if (!is_bf16(k)) {
+        cpu_rmsnorm_bwd(F(dinp), F(dweight), CF(dout), CF(inp), CF(weight), CF(rstd), N, C);
+        return;
+    }
+    const size_t n = (size_t)N * C;
+    int bad = 0;
+    float *d = widen(k, W_A, dout, n, &bad), *i = widen(k, W_B, inp, n, &bad);
+    float *w = widen(k, W_C, weight, (size_t)C, &bad), *di = widen(k, W_D, dinp, n, &bad);
+    if (bad) return;
+    cpu_rmsnorm_bwd(di, F(dweight), d, i, w, CF(rstd), N, C);
+    narrow(k, dinp, di, n);
+}
+
+static void op_rope(mal_kern k, void *x, int B, int T, int H, int hd, const mal_rope *rope,
+                    int inverse)
+{
+    void (*fn)(cpu_state *, float *, int, int, int, int, const mal_rope *) =
+        inverse ? cpu_rope_bwd : cpu_rope_fwd;
+    if (!is_bf16(k)) {
+        fn(st_of(k), F(x), B, T, H, hd, rope);
+        return;
+    }
+    const size_t n = (size_t)B * T * H * hd;
+    int bad = 0;
+    float *f = widen(k, W_A, x, n, &bad);
+    if (bad) return;
+    fn(st_of(k), f, B, T, H, hd, rope);
+    narrow(k, x, f, n);
 }
 
 static void op_rope_fwd(mal_kern k, void *x, int B, int T, int H, int hd, const mal_rope *rope)
 {
-    cpu_rope_fwd(st_of(k), F(x), B, T, H, hd, rope);
+    op_rope(k, x, B, T, H, hd, rope, 0);
 }
 
 static void op_rope_bwd(mal_kern k, void *dx, int B, int T, int H, int hd, const mal_rope *rope)
 {
-    cpu_rope_bwd(st_of(k), F(dx), B, T, H, hd, rope);
+    op_rope(k, dx, B, T, H, hd, rope, 1);
 }
 
-/* The probabilities (B,H,T,T) are kept; the backward reuses T*T floats of
- * its scratch per head, but takes the same size so that a caller may share
- * one buffer for every micro-batch. */
+/* The probabilities (B,H,T,T) are kept, in fp32 whatever the compute
+ * dtype; the backward reuses T*T floats of its scratch per head, but
+ * takes the same size so that a caller may share one buffer for every
+ * micro-batch. */
 static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *saved,
                                size_t *scratch)
 {
@@ -1063,7 +1220,17 @@ static void op_attention_bytes(mal_kern k, int B, int T, int H, int hd, size_t *
 static void op_attention_fwd(mal_kern k, void *out, void *saved, const void *q, const void *kk,
                              const void *v, int B, int T, mal_attn_heads hs, int hd)
 {
-    cpu_attention_fwd(F(out), F(saved), CF(q), CF(kk), CF(v), B, T, hs, hd);
+    if (!is_bf16(k)) {
+        cpu_attention_fwd(F(out), F(saved), CF(q), CF(kk), CF(v), B, T, hs, hd);
+        return;
+    }
+    const size_t nq = (size_t)B * T * hs.H * hd, nk = (size_t)B * T * hs.Hkv * hd;
+    int bad = 0;
+    float *fq = widen(k, W_A, q, nq, &bad), *fk = widen(k, W_B, kk, nk, &bad);
+    float *fv = widen(k, W_C, v, nk, &bad), *fo = outbuf(k, W_D, out, nq, &bad);
+    if (bad) return;
+    cpu_attention_fwd(fo, F(saved), fq, fk, fv, B, T, hs, hd);
+    narrow(k, out, fo, nq);
 }
 
 static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scratch,
@@ -1072,29 +1239,71 @@ static void op_attention_bwd(mal_kern k, void *dq, void *dk, void *dv, void *scr
                              int hd)
 {
     (void)out; /* P is kept: the CPU backward needs no rowsum(dout * out) */
+    const size_t nq = (size_t)B * T * hs.H * hd, nk = (size_t)B * T * hs.Hkv * hd;
+    int bad = 0;
+    const float *fdo = CF(dout), *fq = CF(q), *fk = CF(kk), *fv = CF(v);
+    float *fdq = F(dq), *fdk = F(dk), *fdv = F(dv);
+    if (is_bf16(k)) {
+        fdo = widen(k, W_A, dout, nq, &bad), fq = widen(k, W_B, q, nq, &bad);
+        fk = widen(k, W_C, kk, nk, &bad), fv = widen(k, W_D, v, nk, &bad);
+        fdq = outbuf(k, W_E, dq, nq, &bad), fdk = outbuf(k, W_F, dk, nk, &bad);
+        fdv = outbuf(k, W_G, dv, nk, &bad);
+        if (bad) return;
+    }
     /* the table's contract writes the gradients; the loops accumulate */
-    size_t nq = (size_t)B * T * hs.H * hd, nk = (size_t)B * T * hs.Hkv * hd;
-    if (dq) memset(F(dq), 0, nq * sizeof(float));
-    if (dk) memset(F(dk), 0, nk * sizeof(float));
-    if (dv) memset(F(dv), 0, nk * sizeof(float));
-    cpu_attention_bwd(F(dq), F(dk), F(dv), F(scratch), CF(dout), CF(q), CF(kk), CF(v), CF(saved), B,
-                      T, hs, hd);
+    if (fdq) memset(fdq, 0, nq * sizeof(float));
+    if (fdk) memset(fdk, 0, nk * sizeof(float));
+    if (fdv) memset(fdv, 0, nk * sizeof(float));
+    cpu_attention_bwd(fdq, fdk, fdv, F(scratch), fdo, fq, fk, fv, CF(saved), B, T, hs, hd);
+    if (is_bf16(k)) {
+        narrow(k, dq, fdq, nq);
+        narrow(k, dk, fdk, nk);
+        narrow(k, dv, fdv, nk);
+    }
 }
 
 static void op_swiglu_fwd(mal_kern k, void *out, const void *gate, const void *up, size_t n)
 {
-    cpu_swiglu_fwd(F(out), CF(gate), CF(up), n);
+    if (!is_bf16(k)) {
+        cpu_swiglu_fwd(F(out), CF(gate), CF(up), n);
+        return;
+    }
+    int bad = 0;
+    float *g = widen(k, W_A, gate, n, &bad), *u = widen(k, W_B, up, n, &bad);
+    float *o = outbuf(k, W_C, out, n, &bad);
+    if (bad) return;
+    cpu_swiglu_fwd(o, g, u, n);
+    narrow(k, out, o, n);
 }
 
 static void op_swiglu_bwd(mal_kern k, void *dgate, void *dup, const void *dout, const void *gate,
                           const void *up, size_t n)
 {
-    cpu_swiglu_bwd(F(dgate), F(dup), CF(dout), CF(gate), CF(up), n);
+    if (!is_bf16(k)) {
+        cpu_swiglu_bwd(F(dgate), F(dup), CF(dout), CF(gate), CF(up), n);
+        return;
+    }
+    int bad = 0;
+    float *d = widen(k, W_A, dout, n, &bad), *g = widen(k, W_B, gate, n, &bad);
+    float *u = widen(k, W_C, up, n, &bad);
+    float *dg = widen(k, W_D, dgate, n, &bad), *du = widen(k, W_E, dup, n, &bad);
+    if (bad) return;
+    cpu_swiglu_bwd(dg, du, d, g, u, n);
+    narrow(k, dgate, dg, n);
+    narrow(k, dup, du, n);
 }
 
 static void op_add(mal_kern k, void *out, const void *a, const void *b, size_t n)
 {
-    cpu_add(F(out), CF(a), CF(b), n);
+    if (!is_bf16(k)) {
+        cpu_add(F(out), CF(a), CF(b), n);
+        return;
+    }
+    int bad = 0;
+    float *fa = widen(k, W_A, a, n, &bad), *fb = widen(k, W_B, b, n, &bad);
+    if (bad) return;
+    cpu_add(fa, fa, fb, n); /* in the first slot: out may alias a or b */
+    narrow(k, out, fa, n);
 }
 
 static void op_accumulate(mal_kern k, float *y, const float *x, size_t n)
@@ -1121,42 +1330,74 @@ static void op_sumsq(mal_kern k, double *acc, const float *x, size_t rows, size_
 static void op_embedding_fwd(mal_kern k, void *out, const int *tokens, const void *wte, int N,
                              int C, int V, int v0, int Vl)
 {
-    cpu_embedding_fwd(st_of(k), F(out), dev(k, tokens), CF(wte), N, C, V, v0, Vl);
+    cpu_embedding_fwd(st_of(k), dev(k, out), dev(k, tokens), dev(k, wte), N, C, V, v0, Vl,
+                      mal_dtype_bytes(k->compute));
 }
 
 static void op_embedding_bwd(mal_kern k, float *dwte, const void *dout, const int *tokens, int N,
                              int C, int v0, int Vl)
 {
-    cpu_embedding_bwd(F(dwte), CF(dout), dev(k, tokens), N, C, v0, Vl);
+    int bad = 0;
+    const float *d = is_bf16(k) ? widen(k, W_A, dout, (size_t)N * C, &bad) : CF(dout);
+    if (bad) return;
+    cpu_embedding_bwd(F(dwte), d, dev(k, tokens), N, C, v0, Vl);
+}
+
+/* The logits of a bf16 instance: widened into one slot, in which the
+ * gradient is then computed in place (the contract lets dlogits alias
+ * logits) and rounded into dlogits. */
+static float *logits_of(mal_kern k, const void *logits, size_t n, int *bad)
+{
+    return is_bf16(k) ? widen(k, W_A, logits, n, bad) : (float *)CF(logits);
 }
 
 static void op_xent_fwd_bwd(mal_kern k, float *losses, void *dlogits, const void *logits,
                             const int *targets, int N, int V, float dscale)
 {
-    cpu_xent_fwd_bwd(st_of(k), F(losses), F(dlogits), CF(logits), dev(k, targets), N, V, dscale);
+    const size_t n = (size_t)N * V;
+    int bad = 0;
+    float *x = logits_of(k, logits, n, &bad);
+    if (bad) return;
+    float *d = !dlogits ? NULL : is_bf16(k) ? x : F(dlogits);
+    cpu_xent_fwd_bwd(st_of(k), F(losses), d, x, dev(k, targets), N, V, dscale);
+    if (is_bf16(k)) narrow(k, dlogits, d, n);
 }
 
 static void op_xent_stats(mal_kern k, float *stats, const void *logits, const int *targets, int N,
                           int Vl, int v0)
 {
-    cpu_xent_stats(F(stats), CF(logits), dev(k, targets), N, Vl, v0);
+    int bad = 0;
+    float *x = logits_of(k, logits, (size_t)N * Vl, &bad);
+    if (bad) return;
+    cpu_xent_stats(F(stats), x, dev(k, targets), N, Vl, v0);
 }
 
 static void op_xent_combine(mal_kern k, float *losses, void *dlogits, const void *logits,
                             const float *all, int P, const int *targets, int N, int Vl, int v0,
                             int V, float dscale)
 {
-    cpu_xent_combine(st_of(k), F(losses), F(dlogits), CF(logits), CF(all), P, dev(k, targets), N,
-                     Vl, v0, V, dscale);
+    const size_t n = (size_t)N * Vl;
+    int bad = 0;
+    float *x = logits_of(k, logits, n, &bad);
+    if (bad) return;
+    float *d = !dlogits ? NULL : is_bf16(k) ? x : F(dlogits);
+    cpu_xent_combine(st_of(k), F(losses), d, x, CF(all), P, dev(k, targets), N, Vl, v0, V,
+                     dscale);
+    if (is_bf16(k)) narrow(k, dlogits, d, n);
 }
 
-/* The CPU backends compute in fp32, so a working copy is the master itself
- * (or, if a caller keeps a separate one, an fp32 copy of it). */
+/* work (compute dtype) = master: rounded to bf16, or in fp32 a copy
+ * (nothing when the working copy is the master itself). */
 static void op_cast_working(mal_kern k, void *work, const float *master, size_t n)
 {
-    float *w = F(work);
     const float *p = CF(master);
-    if (w && w != p && n) memmove(w, p, n * sizeof *w);
+    if (!work || !n) return;
+    if (is_bf16(k)) {
+        narrow(k, work, p, n);
+        return;
+    }
+    float *w = F(work);
+    if (w != p) memmove(w, p, n * sizeof *w);
 }
 
 static void op_adamw(mal_kern k, float *param, void *work, const float *grad, float *m, float *v,
@@ -1218,11 +1459,9 @@ static int cpu_probe(void)
 static int create(const char *name, uintptr_t off, const mal_kern_config *cfg, mal_kern *out)
 {
     *out = NULL;
-    if (cfg->compute != MAL_F32)
-        return MAL_ERR(MAL_ENOTSUP,
-                       "the %s backend computes in fp32 only, not %s: choose fp32, or a GPU "
-                       "backend (--device cuda) for %s",
-                       name, mal_dtype_name(cfg->compute), mal_dtype_name(cfg->compute));
+    if (cfg->compute != MAL_F32 && cfg->compute != MAL_BF16)
+        return MAL_ERR(MAL_EINVAL, "the %s backend computes in fp32 or bf16, not dtype %d", name,
+                       (int)cfg->compute);
     mal_kern k = calloc(1, sizeof *k);
     cpu_state *st = calloc(1, sizeof *st);
     if (!k || !st) {
@@ -1234,7 +1473,7 @@ static int create(const char *name, uintptr_t off, const mal_kern_config *cfg, m
     atomic_init(&st->err, 0);
     k->ops = &cpu_ops;
     k->name = name;
-    k->compute = MAL_F32;
+    k->compute = cfg->compute;
     k->host_addressable = off == 0;
     k->impl = st;
     /* OpenBLAS's thread count is per process, as is the machine's set of
@@ -1257,17 +1496,19 @@ static int opaque_create(const mal_kern_config *cfg, mal_kern *out)
 static void cpu_destroy(mal_kern k)
 {
     if (!k) return;
-    free(k->impl);
+    cpu_state *st = k->impl;
+    if (st) wide_fini(&st->wide);
+    free(st);
     free(k);
 }
 
 const mal_kern_backend mal_kern_backend_cpu = {
     .reg = {.name = "cpu", .probe = cpu_probe},
-    .what = "CPU cores, OpenBLAS (fp32)",
+    .what = "CPU cores, OpenBLAS (fp32; bf16 storage with fp32 arithmetic)",
     .is_default = 1,
     .create = cpu_create,
     .destroy = cpu_destroy,
-    .dtypes = 1u << MAL_F32,
+    .dtypes = 1u << MAL_F32 | 1u << MAL_BF16,
     .default_compute = MAL_F32,
 };
 
@@ -1277,6 +1518,6 @@ const mal_kern_backend mal_kern_backend_cpu_opaque = {
     .is_default = 0,
     .create = opaque_create,
     .destroy = cpu_destroy,
-    .dtypes = 1u << MAL_F32,
+    .dtypes = 1u << MAL_F32 | 1u << MAL_BF16,
     .default_compute = MAL_F32,
 };

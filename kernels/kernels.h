@@ -37,7 +37,9 @@
  *   int *        - int32 token ids.
  * The optimizer updates the fp32 master and refreshes the working copy in
  * the same pass (a fused cast; nothing when they alias).  The CPU backends
- * compute in fp32 only.
+ * compute in fp32 (the default) or store bf16 and compute in fp32 as a
+ * GPU's kernels do (each operand widened, each result rounded once): the
+ * runtime's bf16 paths run without a GPU.
  *
  * Execution queue.  Operations are void and may run asynchronously, in
  * issue order, on the instance's queue (a CUDA stream; the CPU backends run

@@ -278,7 +278,7 @@ static int check_inputs(mal_train_cli *cli, mal_comm *world, mal_plan *plan)
         if (lead)
             fprintf(stderr,
                     "malleus-train: device '%s' does not compute in %s; use --precision %s or a "
-                    "device that does (--device cuda computes in fp32 and bf16)\n",
+                    "device that does\n",
                     kb->reg.name, mal_dtype_name(want), mal_dtype_name(kb->default_compute));
         return 2;
     }
