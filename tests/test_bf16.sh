@@ -14,7 +14,8 @@
 #     moment of the final snapshot); --tp 2, --dp 2 --zero 0 and
 #     tests/plans/four.json (TP 2 beside a two-stage pipeline, --zero 1):
 #     losses within BOUND of one process's (other summation orders before a
-#     bf16 rounding: not bitwise; see BOUND below);
+#     bf16 rounding: not bitwise; see BOUND below); the validation loss at
+#     the end likewise (evaluation reads bf16 logits);
 #  d. resume: a bf16 snapshot of step 4 resumed in bf16 gives steps 5-8 of
 #     the uninterrupted run and its final snapshot byte for byte; resumed
 #     in fp32, and an fp32 snapshot resumed in bf16, the master restores
@@ -25,7 +26,7 @@
 #     snapshot holds the fp32 master, not the bf16 working copy (low 16
 #     bits not all zero);
 #  e. an online plan change on four.json (rank 3 slowed 8x) continues within
-#     BOUND of one process;
+#     BOUND of one process, its validation loss on the new plan too;
 #  f. four.json on --device cpu-opaque (no host code can read a device
 #     buffer), resumed from the cpu run's step-4 snapshot: steps 5-8 and the
 #     final snapshot bitwise those of the cpu run (across devices, sharded
@@ -66,6 +67,9 @@ mpi() {
     sh "$top_srcdir/tests/mpirun.sh" "$n" 60 "$TRAIN" --model tiny --threads 1 "$@"
 }
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+# vloss A: the validation loss of metrics A's last step (eval in bf16 reads
+# bf16 logits)
+vloss() { tail -n 1 "$1" | sed -n 's/.*"val_loss": \([^,}]*\).*/\1/p'; }
 # rel A B [FROM]: "DIFF N": the largest relative difference between the
 # losses of metrics A from step FROM (default 1) and those of B, over the N
 # steps both hold.
@@ -75,13 +79,15 @@ rel() {
     paste "$W/l1" "$W/l2" | awk 'NF == 2 { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ }
                                  END { printf "%.2g %d\n", m, n }'
 }
-# within A B BOUND STEPS WHAT: rel within BOUND over STEPS steps
+# within A B BOUND STEPS WHAT: rel within BOUND over STEPS steps, and the
+# final validation losses too
 within() {
     r=$(rel "$1" "$2")
-    if echo "$r $3 $4" | awk '{ exit !($1 <= $3 && $2 == $4) }'; then
-        echo "ok: $5: losses within ${r% *} of one process's (bound $3, $4 steps)"
+    v=$(echo "$(vloss "$1") $(vloss "$2")" | awk 'NF == 2 { d = ($1 - $2) / $1; printf "%.2g", d < 0 ? -d : d }')
+    if echo "$r $3 $4 ${v:-none}" | awk '{ exit !($1 <= $3 && $2 == $4 && $5 != "none" && $5 <= $3) }'; then
+        echo "ok: $5: losses within ${r% *} of one process's, validation loss $v (bound $3, $4 steps)"
     else
-        fail "$5: losses ${r% *} from one process's over ${r#* } steps (bound $3 over $4)"
+        fail "$5: losses ${r% *} from one process's over ${r#* } steps, validation loss ${v:-none} (bound $3 over $4)"
     fi
 }
 # same_files DIR1 DIR2 WHAT: every file of two step directories byte for byte
@@ -110,7 +116,7 @@ else
 fi
 
 # ---- b. one process, 12 steps, snapshots at 6 and 12; a rerun
-C="--steps 8 --global-batch 16 --micro-batch 2"
+C="--steps 8 --global-batch 16 --micro-batch 2 --eval-every 8 --eval-batches 1"
 one $C --precision bf16 --snapshot-dir "$W/r1" --snapshot-every 4 --metrics "$W/r1.jsonl" &&
     one $C --precision bf16 --snapshot-dir "$W/r2" --snapshot-every 4 --metrics "$W/r2.jsonl" &&
     one $C --precision fp32 --snapshot-dir "$W/f1" --snapshot-every 4 --metrics "$W/f1.jsonl" ||
@@ -127,7 +133,10 @@ mpi 2 $C --precision bf16 --quiet --pp 2 --snapshot-dir "$W/pp" --metrics "$W/pp
     { cat "$W/out"; fail "--pp 2"; }
 losses "$W/r1.jsonl" >"$W/l1"
 losses "$W/pp.jsonl" >"$W/l2"
-cmp -s "$W/l1" "$W/l2" && echo "ok: --pp 2: the one-process losses, bitwise" || fail "--pp 2: losses differ"
+echo "$(vloss "$W/r1.jsonl")" >>"$W/l1"
+echo "$(vloss "$W/pp.jsonl")" >>"$W/l2"
+cmp -s "$W/l1" "$W/l2" && [ "$(tail -n 1 "$W/l1")" != "" ] &&
+    echo "ok: --pp 2: the one-process losses and validation loss, bitwise" || fail "--pp 2: losses differ"
 for p in "--tp 2" "--dp 2 --zero 0"; do
     f=$W/$(echo "$p" | tr -dc a-z0-9).jsonl
     mpi 2 $C --precision bf16 --quiet $p --metrics "$f" >"$W/out" 2>&1 || { cat "$W/out"; fail "$p"; }
@@ -164,7 +173,7 @@ done
 # ---- e. an online plan change in bf16
 mpi 4 --steps 8 --global-batch 16 --precision bf16 --plan "$P/four.json" \
     --inject 3:8:1 --adapt online --check-every 2 --window 2 --gap 1.5 --noise-floor 2.0 \
-    --threshold 2.0 --planner-time-limit 30 --metrics "$W/on.jsonl" >"$W/out" 2>&1 ||
+    --threshold 2.0 --planner-time-limit 30 --eval-every 8 --eval-batches 1 --metrics "$W/on.jsonl" >"$W/out" 2>&1 ||
     { cat "$W/out"; fail "the online change"; }
 grep -q '^online migration 1 at step' "$W/out" || fail "no online plan change"
 within "$W/r1.jsonl" "$W/on.jsonl" $BOUND 8 "four.json, an online change at step $(sed -n \
