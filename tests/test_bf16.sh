@@ -28,9 +28,11 @@
 #  e. an online plan change on four.json (rank 3 slowed 8x) continues within
 #     BOUND of one process, its validation loss on the new plan too;
 #  f. four.json on --device cpu-opaque (no host code can read a device
-#     buffer), resumed from the cpu run's step-4 snapshot: steps 5-8 and the
-#     final snapshot bitwise those of the cpu run (across devices, sharded
-#     moments).
+#     buffer) with the master sharded too (--zero-master on: the bf16 working
+#     weights all-gathered), resumed from the cpu run's step-4 snapshot
+#     (--zero-master off): steps 5-8 and the final state bitwise those of the
+#     cpu run (across devices; two holders of every slice add in the
+#     all-reduce's order).
 # The snapshots' tensors are read through tests/snapread.py (h5py, or
 # tests/snapdump and numpy); without numpy those comparisons are skipped.
 set -u
@@ -179,16 +181,16 @@ grep -q '^online migration 1 at step' "$W/out" || fail "no online plan change"
 within "$W/r1.jsonl" "$W/on.jsonl" $BOUND 8 "four.json, an online change at step $(sed -n \
     's/^online migration 1 at step \([0-9]*\).*/\1/p' "$W/out")"
 
-# ---- f. four.json on cpu-opaque, resumed from the cpu run's step 6
+# ---- f. four.json on cpu-opaque (the master sharded), resumed from the cpu run's step 4
 cp -r "$W/four" "$W/fo"
 mpi 4 --resume-from 4 --overwrite-snapshots --snapshot-dir "$W/fo" --precision bf16 --plan "$P/four.json" \
-    --device cpu-opaque --metrics "$W/fo.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail "cpu-opaque"; }
+    --device cpu-opaque --zero-master on --metrics "$W/fo.jsonl" >"$W/out" 2>&1 || { cat "$W/out"; fail "cpu-opaque"; }
 grep -Eq '^\| kernels / comm +\| cpu-opaque \(bf16\)' "$W/out" || fail "cpu-opaque: not bf16 compute"
+grep -q 'fp32 master .*sharded as the moments' "$W/out" || fail "cpu-opaque: the master is not sharded"
 losses "$W/four.jsonl" | tail -n 4 >"$W/l1"
 losses "$W/fo.jsonl" >"$W/l2"
 cmp -s "$W/l1" "$W/l2" && echo "ok: four.json resumed on cpu-opaque: steps 5-8 bitwise the cpu run's" ||
     fail "four.json on cpu-opaque: losses $(tr '\n' ' ' <"$W/l2"), want $(tr '\n' ' ' <"$W/l1")"
-same_files "$W/four/step_00000008" "$W/fo/step_00000008" "four.json resumed on cpu-opaque, step 8"
 
 # ---- the tensors (snapshots read through tests/snapread.py)
 if "$PY" -c 'import numpy' 2>/dev/null; then
@@ -212,12 +214,15 @@ def tensors(f, groups):
     return {g + "/" + n: f[g][n][()] for g in groups for n in f[g].keys()}
 
 
-# c. --pp 2 against one process: every parameter and moment bitwise
-a = tensors(snap("r1", 8), ("param", "adam_m", "adam_v"))
-b = tensors(snap("pp", 8), ("param", "adam_m", "adam_v"))
-nd = sum(int(np.sum(a[k].view(np.uint32) != b[k].view(np.uint32))) for k in a)
-check(nd == 0 and a.keys() == b.keys(),
-    "--pp 2: %d of %d state elements differ from one process's" % (nd, sum(x.size for x in a.values())))
+# c. --pp 2 against one process; f. four.json on cpu-opaque with a sharded
+# master against the cpu run: every parameter and moment bitwise
+for x, y, what in (("r1", "pp", "--pp 2 against one process"),
+                   ("four", "fo", "four.json, cpu-opaque --zero-master on against cpu")):
+    a = tensors(snap(x, 8), ("param", "adam_m", "adam_v"))
+    b = tensors(snap(y, 8), ("param", "adam_m", "adam_v"))
+    nd = sum(int(np.sum(a[k].view(np.uint32) != b[k].view(np.uint32))) for k in a)
+    check(nd == 0 and a.keys() == b.keys(),
+          "%s: %d of %d state elements differ" % (what, nd, sum(v.size for v in a.values())))
 # d. the master restored exactly in the other precision
 for d, s in (("r1", "r1x"), ("f1", "f1x")):
     a, b = tensors(snap(d, 4), ("param",)), tensors(snap(s, 5), ("param",))
