@@ -1052,6 +1052,7 @@ static inline int is_bf16(mal_kern k)
 static float *slot(mal_kern k, int i, size_t n)
 {
     cpu_wide *w = &st_of(k)->wide;
+    if (!n) n = 1; /* an empty operand still gets a buffer of its own */
     if (n > w->n[i]) {
         float *p = realloc(w->p[i], n * sizeof *p);
         if (!p) {
@@ -1063,7 +1064,7 @@ static float *slot(mal_kern k, int i, size_t n)
         }
         w->p[i] = p, w->n[i] = n;
     }
-    return w->p[i] ? w->p[i] : (float *)w; /* n == 0: any non-NULL */
+    return w->p[i];
 }
 
 /* bf16 buffer h (a handle, n elements) widened into slot i; NULL for a
