@@ -32,7 +32,10 @@
 #include "mal_test_rand.h"
 
 /* How a case's buffer starts, and whether it is compared. */
-enum { IN_RAND, OUT_NAN, ACC_RAND, POS_RAND, TOKENS, ZERO };
+/* RAW_BITS: any 32-bit pattern (NaNs, infinities, subnormals, the
+ * largest floats that round up to infinity), a quarter of them a tie
+ * (low half 0x8000): the rounding itself. */
+enum { IN_RAND, OUT_NAN, ACC_RAND, POS_RAND, TOKENS, ZERO, RAW_BITS };
 
 typedef struct {
     size_t n;    /* elements */
@@ -73,6 +76,12 @@ static float *host_init(const buf_spec *s)
         case TOKENS:
             h[i] = (float)(int)(urand() * s->scale);
             break;
+        case RAW_BITS: {
+            uint32_t u = (uint32_t)(urand() * 4294967296.0);
+            if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;
+            memcpy(&h[i], &u, sizeof u);
+            break;
+        }
         case POS_RAND:
             h[i] = bf2f(f2bf(s->scale * (0.25f + fabsf(nrand()))));
             break;
@@ -437,6 +446,7 @@ int main(void)
          r_adamw,
          0},
         {"cast_working", 2, {IN(WC, 0), OUT(WC, 1)}, r_cast, 0},
+        {"cast_working, any bits", 2, {{WC, 0, RAW_BITS, 0, 0}, OUT(WC, 1)}, r_cast, 0},
         {"fp32 ops (dtype-blind)", 3, {ACC(NC, 0), ACC(NC, 0), {2, 0, ZERO, 0, 1}}, r_fp32_ops, 0},
     };
     for (size_t i = 0; i < MAL_ARRAY_SIZE(cases); i++)
