@@ -1,13 +1,15 @@
 #!/bin/sh
 # The sharded master (--zero 1 --zero-master on) on 4 ranks of
-# tests/plans/four.json (a TP-2 replica beside a two-stage pipeline), with
-# the test hook MALLEUS_TEST_WORK_COPY=1 (a separate fp32 working copy on
-# the CPU backend, as a bf16 one on a GPU).  tests/test_zero_master.c:
-# after the backward pass, in the buckets, and moved online onto
-# tests/plans/four_moved.json (the master gathered whole, moved, sharded
-# again), and three replicas (tests/plans/three_replicas.json: the master
-# a third): bitwise the losses and weights of --zero-master off, within
-# 1e-4 of one process, each master element kept once.  Then malleus-train: a
+# tests/plans/four.json (a TP-2 replica beside a two-stage pipeline), in
+# bf16 (--precision bf16: a bf16 working copy beside the fp32 master; on
+# the CPU bf16 storage with fp32 arithmetic, as on a GPU).
+# tests/test_zero_master.c: after the backward pass, in the buckets, and
+# moved online onto tests/plans/four_moved.json (the master gathered
+# whole, moved, sharded again), and three replicas
+# (tests/plans/three_replicas.json: the master a third): bitwise the
+# losses and weights of --zero-master off, near one process in bf16 (the
+# bounds and the measured figures are there), each master element kept
+# once.  Then malleus-train: a
 # bad --zero-master value, or `on` with --zero 0, is refused before
 # anything is written (exit 2, naming the flag); the start-up table says
 # what the master became (sharded; whole with fp32 compute and no working
@@ -17,7 +19,7 @@
 # sharded master (each rank its master blocks)
 # resume to the uninterrupted run's losses bit for bit (sharded and
 # whole, synchronous and --snapshot-async), and one resharded onto another
-# plan (malleus-reshard) resumes there with a sharded master within 1e-6;
+# plan (malleus-reshard) resumes there with a sharded master within 1e-3;
 # --init-from it trains bitwise alike with the master whole and sharded.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
@@ -51,9 +53,9 @@ expect "--zero-master on .*needs --zero 1" --zero 0 --zero-master on
     echo "ok: fp32 compute: --zero-master on keeps the master whole and says so" ||
     { cat "$W/out"; fail "fp32 compute, --zero-master on"; }
 
-export MALLEUS_TEST_WORK_COPY=1
+# bf16 compute from here on: a bf16 working copy beside the fp32 master
 mpi4() { sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny --plan "$P/four.json" \
-    --threads 1 "$@"; }
+    --precision bf16 --threads 1 "$@"; }
 # The reference runs, 4 steps with the master whole and sharded: the same
 # losses; the memory summary: the master per rank halves (two holders of
 # every element), as the moments did.
@@ -73,20 +75,20 @@ else
 fi
 
 # The memory check before allocating counts the master's share: a model of
-# 720896 parameters on four.json, rank 2 needs 11408669 bytes with the
-# master whole, 10686405 sharded; 42 MiB over the 4 ranks leaves each
-# 11010048.
+# 722048 parameters on four.json in bf16, rank 2 needs 9507099 bytes with
+# the master whole, 8784835 sharded; 36 MiB over the 4 ranks leaves each
+# 9437184.
 echo '{"vocab": 256, "d_model": 128, "n_layers": 4, "n_heads": 8, "ffn_hidden": 256,
        "seq_len": 32}' >"$W/model.json"
 for zm in off on; do
-    MALLEUS_MEMORY_MB=42 mpi4 --model "$W/model.json" --global-batch 16 --steps 1 --zero 1 \
+    MALLEUS_MEMORY_MB=36 mpi4 --model "$W/model.json" --global-batch 16 --steps 1 --zero 1 \
         --zero-master $zm >"$W/out" 2>&1
     rc=$?
     want=2; [ $zm = on ] && want=0
     if [ $rc -eq $want ] && { [ $zm = on ] || grep -q "does not fit in memory" "$W/out"; }; then
-        echo "ok: 4 ranks, 42 MiB, --zero-master $zm -> $rc"
+        echo "ok: 4 ranks, 36 MiB, --zero-master $zm -> $rc"
     else
-        cat "$W/out"; fail "4 ranks, 42 MiB, --zero-master $zm -> exit $rc, wanted $want"
+        cat "$W/out"; fail "4 ranks, 36 MiB, --zero-master $zm -> exit $rc, wanted $want"
     fi
 done
 
@@ -139,14 +141,19 @@ else
     fail "--init-from: losses differ between --zero-master off and on"
 fi
 # The sharded-master snapshot of step 2 resharded onto four_moved.json,
-# resumed there with a sharded master: the losses within 1e-6 of the run's.
+# resumed there with a sharded master: the losses within 1e-3 (relative)
+# of the run's on four.json.  Not bitwise: four_moved.json splits the
+# layers over TP ranks otherwise, and its bf16 partial sums round
+# otherwise (measured 1.4e-4 and 5.8e-5 at steps 3 and 4; the master or
+# the moments lost would be far above the bound: step 1's loss is 8 %
+# above step 3's).
 rm -f "$W/res.jsonl"
 "$top_builddir/malleus-reshard" --quiet "$W/s1" "$P/four_moved.json" "$W/r1" >"$W/out" 2>&1 &&
     sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --resume --snapshot-dir "$W/r1" --plan "$P/four_moved.json" --zero 1 \
         --zero-master on --threads 1 --quiet --metrics "$W/res.jsonl" >>"$W/out" 2>&1 ||
     { cat "$W/out"; fail "reshard, resume"; }
 tail -n 2 "$W/res.jsonl" 2>/dev/null | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/b"
-if paste "$W/a" "$W/b" | awk 'NF != 2 || ($1 - $2) / $1 > 1e-6 || ($2 - $1) / $1 > 1e-6 { bad = 1 }
+if paste "$W/a" "$W/b" | awk 'NF != 2 || ($1 - $2) / $1 > 1e-3 || ($2 - $1) / $1 > 1e-3 { bad = 1 }
                               END { exit bad || NR != 2 }'; then
     echo "ok: resharded onto four_moved.json, resumed with a sharded master: $(tr '\n' ' ' <"$W/b")"
 else
