@@ -334,7 +334,10 @@ static void scratch_slots(mal_model *m, void **slots[N_SCRATCH])
     memcpy(slots, s, sizeof s);
 }
 
-int mal_model_separate_work(mal_kern k) { return k->compute != MAL_F32; }
+int mal_model_separate_work(mal_kern k)
+{
+    return k->compute != MAL_F32;
+}
 
 /* Bytes of each of the part's buffers, checked: the fp32 state (one of the
  * four), the working weights (0 when they are the parameters themselves,

@@ -47,26 +47,52 @@ expect() {
 }
 expect "--zero-master" --zero-master maybe
 expect "--zero-master on .*needs --zero 1" --zero 0 --zero-master on
-# fp32 compute without the hook: the working weights are the master
+# fp32 compute: the working weights are the master
 "$TRAIN" $run --zero 1 --zero-master on >"$W/out" 2>&1 &&
     grep -q 'fp32 master .*whole: it is the working weights' "$W/out" &&
     echo "ok: fp32 compute: --zero-master on keeps the master whole and says so" ||
     { cat "$W/out"; fail "fp32 compute, --zero-master on"; }
+# --zero 0: the default follows it, off, silently
+"$TRAIN" $run --precision bf16 --zero 0 >"$W/out" 2>&1 && ! grep -q 'fp32 master' "$W/out" &&
+    echo "ok: bf16, --zero 0: the master whole by default, nothing said" ||
+    { cat "$W/out"; fail "bf16, --zero 0 and the default --zero-master"; }
+# malleus-replan likewise: its default follows its --zero (a profile whose
+# state holds a bf16 working copy apart, state_bytes 18: the master's
+# bytes shed beside the moments'), `on` with --zero 0 refused.
+echo '{ "preset": "tiny", "state_bytes": 18 }' >"$W/prof.json"
+replan() {
+    "$top_builddir/malleus-replan" --world-size 4 --ranks-per-node 4 --memory-mb 1000 -b 2 -M 8 \
+        -p "$W/prof.json" --simulate "$P/four.json" --explain "$@" >"$W/rp_$#$*" 2>&1
+}
+if replan && replan --zero-master on && replan --zero-master off && replan --zero 0 &&
+    replan --zero 0 --zero-master off && ! replan --zero 0 --zero-master on &&
+    cmp -s "$W/rp_0" "$W/rp_2--zero-master on" && ! cmp -s "$W/rp_0" "$W/rp_2--zero-master off" &&
+    grep -q "and the master's" "$W/rp_0" && cmp -s "$W/rp_2--zero 0" "$W/rp_4--zero 0 --zero-master off" &&
+    grep -q -- "--zero-master on .*needs --zero 1" "$W/rp_4--zero 0 --zero-master on"; then
+    echo "ok: malleus-replan --zero-master: on by default with --zero 1, off with --zero 0"
+else
+    head -n 30 "$W"/rp_*; fail "malleus-replan --zero-master's default"
+fi
 
 # bf16 compute from here on: a bf16 working copy beside the fp32 master
 mpi4() { sh "$top_srcdir/tests/mpirun.sh" 4 60 "$TRAIN" --model tiny --plan "$P/four.json" \
     --precision bf16 --threads 1 "$@"; }
-# The reference runs, 4 steps with the master whole and sharded: the same
-# losses; the memory summary: the master per rank halves (two holders of
-# every element), as the moments did.
-C="--global-batch 16 --steps 4 --warmup 2 --lr 3e-3 --zero 1"
+# The reference runs, 4 steps with the master whole and sharded (the
+# defaults: --zero 1 where the plan has two pipelines, the master with
+# the moments; background snapshots at steps 2 and 4, resumed below): the
+# same losses; the memory summary: the master per rank halves (two holders
+# of every element), as the moments did.
+C="--global-batch 16 --steps 4 --warmup 2 --lr 3e-3"
 for zm in off on; do
-    mpi4 $C --zero-master $zm --metrics "$W/ref_$zm.jsonl" >"$W/mem_$zm" 2>&1 ||
+    flags="--zero 1 --zero-master off"
+    [ $zm = on ] && flags="--snapshot-dir $W/sa --snapshot-every 2 --snapshot-async"
+    mpi4 $C $flags --metrics "$W/ref_$zm.jsonl" >"$W/mem_$zm" 2>&1 ||
         { cat "$W/mem_$zm"; fail "--zero-master $zm run"; }
     sed -n 's/.*rank \([0-9]\):.* master \([0-9.]*\) + moments \([0-9.]*\).*/\1 \2 \3/p' \
         "$W/mem_$zm" | sort >"$W/m_$zm"
 done
-grep -q 'fp32 master .*sharded as the moments' "$W/mem_on" || fail "no sharded master in the table"
+grep -q 'fp32 master .*sharded as the moments' "$W/mem_on" ||
+    fail "no sharded master in the table by default"
 if join "$W/m_off" "$W/m_on" | awk '{ print "  rank " $1 ": master " $2 " -> " $4 " MiB (moments " $5 " MiB)" }
         NF != 5 || $4 >= $2 || 2 * $4 != $5 { bad = 1 } END { exit bad || NR != 4 }'; then
     echo "ok: the accountant's master per rank, --zero-master off -> on, is the moments' share"
@@ -93,36 +119,35 @@ for zm in off on; do
 done
 
 # Snapshots: the step-2 snapshot of a run with a sharded master resumes to
-# the losses of the uninterrupted sharded run, bit for bit: resumed sharded
-# and whole; and a background snapshot (staged from the shards).
+# the losses of the uninterrupted sharded run, bit for bit: after a crash
+# at step 3, resumed sharded and whole; and the reference run's background
+# snapshot (staged from the shards).
 [ -s "$W/ref_on.jsonl" ] && [ "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref_on.jsonl")" = \
       "$(sed 's/.*"loss":\([^,]*\),.*/\1/' "$W/ref_off.jsonl")" ] ||
     fail "malleus-train: --zero-master on and off lose differently"
-C="$C --quiet"
+C="$C --zero 1 --quiet"
 tail -n 2 "$W/ref_on.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/a"
-for case in "on on crash" "on off crash" "on on whole --snapshot-async"; do
+MALLEUS_TEST_STEP_FAIL=0:3 mpi4 $C --zero-master on --snapshot-dir "$W/s1" --snapshot-every 2 \
+    >"$W/out" 2>&1
+for case in "crash on" "crash off" "async on"; do
     set -- $case
-    wm=$1 rm=$2 how=$3
-    shift 3
     rm -rf "$W/s"
-    if [ "$how" = crash ]; then
-        MALLEUS_TEST_STEP_FAIL=0:3 mpi4 $C --zero-master "$wm" --snapshot-dir "$W/s" \
-            --snapshot-every 2 "$@" >"$W/out" 2>&1
+    if [ $1 = crash ]; then
+        cp -r "$W/s1" "$W/s"
         from=--resume
     else
-        mpi4 $C --zero-master "$wm" --snapshot-dir "$W/s" --snapshot-every 2 "$@" >"$W/out" 2>&1
+        cp -r "$W/sa" "$W/s"
         from="--resume-from 2 --overwrite-snapshots"
     fi
-    [ "$case" = "on on crash" ] && cp -r "$W/s" "$W/s1"
     rm -f "$W/res.jsonl"
-    mpi4 $from --quiet --snapshot-dir "$W/s" --zero 1 --zero-master "$rm" \
+    mpi4 $from --quiet --snapshot-dir "$W/s" --zero 1 --zero-master $2 \
         --metrics "$W/res.jsonl" >"$W/out" 2>&1 &&
         [ "$(cat "$W/s/latest")" = step_00000004 ] || { cat "$W/out"; fail "resume $case"; }
     tail -n 2 "$W/res.jsonl" 2>/dev/null | sed 's/.*"loss":\([^,]*\),.*/\1/' >"$W/b"
     if cmp -s "$W/a" "$W/b" && [ "$(wc -l <"$W/b")" -eq 2 ]; then
-        echo "ok: written with --zero-master $wm $*, resumed with $rm: steps 3-4 bitwise"
+        echo "ok: written sharded ($1), resumed with --zero-master $2: steps 3-4 bitwise"
     else
-        fail "written with --zero-master $wm $*, resumed with $rm: losses" \
+        fail "written sharded ($1), resumed with --zero-master $2: losses" \
             "$(tr '\n' ' ' <"$W/b"), want $(tr '\n' ' ' <"$W/a")"
     fi
 done
