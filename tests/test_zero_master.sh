@@ -3,29 +3,34 @@
 # tests/plans/four.json (a TP-2 replica beside a two-stage pipeline), in
 # bf16 (--precision bf16: a bf16 working copy beside the fp32 master; on
 # the CPU bf16 storage with fp32 arithmetic, as on a GPU).
-# tests/test_zero_master.c: after the backward pass, in the buckets, and
+# tests/test_zero_master.c, on the cpu-opaque backend (device buffers the
+# host cannot touch: the sharded master's paths go through the kernel
+# table and the staged data plane, as on a GPU; malleus-train below runs
+# on the plain cpu one): after the backward pass, in the buckets, and
 # moved online onto tests/plans/four_moved.json (the master gathered
 # whole, moved, sharded again), and three replicas
 # (tests/plans/three_replicas.json: the master a third): bitwise the
 # losses and weights of --zero-master off, near one process in bf16 (the
 # bounds and the measured figures are there), each master element kept
-# once.  Then malleus-train: a
-# bad --zero-master value, or `on` with --zero 0, is refused before
-# anything is written (exit 2, naming the flag); the start-up table says
-# what the master became (sharded; whole with fp32 compute and no working
-# copy); the memory summary's master per rank is the moments' share;
-# the memory check before allocating counts the master's share (a plan
-# refused with it whole fits with it sharded); snapshots written under a
-# sharded master (each rank its master blocks)
-# resume to the uninterrupted run's losses bit for bit (sharded and
-# whole, synchronous and --snapshot-async), and one resharded onto another
+# once.  Then malleus-train: a bad --zero-master value, or `on` with
+# --zero 0, is refused before anything is written (exit 2, naming the
+# flag); the start-up table says what the master became (sharded -- the
+# default where the moments are; whole with fp32 compute, where it is the
+# working weights; no row with --zero 0, whose default is off); the same
+# defaults in malleus-replan; the memory summary's master per rank is the
+# moments' share; the memory check before allocating counts the master's
+# share (a plan refused with it whole fits with it sharded); snapshots
+# written under a sharded master (each rank its master blocks) resume to
+# the uninterrupted run's losses bit for bit (sharded and whole, after a
+# crash and from a background snapshot), and one resharded onto another
 # plan (malleus-reshard) resumes there with a sharded master within 1e-3;
 # --init-from it trains bitwise alike with the master whole and sharded.
 set -u
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 P="$top_srcdir/tests/plans"
-sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero_master" \
+MALLEUS_TEST_DEVICE=${MALLEUS_TEST_DEVICE:-cpu-opaque} \
+    sh "$top_srcdir/tests/mpirun.sh" 4 120 "$top_builddir/tests/test_zero_master" \
     "$P/four.json" --dp-overlap off "$P/four.json" --dp-overlap on "$P/three_replicas.json" \
     --change "$P/four_moved.json" "$P/four.json" || exit 1
 
