@@ -60,7 +60,7 @@ int main(int argc, char **argv)
          .help = "with --zero 1: the run shards the fp32 master too\n"
                  "(malleus-train --zero-master; counted only where the\n"
                  "profile's state_bytes holds a working copy apart, as\n"
-                 "bf16's). Default: off"},
+                 "bf16's). Default: as --zero, as malleus-train's"},
         {MAL_OPT_STRING, "recompute", 0, "MODE", .target = &o.recompute,
          .help = "activation recomputation the plan may use: auto (the\n"
                  "default: per stage, only where a stage would not fit\n"

@@ -185,8 +185,8 @@ int main(int argc, char **argv)
                  "working weights are all-gathered in the compute\n"
                  "dtype). Only where the working weights are a separate\n"
                  "copy (bf16 compute): with fp32 compute they are the\n"
-                 "master and `on` changes nothing. Default: off (not yet\n"
-                 "run on a GPU)"},
+                 "master and `on` changes nothing. Default: as --zero\n"
+                 "(on where the moments are sharded)"},
 
         {MAL_OPT_SECTION, .help = "Straggler monitor and adaptation:"},
         {MAL_OPT_CHOICE, "adapt", .metavar = "MODE", .target = &o->adapt, .choices = adapt_modes,

@@ -1042,6 +1042,39 @@ static void *op_native_queue(mal_kern k)
  * backend's workspace: not device buffers, not counted by the accountant).
  * No allocation: the operation is skipped and sync() returns MAL_ENOMEM. */
 
+/* x rounded to bf16 bits, mal_bf16_from_f32's arithmetic without its
+ * branch (a NaN chosen by mask), so that the loop below vectorises. */
+static inline uint16_t bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    uint32_t r = (u + 0x7fffu + (u >> 16 & 1u)) >> 16, q = u >> 16 | 0x0040u;
+    return (uint16_t)((q & nan) | (r & ~nan));
+}
+
+CPU_SIMD static void narrow_run(uint16_t *restrict b, const float *restrict f, size_t n)
+{
+    size_t j = 0;
+    for (; j + CPU_VW <= n; j += CPU_VW)
+        for (size_t e = 0; e < CPU_VW; e++)
+            b[j + e] = bf16_round(f[j + e]);
+    for (; j < n; j++)
+        b[j] = bf16_round(f[j]);
+}
+
+CPU_SIMD static void widen_run(float *restrict f, const uint16_t *restrict b, size_t n)
+{
+    size_t j = 0;
+    for (; j + CPU_VW <= n; j += CPU_VW)
+        for (size_t e = 0; e < CPU_VW; e++) {
+            uint32_t u = (uint32_t)b[j + e] << 16;
+            memcpy(&f[j + e], &u, sizeof u);
+        }
+    for (; j < n; j++)
+        f[j] = mal_f32_from_bf16(b[j]);
+}
+
 static inline int is_bf16(mal_kern k)
 {
     return k->compute == MAL_BF16;
@@ -1052,6 +1085,7 @@ static inline int is_bf16(mal_kern k)
 static float *slot(mal_kern k, int i, size_t n)
 {
     cpu_wide *w = &st_of(k)->wide;
+    if (!n) n = 1; /* an empty operand still gets a buffer of its own */
     if (n > w->n[i]) {
         float *p = realloc(w->p[i], n * sizeof *p);
         if (!p) {
@@ -1063,7 +1097,7 @@ static float *slot(mal_kern k, int i, size_t n)
         }
         w->p[i] = p, w->n[i] = n;
     }
-    return w->p[i] ? w->p[i] : (float *)w; /* n == 0: any non-NULL */
+    return w->p[i];
 }
 
 /* bf16 buffer h (a handle, n elements) widened into slot i; NULL for a
@@ -1076,9 +1110,7 @@ static float *widen(mal_kern k, int i, const void *h, size_t n, int *bad)
         *bad = 1;
         return NULL;
     }
-    const uint16_t *b = dev(k, h);
-    for (size_t j = 0; j < n; j++)
-        f[j] = mal_f32_from_bf16(b[j]);
+    widen_run(f, dev(k, h), n);
     return f;
 }
 
@@ -1095,9 +1127,7 @@ static float *outbuf(mal_kern k, int i, const void *h, size_t n, int *bad)
 static void narrow(mal_kern k, void *h, const float *f, size_t n)
 {
     if (!h || !f) return;
-    uint16_t *b = dev(k, h);
-    for (size_t j = 0; j < n; j++)
-        b[j] = mal_bf16_from_f32(f[j]);
+    narrow_run(dev(k, h), f, n);
 }
 
 static void wide_fini(cpu_wide *w)

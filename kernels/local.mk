@@ -15,3 +15,9 @@ tests_test_ops_SOURCES = tests/test_ops.c tests/mal_test.h
 check_PROGRAMS += tests/test_memacct
 TESTS += tests/test_memacct
 tests_test_memacct_SOURCES = tests/test_memacct.c tests/mal_test.h
+
+# the CPU backends' bf16 compute: every operation's results exactly the fp32
+# compute's, rounded once to nearest even where stored in bf16
+check_PROGRAMS += tests/test_ops_bf16
+TESTS += tests/test_ops_bf16
+tests_test_ops_bf16_SOURCES = tests/test_ops_bf16.c tests/mal_test.h tests/mal_test_rand.h

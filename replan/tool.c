@@ -31,6 +31,7 @@ void mal_replan_opts_init(mal_replan_opts *o)
     /* malleus-train's default: sharded wherever a plan has replicas (a
      * plan without them has no moments to share out either way) */
     o->zero = 1;
+    o->zero_master = -1; /* as zero, as malleus-train's */
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
@@ -186,13 +187,18 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
         rc = MAL_ERR(MAL_EINVAL, "give --micro-batches or --global-batch, not both");
         goto done;
     }
+    if (o->zero_master == 1 && !o->zero) {
+        rc = MAL_ERR(MAL_EINVAL, "--zero-master on shards the master with the moments: it needs "
+                                 "--zero 1, not --zero 0");
+        goto done;
+    }
 
     /* model profile */
     rc = o->profile_path ? mal_profile_read(&prof, o->profile_path, o->micro_batch_size)
                          : mal_profile_preset(&prof, o->model, o->micro_batch_size);
     if (rc) goto done;
     prof.zero = o->zero;
-    prof.zero_master = o->zero && o->zero_master;
+    prof.zero_master = o->zero && o->zero_master != 0; /* -1: as --zero */
     prof.recompute = MAL_REPLAN_RECOMPUTE_AUTO;
     if (o->recompute && strcmp(o->recompute, "auto")) {
         int m;

@@ -34,7 +34,8 @@ typedef struct mal_replan_opts {
     int search;                /* MAL_REPLAN_AUTO / EXHAUSTIVE / HEURISTIC */
     double time_limit;         /* --time-limit seconds (0: none) */
     int zero;                  /* --zero: the run shards the Adam moments (0 or 1, default 1) */
-    int zero_master;           /* --zero-master: and the fp32 master (0 or 1, default 0) */
+    int zero_master;           /* --zero-master: and the fp32 master (0 or 1; -1, the
+                                * default: as zero) */
     const char *recompute;     /* --recompute none|selective|full|auto (NULL: auto) */
 } mal_replan_opts;
 

@@ -157,10 +157,12 @@ int mal_gradsync_zero(mal_gradsync *g, int rank);
 /* Local.  Shard the fp32 master too (see the top), after
  * mal_gradsync_zero: this rank's share of the whole m->params (regions
  * and local pieces, the moments' layout; attributed to MAL_MEM_MASTER),
- * then m->params is freed and NULL (mal_model_state names it missing).
- * Nothing when the working weights are the master (fp32 compute without
- * the MALLEUS_TEST_WORK_COPY hook) or it is already sharded.  The sync
- * owns the shard: destroy it only after mal_gradsync_zero_gather. */
+ * taken from a copy in the gradient buffer (overwritten: call it between
+ * steps) after m->params is freed and NULL (mal_model_state names it
+ * missing), so that the whole master and the share never coexist.
+ * Nothing when the working weights are the master (fp32 compute) or it is
+ * already sharded.  The sync owns the shard: destroy it only after
+ * mal_gradsync_zero_gather. */
 int mal_gradsync_zero_master(mal_gradsync *g);
 
 /* Local.  1 when the master is sharded (g may be NULL: 0). */

@@ -336,12 +336,7 @@ static void scratch_slots(mal_model *m, void **slots[N_SCRATCH])
 
 int mal_model_separate_work(mal_kern k)
 {
-    /* Test hook: MALLEUS_TEST_WORK_COPY=1 keeps a separate fp32 working
-     * copy (refreshed by the fp32 -> fp32 cast, a copy), so the paths of a
-     * reduced-precision working copy - a sharded master among them - run
-     * on the CPU backend. */
-    const char *e = getenv("MALLEUS_TEST_WORK_COPY");
-    return k->compute != MAL_F32 || (e && strcmp(e, "1") == 0);
+    return k->compute != MAL_F32;
 }
 
 /* Bytes of each of the part's buffers, checked: the fp32 state (one of the

@@ -258,9 +258,7 @@ int mal_model_state_to_host(const mal_model *m, int g, const mal_tensor_info *t,
 int mal_model_state_from_host(mal_model *m, int g, const mal_tensor_info *t, const float *host);
 
 /* Local.  1 when a part on `k` keeps working weights apart from the
- * master parameters (compute dtype other than fp32; or the test hook
- * MALLEUS_TEST_WORK_COPY=1, an fp32 copy, for the CPU tests of the paths
- * that only a reduced-precision working copy takes). */
+ * master parameters (a compute dtype other than fp32). */
 int mal_model_separate_work(mal_kern k);
 
 /* Local.  Bring the working weights up to date with the master parameters

@@ -24,8 +24,7 @@
 
 static int failures;
 /* the backend under test: cuda; MAL_TEST_DEVICE=cpu-opaque runs this test's
- * own logic on the CPU (fp32 only), which is how it was checked without a
- * GPU */
+ * own logic on the CPU, fp32 and bf16 (tests/test_cuda_model_cpu.sh) */
 static const char *dev = "cuda";
 
 /* Every tensor's values <-> one host array of n_params floats. */

@@ -27,25 +27,39 @@ static inline mal_trainer *mal_test_train(const mal_train_options *o, const mal_
     return tr;
 }
 
-/* Largest |local - ref| over tensor t's shard (local: the part's values,
- * t at t->offset) against the whole tensor `ref` (n values, row-major),
- * relative to ref's largest value. */
-static inline double mal_test_shard_err(const mal_tensor_info *t, const float *local,
-                                        const float *ref, size_t n)
+/* Over tensor t's shard (local: the part's values, t at t->offset) against
+ * the whole tensor `ref` (row-major): d[0] the largest |local - ref|, d[1]
+ * the sum of (local - ref)^2, d[2] the sum of ref^2 over the shard's
+ * elements. */
+static inline void mal_test_shard_diff(const mal_tensor_info *t, const float *local,
+                                       const float *ref, double d[3])
 {
-    double scale = 0, err = 0;
     int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
     int64_t gcols = t->ndim == 2 ? t->shape[1] : 1;
-    for (size_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs((double)ref[i]));
+    d[0] = d[1] = d[2] = 0;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             int64_t gr = t->split_dim == 0 ? r + t->split_off : r;
             int64_t gc = t->split_dim == 1 ? c + t->split_off : c;
-            err = fmax(err, fabs((double)local[t->offset + (size_t)(r * cols + c)] -
-                                 (double)ref[gr * gcols + gc]));
+            double x = ref[gr * gcols + gc];
+            double e = (double)local[t->offset + (size_t)(r * cols + c)] - x;
+            d[0] = fmax(d[0], fabs(e));
+            d[1] += e * e;
+            d[2] += x * x;
         }
-    return err / scale;
+}
+
+/* Largest |local - ref| over tensor t's shard (mal_test_shard_diff)
+ * against the whole tensor `ref` (n values), relative to ref's largest
+ * value. */
+static inline double mal_test_shard_err(const mal_tensor_info *t, const float *local,
+                                        const float *ref, size_t n)
+{
+    double scale = 0, d[3];
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)ref[i]));
+    mal_test_shard_diff(t, local, ref, d);
+    return d[0] / scale;
 }
 
 #endif /* MAL_ZERO_TEST_H */

@@ -37,6 +37,7 @@ mal_train_options mal_train_defaults(void)
     o.dp_overlap = 1;
     o.dp_bucket_mb = 25; /* PyTorch DDP's default */
     o.zero = -1;         /* 1 where the plan has replicas (make_plan) */
+    o.zero_master = -1;  /* as zero (make_plan) */
     o.recompute = -1;    /* each stage's plan field */
     o.change_cost = -1;  /* measured at the last change, else estimated */
     o.resume_from = -1;
@@ -73,6 +74,10 @@ static int make_plan(mal_trainer *tr)
      * (more than one pipeline), where it saves memory; for the run, also
      * after an online change */
     if (tr->o.zero < 0) tr->o.zero = tr->plan.n_pipelines > 1;
+    /* the master sharded with the moments by default: the same update, bit
+     * for bit, in less memory (with fp32 compute it is the working weights
+     * and stays whole whatever the setting) */
+    if (tr->o.zero_master < 0) tr->o.zero_master = tr->o.zero;
     return 0;
 }
 
@@ -186,7 +191,9 @@ int mal_trainer_create(mal_trainer **out, const mal_train_options *opts)
     if (!(o->dp_bucket_mb >= 0) || o->dp_bucket_mb > 1e6)
         return MAL_ERR(MAL_EINVAL, "--dp-bucket-mb must be a number of MiB between 0 and 1e6");
     if (o->zero < -1 || o->zero > 1) return MAL_ERR(MAL_EINVAL, "--zero must be 0 or 1");
-    if (o->zero_master && o->zero == 0)
+    if (o->zero_master < -1 || o->zero_master > 1)
+        return MAL_ERR(MAL_EINVAL, "--zero-master must be on or off");
+    if (o->zero_master == 1 && o->zero == 0)
         return MAL_ERR(MAL_EINVAL, "--zero-master on shards the master with the moments: it "
                                    "needs --zero 1, not --zero 0");
     if (o->recompute < -1 || o->recompute >= MAL_RECOMPUTE_COUNT)

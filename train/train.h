@@ -126,7 +126,8 @@ typedef struct {
                              * plan has more than one pipeline, else 0 */
     int zero_master;        /* 1 (--zero-master on): with zero, the fp32 master is
                              * sharded too where a separate working copy exists
-                             * (gradsync.h, mal_gradsync_zero_master); 0 (default) */
+                             * (gradsync.h, mal_gradsync_zero_master); 0: whole on
+                             * every holder; -1 (the default): as zero */
     int recompute;          /* activation recomputation (mal_recompute, plan.h) for
                              * every stage, overriding the plan's; -1 (the
                              * default): each stage's plan field (none unless the

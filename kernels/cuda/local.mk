@@ -43,7 +43,8 @@ kernels/cuda/rmsnorm.$(OBJEXT) kernels/cuda/rope.$(OBJEXT) kernels/cuda/swiglu.$
 # (exits 77 without one).  One source, tests/test_cuda_kernels.cu.  The
 # backend through the table against the CPU backend (test_cuda_ops), the
 # whole model (test_cuda_model) and malleus-train (test_cuda_train.sh) on
-# the GPU: exit 77 without one.  --inject-mode gpu's slowdown as the
+# the GPU: exit 77 without one (test_cuda_model_cpu.sh runs the model
+# test's checks, bf16 included, on the CPU backend).  --inject-mode gpu's slowdown as the
 # monitor sees it (test_cuda_inject.sh): exit 77 without one.  cuDNN's
 # fused attention against the hand kernels and float64, timed
 # (test_cuda_cudnn): exit 77 without a GPU or without cuDNN.
@@ -56,8 +57,10 @@ check_PROGRAMS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_op
 	tests/test_cuda_model tests/test_emu_checks tests/test_cudnn_graph tests/test_cuda_cudnn
 TESTS += tests/test_cuda_emu tests/test_cuda_kernels tests/test_cuda_ops tests/test_cuda_model \
 	tests/test_cudnn_graph tests/test_cuda_cudnn \
-	tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh
-dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh
+	tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh \
+	tests/test_cuda_model_cpu.sh
+dist_check_SCRIPTS += tests/test_cuda_train.sh tests/test_cuda_inject.sh tests/test_emu_checks.sh \
+	tests/test_cuda_model_cpu.sh
 tests_test_emu_checks_SOURCES = tests/test_emu_checks.cpp
 tests_test_emu_checks_CPPFLAGS = -U_FORTIFY_SOURCE $(CUDA_CFLAGS) -I$(top_srcdir)
 tests_test_emu_checks_CXXFLAGS = -std=c++17 -O1
@@ -80,7 +83,8 @@ tests/test_cuda_emu.$(OBJEXT) tests/test_cuda_kernels.$(OBJEXT): tests/test_cuda
 	$(CUDA_SRC)
 else
 EXTRA_DIST += tests/test_cuda_emu.cpp tests/test_cuda_kernels.cu tests/test_cuda_ops.c \
-	tests/test_cuda_model.c tests/test_cuda_train.sh tests/test_cuda_inject.sh \
+	tests/test_cuda_model.c tests/test_cuda_model_cpu.sh tests/test_cuda_train.sh \
+	tests/test_cuda_inject.sh \
 	tests/test_emu_checks.cpp tests/test_emu_checks.sh tests/test_cudnn_graph.c \
 	tests/test_cuda_cudnn.c
 endif
