@@ -12,11 +12,10 @@
 #     losses and gradient norms, the same snapshot files byte for byte;
 #  c. --pp 2 against one process: bitwise (losses, and every parameter and
 #     moment of the final snapshot); --tp 2, --dp 2 --zero 0 and
-#     tests/plans/four.json (TP 2 beside a two-stage pipeline, --zero 1,
-#     the master whole):
-#     losses within BOUND of one process's (other summation orders before a
-#     bf16 rounding: not bitwise; see BOUND below); the validation loss at
-#     the end likewise (evaluation reads bf16 logits);
+#     tests/plans/four.json (TP 2 beside a two-stage pipeline, --zero 1, the
+#     master whole): losses within BOUND of one process's (other summation
+#     orders before a bf16 rounding: not bitwise; see BOUND below); the
+#     validation loss at the end likewise (evaluation reads bf16 logits);
 #  d. resume: a bf16 snapshot of step 4 resumed in bf16 gives steps 5-8 of
 #     the uninterrupted run and its final snapshot byte for byte; resumed
 #     in fp32, and an fp32 snapshot resumed in bf16, the master restores
@@ -60,7 +59,10 @@ fail() {
 # (the online change), against 1.5e-4 between bf16 and fp32 on the same
 # steps and 1.2e-2 for one step on stale working weights (the bug this
 # caught after an online change).  In fp32 these plans print one process's
-# losses.
+# losses, but their states differ in the last bits too (a replica sums its
+# micro-batches' gradients, then the replicas' sums are added: not one
+# process's order; TP splits a row's products in two); --pp 2 keeps one
+# process's order and is bitwise in both precisions.
 BOUND=1e-4
 
 one() { "$TRAIN" --model tiny --threads 1 --quiet "$@"; }
