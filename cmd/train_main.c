@@ -218,7 +218,7 @@ int main(int argc, char **argv)
          .help = "rates the plan was made with ({\"rank\": rate} or a\n"
                  "metrics file; default: all 1.0)"},
         {MAL_OPT_INT, "probe-size", .metavar = "N", .target = &o->probe_n, .lo = 8, .hi = 4096,
-         .help = "size of the monitor's probe matmul (default: 128)"},
+         .help = "size of the monitor's probe matmul (default: 192)"},
         {MAL_OPT_INT, "link-probe-every", .metavar = "N", .target = &o->link_probe_every,
          .lo = 0, .hi = 1000000,
          .help = "the link monitor: a ping-pong between the ranks that\n"

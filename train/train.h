@@ -148,7 +148,7 @@ typedef struct {
     double change_cost;        /* what a plan change costs, seconds (< 0: measured at the
                                 * last change, else estimated; 0: every change pays) */
     double gap, threshold, noise_floor; /* policy (0: defaults 0.3, 1.2, 1.2) */
-    int probe_n;               /* probe matmul size (0: default 128) */
+    int probe_n;               /* probe matmul size (0: default 192) */
     int link_probe_every;      /* the link monitor's ping-pong every N steps (0: never;
                                 * mal_train_defaults: 20) */
     int link_probe_bytes;      /* its message size (0: 64 KiB) */
