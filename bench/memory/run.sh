@@ -23,7 +23,7 @@
 # the fp32 master), and a third comparison is added: --zero 1
 # --zero-master on (the master sharded as the moments) against the
 # planner's --zero 1 --zero-master on.  --zero-master is passed explicitly
-# to every run and prediction.
+# to every run and prediction (-r: --zero 0 --zero-master off).
 #
 # Usage: bench/memory/run.sh [-p fp32|bf16] [-m "MODELS"] [-s STEPS] [-o DIR] [PLAN.json...]
 #        bench/memory/run.sh -r [-p fp32|bf16] [-m "MODELS"] [-s STEPS] [-o DIR]
@@ -92,13 +92,14 @@ PLAN
                 pre="$out/$model-1rank-$mode-$s"
                 /usr/bin/time -f "%U %S" -o "$pre.cpu" "$BUILD/malleus-train" --model "$model" \
                     --micro-batch 2 --global-batch 4 --steps "$s" --threads 1 --recompute $mode \
-                    --precision $prec --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 ||
+                    --precision $prec --zero 0 --zero-master off --metrics "$pre.jsonl" \
+                    </dev/null >"$pre.log" 2>&1 ||
                     { cat "$pre.log"; return 1; }
                 pre="$out/$model-pp2-$mode-$s"
                 /usr/bin/time -f "%U %S" -o "$pre.cpu" "$MPIEXEC" -n 2 "$BUILD/malleus-train" \
                     --model "$model" --plan "$out/$model-pp2.json" --global-batch 4 --steps "$s" \
-                    --threads 1 --recompute $mode --precision $prec --metrics "$pre.jsonl" \
-                    </dev/null >"$pre.log" 2>&1 ||
+                    --threads 1 --recompute $mode --precision $prec --zero 0 --zero-master off \
+                    --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 ||
                     { cat "$pre.log"; return 1; }
             done
             echo "$model 1rank $mode $out/$model-1rank-$mode" >>"$out/runs"
