@@ -68,9 +68,11 @@ check() {
             print "FAIL: terms do not add up to the total: " $0; bad++ }
         if (expect_g != "" && (g > 0) != expect_g) { print "FAIL: gradient sum " g ": " $0; bad++ }
         # --zero 1, layers and embedding held by every pipeline alike: a
-        # rank keeps 1/R of the moments (2 x the gradients) it would hold
-        if (zero_ratio && !prod_ok(z, 2 * g * (1 - 1 / r), 2)) {
-            print "FAIL: moments not kept " z " != 2 x " g " x (1 - 1/" r "): " $0; bad++ }
+        # rank keeps 1/R of the moments (8 bytes a parameter: 2 x the
+        # gradient copy of 4 bytes) it would hold, and with --zero-master on
+        # beside a working copy the master too (12 bytes: 3 x)
+        if (zero_ratio && !prod_ok(z, zero_ratio * g * (1 - 1 / r), zero_ratio)) {
+            print "FAIL: moments not kept " z " != " zero_ratio " x " g " x (1 - 1/" r "): " $0; bad++ }
     }
     END {
         if (n != want) { print "FAIL: " n " memory lines for " want " stages"; bad++ }
@@ -105,8 +107,23 @@ run "plan, 70b, 64 ranks, --recompute full" 8 --world-size 64 --ranks-per-node 8
 # The plan-dependent terms: --zero 1 on two pipelines (tiny's layers and
 # untied embedding held by both): a gradient sum on every stage and half of
 # the moments left out; one pipeline: no gradient sum.
-EXPECT_G=1 ZERO_RATIO=1 run "simulate four.json --zero 1" 3 $C --model tiny \
+EXPECT_G=1 ZERO_RATIO=2 run "simulate four.json --zero 1" 3 $C --model tiny \
     --simulate "$P/four.json" --explain --zero 1
+# bf16 compute (a profile whose state holds a working copy apart: 18 bytes
+# a parameter, as malleus-train --profile --precision bf16 writes it):
+# --zero-master on leaves out the master's share too, off the moments'
+# alone; with fp32 state (16 bytes) the master is the working weights and
+# on changes nothing.
+echo '{ "preset": "tiny", "tp": 2, "state_bytes": 18, "activation_bytes": 8192 }' >"$T/bf16.json"
+echo '{ "preset": "tiny", "tp": 2, "state_bytes": 16 }' >"$T/fp32.json"
+for zm in "bf16 on 3" "bf16 off 2" "fp32 on 2"; do
+    set -- $zm
+    EXPECT_G=1 ZERO_RATIO=$3 run "simulate four.json, $1 state, --zero 1 --zero-master $2" 3 $C \
+        -p "$T/$1.json" --simulate "$P/four.json" --explain --zero 1 --zero-master $2
+    n=$(grep -c "replicas, and the master's)" "$T/out")
+    [ "$n" = "$([ $3 = 3 ] && echo 3 || echo 0)" ] ||
+        { echo "FAIL: $n stages say the master is left out ($1, --zero-master $2)"; fails=$((fails + 1)); }
+done
 EXPECT_G=0 run "simulate one.json" 1 --world-size 1 --ranks-per-node 1 --memory-mb 1000 -b 2 \
     -M 8 --model tiny --simulate "$P/one.json" --explain --zero 1
 # Tied embeddings (tiny-llama3): a one-stage pipeline holds the

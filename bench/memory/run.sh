@@ -18,8 +18,15 @@
 # (the preset's guess, or the resident set the profile measured) that the
 # accountant does not count, so the ratio is measured / (prediction - X).
 #
-# Usage: bench/memory/run.sh [-m "MODELS"] [-s STEPS] [-o DIR] [PLAN.json...]
-#        bench/memory/run.sh -r [-m "MODELS"] [-s STEPS] [-o DIR]
+# With -p bf16 (default fp32): every run and the measured profile compute
+# in bf16 (--precision bf16: bf16 activations and working weights beside
+# the fp32 master), and a third comparison is added: --zero 1
+# --zero-master on (the master sharded as the moments) against the
+# planner's --zero 1 --zero-master on.  --zero-master is passed explicitly
+# to every run and prediction (-r: --zero 0 --zero-master off).
+#
+# Usage: bench/memory/run.sh [-p fp32|bf16] [-m "MODELS"] [-s STEPS] [-o DIR] [PLAN.json...]
+#        bench/memory/run.sh -r [-p fp32|bf16] [-m "MODELS"] [-s STEPS] [-o DIR]
 # With -r (activation recomputation; default model: small, 4 steps): each
 # model on one rank (micro-batch 2, global batch 4) and on a two-stage
 # pipeline of one rank each (micro-batch 1, 4 micro-batches: the first
@@ -41,15 +48,21 @@ models=
 steps=
 out=
 recompute=0
-while getopts m:s:o:rh opt; do
+prec=fp32
+while getopts m:s:o:p:rh opt; do
     case $opt in
     m) models=$OPTARG ;;
+    p) prec=$OPTARG ;;
     s) steps=$OPTARG ;;
     o) out=$OPTARG ;;
     r) recompute=1 ;;
-    *) sed -n '2,30p' "$0"; exit 2 ;;
+    *) sed -n '2,41p' "$0"; exit 2 ;;
     esac
 done
+case $prec in
+fp32 | bf16) ;;
+*) echo "run.sh: -p $prec: the precision is fp32 or bf16" >&2; exit 2 ;;
+esac
 if [ $recompute = 1 ]; then
     : "${models:=small}" "${steps:=4}"
 else
@@ -79,11 +92,14 @@ PLAN
                 pre="$out/$model-1rank-$mode-$s"
                 /usr/bin/time -f "%U %S" -o "$pre.cpu" "$BUILD/malleus-train" --model "$model" \
                     --micro-batch 2 --global-batch 4 --steps "$s" --threads 1 --recompute $mode \
-                    --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 || { cat "$pre.log"; return 1; }
+                    --precision $prec --zero 0 --zero-master off --metrics "$pre.jsonl" \
+                    </dev/null >"$pre.log" 2>&1 ||
+                    { cat "$pre.log"; return 1; }
                 pre="$out/$model-pp2-$mode-$s"
                 /usr/bin/time -f "%U %S" -o "$pre.cpu" "$MPIEXEC" -n 2 "$BUILD/malleus-train" \
                     --model "$model" --plan "$out/$model-pp2.json" --global-batch 4 --steps "$s" \
-                    --threads 1 --recompute $mode --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 ||
+                    --threads 1 --recompute $mode --precision $prec --zero 0 --zero-master off \
+                    --metrics "$pre.jsonl" </dev/null >"$pre.log" 2>&1 ||
                     { cat "$pre.log"; return 1; }
             done
             echo "$model 1rank $mode $out/$model-1rank-$mode" >>"$out/runs"
@@ -201,6 +217,8 @@ plans_of() { # MODEL: the default plans (one a line)
     esac
 }
 write_plans
+sfx= runs="z0 z1"
+[ $prec = bf16 ] && sfx=-bf16 runs="z0 z1 z1m"
 : >"$out/plans.given"
 for plan in "$@"; do echo "$plan" >>"$out/plans.given"; done
 echo "logs in $out" >&2
@@ -222,25 +240,38 @@ print(max(ranks) + 1, m * p["micro_batch_size"], m, p["micro_batch_size"], tp)' 
 $info
 INFO
         pre="$out/$model-$name"
-        prof="$out/profile-$model-b$mbs-tp$tp.json"
+        # the profile in the runs' precision (bf16: the working copy apart
+        # in its state_bytes, activations at 2 bytes)
+        prof="$out/profile-$model-b$mbs-tp$tp$sfx.json"
         if [ ! -s "$prof" ]; then
             "$BUILD/malleus-train" --model "$model" --micro-batch "$mbs" --tp "$tp" --threads 1 \
-                --profile "$prof" </dev/null >"$prof.log" 2>&1 || { cat "$prof.log"; exit 1; }
+                --precision $prec --profile "$prof" </dev/null >"$prof.log" 2>&1 ||
+                { cat "$prof.log"; exit 1; }
         fi
         echo "{\"preset\": \"$model\", \"tp\": $tp}" >"$out/preset-$model-tp$tp.json"
         C="--world-size $world --ranks-per-node $world --memory-mb 1048576 -b $mbs -M $nmb"
         ok=1
         "$BUILD/malleus-replan" $C -p "$out/preset-$model-tp$tp.json" --simulate "$plan" \
-            --explain --zero 0 >"$pre.preset" 2>&1 &&
+            --explain --zero 0 --zero-master off >"$pre.preset" 2>&1 &&
             "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain --zero 0 \
-                >"$pre.measured" 2>&1 &&
+                --zero-master off >"$pre.measured" 2>&1 &&
             "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain --zero 1 \
-                >"$pre.measured1" 2>&1 || ok=0
-        for z in 0 1; do
+                --zero-master off >"$pre.measured1" 2>&1 || ok=0
+        # runs: z0, z1 (--zero-master off) and in bf16 z1m (--zero-master on)
+        for z in $runs; do
             [ $ok = 1 ] || break
+            case $z in
+            z0) zo="--zero 0 --zero-master off" ;;
+            z1) zo="--zero 1 --zero-master off" ;;
+            z1m)
+                zo="--zero 1 --zero-master on"
+                "$BUILD/malleus-replan" $C -p "$prof" --simulate "$plan" --explain $zo \
+                    >"$pre.measured1m" 2>&1 || { ok=0; break; }
+                ;;
+            esac
             "$MPIEXEC" -n "$world" "$BUILD/malleus-train" --model "$model" --plan "$plan" \
-                --global-batch "$gb" --steps "$steps" --threads 1 --zero $z </dev/null >"$pre.z$z" 2>&1 ||
-                ok=0
+                --global-batch "$gb" --steps "$steps" --threads 1 --precision $prec $zo \
+                </dev/null >"$pre.$z" 2>&1 || ok=0
         done
         if [ $ok = 0 ]; then
             echo "run.sh: $model $name failed (logs $pre.*)" >&2
@@ -250,7 +281,7 @@ INFO
         echo "$model $name $pre"
     done <"$list"
 done >"$out/runs"
-python3 - "$out/runs" <<'PY'
+python3 - "$out/runs" "$prec" <<'PY'
 import re, sys
 TERMS = re.compile(r"memory terms .*= total ([0-9.]+)")
 STAGE = re.compile(r"pipeline (\d+) stage (\d+): TP \d+ ranks \[([0-9 ]+)\]")
@@ -284,26 +315,40 @@ def ranks_str(r):
     return "%d-%d" % (r[0], r[-1]) if len(r) > 2 and r == list(range(r[0], r[-1] + 1)) else \
         ",".join(map(str, r))
 
+# bf16: the third comparison, --zero 1 --zero-master on (m1m, z1m)
+master = sys.argv[2] == "bf16"
+if master:
+    print("precision bf16 (malleus-train --precision bf16; the profile measured in bf16)")
 print("memory per rank, MiB. pred: the planner's stage memory without its fixed overhead X "
       "(process memory the accountant does not count), from the preset profile and from a "
-      "profile malleus-train --profile measured here (m0: --zero 0, m1: --zero 1). z0 / z1: "
-      "the accountant's peak with --zero 0 / 1 (the largest rank of the stage)")
+      "profile malleus-train --profile measured here (m0: --zero 0, m1: --zero 1%s). z0 / z1%s: "
+      "the accountant's peak with --zero 0 / 1%s (the largest rank of the stage)" %
+      ((", m1m: --zero 1 --zero-master on", " / z1m", " / 1 --zero-master on") if master else
+       ("", "", "")))
 hdr = ("model", "plan", "p.s", "ranks", "pred pre", "pred m0", "pred m1", "z0", "z1",
        "z0/pre", "z0/m0", "z1/m1")
 fmt = "%-11s %-19s %-4s %-7s %8s %8s %8s %8s %8s %6s %6s %6s"
+if master:
+    hdr += ("pred m1m", "z1m", "z1m/m1m")
+    fmt += " %8s %8s %7s"
 print(fmt % hdr)
 rows = []
 for line in open(sys.argv[1]):
     model, name, pre = line.split()
     sp, sm, s1 = stages(pre + ".preset"), stages(pre + ".measured"), stages(pre + ".measured1")
     z0, z1 = peaks(pre + ".z0"), peaks(pre + ".z1")
-    for (i, j, ranks, p), (_, _, _, q), (_, _, _, q1) in zip(sp, sm, s1):
+    s1m, z1m = (stages(pre + ".measured1m"), peaks(pre + ".z1m")) if master else (s1, z1)
+    for (i, j, ranks, p), (_, _, _, q), (_, _, _, q1), (_, _, _, q1m) in zip(sp, sm, s1, s1m):
         a = max(z0.get(r, 0) for r in ranks)
         b = max(z1.get(r, 0) for r in ranks)
-        print(fmt % (model, name, "%d.%d" % (i, j), ranks_str(ranks), "%.3f" % p, "%.3f" % q,
-                     "%.3f" % q1, "%.3f" % a, "%.3f" % b, "%.2f" % (a / p), "%.2f" % (a / q),
-                     "%.2f" % (b / q1)))
-        rows.append((model, a / q, b / q1, a / p))
+        c = max(z1m.get(r, 0) for r in ranks)
+        cells = (model, name, "%d.%d" % (i, j), ranks_str(ranks), "%.3f" % p, "%.3f" % q,
+                 "%.3f" % q1, "%.3f" % a, "%.3f" % b, "%.2f" % (a / p), "%.2f" % (a / q),
+                 "%.2f" % (b / q1))
+        if master:
+            cells += ("%.3f" % q1m, "%.3f" % c, "%.2f" % (c / q1m))
+        print(fmt % cells)
+        rows.append((model, a / q, b / q1, a / p, c / q1m))
 for model in dict.fromkeys(r[0] for r in rows):
     rs = [r for r in rows if r[0] == model]
     def span(k):
@@ -312,7 +357,9 @@ for model in dict.fromkeys(r[0] for r in rows):
     def within(k):
         return sum(1 for r in rs if abs(r[k] - 1) <= 0.10)
     print("%s: %d stages; measured profile: z0/pred %s (within 10%%: %d), z1/pred(--zero 1) %s "
-          "(within 10%%: %d); z0/pred(preset) %s" % (model, len(rs), span(1), within(1), span(2),
-                                                    within(2), span(3)))
+          "(within 10%%: %d)%s; z0/pred(preset) %s" %
+          (model, len(rs), span(1), within(1), span(2), within(2),
+           ", z1m/pred(--zero 1 --zero-master on) %s (within 10%%: %d)" % (span(4), within(4))
+           if master else "", span(3)))
 PY
 exit $((fails > 0))
