@@ -383,6 +383,17 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
         if (tpv) tp = (int)json_integer_value(tpv);
         if ((rc = mal_profile_preset_tp(p, json_string_value(pre), mbs, tp))) return rc;
         req = 0; /* the preset supplies every field; the file overrides */
+        /* the preset counts 16 bytes of state per parameter: another count
+         * (18: the runtime in bf16) re-counts the preset's state in every
+         * figure that holds it, before the file's own figures override */
+        double sb = 0;
+        if ((rc = get_num(root, "state_bytes", what, &sb, 0))) return rc;
+        if (json_object_get(root, "state_bytes") && !(sb >= 12 && sb <= 64))
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: state_bytes %g with a preset must be in [12, 64] (bytes of state "
+                           "per parameter: 16 without a working copy, 18 with a bf16 one)",
+                           what, sb);
+        if (sb > 0 && (rc = mal_profile_set_state_bytes(p, sb))) return rc;
     }
     json_t *nm = json_object_get(root, "name");
     if (json_is_string(nm)) snprintf(p->name, sizeof p->name, "%s", json_string_value(nm));

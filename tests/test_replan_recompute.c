@@ -290,8 +290,10 @@ static void check_zero_master(void)
  * equal 18 bytes of the runtime's own parameter count (mal_model_layout),
  * the state inside k[d] and E grows by 2 bytes a parameter of the rank's
  * share while the activations (k[d + 1] - k[d]) stay; back to 16 restores
- * the preset; a k[d] that is not state + activations x (d + 1), and a
- * count below the gradient and moments' 12 bytes, are refused. */
+ * the preset; a profile file {"preset": ..., "state_bytes": 18} is the
+ * same (the file's own figures kept); a k[d] that is not state +
+ * activations x (d + 1), and a count below the gradient and moments' 12
+ * bytes, are refused. */
 static void check_state_bytes(void)
 {
     static const char *const names[] = {"tiny", "tiny-llama3", "70b"};
@@ -323,6 +325,26 @@ static void check_state_bytes(void)
                "%.4f MB\n",
                names[i], p.layer_state_mb, q.layer_state_mb, p.k[0], q.k[0], p.embed_mb,
                q.embed_mb);
+        /* a profile file of the preset with its state_bytes: the same
+         * figures; its own figures stay as the file gives them */
+        char js[128];
+        mal_profile r;
+        snprintf(js, sizeof js, "{\"preset\": \"%s\", \"state_bytes\": 18}", names[i]);
+        CHECK_OK(mal_profile_parse_string(&r, js, "prof.json", 1));
+        CHECK_CLOSE(r.layer_state_mb, q.layer_state_mb, 1e-12, 0);
+        CHECK_CLOSE(r.k[7], q.k[7], 1e-12, 0);
+        CHECK_CLOSE(r.embed_mb, q.embed_mb, 1e-12, 0);
+        mal_profile_fini(&r);
+        snprintf(js, sizeof js, "{\"preset\": \"%s\", \"state_bytes\": 18, \"layer_state_mb\": 5}",
+                 names[i]);
+        CHECK_OK(mal_profile_parse_string(&r, js, "prof.json", 1));
+        CHECK_CLOSE(r.layer_state_mb, 5.0, 0, 0);
+        CHECK_CLOSE(r.k[0], q.k[0], 1e-12, 0);
+        mal_profile_fini(&r);
+        snprintf(js, sizeof js, "{\"preset\": \"%s\", \"state_bytes\": 2}", names[i]);
+        CHECK(mal_profile_parse_string(&r, js, "prof.json", 1) == MAL_EINVAL);
+        CHECK(strstr(mal_errmsg(), "prof.json: state_bytes 2 with a preset") != NULL);
+        mal_profile_fini(&r);
         CHECK_OK(mal_profile_set_state_bytes(&q, 16.0));
         CHECK_CLOSE(q.layer_state_mb, p.layer_state_mb, 1e-12, 0);
         CHECK_CLOSE(q.embed_mb, p.embed_mb, 1e-12, 0);
