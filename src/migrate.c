@@ -421,8 +421,12 @@ int mal_migrate_state(mal_comm *comm, mal_kern k, const mal_model_config *cfg,
     }
     if (!rc) rc = bucket_flush(&bk);
     if (!rc) rc = bucket_flush(&direct);
-    /* the parameters arrived in the master copy (fp32) */
-    if (!rc && !handed && next) mal_model_refresh_working(next);
+    /* The parameters arrived in the master copy (fp32): the working copy
+     * (bf16 compute) is made from it now, also where the state buffers
+     * were handed over - the hand-over's refresh ran before the later
+     * layers of an extended part arrived, so theirs would hold the new
+     * part's initial values for one step. */
+    if (!rc && next) mal_model_refresh_working(next);
     if (!rc) rc = mal_kern_sync(k);
 out:
     bucket_fini(&bk);

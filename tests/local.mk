@@ -50,6 +50,12 @@ check_PROGRAMS += tests/test_online
 dist_check_SCRIPTS += tests/test_online.sh
 TESTS += tests/test_online.sh
 
+# bf16 compute on the CPU: 300 steps against fp32, a rerun, the parallel
+# plans, resume (also into the other precision), an online change and the
+# opaque backend, against one process (snapshots read by tests/snapdump).
+dist_check_SCRIPTS += tests/test_bf16.sh
+TESTS += tests/test_bf16.sh
+
 # The adaptive restart loop, with and without Slurm.
 dist_check_SCRIPTS += tests/test_loop.sh tests/test_slurm.sh
 TESTS += tests/test_loop.sh tests/test_slurm.sh
