@@ -1709,8 +1709,10 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
      * later passes assume counts that pay -- one pipeline without --zero
      * (where nothing fits or the best plan has two);
      * with it, the best plan's count R (at least 3: below that the moments
-     * shed only pay for the gradients' copy), the next count of nominal
-     * pipelines of fewer stages, and R - 1 -- and their
+     * shed only pay for the gradients' copy; at least 2 where the master
+     * is shed too, whose 12 bytes of 2 replicas' halves pay for the 4 of
+     * the copy), the next count of nominal pipelines of fewer stages, and
+     * R - 1 -- and their
      * plans count only where the plan's own memory fits.  With --recompute
      * auto all of it runs first without recomputation, then with it: a plan
      * that recomputes is taken only where none fits or it is faster (ties
@@ -1740,11 +1742,12 @@ int mal_replan(const mal_replan_input *in, mal_plan *out, mal_replan_stats *stat
                  * nominal pipelines of fewer stages (groups / S above R), and
                  * R - 1 */
                 int groups = cl->world_size / p->tp;
-                if (k == 1) r0 = MAL_MAX(3, any ? out->n_pipelines : 0);
+                const int least = p->zero_master && p->state_bytes > 16.0 ? 2 : 3;
+                if (k == 1) r0 = MAL_MAX(least, any ? out->n_pipelines : 0);
                 if (k == 1) replicas = r0;
                 for (int S = groups; k == 2 && S >= 1 && !replicas; S--)
                     if (groups / S > r0) replicas = groups / S;
-                if (k == 3 && r0 > 3) replicas = r0 - 1;
+                if (k == 3 && r0 > least) replicas = r0 - 1;
             }
             if (!replicas) continue;
         }

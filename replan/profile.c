@@ -235,6 +235,39 @@ int mal_profile_preset_tp(mal_profile *p, const char *name, int micro_batch_size
     return 0;
 }
 
+int mal_profile_set_state_bytes(mal_profile *p, double bytes)
+{
+    const double from = p->state_bytes > 0 ? p->state_bytes : 16.0;
+    if (!(bytes >= 12.0 && bytes <= 64.0))
+        return MAL_ERR(MAL_EINVAL,
+                       "model profile: state_bytes %g must be a number in [12, 64] (bytes of "
+                       "state per parameter)",
+                       bytes);
+    if (p->n_k < 1) return MAL_ERR(MAL_EINVAL, "model profile: no layer_memory_mb to re-count");
+    /* the state is the part of k[d] that does not grow with the
+     * micro-batches in flight: k[d] = state + acts x (d + 1) */
+    const double acts = p->n_k > 1 ? p->k[1] - p->k[0] : 0.0, state = p->k[0] - acts;
+    for (int d = 0; d < p->n_k; d++)
+        if (!(fabs(p->k[d] - state - acts * (d + 1)) <= 1e-9 * fabs(p->k[d]) + 1e-12) ||
+            state < 0 || acts < 0)
+            return MAL_ERR(MAL_EINVAL,
+                           "model profile: layer_memory_mb[%d] = %g is not state + activations x "
+                           "(d + 1) as layer_memory_mb[0..1] give: its state cannot be re-counted",
+                           d, p->k[d]);
+    const double f = bytes / from;
+    for (int d = 0; d < p->n_k; d++)
+        p->k[d] += state * (f - 1.0);
+    /* E holds the nominal rank's share of the embedding's state (the
+     * logits beside it do not change) */
+    p->embed_mb += p->embed_state_mb / p->tp * (f - 1.0);
+    p->layer_state_mb *= f;
+    p->embed_state_mb *= f;
+    for (int l = 0; l <= MAL_REPLAN_MAX_TP_LOG; l++)
+        p->rank_state_mb[l] *= f;
+    p->state_bytes = bytes;
+    return 0;
+}
+
 static int get_num(json_t *o, const char *key, const char *what, double *out, int required)
 {
     json_t *v = json_object_get(o, key);
@@ -350,6 +383,17 @@ static int profile_from_json(mal_profile *p, json_t *root, const char *what, int
         if (tpv) tp = (int)json_integer_value(tpv);
         if ((rc = mal_profile_preset_tp(p, json_string_value(pre), mbs, tp))) return rc;
         req = 0; /* the preset supplies every field; the file overrides */
+        /* the preset counts 16 bytes of state per parameter: another count
+         * (18: the runtime in bf16) re-counts the preset's state in every
+         * figure that holds it, before the file's own figures override */
+        double sb = 0;
+        if ((rc = get_num(root, "state_bytes", what, &sb, 0))) return rc;
+        if (json_object_get(root, "state_bytes") && !(sb >= 12 && sb <= 64))
+            return MAL_ERR(MAL_EINVAL,
+                           "%s: state_bytes %g with a preset must be in [12, 64] (bytes of state "
+                           "per parameter: 16 without a working copy, 18 with a bf16 one)",
+                           what, sb);
+        if (sb > 0 && (rc = mal_profile_set_state_bytes(p, sb))) return rc;
     }
     json_t *nm = json_object_get(root, "name");
     if (json_is_string(nm)) snprintf(p->name, sizeof p->name, "%s", json_string_value(nm));

@@ -194,6 +194,19 @@ int mal_profile_parse_buffer(mal_profile *p, const char *buf, size_t len, const 
 int mal_profile_read(mal_profile *p, const char *path, int micro_batch_size);
 int mal_profile_write(const mal_profile *p, FILE *f);
 void mal_profile_fini(mal_profile *p);
+/* Re-count p's optimizer state at `bytes` per parameter from its
+ * state_bytes (0 read as 16), in every figure that holds it: layer_state_mb,
+ * embed_state_mb, rank_state_mb, the state inside each k[d] and inside E
+ * (the nominal rank's share of embed_state_mb), and state_bytes itself.
+ * 18 is the runtime computing in bf16 (fp32 master, gradient, Adam m and
+ * v, and a bf16 working copy: what malleus-train --profile --precision
+ * bf16 records), 16 the same without the copy (or a preset's reference
+ * mixed precision: bf16 weights and gradients, fp32 master, m and v).
+ * k[d] must be state + activations x (d + 1), as the presets' and measured
+ * profiles' are: the state is 2 k[0] - k[1] (k[0] alone for n_k = 1).
+ * MAL_EINVAL (p unchanged) for bytes under 12 (the gradient and the
+ * moments alone) or above 64, or k[d] not of that form.  Local. */
+int mal_profile_set_state_bytes(mal_profile *p, double bytes);
 /* k[d] with linear extrapolation past the list's end.  Local. */
 double mal_profile_k(const mal_profile *p, int d);
 /* Memory (MB) of one layer on a rank of a TP group of `size` at distance

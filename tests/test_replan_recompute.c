@@ -3,7 +3,8 @@
  * that recomputes, a cluster whose memory forces recomputation on exactly
  * the stages that need it (and nowhere when memory is ample), the
  * --recompute choices, and the refusal of a cluster that nothing fits even
- * with full recomputation (naming the stage, its need and the limit). */
+ * with full recomputation (naming the stage, its need and the limit); the
+ * bf16 state re-counted on a preset and the search with the master sharded. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,8 @@
 #include "replan/replan.h"
 #include "replan/sim.h"
 #include "replan_test.h"
+#include "src/config.h"
+#include "src/model.h"
 #include "src/plan.h"
 
 /* k[d] = 2 + d MB at the nominal TP 2: state 1 MB and activations 1 MB per
@@ -282,6 +285,127 @@ static void check_zero_master(void)
     mal_profile_fini(&p);
 }
 
+/* The bf16 runtime's state re-counted on a preset (18 bytes per parameter
+ * where the preset counts 16): the layer's and the embedding's state
+ * equal 18 bytes of the runtime's own parameter count (mal_model_layout),
+ * the state inside k[d] and E grows by 2 bytes a parameter of the rank's
+ * share while the activations (k[d + 1] - k[d]) stay; back to 16 restores
+ * the preset; a profile file {"preset": ..., "state_bytes": 18} is the
+ * same (the file's own figures kept); a k[d] that is not state +
+ * activations x (d + 1), and a count below the gradient and moments' 12
+ * bytes, are refused. */
+static void check_state_bytes(void)
+{
+    static const char *const names[] = {"tiny", "tiny-llama3", "70b"};
+    const double MB = 1048576.0;
+    for (size_t i = 0; i < MAL_ARRAY_SIZE(names); i++) {
+        mal_profile p, q;
+        mal_model_config cfg;
+        mal_tensor_info *t;
+        int nt;
+        size_t n_layer, n_embed;
+        CHECK_OK(mal_profile_preset(&p, names[i], 1));
+        CHECK_OK(mal_profile_preset(&q, names[i], 1));
+        CHECK_OK(mal_config_load(&cfg, names[i]));
+        mal_model_part layer = {0, 1, 0, 0, 1, 0}, embed = {0, 0, 1, 0, 1, 0};
+        CHECK_OK(mal_model_layout(&cfg, &layer, &t, &nt, &n_layer));
+        free(t);
+        CHECK_OK(mal_model_layout(&cfg, &embed, &t, &nt, &n_embed));
+        free(t);
+        CHECK_OK(mal_profile_set_state_bytes(&q, 18.0));
+        CHECK_CLOSE(q.state_bytes, 18.0, 0, 0);
+        CHECK_CLOSE(q.layer_state_mb, 18.0 * (double)n_layer / MB, 1e-12, 0);
+        CHECK_CLOSE(q.embed_state_mb, 18.0 * (double)n_embed / MB, 1e-12, 0);
+        const double s16 = 2 * p.k[0] - p.k[1], s18 = 2 * q.k[0] - q.k[1];
+        CHECK_CLOSE(s18, s16 * 18.0 / 16.0, 1e-9, 0);
+        for (int d = 1; d < q.n_k; d++)
+            CHECK_CLOSE(q.k[d] - q.k[d - 1], p.k[d] - p.k[d - 1], 1e-9, 1e-12);
+        CHECK_CLOSE(q.embed_mb - p.embed_mb, 2.0 * (double)n_embed / p.tp / MB, 1e-9, 0);
+        printf("state bytes: %s, 16 -> 18: layer %.4f -> %.4f MB, k[0] %.4f -> %.4f MB, E %.4f -> "
+               "%.4f MB\n",
+               names[i], p.layer_state_mb, q.layer_state_mb, p.k[0], q.k[0], p.embed_mb,
+               q.embed_mb);
+        /* a profile file of the preset with its state_bytes: the same
+         * figures; its own figures stay as the file gives them */
+        char js[128];
+        mal_profile r;
+        snprintf(js, sizeof js, "{\"preset\": \"%s\", \"state_bytes\": 18}", names[i]);
+        CHECK_OK(mal_profile_parse_string(&r, js, "prof.json", 1));
+        CHECK_CLOSE(r.layer_state_mb, q.layer_state_mb, 1e-12, 0);
+        CHECK_CLOSE(r.k[7], q.k[7], 1e-12, 0);
+        CHECK_CLOSE(r.embed_mb, q.embed_mb, 1e-12, 0);
+        mal_profile_fini(&r);
+        snprintf(js, sizeof js, "{\"preset\": \"%s\", \"state_bytes\": 18, \"layer_state_mb\": 5}",
+                 names[i]);
+        CHECK_OK(mal_profile_parse_string(&r, js, "prof.json", 1));
+        CHECK_CLOSE(r.layer_state_mb, 5.0, 0, 0);
+        CHECK_CLOSE(r.k[0], q.k[0], 1e-12, 0);
+        mal_profile_fini(&r);
+        snprintf(js, sizeof js, "{\"preset\": \"%s\", \"state_bytes\": 2}", names[i]);
+        CHECK(mal_profile_parse_string(&r, js, "prof.json", 1) == MAL_EINVAL);
+        CHECK(strstr(mal_errmsg(), "prof.json: state_bytes 2 with a preset") != NULL);
+        mal_profile_fini(&r);
+        CHECK_OK(mal_profile_set_state_bytes(&q, 16.0));
+        CHECK_CLOSE(q.layer_state_mb, p.layer_state_mb, 1e-12, 0);
+        CHECK_CLOSE(q.embed_mb, p.embed_mb, 1e-12, 0);
+        CHECK_CLOSE(q.k[5], p.k[5], 1e-12, 0);
+        CHECK(mal_profile_set_state_bytes(&q, 8.0) == MAL_EINVAL);
+        q.k[3] += 1.0;
+        CHECK(mal_profile_set_state_bytes(&q, 18.0) == MAL_EINVAL);
+        CHECK(strstr(mal_errmsg(), "layer_memory_mb[3]") != NULL);
+        CHECK_CLOSE(q.layer_state_mb, p.layer_state_mb, 1e-12, 0); /* unchanged */
+        mal_profile_fini(&p);
+        mal_profile_fini(&q);
+    }
+}
+
+/* The replica counts the search tries with the master sharded: two
+ * replicas shed 12 of the 18 bytes' halves (6) against the gradient
+ * copy's 4, so two pipelines can fit where one does not -- which the
+ * passes without the master (at least 3 replicas: 8 bytes' halves only
+ * pay for the copy) never try.  110B on 64 ranks in the bf16 runtime's
+ * memory, node 0's 8 ranks at 4x: the plan the reference figures give
+ * (two pipelines of four stages) fits that memory, so the search must
+ * find one at least as fast (before two replicas were tried it returned
+ * one pipeline of seven stages, 7.7 % slower). */
+static void check_zero_master_search(void)
+{
+    double rates[64];
+    for (int r = 0; r < 64; r++)
+        rates[r] = r < 8 ? 4.0 : 1.0;
+    mal_profile ref, rt;
+    mal_cluster c;
+    mal_plan a, b;
+    mal_replan_stats sa, sb;
+    CHECK_OK(mal_profile_preset(&ref, "110b", 1));
+    CHECK_OK(mal_profile_preset(&rt, "110b", 1));
+    CHECK_OK(mal_cluster_regular(&c, 64, 8, 81920.0));
+    ref.layer_state_mb = ref.embed_state_mb = ref.activation_bytes = 0; /* the state whole */
+    CHECK_OK(mal_profile_set_state_bytes(&rt, 18.0));
+    rt.zero = rt.zero_master = 1;
+    rt.recompute = MAL_REPLAN_RECOMPUTE_AUTO;
+    mal_replan_input in = mal_test_replan_input(&c, &ref, rates, 1, 64);
+    in.nominal_dp = 2;
+    CHECK_OK(mal_replan(&in, &a, &sa));
+    mal_cost_eval ev;
+    CHECK_OK(mal_cost_eval_plan(&a, &rt, &c, rates, &ev));
+    CHECK(ev.memory_ok);
+    mal_cost_eval_fini(&ev);
+    in.profile = &rt;
+    CHECK_OK(mal_replan(&in, &b, &sb));
+    printf("zero master search: the reference's plan %d pipelines, %.3f s; the runtime's %d "
+           "pipelines, %.3f s\n",
+           a.n_pipelines, sa.objective * rt.layer_time, b.n_pipelines,
+           sb.objective * rt.layer_time);
+    CHECK(sb.objective <= sa.objective * (1 + 1e-9));
+    CHECK_EQ_INT(b.n_pipelines, 2);
+    mal_plan_fini(&a);
+    mal_plan_fini(&b);
+    mal_cluster_fini(&c);
+    mal_profile_fini(&ref);
+    mal_profile_fini(&rt);
+}
+
 /* Nothing fits even with full recomputation: refused naming the stage, its
  * need and the limit; without recomputation allowed the message says so. */
 static void check_refusal(void)
@@ -362,6 +486,8 @@ int main(void)
     check_refusal();
     check_replica_passes();
     check_zero_master();
+    check_state_bytes();
+    check_zero_master_search();
     printf("test_replan_recompute: ok\n");
     return 0;
 }

@@ -28,13 +28,16 @@
  * Malleus with the types' speeds only (every stage sized for the least
  * memory) and Malleus with each type's memory and profile.
  *
- * --memory-model: the grid planned with the reference system's memory
- * figures (the default mode's) and with the runtime's (ZeRO-1 moments
- * sharded, the gradient sum's copy, pipeline buffers, recomputation per
- * stage): plans changed, step and bound, and the uniform depths each
- * setting fits at.
+ * --memory-model [bf16|fp32]: the grid planned with the reference system's
+ * memory figures (the default mode's) and with the runtime's (ZeRO-1
+ * moments sharded, the gradient sum's copy, pipeline buffers,
+ * recomputation per stage): plans changed, step and bound, and the uniform
+ * depths each setting fits at.  bf16 (the default: the runtime as it runs
+ * on a GPU) counts 18 bytes of state per parameter, a bf16 working copy
+ * beside the fp32 master, the master sharded with the moments
+ * (--zero-master on); fp32 counts 16, the master being the working weights.
  *
- * Usage: bench_paper [--csv FILE] [--widest] [--links] [--memory-model]
+ * Usage: bench_paper [--csv FILE] [--widest] [--links] [--memory-model [bf16|fp32]]
  *                    [--settings 32b,70b,110b]
  * Prints one row per scenario and the averages; --csv writes the rows for
  * bench/paper/plot.py; --widest also runs --search exhaustive where at most
@@ -351,13 +354,23 @@ static void mm_uniform(const setting *st, const mal_profile *rt, const mal_clust
  * moments sharded over each layer's replicas, the gradient sum's copy,
  * pipeline buffers, recomputation chosen per stage: --recompute auto) --
  * how many plans change, the step and its distance from the bound, and the
- * uniform depths each setting fits at. */
-static int memory_model_rows(const char *only)
+ * uniform depths each setting fits at.  `bf16`: the runtime computing in
+ * bf16, as on a GPU -- 18 bytes of state per parameter (the presets count
+ * 16: the reference's bf16 weights and gradients beside the fp32 master
+ * and moments; the runtime keeps an fp32 gradient and a bf16 working copy
+ * beside the master) and the master sharded with the moments
+ * (--zero-master on, the default with --zero 1); else the runtime in fp32,
+ * 16 bytes, whose master is its working weights. */
+static int memory_model_rows(const char *only, int bf16)
 {
     static const int counts[] = {1, 2, 4, 8};
     static const double xs[] = {1.5, 2, 4, 8, 12};
-    int n_rows = 0, n_changed = 0, n_unfit = 0, n_fewer = 0;
+    int n_rows = 0, n_changed = 0, n_unfit = 0, n_fewer = 0, n_faster = 0, n_slower = 0;
     double sum_ratio = 0, min_ratio = INFINITY, max_ratio = 0, sum_fa = 0, sum_fb = 0;
+    printf("runtime: %s\n", bf16 ? "bf16 (18 bytes of state per parameter, --zero 1, --zero-master "
+                                   "on, --recompute auto)"
+                                 : "fp32 (16 bytes of state per parameter, --zero 1, --recompute "
+                                   "auto)");
     printf("%-5s %2s %5s %-6s %8s | %-24s %8s %4s | %-24s %8s %4s | %s\n", "model", "n", "rate",
            "place", "bound_s", "reference: pipes x stages", "step_s", "fits",
            "runtime: pipes x stages", "step_s", "rc", "B/A");
@@ -376,8 +389,16 @@ static int memory_model_rows(const char *only)
         reference_figures(&ref, 0);
         rt.zero = 1;
         rt.recompute = MAL_REPLAN_RECOMPUTE_AUTO;
+        if (bf16) {
+            if (mal_profile_set_state_bytes(&rt, 18.0)) {
+                fprintf(stderr, "bench_paper: %s\n", mal_errmsg());
+                return 1;
+            }
+            rt.zero_master = 1;
+        }
         double lt = rt.layer_time;
-        int s_rows = n_rows, s_changed = n_changed, s_unfit = n_unfit;
+        int s_rows = n_rows, s_changed = n_changed, s_unfit = n_unfit, s_faster = n_faster,
+            s_slower = n_slower;
         double s_ratio = sum_ratio, s_fa = sum_fa, s_fb = sum_fb;
         for (size_t ci = 0; ci < MAL_ARRAY_SIZE(counts); ci++)
             for (size_t xi = 0; xi < MAL_ARRAY_SIZE(xs); xi++)
@@ -408,6 +429,10 @@ static int memory_model_rows(const char *only)
                     n_changed += changed;
                     n_unfit += !a.fits_runtime;
                     n_fewer += b.smax < a.smax;
+                    /* a changed plan at the same step is a tie the search
+                     * broke otherwise */
+                    n_faster += changed && Tb < Ta * (1 - 1e-6);
+                    n_slower += changed && Tb > Ta * (1 + 1e-6);
                     sum_ratio += Tb / Ta;
                     min_ratio = MAL_MIN(min_ratio, Tb / Ta);
                     max_ratio = MAL_MAX(max_ratio, Tb / Ta);
@@ -415,22 +440,25 @@ static int memory_model_rows(const char *only)
                     sum_fb += bound * lt / Tb;
                 }
         s_rows = n_rows - s_rows;
-        printf("  %-5s %d scenarios: %d change plan, %d reference plans do not fit the runtime; "
-               "step runtime/reference mean %.3f; at %.3f of the bound (reference %.3f)\n",
-               st->name, s_rows, n_changed - s_changed, n_unfit - s_unfit,
-               (sum_ratio - s_ratio) / MAL_MAX(1, s_rows), (sum_fb - s_fb) / MAL_MAX(1, s_rows),
-               (sum_fa - s_fa) / MAL_MAX(1, s_rows));
+        printf("  %-5s %d scenarios: %d change plan (%d of them faster, %d slower), %d reference "
+               "plans "
+               "do not fit the runtime; step runtime/reference mean %.3f; at %.3f of the bound "
+               "(reference %.3f)\n",
+               st->name, s_rows, n_changed - s_changed, n_faster - s_faster, n_slower - s_slower,
+               n_unfit - s_unfit, (sum_ratio - s_ratio) / MAL_MAX(1, s_rows),
+               (sum_fb - s_fb) / MAL_MAX(1, s_rows), (sum_fa - s_fa) / MAL_MAX(1, s_rows));
         mm_uniform(st, &rt, &cl);
         mal_profile_fini(&ref);
         mal_profile_fini(&rt);
         mal_cluster_fini(&cl);
     }
-    printf("\n%d scenarios: %d change plan with the runtime's memory (%d with fewer stages in "
-           "their deepest pipeline); %d reference plans do not fit the runtime's memory as they "
-           "stand; step runtime/reference mean %.3f (%.3f-%.3f); at %.3f of the capacity bound "
-           "(reference %.3f)\n",
-           n_rows, n_changed, n_fewer, n_unfit, sum_ratio / MAL_MAX(1, n_rows), min_ratio,
-           max_ratio, sum_fb / MAL_MAX(1, n_rows), sum_fa / MAL_MAX(1, n_rows));
+    printf("\n%d scenarios: %d change plan with the runtime's memory (%d of them faster, %d "
+           "slower, the "
+           "rest at the same step; %d with fewer stages in their deepest pipeline); %d reference "
+           "plans do not fit the runtime's memory as they stand; step runtime/reference mean "
+           "%.3f (%.3f-%.3f); at %.3f of the capacity bound (reference %.3f)\n",
+           n_rows, n_changed, n_faster, n_slower, n_fewer, n_unfit, sum_ratio / MAL_MAX(1, n_rows),
+           min_ratio, max_ratio, sum_fb / MAL_MAX(1, n_rows), sum_fa / MAL_MAX(1, n_rows));
     return 0;
 }
 
@@ -650,7 +678,7 @@ static void mixed_rows(const setting *st, const mal_profile *prof, double frac, 
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL, *only = NULL;
-    int widest = 0, links = 0, memory_model = 0;
+    int widest = 0, links = 0, memory_model = 0, bf16 = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -660,15 +688,18 @@ int main(int argc, char **argv)
             widest = 1;
         else if (!strcmp(argv[i], "--links"))
             links = 1;
-        else if (!strcmp(argv[i], "--memory-model"))
+        else if (!strcmp(argv[i], "--memory-model")) {
             memory_model = 1;
-        else {
+            /* its optional value: the runtime's precision */
+            if (i + 1 < argc && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp32")))
+                bf16 = !strcmp(argv[++i], "bf16");
+        } else {
             fprintf(stderr, "usage: bench_paper [--csv FILE] [--widest] [--links] "
-                            "[--memory-model] [--settings 32b,70b,110b]\n");
+                            "[--memory-model [bf16|fp32]] [--settings 32b,70b,110b]\n");
             return 2;
         }
     }
-    if (memory_model) return memory_model_rows(only);
+    if (memory_model) return memory_model_rows(only, bf16);
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
     if (csv_path && !csv) {
         perror(csv_path);
