@@ -811,18 +811,19 @@ int mal_gradsync_zero_master(mal_gradsync *g)
     if (!g->zero) return MAL_ERR(MAL_EINVAL, "sharded master: the sharded optimizer is not set up");
     /* with the working weights the master itself there is nothing to shard */
     if (g->zp || m->work == m->params) return 0;
-    if (!m->params) return MAL_ERR(MAL_EINVAL, "sharded master: no whole master to shard");
+    if (!m->params && !m->master_parked)
+        return MAL_ERR(MAL_EINVAL, "sharded master: no whole master to shard");
     if ((rc = zero_need_buf(g))) return rc;
     /* The whole master moves into the gradient buffer (rebuilt from zero
      * every step, as _stage uses it) and is freed before the shard is
      * allocated: otherwise the whole master and the share live side by
      * side, a peak above the steady state's (measured in bf16 on the CPU:
      * the master's peak per rank 1.5x the whole master's instead of half
-     * of it), which the memory check and the planner do not count. */
-    mal_kern_copy(m->k, m->grads, m->params, m->n_params * sizeof(float));
-    if ((rc = mal_kern_sync(m->k))) return rc;
-    mal_kern_free(m->k, m->params);
-    m->params = NULL;
+     * of it), which the memory check and the planner do not count.  At
+     * start-up it is there already (mal_model_park_master), freed before
+     * the activations, buckets and moments were made. */
+    if (!m->master_parked && (rc = mal_model_park_master(m))) return rc;
+    m->master_parked = 0;
     if (!(g->zp = mal_kern_alloc_as(m->k, MAL_MAX(g->z_floats, 1) * sizeof(float), MAL_MEM_MASTER)))
         return MAL_ERR(MAL_ENOMEM, "sharded master: cannot allocate %zu floats", g->z_floats);
     shard_from(g, m->grads, g->zp);

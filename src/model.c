@@ -466,6 +466,18 @@ fail:
     return rc;
 }
 
+int mal_model_park_master(mal_model *m)
+{
+    if (!m->params || (void *)m->params == m->work) return 0;
+    mal_kern_copy(m->k, m->grads, m->params, m->n_params * sizeof(float));
+    int rc = mal_kern_sync(m->k);
+    if (rc) return rc;
+    mal_kern_free(m->k, m->params);
+    m->params = NULL;
+    m->master_parked = 1;
+    return 0;
+}
+
 void mal_model_destroy(mal_model *m)
 {
     if (!m) return;

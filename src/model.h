@@ -166,6 +166,9 @@ typedef struct mal_model {
      * copy) params are NULL where the sharded optimizer keeps this rank's
      * share instead (gradsync.h) */
     float *params, *grads, *adam_m, *adam_v;
+    /* 1 while the whole master waits in `grads` (params NULL) for the
+     * sharded optimizer to take this rank's share (mal_model_park_master) */
+    int master_parked;
     void *work;           /* working weights, compute dtype (== params for fp32) */
     size_t esz;           /* bytes per element of the compute dtype */
     mal_model_views w, g; /* views into work and grads */
@@ -225,6 +228,16 @@ enum {
 int mal_model_create_ex(mal_model **out, const mal_model_config *cfg, const mal_model_part *part,
                         int max_B, mal_kern k, uint64_t seed, int flags);
 void mal_model_destroy(mal_model *m);
+/* Local.  Park the whole fp32 master in the gradient buffer and free it
+ * (m->params NULL, m->master_parked 1), the working copy already made
+ * from it: a part whose master the sharded optimizer will shard
+ * (mal_gradsync_zero_master, which takes the share from there) so that the
+ * whole master never sits beside the buffers made before that - the
+ * pipeline's activations, the gradient sum's buckets, the moments' shares -
+ * a start-up peak above the steady state's that neither the memory check
+ * nor the planner counts.  The gradients must not be used until then.
+ * Nothing when the working weights are the master (fp32 compute). */
+int mal_model_park_master(mal_model *m);
 /* Local.  Free the gradients and backward scratch, keeping parameters and
  * Adam state: a part that will only be read from again (the old part during
  * an online plan change, which then needs less memory at its peak).  Views

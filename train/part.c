@@ -56,6 +56,14 @@ int mal_trainer_build_part(mal_trainer *tr, int init_params, int whole_moments)
                                   (init_params ? MAL_MODEL_INIT : 0) |
                                       (tr->o.zero && !whole_moments ? MAL_MODEL_NO_MOMENTS : 0))))
         return rc;
+    /* A fresh part whose master will be sharded (mal_trainer_wire_part):
+     * parked in the gradient buffer now, before the activations, buckets
+     * and moments' shares are made, so that the whole master never sits
+     * beside them (an online change's part, which receives the whole
+     * master and moments first, shards them in the same place). */
+    if (!whole_moments && tr->o.zero && tr->o.zero_master &&
+        (rc = mal_model_park_master(p->model)))
+        return rc;
     /* before the pipeline makes its activation sets (mal_trainer_wire_part):
      * they are laid out for the mode */
     return mal_model_set_recompute(
