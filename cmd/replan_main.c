@@ -11,6 +11,8 @@ static const char *const search_modes[] = {"auto", "exhaustive", "heuristic", NU
 static const int search_values[] = {MAL_REPLAN_AUTO, MAL_REPLAN_EXHAUSTIVE, MAL_REPLAN_HEURISTIC};
 static const char *const on_off[] = {"on", "off", NULL};
 static const int on_off_values[] = {1, 0};
+static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const int precision_values[] = {0, 1};
 
 int main(int argc, char **argv)
 {
@@ -61,6 +63,14 @@ int main(int argc, char **argv)
                  "(malleus-train --zero-master; counted only where the\n"
                  "profile's state_bytes holds a working copy apart, as\n"
                  "bf16's). Default: as --zero, as malleus-train's"},
+        {MAL_OPT_CHOICE, "precision", 0, "fp32|bf16", .target = &o.precision, .choices = precisions,
+         .values = precision_values,
+         .help = "the run's compute (malleus-train --precision), for\n"
+                 "the bytes of its state: bf16 keeps a bf16 working copy\n"
+                 "beside the fp32 master, gradient and moments (18 bytes\n"
+                 "a parameter), fp32 does not (16); the profile's figures\n"
+                 "are re-counted. Default: the profile's own (a preset's\n"
+                 "16; a measured profile's as measured)"},
         {MAL_OPT_STRING, "recompute", 0, "MODE", .target = &o.recompute,
          .help = "activation recomputation the plan may use: auto (the\n"
                  "default: per stage, only where a stage would not fit\n"

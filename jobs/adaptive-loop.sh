@@ -91,6 +91,10 @@
 #                   (requeued too: RUN_DIR/excluded); every run's figures
 #                   go to RUN_DIR/node-rates.log [0: off]
 #   EXCLUDE_AFTER   runs in a row [2]
+#   PRECISION       fp32 or bf16: the runs' compute, given to malleus-train and
+#                   to malleus-replan, which then counts bf16's working copy
+#                   (18 bytes of state a parameter; a preset counts 16) [none:
+#                   the trainer's default, the profile's state]
 #   TRAIN_ARGS      more malleus-train flags, as words (e.g. --inject, policy
 #                   knobs; a value with spaces goes in the arguments instead)
 #
@@ -117,6 +121,10 @@ REQUEUE=${REQUEUE:-1}
 read -r -a train_args <<<"${TRAIN_ARGS:-}"
 extra_args=("$@")
 case $ADAPT in restart | off) ;; *) echo "adaptive-loop: ADAPT must be restart or off, not '$ADAPT'" >&2; exit 2 ;; esac
+PRECISION=${PRECISION:-}
+case $PRECISION in '' | fp32 | bf16) ;; *) echo "adaptive-loop: PRECISION must be fp32 or bf16, not '$PRECISION'" >&2; exit 2 ;; esac
+precision_args=()
+[ -n "$PRECISION" ] && precision_args=(--precision "$PRECISION")
 nodes=()
 
 # UCX (MPICH's transport here) turns its log level to trace on SIGHUP and
@@ -323,6 +331,7 @@ to_nodes() {
     fi
     local pargs=(--world-size "$new_n" --ranks-per-node "$rpn" --memory-mb "$MEMORY_MB" -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
     if [ -f "$PROFILE" ]; then pargs+=(--profile "$PROFILE"); else pargs+=(--model "$PROFILE"); fi
+    pargs+=("${precision_args[@]}")
     [ -f "$RUN_DIR/rates.$next.jsonl" ] && pargs+=(--rates "$RUN_DIR/rates.$next.jsonl")
     if ! "$REPLAN" "${pargs[@]}" -o "$RUN_DIR/plan.$next.json" --explain >>"$EVENTS" 2>&1; then
         log "malleus-replan for $* ($new_n ranks) failed: staying on ${nodes[*]}"
@@ -521,6 +530,7 @@ fi
 planner_args=(--world-size "$NPROCS" --ranks-per-node "$RANKS_PER_NODE" --memory-mb "$MEMORY_MB"
               -g "$GLOBAL_BATCH" -b "$MICRO_BATCH")
 if [ -f "$PROFILE" ]; then planner_args+=(--profile "$PROFILE"); else planner_args+=(--model "$PROFILE"); fi
+planner_args+=("${precision_args[@]}")
 if [ "$ADAPT" = restart ] && [ ! -f "$plan" ]; then
     "$REPLAN" "${planner_args[@]}" --pipelines "$PIPELINES" --uniform -o "$plan" ||
         { log "could not write the initial plan"; exit 1; }
@@ -556,7 +566,7 @@ while :; do
     [ -n "$stop_sig" ] && stopped
     args=(--model "$MODEL" --steps "$STEPS" --global-batch "$GLOBAL_BATCH" --snapshot-dir "$snap"
           --snapshot-every "$SNAPSHOT_EVERY" --keep 2 --metrics "$METRICS" --events "$EVENTS"
-          --log-every 1 --stop-timeout "$STOP_TIMEOUT")
+          --log-every 1 --stop-timeout "$STOP_TIMEOUT" "${precision_args[@]}")
     if [ "$ADAPT" = restart ]; then
         args+=(--plan "$plan" --adapt restart --ranks-per-node "$RANKS_PER_NODE")
         # The policy's baseline: the rates the current plan was made with.

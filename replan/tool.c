@@ -32,6 +32,7 @@ void mal_replan_opts_init(mal_replan_opts *o)
      * plan without them has no moments to share out either way) */
     o->zero = 1;
     o->zero_master = -1; /* as zero, as malleus-train's */
+    o->precision = -1;   /* the profile's state bytes */
 }
 
 /* n_heads / ffn_hidden for mal_plan_validate(): a profile without them
@@ -197,6 +198,10 @@ int mal_replan_tool_run(const mal_replan_opts *o, FILE *out, FILE *info)
     rc = o->profile_path ? mal_profile_read(&prof, o->profile_path, o->micro_batch_size)
                          : mal_profile_preset(&prof, o->model, o->micro_batch_size);
     if (rc) goto done;
+    /* the run's state: fp32 master, gradient and moments, and in bf16 a
+     * working copy beside them (a preset counts 16 bytes a parameter) */
+    if (o->precision >= 0 && (rc = mal_profile_set_state_bytes(&prof, o->precision ? 18.0 : 16.0)))
+        goto done;
     prof.zero = o->zero;
     prof.zero_master = o->zero && o->zero_master != 0; /* -1: as --zero */
     prof.recompute = MAL_REPLAN_RECOMPUTE_AUTO;

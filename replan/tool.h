@@ -37,6 +37,9 @@ typedef struct mal_replan_opts {
     int zero_master;           /* --zero-master: and the fp32 master (0 or 1; -1, the
                                 * default: as zero) */
     const char *recompute;     /* --recompute none|selective|full|auto (NULL: auto) */
+    int precision;             /* --precision: the run's compute, for its state's bytes
+                                * (0 fp32: 16 a parameter; 1 bf16: 18, a working copy
+                                * apart; -1, the default: the profile's own) */
 } mal_replan_opts;
 
 /* The defaults (window 2, micro-batch size 1, automatic search, time limit

@@ -172,4 +172,17 @@ sed 's/"profile": "small.json"/"profile": "small.json", "speed": 0.5/' "$T/cl/ty
 expect_fail 2 'types.small: give "speed" or "profile", not both' -c "$T/cl/bad.json" --profile "$T/big.json" -M 8
 sed 's/"profile": "small.json"/"profile": "none.json"/' "$T/cl/types.json" >"$T/cl/bad.json"
 expect_fail 2 'types.small.profile "none.json"' -c "$T/cl/bad.json" --profile "$T/big.json" -M 8
+# --precision: the run's state bytes, the profile re-counted (a preset
+# counts 16 a parameter, bf16 keeps a working copy beside them: 18), and
+# with it the memory a stage needs
+expect_fail 2 "--precision must be fp32 or bf16" $C -M 8 --precision fp64
+for p in fp32 bf16; do
+    "$BIN" $C -M 8 --precision $p --print-profile >"$T/prec_$p.json" 2>&1 ||
+        fail "--precision $p: $(cat "$T/prec_$p.json")"
+done
+grep -q '"state_bytes": 18' "$T/prec_bf16.json" && grep -q '"state_bytes": 16' "$T/prec_fp32.json" ||
+    fail "--precision: state_bytes not 16 / 18: $(cat "$T/prec_fp32.json" "$T/prec_bf16.json")"
+"$BIN" $C -M 8 --zero 0 --precision bf16 -e >"$T/prec.txt" 2>&1 &&
+    "$BIN" $C -M 8 --zero 0 -e >"$T/prec0.txt" 2>&1 && ! cmp -s "$T/prec.txt" "$T/prec0.txt" ||
+    fail "--precision bf16 does not change the memory --explain prints"
 echo "test_replan_cli: ok"

@@ -34,7 +34,10 @@
 #define FIRST_MOVE_RATE 1e9
 
 /* The planner profile the run plans with: --planner-profile (a preset or
- * a JSON file), else the model's preset. */
+ * a JSON file), else the model's preset; its state counted at this run's
+ * bytes a parameter (fp32 master, gradient and moments, and a working
+ * copy where the compute dtype keeps one apart: 18 in bf16), whatever the
+ * profile assumed (a preset 16). */
 static int load_profile(const struct mal_trainer *tr, mal_profile *prof)
 {
     const mal_train_options *o = &tr->o;
@@ -42,6 +45,20 @@ static int load_profile(const struct mal_trainer *tr, mal_profile *prof)
                  ? mal_profile_read(prof, o->profile, tr->plan.micro_batch_size)
                  : mal_profile_preset(prof, o->profile ? o->profile : o->model.name,
                                       tr->plan.micro_batch_size);
+    const double want = 16.0 + (mal_model_separate_work(tr->k)
+                                    ? (double)mal_dtype_bytes(tr->k->compute)
+                                    : 0.0),
+                 has = prof->state_bytes > 0 ? prof->state_bytes : 16.0;
+    if (!rc && has != want && mal_profile_set_state_bytes(prof, want)) {
+        /* a hand-written profile whose layer memory is not state plus
+         * activations per micro-batch in flight: planned as it says */
+        if (tr->world_rank == 0)
+            mal_log(MAL_LOG_WARN,
+                    "online planner: %s (planning with %g bytes of state a parameter, not this "
+                    "run's %g)",
+                    mal_errmsg(), has, want);
+        mal_clearerr();
+    }
     /* the run's moments, sharded or whole, in the memory of every plan */
     prof->zero = o->zero;
     prof->zero_master = o->zero && o->zero_master;
