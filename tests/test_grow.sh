@@ -70,7 +70,8 @@ grep -q "plan uses 6 ranks, this job has 8" "$W/run/events.log" ||
 n8=$(tr -d '\n' <"$W/run/plan.1.json" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' |
     tr -cd '0-9,\n' | tr ',' '\n' | grep . | sort -un | wc -l)
 [ "$n8" = 8 ] || { cat "$W/run/plan.1.json"; echo "FAIL: plan.1.json has $n8 ranks, not 8"; exit 1; }
-grep -q "leaving out node(s) n2 at the re-plan after generation 1: rates n2: [3-9]" "$W/run/events.log" &&
+# (6x slow: measured 5-11, more on a loaded machine; at least EXCLUDE_RATE)
+grep -Eq "leaving out node\(s\) n2 at the re-plan after generation 1: rates n2: ([3-9]|[1-9][0-9])" "$W/run/events.log" &&
     [ "$(cat "$W/run/excluded")" = n2 ] ||
     { cat "$W/run/node-rates.log"; echo "FAIL: the loop did not leave out the slow node n2"; exit 1; }
 n6=$(tr -d '\n' <"$W/run/plan.2.json" | grep -o '"\(ranks\|suspended\)": *\[[0-9, ]*\]' |
