@@ -260,18 +260,20 @@ static void r_attention_fwd(mal_kern k, void *const *d)
     mal_kern_attention_fwd(k, d[0], d[1], d[2], d[3], d[4], B, T, gqa(), HD);
 }
 /* dq dk dv scratch dout out q k v saved: the forward first (out, saved),
- * then the backward */
-static void r_attention_bwd(mal_kern k, void *const *d)
+ * then the backward (dk NULL where `dk` is 0: skipped) */
+static void attention_fwd_bwd(mal_kern k, void *const *d, int dk)
 {
     mal_kern_attention_fwd(k, d[5], d[9], d[6], d[7], d[8], B, T, gqa(), HD);
-    mal_kern_attention_bwd(k, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], B, T,
-                           gqa(), HD);
+    mal_kern_attention_bwd(k, d[0], dk ? d[1] : NULL, d[2], d[3], d[4], d[5], d[6], d[7], d[8],
+                           d[9], B, T, gqa(), HD);
+}
+static void r_attention_bwd(mal_kern k, void *const *d)
+{
+    attention_fwd_bwd(k, d, 1);
 }
 static void r_attention_bwd_nodk(mal_kern k, void *const *d)
 {
-    mal_kern_attention_fwd(k, d[5], d[9], d[6], d[7], d[8], B, T, gqa(), HD);
-    mal_kern_attention_bwd(k, d[0], NULL, d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], B, T,
-                           gqa(), HD);
+    attention_fwd_bwd(k, d, 0);
 }
 static void r_swiglu_fwd(mal_kern k, void *const *d)
 {
@@ -329,6 +331,13 @@ static void r_fp32_ops(mal_kern k, void *const *d)
 
 static const size_t NQ = (size_t)B * T * H * HD, NK = (size_t)B * T * HKV * HD;
 #define P_N ((size_t)B * H * T * T)
+/* attention_fwd_bwd's buffers, dk's given: written (compared), or left
+ * alone when skipped (it must keep its values) */
+#define ATT_BWD(dk)                                                                                \
+    {                                                                                              \
+        OUT(NQ, 1), dk, OUT(NK, 1), {P_N, 0, ZERO, 0, 0}, IN(NQ, 1), OUT(NQ, 1), IN(NQ, 1),        \
+            IN(NK, 1), IN(NK, 1), OUT(P_N, 0)                                                      \
+    }
 
 int main(void)
 {
@@ -373,34 +382,8 @@ int main(void)
          {OUT(NQ, 1), OUT(P_N, 0), IN(NQ, 1), IN(NK, 1), IN(NK, 1)},
          r_attention_fwd,
          0},
-        {"attention_bwd (GQA)",
-         10,
-         {OUT(NQ, 1),
-          OUT(NK, 1),
-          OUT(NK, 1),
-          {P_N, 0, ZERO, 0, 0},
-          IN(NQ, 1),
-          OUT(NQ, 1),
-          IN(NQ, 1),
-          IN(NK, 1),
-          IN(NK, 1),
-          OUT(P_N, 0)},
-         r_attention_bwd,
-         0},
-        {"attention_bwd, dk NULL",
-         10,
-         {OUT(NQ, 1),
-          ACC(NK, 1),
-          OUT(NK, 1),
-          {P_N, 0, ZERO, 0, 0},
-          IN(NQ, 1),
-          OUT(NQ, 1),
-          IN(NQ, 1),
-          IN(NK, 1),
-          IN(NK, 1),
-          OUT(P_N, 0)},
-         r_attention_bwd_nodk,
-         0},
+        {"attention_bwd (GQA)", 10, ATT_BWD(OUT(NK, 1)), r_attention_bwd, 0},
+        {"attention_bwd, dk NULL", 10, ATT_BWD(ACC(NK, 1)), r_attention_bwd_nodk, 0},
         {"swiglu_fwd", 3, {OUT(NC, 1), IN(NC, 1), IN(NC, 1)}, r_swiglu_fwd, 0},
         {"swiglu_bwd",
          5,
