@@ -12,7 +12,9 @@
 #  * a job started again after a re-plan cut short before its snapshot was
 #    committed continues the generation before it;
 #  * a MALLEUS_BIN without the programs, and none found at all: exit 2
-#    naming what to set.
+#    naming what to set;
+#  * PRECISION: the gpu job's run above in bf16 (trainer and planner, which
+#    accepts it); a value other than fp32/bf16: exit 2, nothing made.
 : "${top_srcdir:=$(dirname "$0")/..}"
 : "${top_builddir:=.}"
 : "${MPIEXEC:=mpiexec.mpich}"
@@ -49,11 +51,18 @@ R="$W/run dir 'a' \"b\""
 # (CUDA_VISIBLE_DEVICES: the bind wrapper maps the ranks to GPUs 0 and 1
 # and says so; the cpu device does not look)
 (cd "$W" && MALLEUS_BIN="$B" DEVICE=cpu NPROCS=2 RUN_DIR="$R/gpu" STEPS=4 GLOBAL_BATCH=8 PIPELINES=1 \
-    SNAPSHOT_EVERY=2 MALLEUS_GPU_BIND=verbose CUDA_VISIBLE_DEVICES=0,1 \
+    SNAPSHOT_EVERY=2 MALLEUS_GPU_BIND=verbose CUDA_VISIBLE_DEVICES=0,1 PRECISION=bf16 \
     bash "$W/spool/malleus-gpu.sbatch") >"$W/out" 2>&1 || fail "malleus-gpu.sbatch: exit $?"
 done_ok "$R/gpu" 4 "malleus-gpu.sbatch with MALLEUS_BIN and RUN_DIR holding spaces and quotes"
 grep -q "gpu-bind: local rank 1 of .* -> GPU 1 (of 0,1)" "$W/out" ||
     { cat "$W/out"; fail "the ranks did not run through the bind wrapper"; }
+grep -q "| cpu (bf16) " "$W/out" || { cat "$W/out"; fail "PRECISION=bf16 did not reach the trainer"; }
+(cd "$W" && MALLEUS_BIN="$B" NPROCS=2 RUN_DIR="$R/prec" PRECISION=fp64 bash "$W/spool/malleus.sbatch") \
+    >"$W/out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "PRECISION must be fp32 or bf16, not 'fp64'" "$W/out" && [ ! -e "$R/prec" ] &&
+    echo "ok: PRECISION=fp64 refused (exit 2), nothing made" ||
+    { cat "$W/out"; fail "PRECISION=fp64: exit $rc"; }
 
 (cd "$W" && MALLEUS_BIN="$B" NPROCS=2 RUN_DIR="$R/cpu" STEPS=4 GLOBAL_BATCH=8 PIPELINES=1 \
     SNAPSHOT_EVERY=2 bash "$W/spool/malleus.sbatch") >"$W/out" 2>&1 || fail "malleus.sbatch: exit $?"
