@@ -36,6 +36,16 @@ slowest() { # DIR: the slowest tests of the suite built in DIR, from the
         sed "s|^$1/||; s|\.log:timed-test: | |" | sort -k2 -rn | head -12 |
         awk '{printf "  %7s s  %s\n", $2, $1}'
 }
+failed_logs() { # DIR: the last lines of each failed test's log in the
+    # suite built in DIR (a CI log keeps only its tail: the reason is here)
+    [ -d "$1/tests" ] || return 0
+    find "$1" \( -path "$1/san-build" -o -path "$1/ompi-build" -o -path "$1/fuzz-build" \) -prune \
+        -o -name '*.trs' -exec grep -l -E '^:test-result: (FAIL|ERROR)' {} + 2>/dev/null |
+        while read -r trs; do
+            echo "==== check.sh: the end of ${trs%.trs}.log:"
+            tail -n 30 "${trs%.trs}.log" 2>/dev/null | cut -c1-300
+        done
+}
 stage() { # NAME SUITE_DIR COMMAND...: run, time, remember
     name=$1
     dir=$2
@@ -44,6 +54,7 @@ stage() { # NAME SUITE_DIR COMMAND...: run, time, remember
     t0=$(date +%s)
     rc=0
     "$@" || rc=$?
+    [ "$dir" = - ] || [ $rc = 0 ] || failed_logs "$dir"
     [ "$dir" = - ] || slowest "$dir"
     if [ $rc != 0 ]; then
         echo "==== check.sh: $name failed (exit $rc) after $(($(date +%s) - t0)) s" >&2
