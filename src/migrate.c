@@ -139,6 +139,8 @@ typedef struct {
     size_t arena_used; /* floats in use by this bucket */
     unstage *u;        /* received pieces to copy out after the flush */
     int n_u, cap_u;
+    size_t want; /* floats this rank stages over the whole migration: the
+                  * arena never needs more (0: unknown) */
 } bucket;
 
 static int bucket_open(bucket *bk)
@@ -187,8 +189,13 @@ static int stage_reserve(bucket *bk, size_t floats, size_t *at)
         if ((rc = bucket_flush(bk))) return rc;
         if ((rc = bucket_open(bk))) return rc;
     }
-    if (floats > bk->arena_cap) { /* empty now: grow to the larger of a piece and the limit */
-        size_t cap = MAL_MAX(floats, mal_migrate_stage_bytes / sizeof(float));
+    if (floats > bk->arena_cap) {
+        /* empty now: grow to the larger of a piece and the limit, or of
+         * all this rank stages where that is less (a small change then
+         * does not hold the whole limit) */
+        size_t limit = mal_migrate_stage_bytes / sizeof(float);
+        if (bk->want && bk->want < limit) limit = bk->want;
+        size_t cap = MAL_MAX(floats, limit);
         if (bk->arena) mal_kern_free(bk->k, bk->arena);
         if (!(bk->arena = mal_kern_alloc_as(bk->k, cap * sizeof(float), MAL_MEM_STAGING))) {
             bk->arena_cap = 0;
@@ -291,6 +298,16 @@ static int collect_transfers(int rank, const mal_plan *old_plan, const mal_plan 
     return 0;
 }
 
+/* Floats of transfer t of global tensor gt that this rank stages: all of
+ * the state groups' pieces where the piece is strided on its side. */
+static size_t staged_floats(int rank, mal_model *from, mal_model *to, const mal_tensor_info *gt,
+                            const transfer *t)
+{
+    mal_piece_shape sh;
+    mal_piece_locate(mal_model_find(t->src == rank ? from : to, gt->name), t->begin, t->end, &sh);
+    return sh.rows > 1 ? (size_t)(sh.rows * sh.width) * MAL_STATE_N_SAVED : 0;
+}
+
 /* Post this rank's send or receive of transfer t (not a kept piece) of
  * global tensor gt, from part `from` or into part `to`. */
 static int post_transfer(int rank, mal_model *from, mal_model *to, const mal_tensor_info *gt,
@@ -387,6 +404,11 @@ int mal_migrate_state(mal_comm *comm, mal_kern k, const mal_model_config *cfg,
      * what this rank sends is read from the new part, what it keeps is in
      * place already. */
     mal_model *from = handed ? next : old;
+    for (int i = 0; i < n_mine; i++) {
+        const transfer *t = &mine[i].t;
+        if (t->src != t->dst && !t->direct)
+            bk.want += staged_floats(rank, from, next, &all[mine[i].tensor], t);
+    }
     /* Pass 1 posts every piece that is contiguous on both sides, straight
      * from and into the parts: no memory, no waiting, so peers can pull what
      * this rank sends at once.  Pass 2 posts the others (staged where

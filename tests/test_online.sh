@@ -25,6 +25,14 @@ grep -Eq '^online migration 1 at step [0-9]+: [0-9.]+ MiB moved, [0-9.]+ MiB kep
     { echo "FAIL: no online migration line"; exit 1; }
 n=$(grep -Ec '^  rank [0-7]: [0-9.]+ s \(started' "$W/out")
 [ "$n" -ge 8 ] || { echo "FAIL: --verbose gave $n per-rank lines, want 8 per change"; exit 1; }
+# a rank stages no more than it moves (the staging area was the whole 64 MiB
+# limit for any change: 68.4 MiB the peak of a rank that moved 2.3 MiB)
+awk '/^  rank [0-7]: [0-9.]+ s \(started/ {
+         r = $2; for (i = 1; i < NF; i++) if ($i == "sent" || $i == "received") m[r] += $(i + 1) }
+     /^  rank [0-7]: [0-9.]+ = / {
+         r = $2; for (i = 1; i < NF; i++) if ($i == "staging" && $(i + 1) > m[r] + 0.01) {
+             print "FAIL: " $0 " (moved " m[r] + 0 " MiB)"; bad = 1 } }
+     END { exit bad }' "$W/out" || exit 1
 grep -q 'step 8/8' "$W/out" || { echo "FAIL: training did not continue to step 8"; exit 1; }
 nbg=$(grep -c 'snapshot written in the background' "$W/out")
 [ "$nbg" -ge 2 ] && [ "$(cat "$W/snap/latest")" = step_00000008 ] ||
