@@ -29,11 +29,13 @@
 #include "comm_mpi.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/mal.h"
 #include "comm_ring.h"
@@ -1124,12 +1126,38 @@ static int mpi_dp_trim(mal_comm *c)
     return 0;
 }
 
+/* Seconds a rank waits in MPI_Abort before it ends itself (below). */
+enum { ABORT_GRACE_S = 5 };
+static volatile sig_atomic_t abort_status = 1;
+
+static void abort_deadline(int sig)
+{
+    (void)sig;
+    _exit(abort_status);
+}
+
 /* MPI_COMM_WORLD, not c's communicator: the table promises to end every
- * rank of the job, and MPI only promises "at least the group of comm". */
+ * rank of the job, and MPI only promises "at least the group of comm".
+ * MPI_Abort ends the job at once where the launcher acts on it (hydra; srun
+ * while the step runs: 0.8 s).  But once srun is already ending the step
+ * (a rank was killed, --kill-on-bad-exit), the survivors' aborts are not
+ * acted on and MPI_Abort blocks until Slurm's SIGKILL after KillWait (30 s
+ * measured; the peer watch had ended their waits at 10 s).  So the rank
+ * ends itself ABORT_GRACE_S after asking, with the same status: the
+ * launcher sees it fail and ends the rest. */
 void mal_comm_mpi_abort(mal_comm *c, int code)
 {
     (void)c;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = abort_deadline;
+    sigemptyset(&sa.sa_mask);
+    abort_status = code;
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(ABORT_GRACE_S);
+    fflush(NULL);
     MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code); /* not reached: MPI_Abort does not return */
 }
 
 const mal_comm_ops mal_comm_mpi_ops = {
