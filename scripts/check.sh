@@ -26,21 +26,25 @@ MALLEUS_NO_TORCH=${MALLEUS_NO_TORCH:-0} sh scripts/install-deps.sh
 [ -f Makefile ] || ./configure
 jobs=$(nproc)
 times=""
+suite_find() { # DIR FIND-TESTS...: find in the suite built in DIR, not in
+    # the variant builds inside it
+    d=$1
+    shift
+    find "$d" \( -path "$d/san-build" -o -path "$d/ompi-build" -o -path "$d/fuzz-build" \) -prune -o "$@"
+}
 slowest() { # DIR: the slowest tests of the suite built in DIR, from the
     # wall time tests/timed-test appends to each test's log -- where the
     # CI time budget goes (printed after each suite, and when one fails)
     [ -f "$1/test-suite.log" ] || [ -d "$1/tests" ] || return 0
     echo "==== check.sh: slowest tests in ${1}:"
-    find "$1" \( -path "$1/san-build" -o -path "$1/ompi-build" -o -path "$1/fuzz-build" \) -prune \
-        -o -name '*.log' ! -name test-suite.log -exec grep -H '^timed-test: ' {} + 2>/dev/null |
+    suite_find "$1" -name '*.log' ! -name test-suite.log -exec grep -H '^timed-test: ' {} + 2>/dev/null |
         sed "s|^$1/||; s|\.log:timed-test: | |" | sort -k2 -rn | head -12 |
         awk '{printf "  %7s s  %s\n", $2, $1}'
 }
 failed_logs() { # DIR: the last lines of each failed test's log in the
     # suite built in DIR (a CI log keeps only its tail: the reason is here)
     [ -d "$1/tests" ] || return 0
-    find "$1" \( -path "$1/san-build" -o -path "$1/ompi-build" -o -path "$1/fuzz-build" \) -prune \
-        -o -name '*.trs' -exec grep -l -E '^:test-result: (FAIL|ERROR)' {} + 2>/dev/null |
+    suite_find "$1" -name '*.trs' -exec grep -l -E '^:test-result: (FAIL|ERROR)' {} + 2>/dev/null |
         while read -r trs; do
             echo "==== check.sh: the end of ${trs%.trs}.log:"
             tail -n 30 "${trs%.trs}.log" 2>/dev/null | cut -c1-300
